@@ -1,0 +1,93 @@
+"""conductor-agents: durable, stateful AI agents on the Conductor orchestration server.
+
+The public names are re-exported here; everything else lives in private modules.
+"""
+
+import logging as _logging
+
+from ._version import __version__
+from .agent import Agent
+from .errors import (
+    AgentDefinitionError,
+    AgentTypeError,
+    AuthenticationError,
+    ConductorAgentsError,
+    ConfigurationError,
+    ExecutionNotFoundError,
+    ExecutionNotRunningError,
+    JarDownloadError,
+    JavaNotFoundError,
+    LocalServerError,
+    MessageQueueDisabledError,
+    MessageQueueFullError,
+    PayloadError,
+    ResumeError,
+    RuntimeClosedError,
+    ServerError,
+    ServerUnavailableError,
+    ToolDefinitionError,
+    WaitTimeoutError,
+    WorkerStallError,
+    WorkerStartupError,
+)
+from .handle import AgentHandle
+from .result import AgentResult, AgentStatus, RunStatus, TokenUsage, ToolCallRecord
+from .runtime import AgentRuntime
+from .settings import AgentSettings
+from .tools import ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
+
+__all__ = [
+    # Defining agents
+    "Agent",
+    "ToolDef",
+    "ToolRegistry",
+    "WaitForMessageTool",
+    "tool",
+    # Running them
+    "AgentRuntime",
+    "AgentSettings",
+    "AgentHandle",
+    "AgentResult",
+    "AgentStatus",
+    "RunStatus",
+    "TokenUsage",
+    "ToolCallRecord",
+    # A real server on this machine
+    "LocalServer",
+    # Errors
+    "ConductorAgentsError",
+    "AgentDefinitionError",
+    "AgentTypeError",
+    "AuthenticationError",
+    "ConfigurationError",
+    "ExecutionNotFoundError",
+    "ExecutionNotRunningError",
+    "JarDownloadError",
+    "JavaNotFoundError",
+    "LocalServerError",
+    "MessageQueueDisabledError",
+    "MessageQueueFullError",
+    "PayloadError",
+    "ResumeError",
+    "RuntimeClosedError",
+    "ServerError",
+    "ServerUnavailableError",
+    "ToolArgumentsError",
+    "ToolDefinitionError",
+    "WaitTimeoutError",
+    "WorkerStallError",
+    "WorkerStartupError",
+    "__version__",
+]
+
+
+def __getattr__(name: str) -> object:
+    # LocalServer is imported lazily: most programs talk to a remote server and never need it.
+    if name == "LocalServer":
+        from .local_server import LocalServer
+
+        return LocalServer
+    raise AttributeError(f"module 'conductor_agents' has no attribute {name!r}")
+
+
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())

@@ -1,0 +1,169 @@
+"""The Conductor endpoints this SDK uses, one method each, with their error mapping.
+
+Each method names the REST call it makes and turns endpoint-specific statuses into the
+typed errors of :mod:`conductor_agents.errors` (a 404 on ``/agent/{id}/status`` means an
+unknown execution; a 404 on ``/workflow/{id}/messages`` may also mean a disabled queue).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, Mapping, Optional
+from contextlib import contextmanager
+from urllib.parse import quote
+
+from ._transport import HttpError, Transport
+from .errors import (
+    ExecutionNotFoundError,
+    ExecutionNotRunningError,
+    MessageQueueDisabledError,
+    MessageQueueFullError,
+    ServerError,
+)
+
+__all__ = ["ConductorApi"]
+
+
+def _seg(value: str) -> str:
+    return quote(str(value), safe="")
+
+
+@contextmanager
+def _not_found_is_unknown_execution(execution_id: str) -> Iterator[None]:
+    try:
+        yield
+    except HttpError as err:
+        if err.status == 404:
+            raise ExecutionNotFoundError(
+                f"no execution {execution_id!r} on the server", execution_id=execution_id
+            ) from err
+        raise
+
+
+class ConductorApi:
+    """Typed calls over a :class:`Transport`. Thread-safe (stateless over the transport)."""
+
+    def __init__(self, transport: Transport) -> None:
+        self.transport = transport
+
+    # -- agents ---------------------------------------------------------------------
+
+    def start_agent(self, body: Mapping[str, Any]) -> dict:
+        """``POST /agent/start`` → ``{executionId, agentName, requiredWorkers}``."""
+        result = self.transport.request("POST", "/agent/start", json_body=dict(body))
+        if not isinstance(result, dict) or not result.get("executionId"):
+            raise ServerError(f"POST /agent/start returned no executionId: {str(result)[:200]}")
+        return result
+
+    def agent_status(self, execution_id: str, *, timeout: Optional[float] = None) -> dict:
+        """``GET /agent/{id}/status``."""
+        with _not_found_is_unknown_execution(execution_id):
+            result = self.transport.request("GET", f"/agent/{_seg(execution_id)}/status", timeout=timeout)
+        if not isinstance(result, dict) or "status" not in result:
+            raise ServerError(f"GET /agent/{execution_id}/status returned a malformed body")
+        return result
+
+    def agent_execution(self, execution_id: str) -> dict:
+        """``GET /agent/execution/{id}`` (run detail with token usage)."""
+        with _not_found_is_unknown_execution(execution_id):
+            result = self.transport.request("GET", f"/agent/execution/{_seg(execution_id)}")
+        return result if isinstance(result, dict) else {}
+
+    def stop_agent(self, execution_id: str) -> None:
+        """``POST /agent/{id}/stop`` (graceful)."""
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("POST", f"/agent/{_seg(execution_id)}/stop")
+
+    def cancel_agent(self, execution_id: str, reason: str) -> None:
+        """``DELETE /agent/{id}/cancel?reason=`` (hard)."""
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request(
+                "DELETE", f"/agent/{_seg(execution_id)}/cancel", params={"reason": reason}
+            )
+
+    # -- workflows and messages -------------------------------------------------------
+
+    def get_workflow(self, execution_id: str, *, include_tasks: bool = False) -> dict:
+        """``GET /workflow/{id}?includeTasks=``."""
+        with _not_found_is_unknown_execution(execution_id):
+            result = self.transport.request(
+                "GET",
+                f"/workflow/{_seg(execution_id)}",
+                params={"includeTasks": "true" if include_tasks else "false"},
+            )
+        if not isinstance(result, dict):
+            raise ServerError(f"GET /workflow/{execution_id} returned a malformed body")
+        return result
+
+    def sample_workflow(self, execution_id: str) -> "tuple[dict, Optional[str]]":
+        """``GET /workflow/{id}?includeTasks=true`` plus the server's ``Date`` header."""
+        with _not_found_is_unknown_execution(execution_id):
+            result, headers = self.transport.request_with_headers(
+                "GET", f"/workflow/{_seg(execution_id)}", params={"includeTasks": "true"}
+            )
+        if not isinstance(result, dict):
+            raise ServerError(f"GET /workflow/{execution_id} returned a malformed body")
+        return result, headers.get("Date")
+
+    def push_message(self, execution_id: str, payload: Mapping[str, Any]) -> str:
+        """``POST /workflow/{id}/messages`` → the message id.
+
+        Raises:
+            ExecutionNotFoundError, MessageQueueDisabledError, ExecutionNotRunningError,
+            MessageQueueFullError.
+        """
+        try:
+            result = self.transport.request(
+                "POST", f"/workflow/{_seg(execution_id)}/messages", json_body=dict(payload)
+            )
+        except HttpError as err:
+            if err.status == 404:
+                raise self._explain_message_404(execution_id) from err
+            if err.status == 409:
+                raise ExecutionNotRunningError(
+                    f"execution {execution_id!r} is not running; it cannot receive messages "
+                    f"({err.server_message})",
+                    execution_id=execution_id,
+                ) from err
+            if err.status == 429:
+                raise MessageQueueFullError(
+                    f"the message queue of execution {execution_id!r} is full; "
+                    "retry once the agent has consumed some messages",
+                    execution_id=execution_id,
+                ) from err
+            raise
+        return str(result).strip() if result is not None else ""
+
+    def _explain_message_404(self, execution_id: str) -> Exception:
+        try:
+            self.get_workflow(execution_id)
+        except ExecutionNotFoundError as missing:
+            return missing
+        return MessageQueueDisabledError(
+            f"execution {execution_id!r} exists but the server's workflow message queue is "
+            "disabled; start the server with conductor.workflow-message-queue.enabled=true",
+            execution_id=execution_id,
+        )
+
+    # -- workers ----------------------------------------------------------------------
+
+    def poll_tasks(
+        self, task_type: str, *, worker_id: str, domain: Optional[str], count: int, timeout_ms: int,
+        http_timeout: float,
+    ) -> list:
+        """``GET /tasks/poll/batch/{type}`` (a long poll of up to ``timeout_ms``)."""
+        params: dict[str, Any] = {"workerid": worker_id, "count": count, "timeout": timeout_ms}
+        if domain:
+            params["domain"] = domain
+        result = self.transport.request(
+            "GET", f"/tasks/poll/batch/{_seg(task_type)}", params=params, timeout=(5.0, http_timeout)
+        )
+        return result if isinstance(result, list) else []
+
+    def update_task(self, result: Mapping[str, Any]) -> None:
+        """``POST /tasks`` with a TaskResult."""
+        self.transport.request("POST", "/tasks", json_body=dict(result))
+
+    def poll_data(self, task_type: str) -> list:
+        """``GET /tasks/queue/polldata?taskType=`` → one row per (type, domain)."""
+        result = self.transport.request("GET", "/tasks/queue/polldata", params={"taskType": task_type})
+        return result if isinstance(result, list) else []

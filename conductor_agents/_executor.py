@@ -1,0 +1,279 @@
+"""Runs tool bodies on a bounded thread pool and reports their results to the server.
+
+One :class:`ToolExecutor` serves every poller of a runtime. Pollers ask for
+:meth:`ToolExecutor.free_slots` before they poll and take no more tasks than that, so the
+process never queues more than twice its thread count (a polled task waiting in a queue
+is IN_PROGRESS on the server). Slots are not *held* during a poll: with hundreds of live
+runs long-polling at once, holding them would starve every poller but the first few.
+A task id already in flight is never run a second time concurrently.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import logging
+import threading
+import traceback
+from typing import Any, Callable, Mapping, Optional
+
+import attrs
+
+from ._api import ConductorApi
+from ._clock import SYSTEM_CLOCK, Clock
+from ._payload import ToolOutputError, tool_output
+from ._transport import HttpError
+from .errors import ServerUnavailableError
+from .tools import ToolArgumentsError, ToolDef
+
+__all__ = ["ToolExecutor", "TaskRef"]
+
+log = logging.getLogger("conductor_agents.worker")
+
+_TERMINAL_FAILURE = "FAILED_WITH_TERMINAL_ERROR"
+
+
+@attrs.frozen
+class TaskRef:
+    """The fields of a polled task the executor needs."""
+
+    task_id: str
+    workflow_id: str
+    task_type: str
+    reference_name: str
+    input_data: Mapping[str, Any]
+    response_timeout_seconds: float
+
+    @classmethod
+    def from_dict(cls, task: Mapping[str, Any]) -> "TaskRef":
+        return cls(
+            task_id=str(task["taskId"]),
+            workflow_id=str(task["workflowInstanceId"]),
+            task_type=str(task.get("taskType") or task.get("taskDefName") or ""),
+            reference_name=str(task.get("referenceTaskName") or ""),
+            input_data=dict(task.get("inputData") or {}),
+            response_timeout_seconds=float(task.get("responseTimeoutSeconds") or 3600),
+        )
+
+
+class _InFlight:
+    __slots__ = ("task", "started", "last_extended")
+
+    def __init__(self, task: TaskRef, now: float) -> None:
+        self.task = task
+        self.started = now
+        self.last_extended = now
+
+
+class ToolExecutor:
+    """Executes polled tasks. Thread-safe; owned by one :class:`AgentRuntime`.
+
+    Lifecycle: created running; :meth:`shutdown` stops it (idempotent). Threads:
+    ``conductor-agents-tool_*`` (the pool) and ``conductor-agents-lease`` (extends the
+    lease of long-running tools).
+    """
+
+    def __init__(
+        self,
+        api: ConductorApi,
+        *,
+        threads: int,
+        worker_id: str,
+        clock: Clock = SYSTEM_CLOCK,
+        result_retry_seconds: float = 600.0,
+        on_task_done: Optional[Callable[[TaskRef, str, float], None]] = None,
+    ) -> None:
+        self._api = api
+        self._worker_id = worker_id
+        self._clock = clock
+        self._result_retry_seconds = result_retry_seconds
+        self._on_task_done = on_task_done
+        self._threads = threads
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=threads, thread_name_prefix="conductor-agents-tool"
+        )
+        self._capacity = threads * 2
+        self._lock = threading.Lock()
+        self._in_flight: dict[str, _InFlight] = {}
+        self._stop = threading.Event()
+        self._abandon = threading.Event()
+        self._idle = threading.Condition(self._lock)
+        # Daemon: if it dies with the interpreter only lease extension is lost (the tools it
+        # served die too). It exits on the stop event within one second.
+        self._lease_thread = threading.Thread(
+            target=self._lease_loop, name="conductor-agents-lease", daemon=True
+        )
+        self._lease_thread.start()
+
+    # -- capacity ---------------------------------------------------------------------
+
+    def free_slots(self) -> int:
+        """How many more tasks this executor accepts now (running plus queued)."""
+        with self._lock:
+            return max(0, self._capacity - len(self._in_flight))
+
+    @property
+    def in_flight_count(self) -> int:
+        with self._lock:
+            return len(self._in_flight)
+
+    # -- execution --------------------------------------------------------------------
+
+    def submit(self, raw_task: Mapping[str, Any], tool_def: ToolDef) -> bool:
+        """Run one polled task on the pool.
+
+        Returns False when the same task is already running here (it is not run again)
+        or the executor is shut down.
+        """
+        task = TaskRef.from_dict(raw_task)
+        with self._lock:
+            if task.task_id in self._in_flight:
+                log.debug("task %s is already running in this process; not run again", task.task_id)
+                return False
+            if self._stop.is_set():
+                return False
+            self._in_flight[task.task_id] = _InFlight(task, self._clock.monotonic())
+        try:
+            self._pool.submit(self._run, task, tool_def)
+        except RuntimeError:  # the pool was shut down between the check and here
+            self._forget(task)
+            return False
+        return True
+
+    def _run(self, task: TaskRef, tool_def: ToolDef) -> None:
+        started = self._clock.monotonic()
+        outcome = "COMPLETED"
+        try:
+            result = self._execute(task, tool_def)
+            outcome = result["status"]
+            self._post_result(task, result)
+        except BaseException:  # never let a pool thread die silently
+            log.exception("unexpected error while running task %s (%s)", task.task_id, task.task_type)
+            outcome = "ERROR"
+        finally:
+            self._forget(task)
+            if self._on_task_done is not None:
+                try:
+                    self._on_task_done(task, outcome, self._clock.monotonic() - started)
+                except Exception:
+                    log.exception("task-done hook failed")
+
+    def _forget(self, task: TaskRef) -> None:
+        with self._lock:
+            self._in_flight.pop(task.task_id, None)
+            self._idle.notify_all()
+
+    def _execute(self, task: TaskRef, tool_def: ToolDef) -> dict:
+        base = {"workflowInstanceId": task.workflow_id, "taskId": task.task_id, "workerId": self._worker_id}
+        try:
+            value = tool_def.invoke(task.input_data)
+        except Exception as err:  # the model sees the error and the run goes on
+            reason = str(err) if isinstance(err, ToolArgumentsError) else f"{type(err).__name__}: {err}"
+            log.info("tool %s failed on task %s: %s", task.task_type, task.task_id, reason)
+            return {
+                **base,
+                "status": _TERMINAL_FAILURE,
+                "reasonForIncompletion": reason[:2000],
+                "outputData": {"error": reason[:2000]},
+                "logs": [{"log": traceback.format_exc()[-4000:], "createdTime": int(self._clock.time() * 1000)}],
+            }
+        try:
+            output = tool_output(value)
+        except ToolOutputError as err:
+            reason = f"tool {task.task_type!r} returned an unusable value: {err}"
+            log.warning("%s (task %s)", reason, task.task_id)
+            return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": reason, "outputData": {"error": reason}}
+        return {**base, "status": "COMPLETED", "outputData": output}
+
+    def _post_result(self, task: TaskRef, result: dict) -> None:
+        """POST the result, retrying transient failures with backoff until accepted or out of time."""
+        deadline = self._clock.monotonic() + self._result_retry_seconds
+        delay = 0.25
+        attempt = 0
+        while True:
+            attempt += 1
+            try:
+                self._api.update_task(result)
+                if attempt > 1:
+                    log.info("result of task %s accepted after %d attempts", task.task_id, attempt)
+                return
+            except (ServerUnavailableError, HttpError) as err:
+                transient = isinstance(err, ServerUnavailableError) or err.transient
+                if not transient or self._clock.monotonic() + delay > deadline:
+                    log.error(
+                        "DROPPED the %s result of task %s (%s, run %s) after %d attempts: %s",
+                        result["status"], task.task_id, task.task_type, task.workflow_id, attempt, err,
+                    )
+                    return
+                log.warning("posting the result of task %s failed (%s); retrying in %.1fs", task.task_id, err, delay)
+            # ``_abandon`` is set once shutdown's grace period is over: stop retrying then.
+            if self._abandon.wait(delay):
+                log.error("DROPPED the %s result of task %s (%s): the runtime closed while the server "
+                          "was unreachable", result["status"], task.task_id, task.task_type)
+                return
+            delay = min(delay * 2, 5.0)
+
+    # -- leases -----------------------------------------------------------------------
+
+    def _lease_loop(self) -> None:
+        while not self._stop.wait(1.0):
+            now = self._clock.monotonic()
+            with self._lock:
+                due = [f for f in self._in_flight.values()
+                       if now - f.last_extended >= max(1.0, f.task.response_timeout_seconds / 2)]
+            for flight in due:
+                self._extend_lease(flight, now)
+
+    def _extend_lease(self, flight: _InFlight, now: float) -> None:
+        task = flight.task
+        try:
+            self._api.update_task({
+                "workflowInstanceId": task.workflow_id, "taskId": task.task_id, "workerId": self._worker_id,
+                "status": "IN_PROGRESS", "extendLease": True, "outputData": {},
+            })
+            flight.last_extended = now
+            log.debug("extended the lease of task %s", task.task_id)
+        except (ServerUnavailableError, HttpError) as err:
+            log.warning("could not extend the lease of task %s: %s", task.task_id, err)
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` for every running tool to finish; True when none is left."""
+        deadline = self._clock.monotonic() + timeout
+        with self._idle:
+            while self._in_flight:
+                remaining = deadline - self._clock.monotonic()
+                if remaining <= 0:
+                    return False
+                self._idle.wait(min(remaining, 0.5))
+        return True
+
+    def shutdown(self, grace: float) -> None:
+        """Stop taking tasks, give running tools ``grace`` seconds, then stop. Idempotent.
+
+        A tool still running after the grace period has its task reported FAILED (which
+        the server retries), so a run resumed elsewhere gets it again instead of waiting
+        for the task's lease to expire. The body itself cannot be interrupted: Python
+        joins pool threads at interpreter exit.
+        """
+        with self._lock:
+            if self._stop.is_set():
+                return
+            self._stop.set()
+        if not self.wait_idle(grace):
+            with self._lock:
+                left = [f.task for f in self._in_flight.values()]
+            for task in left:
+                log.warning("runtime closing while tool %s (task %s) still runs; reporting it FAILED so "
+                            "the server retries it", task.task_type, task.task_id)
+                try:
+                    self._api.update_task({
+                        "workflowInstanceId": task.workflow_id, "taskId": task.task_id,
+                        "workerId": self._worker_id, "status": "FAILED",
+                        "reasonForIncompletion": "the worker shut down before the tool finished",
+                    })
+                except (ServerUnavailableError, HttpError) as err:
+                    log.error("could not report task %s as FAILED: %s", task.task_id, err)
+        self._abandon.set()
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self._lease_thread.join(timeout=2.0)

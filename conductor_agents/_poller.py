@@ -1,0 +1,286 @@
+"""The polling loop: one thread that fetches the tasks of one task domain.
+
+A stateful run gets its own :class:`DomainPoller` pinned to the run's domain (its run id);
+non-stateful runs share one poller with no domain. The poller serves a set of
+*executions*; it checks their status every few seconds and, when none is left running,
+its thread ends by itself (the owner then joins it). No thread outlives its runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Callable, Mapping, Optional
+
+from ._api import ConductorApi
+from ._clock import SYSTEM_CLOCK, Clock
+from ._executor import ToolExecutor
+from ._transport import HttpError
+from .errors import ExecutionNotFoundError, ServerError, ServerUnavailableError
+from .result import RunStatus
+from .tools import ToolDef
+
+__all__ = ["DomainPoller"]
+
+log = logging.getLogger("conductor_agents.worker")
+
+#: Most tasks taken by one poll.
+_MAX_BATCH = 8
+#: Longest pause between polls while the server is unreachable.
+_MAX_BACKOFF = 5.0
+
+
+class DomainPoller:
+    """Polls the task types of one domain and hands tasks to the :class:`ToolExecutor`.
+
+    Thread-safe. The owner calls :meth:`start` once, may :meth:`add_execution` /
+    :meth:`remove_execution` at any time, and :meth:`stop` + :meth:`join` to end it.
+    The loop also ends on its own once every execution it served has finished
+    (``on_exit`` is then called from the poller thread). Stopping takes at most one
+    long poll (``long_poll_ms``) plus one status check.
+    """
+
+    def __init__(
+        self,
+        api: ConductorApi,
+        executor: ToolExecutor,
+        *,
+        domain: Optional[str],
+        worker_id: str,
+        long_poll_ms: int,
+        poll_interval_ms: int,
+        status_check_seconds: float = 3.0,
+        clock: Clock = SYSTEM_CLOCK,
+        on_exit: Optional[Callable[["DomainPoller"], None]] = None,
+        owner_lock: Optional[threading.Lock] = None,
+        name_suffix: Optional[str] = None,
+    ) -> None:
+        self.domain = domain
+        self._api = api
+        self._executor = executor
+        self._worker_id = worker_id
+        self._long_poll_ms = long_poll_ms
+        self._poll_interval = poll_interval_ms / 1000.0
+        self._status_check_seconds = status_check_seconds
+        self._clock = clock
+        self._on_exit = on_exit
+        self._owner_lock = owner_lock if owner_lock is not None else threading.Lock()
+        self._retired = False
+        self._lock = threading.Lock()
+        self._tools: dict[str, ToolDef] = {}
+        self._executions: dict[str, Mapping[str, ToolDef]] = {}
+        self._pending = 0  # registrations whose execution id is not known yet
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._exited = threading.Event()
+        self._polled: set[str] = set()
+        self._polled_cond = threading.Condition(self._lock)
+        self.polls = 0
+        self.poll_errors = 0
+        # Daemon: a poller is pure I/O; if the interpreter exits without close(), the
+        # tasks it would have fetched stay SCHEDULED and the liveness monitor reports them.
+        self._thread = threading.Thread(
+            target=self._loop,
+            name=f"conductor-agents-poll-{name_suffix or domain or 'shared'}",
+            daemon=True,
+        )
+
+    def __repr__(self) -> str:
+        return f"DomainPoller(domain={self.domain!r}, executions={len(self._executions)})"
+
+    # -- registrations ----------------------------------------------------------------
+
+    def reserve(self, tools: Mapping[str, ToolDef]) -> None:
+        """Serve ``tools`` before the execution id is known (the poller starts before the run)."""
+        with self._lock:
+            self._pending += 1
+            self._merge(tools)
+        self._wake.set()
+
+    def add_execution(self, execution_id: str, tools: Mapping[str, ToolDef], *, reserved: bool = False) -> None:
+        """Serve ``tools`` for ``execution_id`` until that execution ends."""
+        with self._lock:
+            if reserved:
+                self._pending -= 1
+            self._executions[execution_id] = dict(tools)
+            self._merge(tools)
+        self._wake.set()
+
+    def cancel_reservation(self) -> None:
+        """Undo a :meth:`reserve` whose run did not start."""
+        with self._lock:
+            self._pending -= 1
+            self._rebuild_tools()
+
+    def remove_execution(self, execution_id: str) -> None:
+        """Stop serving ``execution_id`` (it ended)."""
+        with self._lock:
+            if self._executions.pop(execution_id, None) is not None:
+                self._rebuild_tools()
+
+    @property
+    def executions(self) -> "tuple[str, ...]":
+        with self._lock:
+            return tuple(self._executions)
+
+    @property
+    def task_types(self) -> "tuple[str, ...]":
+        with self._lock:
+            return tuple(self._tools)
+
+    def _merge(self, tools: Mapping[str, ToolDef]) -> None:
+        for name, tool_def in tools.items():
+            self._tools[name] = tool_def
+
+    def _rebuild_tools(self) -> None:
+        if self._pending:
+            return  # a reservation still needs its tools; they are dropped once it resolves
+        self._tools = {}
+        for tools in self._executions.values():
+            self._merge(tools)
+
+    def is_idle(self) -> bool:
+        """True when no execution (or pending start) needs this poller."""
+        with self._lock:
+            return not self._executions and self._pending <= 0
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread. Raises RuntimeError when called twice."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the loop to end (idempotent, safe before start)."""
+        self._stop.set()
+        self._wake.set()
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the thread to end; True when it did."""
+        if not self._thread.is_alive() and not self._thread.ident:
+            return True
+        self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+    @property
+    def retired(self) -> bool:
+        """True once the loop decided to end; the owner must not register anything on it then.
+
+        Read it while holding the ``owner_lock`` given to the constructor.
+        """
+        return self._retired or self._stop.is_set()
+
+    def _retire_if_idle(self) -> bool:
+        with self._owner_lock:
+            if self.is_idle():
+                self._retired = True
+        return self._retired
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
+    @property
+    def has_exited(self) -> bool:
+        return self._exited.is_set()
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        backoff = 0.0
+        next_check = self._clock.monotonic() + self._status_check_seconds
+        try:
+            while not self._stop.is_set():
+                if self._clock.monotonic() >= next_check:
+                    self._check_executions()
+                    next_check = self._clock.monotonic() + self._status_check_seconds
+                    if self._retire_if_idle():
+                        log.debug("poller %s has no running execution left; exiting", self.domain)
+                        return
+                types = self.task_types
+                if not types:
+                    self._wake.wait(min(self._status_check_seconds, 1.0))
+                    self._wake.clear()
+                    continue
+                backoff = self._poll_round(types, backoff)
+                if backoff:
+                    self._stop.wait(backoff)
+        except BaseException:
+            log.exception("poller for domain %s crashed", self.domain)
+            raise
+        finally:
+            self._exited.set()
+            if self._on_exit is not None:
+                self._on_exit(self)
+
+    def wait_polled(self, task_types: "tuple[str, ...]", timeout: float) -> bool:
+        """Wait until each of ``task_types`` has been polled successfully once; True if so."""
+        deadline = self._clock.monotonic() + timeout
+        with self._polled_cond:
+            while not set(task_types) <= self._polled:
+                remaining = deadline - self._clock.monotonic()
+                if remaining <= 0:
+                    return False
+                self._polled_cond.wait(min(remaining, 0.25))
+        return True
+
+    def _poll_round(self, types: "tuple[str, ...]", backoff: float) -> float:
+        per_type_ms = max(100, self._long_poll_ms // len(types))
+        with self._lock:
+            fresh = [t for t in types if t not in self._polled]
+        if fresh:  # a type nobody polled yet gets a quick poll first, so start() can confirm it
+            types = tuple(fresh) + tuple(t for t in types if t not in fresh)
+        for task_type in types:
+            if self._stop.is_set():
+                return 0.0
+            slots = min(_MAX_BATCH, self._executor.free_slots())
+            if not slots and task_type not in fresh:
+                self._stop.wait(self._poll_interval)
+                continue
+            try:
+                tasks = self._api.poll_tasks(
+                    task_type, worker_id=self._worker_id, domain=self.domain, count=max(1, slots),
+                    timeout_ms=0 if task_type in fresh else per_type_ms,
+                    http_timeout=per_type_ms / 1000.0 + 10.0,
+                )
+            except (ServerUnavailableError, HttpError, ServerError) as err:
+                self.poll_errors += 1
+                backoff = min(_MAX_BACKOFF, max(0.2, backoff * 2))
+                log.warning("polling %s (domain %s) failed: %s; retrying in %.1fs", task_type, self.domain, err, backoff)
+                return backoff
+            self.polls += 1
+            if task_type in fresh:
+                with self._polled_cond:
+                    self._polled.add(task_type)
+                    self._polled_cond.notify_all()
+            for task in tasks:
+                tool_def = self._tools_for(task)
+                if tool_def is None:  # cannot happen unless the server sent a foreign type
+                    log.error("polled task of unknown type %s; ignoring", task.get("taskType"))
+                    continue
+                self._executor.submit(task, tool_def)
+        return 0.0
+
+    def _tools_for(self, task: Mapping) -> Optional[ToolDef]:
+        task_type = task.get("taskType") or task.get("taskDefName")
+        with self._lock:
+            per_run = self._executions.get(str(task.get("workflowInstanceId")))
+            if per_run is not None and task_type in per_run:
+                return per_run[task_type]
+            return self._tools.get(str(task_type))
+
+    def _check_executions(self) -> None:
+        for execution_id in self.executions:
+            try:
+                status = self._api.agent_status(execution_id, timeout=10.0)
+            except ExecutionNotFoundError:
+                log.warning("execution %s vanished from the server; no longer serving it", execution_id)
+                self.remove_execution(execution_id)
+                continue
+            except (ServerUnavailableError, ServerError) as err:
+                log.debug("status check of %s failed: %s", execution_id, err)
+                continue
+            if RunStatus.parse(status.get("status")).is_terminal:
+                log.debug("execution %s ended (%s)", execution_id, status.get("status"))
+                self.remove_execution(execution_id)
+

@@ -1,0 +1,306 @@
+"""The :class:`ToolDef` value type: one tool's contract, checks and invocation.
+
+Re-exported by :mod:`conductor_agents.tools`, which builds ToolDefs from functions. Kept apart
+so each module stays small; import from ``conductor_agents.tools``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections.abc
+import inspect
+import re
+import types
+from typing import Any, Callable, Dict, Iterable, Mapping, Optional
+
+import attrs
+
+from . import _schema
+from .errors import ConductorAgentsError, ToolDefinitionError
+
+__all__ = ["ToolArgumentsError", "ToolDef"]
+
+TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
+WORKER = "worker"
+PULL_WORKFLOW_MESSAGES = "pull_workflow_messages"
+TOOL_TYPES = (WORKER, PULL_WORKFLOW_MESSAGES)
+#: Keys the server adds to a worker task's input next to the LLM's arguments.
+SERVER_EXTRAS = ("method", "_agent_state", "_agent_tool_name")
+#: How the ToolDef descriptor binds its func: not at all, to the instance, to the class.
+FUNCTION, METHOD, CLASSMETHOD = "function", "method", "classmethod"
+
+
+class ToolArgumentsError(ConductorAgentsError, ValueError):
+    """The LLM called a tool with arguments that do not match its input schema.
+
+    The message is written for the LLM (it names the tool, each bad argument, what was expected
+    and what arrived); ``tool_name`` and ``problems`` (one text per problem) are for code.
+    """
+
+    def __init__(self, message: str, *, tool_name: str, problems: Iterable[str] = ()) -> None:
+        super().__init__(message)
+        self.tool_name = tool_name
+        self.problems = tuple(problems)
+
+
+def _arguments_error(tool_name: str, problems: Iterable[str]) -> ToolArgumentsError:
+    problems = tuple(problems)
+    message = f"Invalid arguments for tool {tool_name!r}: " + "; ".join(problems)
+    return ToolArgumentsError(message, tool_name=tool_name, problems=problems)
+
+
+# --- field checks -------------------------------------------------------------------
+
+
+def _check_name(_: Any, __: Any, name: Any) -> None:
+    if not isinstance(name, str) or not TOOL_NAME.fullmatch(name):
+        raise ToolDefinitionError(
+            f"tool name {name!r} is invalid: use 1-64 letters, digits, '_' or '-', starting with "
+            "a letter or '_' (tool names become LLM function names and Conductor task types); "
+            "set it with @tool(name=...)"
+        )
+
+
+def _check_type(kind: type, what: str) -> Callable[[Any, Any, Any], None]:
+    def check(_: Any, __: Any, value: Any) -> None:
+        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+            raise ToolDefinitionError(f"{what} must be {kind.__name__}, got {value!r}")
+
+    return check
+
+
+def _json_object(what: str) -> Callable[[Any], Dict[str, Any]]:
+    def convert(value: Any) -> Dict[str, Any]:
+        if not isinstance(value, collections.abc.Mapping):
+            raise ToolDefinitionError(f"{what} must be a mapping, got {value!r}")
+        try:
+            return _schema.json_copy(value)
+        except TypeError as err:
+            raise ToolDefinitionError(f"{what} must be JSON: {err}") from None
+
+    return convert
+
+
+def _check_schema(tool: "ToolDef", _: Any, schema: Dict[str, Any]) -> None:
+    properties = schema.get("properties", {})
+    if schema.get("type") != "object" or not isinstance(properties, dict):
+        raise ToolDefinitionError(
+            f"tool {tool.name!r}: input_schema must be a JSON schema of type 'object' "
+            f"with a 'properties' mapping, got {schema!r}"
+        )
+    required = schema.get("required", [])
+    if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
+        raise ToolDefinitionError(
+            f"tool {tool.name!r}: input_schema 'required' must be a list of names, got {required!r}"
+        )
+    reserved = [p for p in properties if _schema.RESERVED_PARAMETER.match(p)]
+    if reserved and tool.tool_type == WORKER:
+        raise ToolDefinitionError(
+            f"tool {tool.name!r}: argument name {reserved[0]!r} is reserved (the server adds "
+            "'method' and '_agent*' keys to every tool call); rename it"
+        )
+
+
+def _check_func(tool: "ToolDef", _: Any, func: Any) -> None:
+    if tool.tool_type not in TOOL_TYPES:
+        return  # _check_tool_type reports it
+    if tool.tool_type == WORKER and not callable(func):
+        raise ToolDefinitionError(f"worker tool {tool.name!r} needs a callable func, got {func!r}")
+    if tool.tool_type != WORKER and func is not None:
+        raise ToolDefinitionError(
+            f"tool {tool.name!r} of type {tool.tool_type!r} runs on the server; func must be None"
+        )
+
+
+def _check_tool_type(_: Any, __: Any, value: Any) -> None:
+    if value not in TOOL_TYPES:
+        raise ToolDefinitionError(f"tool_type must be one of {TOOL_TYPES}, got {value!r}")
+
+
+def _check_timeout(_: Any, __: Any, value: Any) -> None:
+    _check_type(int, "timeout_seconds")(_, __, value)
+    if value < 0:
+        raise ToolDefinitionError(f"timeout_seconds must be >= 0 (0 = server default), got {value}")
+
+
+def _empty_object_schema() -> Dict[str, Any]:
+    return {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
+
+
+# --- ToolDef ------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ToolDef:
+    """One tool: its LLM-facing contract, and the function that runs it (worker tools).
+
+    Build one with :func:`tool`, :func:`as_tool` or :meth:`WaitForMessageTool.create` rather
+    than by hand. A ``ToolDef`` is still callable like its function, and in a class body it is a
+    descriptor: ``obj.method`` is the tool bound to ``obj``. ``input_schema`` and ``config``
+    return fresh copies, so the object cannot be changed from outside.
+
+    Immutable and thread-safe; :meth:`invoke` may run on several worker threads at once, so the
+    function body (and any instance state it touches) must tolerate that.
+
+    Raises:
+        ToolDefinitionError: a field has a bad value (name pattern, tool type, missing func...).
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    description: str = attrs.field(default="", validator=_check_type(str, "description"))
+    _input_schema: Dict[str, Any] = attrs.field(
+        factory=_empty_object_schema,
+        converter=_json_object("input_schema"),
+        validator=_check_schema,
+        alias="input_schema",
+        repr=False,
+        hash=False,
+    )
+    func: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_check_func)
+    tool_type: str = attrs.field(default=WORKER, validator=_check_tool_type)
+    stateful: bool = attrs.field(default=False, validator=_check_type(bool, "stateful"))
+    _config: Dict[str, Any] = attrs.field(
+        factory=dict, converter=_json_object("config"), alias="config", hash=False
+    )
+    timeout_seconds: int = attrs.field(default=0, validator=_check_timeout)
+    # How the descriptor binds func (set by @tool): not at all, to the instance, to the class.
+    _kind: str = attrs.field(default=FUNCTION, alias="_kind", repr=False)
+    # Per-parameter converters from checked JSON values to hinted Python values (set by @tool).
+    _converters: Mapping[str, Callable[[Any], Any]] = attrs.field(
+        factory=dict, converter=lambda c: types.MappingProxyType(dict(c)), alias="_converters",
+        eq=False, repr=False,
+    )
+
+    @property
+    def input_schema(self) -> Dict[str, Any]:
+        """The JSON schema of the arguments (a copy)."""
+        return _schema.json_copy(self._input_schema)
+
+    @property
+    def config(self) -> Dict[str, Any]:
+        """The tool-type specific configuration sent to the server (a copy)."""
+        return _schema.json_copy(self._config)
+
+    @property
+    def is_worker(self) -> bool:
+        """Whether this process runs the tool (``tool_type == "worker"``)."""
+        return self.tool_type == WORKER
+
+    @property
+    def __wrapped__(self) -> Callable[..., Any]:
+        """The function, so ``inspect.signature(tool)`` shows its signature."""
+        if self.func is None:
+            raise AttributeError("__wrapped__")  # server-side tools wrap nothing
+        return self.func
+
+    def to_config(self) -> Dict[str, Any]:
+        """The server's ``ToolConfig`` for this tool (camelCase, JSON-ready)."""
+        config = {
+            "name": self.name,
+            "description": self.description or self.name,
+            "inputSchema": self.input_schema,
+            "toolType": self.tool_type,
+            "stateful": self.stateful,
+            "config": self.config,
+        }
+        if self.timeout_seconds:
+            config["timeoutSeconds"] = self.timeout_seconds
+        return config
+
+    def bind(self, instance: Any) -> "ToolDef":
+        """This tool with its method bound to ``instance`` (itself if it is not a method).
+
+        A ``@classmethod`` tool is bound to whatever it is given (the descriptor passes the class).
+        """
+        if self._kind == FUNCTION or self.func is None:
+            return self
+        func = self.func.__func__ if isinstance(self.func, types.MethodType) else self.func
+        return attrs.evolve(self, func=types.MethodType(func, instance))
+
+    def __get__(self, instance: Any, owner: Optional[type] = None) -> "ToolDef":
+        if self._kind == CLASSMETHOD:
+            return self.bind(owner if owner is not None else type(instance))
+        return self if instance is None else self.bind(instance)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """Call the function directly, as if it were not a tool.
+
+        Raises:
+            ToolDefinitionError: the tool runs on the server and has no function.
+        """
+        return self._function()(*args, **kwargs)
+
+    def parse_arguments(self, input_data: Mapping[str, Any]) -> Dict[str, Any]:
+        """The keyword arguments for the function, from a task's ``inputData``.
+
+        Drops the server's extras (``method`` and every ``_agent*`` key), checks the rest against
+        ``input_schema`` and converts values to the hinted types (``Enum`` members, ``tuple``).
+
+        Raises:
+            ToolArgumentsError: the arguments do not match the schema; the message is meant to be
+                shown to the LLM.
+        """
+        if not isinstance(input_data, collections.abc.Mapping):
+            got = _schema.json_type(input_data)
+            raise _arguments_error(self.name, [f"arguments must be a JSON object, got {got}"])
+        arguments = {
+            key: value
+            for key, value in input_data.items()
+            if not (isinstance(key, str) and (key in SERVER_EXTRAS or key.startswith("_agent")))
+        }
+        values, problems = _schema.check_arguments(self._input_schema, arguments)
+        for key, convert in self._converters.items():
+            if key in values and not problems:
+                try:
+                    values[key] = convert(values[key])
+                except (TypeError, ValueError) as err:
+                    problems.append(f"argument '{key}': {err}")
+        if problems:
+            raise _arguments_error(self.name, problems)
+        return values
+
+    def invoke(self, input_data: Mapping[str, Any]) -> Any:
+        """Run the tool for a task's ``inputData`` and return what the function returns.
+
+        An ``async def`` function (or one returning an awaitable) is run to completion with
+        :func:`asyncio.run` in the calling thread, which must not be running an event loop
+        (tool worker threads are not). Exceptions from the body propagate unchanged.
+
+        Raises:
+            ToolArgumentsError: see :meth:`parse_arguments`.
+            ToolDefinitionError: the tool runs on the server and has no function.
+            RuntimeError: the tool is async and the calling thread runs an event loop.
+        """
+        func = self._function()
+        result = func(**self.parse_arguments(input_data))
+        if inspect.isawaitable(result):
+            return _run_awaitable(self.name, result)
+        return result
+
+    def _function(self) -> Callable[..., Any]:
+        if self.func is None:
+            raise ToolDefinitionError(
+                f"tool {self.name!r} ({self.tool_type}) runs on the server; it has no function"
+            )
+        return self.func
+
+
+def _run_awaitable(name: str, awaitable: Any) -> Any:
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        pass
+    else:
+        if inspect.iscoroutine(awaitable):
+            awaitable.close()
+        raise RuntimeError(
+            f"tool {name!r} is async and invoke() was called from a running event loop; "
+            "call invoke() from a thread without one (tool worker threads have none)"
+        )
+    if not inspect.iscoroutine(awaitable):
+        awaitable = _await(awaitable)
+    return asyncio.run(awaitable)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

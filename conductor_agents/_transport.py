@@ -1,0 +1,252 @@
+"""The HTTP boundary: the only module that imports ``requests``.
+
+It owns the :class:`requests.Session` (and closes only one it created), the retry
+policy, the auth token, and turns every ``requests`` exception and HTTP error status
+into a :mod:`conductor_agents.errors` type with ``raise ... from err``.
+
+Retry policy (urllib3 ``Retry`` on the mounted adapter): only failures to *establish* a
+connection are retried, twice with a short backoff, for every method. Nothing has reached
+the server then, so a retry can never run a side effect twice. Everything else (read
+timeouts, 5xx, 429) is reported to the caller, which knows whether its call is safe to
+repeat (``wait()`` counts transient errors; result updates retry with backoff).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Mapping, Optional, Tuple, Union
+
+import requests
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from ._clock import SYSTEM_CLOCK, Clock
+from .errors import AuthenticationError, ServerError, ServerUnavailableError
+
+__all__ = ["HttpError", "Transport", "TRANSIENT_STATUSES"]
+
+log = logging.getLogger("conductor_agents.transport")
+
+#: Statuses that say "try again later" rather than "this request is wrong".
+TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
+
+#: Tokens are refreshed this long before the server's usual one-hour expiry.
+_TOKEN_MAX_AGE_SECONDS = 45 * 60
+
+Timeout = Union[float, Tuple[float, float]]
+
+
+class HttpError(ServerError):
+    """An HTTP error status from the server; ``status`` and ``message`` (the server's text).
+
+    The API layer maps these to the specific errors (``ExecutionNotFoundError`` ...).
+    """
+
+    def __init__(self, message: str, *, status: int, server_message: str, method: str, path: str) -> None:
+        super().__init__(message, status=status)
+        self.server_message = server_message
+        self.method = method
+        self.path = path
+
+    @property
+    def transient(self) -> bool:
+        """Whether the same request may succeed later (5xx, 429)."""
+        return self.status in TRANSIENT_STATUSES
+
+
+def _server_message(response: requests.Response) -> str:
+    text = response.text or ""
+    try:
+        body = response.json()
+    except ValueError:
+        return text.strip()[:500]
+    if isinstance(body, dict) and body.get("message"):
+        return str(body["message"])[:500]
+    return text.strip()[:500]
+
+
+class Transport:
+    """Sends requests to one Conductor server and returns decoded bodies.
+
+    Thread-safe: one instance is shared by every thread of a runtime (requests'
+    connection pool is thread-safe; the token is guarded by a lock).
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        auth_key: Optional[str] = None,
+        auth_secret: Optional[str] = None,
+        timeout: float = 30.0,
+        session: Optional[requests.Session] = None,
+        pool_size: int = 64,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.base_url = base_url.rstrip("/")
+        self._auth_key = auth_key
+        self._auth_secret = auth_secret
+        self._timeout = timeout
+        self._clock = clock
+        self._owns_session = session is None
+        self._session = session if session is not None else self._new_session(pool_size)
+        self._token: Optional[str] = None
+        self._token_at = 0.0
+        self._token_lock = threading.Lock()
+        self._closed = False
+
+    def __repr__(self) -> str:
+        auth = "token" if self._auth_key else "none"
+        return f"Transport({self.base_url!r}, auth={auth})"
+
+    @staticmethod
+    def _new_session(pool_size: int) -> requests.Session:
+        session = requests.Session()
+        retry = Retry(total=None, connect=2, read=0, status=0, other=0, redirect=0,
+                      backoff_factor=0.2, raise_on_status=False)
+        adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=pool_size)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        session.headers["User-Agent"] = "conductor-agents-python"
+        return session
+
+    # -- public -----------------------------------------------------------------------
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Optional[Mapping[str, Any]] = None,
+        json_body: Any = None,
+        timeout: Optional[Timeout] = None,
+    ) -> Any:
+        """Send one request; return the decoded JSON body, the text body, or None (204/empty).
+
+        Raises: as :meth:`request_with_headers`.
+        """
+        return self.request_with_headers(method, path, params=params, json_body=json_body, timeout=timeout)[0]
+
+    def request_with_headers(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Optional[Mapping[str, Any]] = None,
+        json_body: Any = None,
+        timeout: Optional[Timeout] = None,
+    ) -> "tuple[Any, Mapping[str, str]]":
+        """Send one request; return the decoded body and the response headers.
+
+        Raises:
+            ServerUnavailableError: no connection, or it broke or timed out.
+            AuthenticationError: 401/403 even after refreshing the token.
+            HttpError: any other status >= 400.
+        """
+        response = self._send(method, path, params, json_body, timeout)
+        if response.status_code in (401, 403) and self._auth_key:
+            self._invalidate_token()
+            response = self._send(method, path, params, json_body, timeout)
+        if response.status_code in (401, 403):
+            raise AuthenticationError(
+                f"{method} {path}: the server rejected the credentials (HTTP {response.status_code})",
+                status=response.status_code,
+            )
+        if response.status_code >= 400:
+            server_message = _server_message(response)
+            raise HttpError(
+                f"{method} {path} failed with HTTP {response.status_code}: {server_message}",
+                status=response.status_code,
+                server_message=server_message,
+                method=method,
+                path=path,
+            )
+        return self._decode(response, method, path), response.headers
+
+    def close(self) -> None:
+        """Close the session if this transport created it. Idempotent."""
+        if not self._closed and self._owns_session:
+            self._session.close()
+        self._closed = True
+
+    # -- internals --------------------------------------------------------------------
+
+    def _send(self, method: str, path: str, params: Any, json_body: Any, timeout: Optional[Timeout]) -> requests.Response:
+        url = self.base_url + path
+        headers = {}
+        token = self._current_token()
+        if token is not None:
+            headers["X-Authorization"] = token
+        try:
+            return self._session.request(
+                method,
+                url,
+                params=params,
+                json=json_body,
+                headers=headers,
+                timeout=timeout if timeout is not None else (min(5.0, self._timeout), self._timeout),
+            )
+        except requests.exceptions.Timeout as err:
+            raise ServerUnavailableError(f"{method} {path}: the server did not answer in time ({err.__class__.__name__})") from err
+        except requests.exceptions.ConnectionError as err:
+            raise ServerUnavailableError(f"{method} {path}: cannot reach the server at {self.base_url}") from err
+        except requests.exceptions.RequestException as err:
+            raise ServerUnavailableError(f"{method} {path}: request failed ({err.__class__.__name__})") from err
+
+    @staticmethod
+    def _decode(response: requests.Response, method: str, path: str) -> Any:
+        if response.status_code == 204 or not response.content:
+            return None
+        content_type = response.headers.get("Content-Type", "")
+        if "json" in content_type:
+            try:
+                return response.json()
+            except ValueError as err:
+                raise ServerError(
+                    f"{method} {path}: the server sent a malformed JSON body", status=response.status_code
+                ) from err
+        return response.text
+
+    def _current_token(self) -> Optional[str]:
+        if not self._auth_key:
+            return None
+        with self._token_lock:
+            if self._token is None or self._clock.monotonic() - self._token_at > _TOKEN_MAX_AGE_SECONDS:
+                self._token = self._fetch_token()
+                self._token_at = self._clock.monotonic()
+            return self._token
+
+    def _invalidate_token(self) -> None:
+        with self._token_lock:
+            self._token = None
+
+    def _fetch_token(self) -> str:
+        path = "/token"
+        try:
+            response = self._session.post(
+                self.base_url + path,
+                json={"keyId": self._auth_key, "keySecret": self._auth_secret},
+                timeout=(min(5.0, self._timeout), self._timeout),
+            )
+        except requests.exceptions.RequestException as err:
+            raise ServerUnavailableError(f"POST {path}: cannot reach the server at {self.base_url}") from err
+        if response.status_code in (401, 403):
+            raise AuthenticationError(
+                "the server rejected CONDUCTOR_AUTH_KEY/CONDUCTOR_AUTH_SECRET "
+                f"(HTTP {response.status_code} from {path})",
+                status=response.status_code,
+            )
+        if response.status_code >= 400:
+            raise ServerError(
+                f"POST {path} failed with HTTP {response.status_code}: {_server_message(response)}",
+                status=response.status_code,
+            )
+        try:
+            token = response.json()["token"]
+        except (ValueError, KeyError, TypeError) as err:
+            raise ServerError(f"POST {path}: the answer holds no token", status=response.status_code) from err
+        log.debug("obtained an auth token from %s", self.base_url)
+        return str(token)
+
+

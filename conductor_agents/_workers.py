@@ -1,0 +1,186 @@
+"""The runtime's workers: which poller serves which run, and their lifecycle.
+
+:class:`WorkerSet` owns one :class:`ToolExecutor` (created on first use) and the
+pollers: one per stateful run's domain and one shared, domain-less poller for
+non-stateful tools. A run's tools are registered through a :class:`Reservation`
+*before* the run starts and committed to its execution id afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Optional
+
+from ._api import ConductorApi
+from ._clock import SYSTEM_CLOCK, Clock
+from ._executor import ToolExecutor
+from ._poller import DomainPoller
+from .agent import Agent
+from .errors import ConductorAgentsError, WorkerStartupError
+from .settings import AgentSettings
+from .tools import ToolDef
+
+__all__ = ["Reservation", "WorkerSet"]
+
+log = logging.getLogger("conductor_agents.worker")
+
+
+class Reservation:
+    """A run's tools registered on a poller, before and after the run exists."""
+
+    def __init__(self, workers: "WorkerSet", poller: DomainPoller, tools: "dict[str, ToolDef]") -> None:
+        self._workers = workers
+        self.poller = poller
+        self.tools = tools
+        self.execution_id: Optional[str] = None
+
+    def commit(self, execution_id: str, *, domain: Optional[str]) -> None:
+        """Bind the reservation to the started run (moving it when the run's domain differs)."""
+        self.execution_id = execution_id
+        if domain == self.poller.domain:
+            self.poller.add_execution(execution_id, self.tools, reserved=True)
+            return
+        old = self.poller
+        self.poller = self._workers.poller_for(domain)
+        self.poller.add_execution(execution_id, self.tools)
+        old.cancel_reservation()
+        self._workers.retire_if_idle(old)
+
+    def cancel(self) -> None:
+        """The run did not start: stop serving its tools."""
+        self.poller.cancel_reservation()
+        self._workers.retire_if_idle(self.poller)
+
+
+class WorkerSet:
+    """Pollers and the tool executor of one runtime. Thread-safe."""
+
+    def __init__(self, api: ConductorApi, settings: AgentSettings, *, worker_id: str,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self._api = api
+        self._settings = settings
+        self._worker_id = worker_id
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._executor: Optional[ToolExecutor] = None
+        self._pollers: dict[Optional[str], DomainPoller] = {}
+        self._retiring: list[DomainPoller] = []
+        self._closed = False
+
+    # -- registration -----------------------------------------------------------------
+
+    def reserve(self, domain: Optional[str], agent: Agent) -> Reservation:
+        """Serve ``agent``'s worker tools on ``domain`` (None: the shared poller) from now on."""
+        tools = {t.name: t for t in agent.worker_tools}
+        poller = self.poller_for(domain, reserve=tools)
+        return Reservation(self, poller, tools)
+
+    def poller_for(self, domain: Optional[str], *, reserve: Optional[dict] = None) -> DomainPoller:
+        """The live poller of ``domain``, started if needed."""
+        with self._lock:
+            if self._closed:
+                raise ConductorAgentsError("the runtime is closing; no new workers start")
+            poller = self._pollers.get(domain)
+            if poller is None or poller.retired:
+                if poller is not None:
+                    self._retiring.append(poller)
+                poller = self._new_poller(domain)
+                self._pollers[domain] = poller
+                if reserve is not None:
+                    poller.reserve(reserve)
+                poller.start()
+            elif reserve is not None:
+                poller.reserve(reserve)
+            return poller
+
+    def _new_poller(self, domain: Optional[str]) -> DomainPoller:
+        if self._executor is None:
+            self._executor = ToolExecutor(
+                self._api, threads=self._settings.worker_threads, worker_id=self._worker_id, clock=self._clock
+            )
+        return DomainPoller(
+            self._api, self._executor, domain=domain, worker_id=self._worker_id,
+            long_poll_ms=self._settings.worker_long_poll_ms,
+            poll_interval_ms=self._settings.worker_poll_interval_ms,
+            clock=self._clock, on_exit=self._poller_exited, owner_lock=self._lock,
+        )
+
+    def _poller_exited(self, poller: DomainPoller) -> None:
+        with self._lock:
+            if self._pollers.get(poller.domain) is poller:
+                del self._pollers[poller.domain]
+
+    def retire_if_idle(self, poller: DomainPoller) -> None:
+        """Stop ``poller`` when no run needs it any more."""
+        with self._lock:
+            if not poller.is_idle():
+                return
+            if self._pollers.get(poller.domain) is poller:
+                del self._pollers[poller.domain]
+            self._retiring = [p for p in self._retiring if p.is_alive]
+            self._retiring.append(poller)
+            poller.stop()
+
+    def execution_ended(self, execution_id: str) -> None:
+        """A handle saw the run end: stop serving it now rather than at the next status check."""
+        with self._lock:
+            pollers = [p for p in self._pollers.values() if execution_id in p.executions]
+        for poller in pollers:
+            poller.remove_execution(execution_id)
+            self.retire_if_idle(poller)
+
+    # -- start-up check ---------------------------------------------------------------
+
+    def confirm_polling(self, reservation: Reservation) -> None:
+        """Return once the server has seen this run's domain polled, or raise.
+
+        Raises:
+            WorkerStartupError: no poll reached the server within
+                ``worker_startup_timeout_seconds``.
+        """
+        poller = reservation.poller
+        timeout = self._settings.worker_startup_timeout_seconds
+        task_types = tuple(reservation.tools)
+        if not poller.wait_polled(task_types, timeout):
+            raise WorkerStartupError(
+                f"the workers of run {reservation.execution_id} (domain {poller.domain!r}) did not reach "
+                f"the server within {timeout:g}s; the run is started but no task of it will be executed "
+                "here. Check the server URL and network, then resume the run."
+            )
+        if poller.domain is None:
+            return
+        rows = self._api.poll_data(task_types[0])
+        if not any(row.get("domain") == poller.domain for row in rows):
+            raise WorkerStartupError(
+                f"the server reports no poller for task {task_types[0]!r} on domain {poller.domain!r} "
+                f"although this process polls it; check that {self._api.transport.base_url} is the server "
+                "the run was started on"
+            )
+
+    # -- introspection ----------------------------------------------------------------
+
+    def pollers(self) -> "list[DomainPoller]":
+        with self._lock:
+            return list(self._pollers.values())
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop every poller, let running tools finish, join everything. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            pollers = list(self._pollers.values()) + self._retiring
+            self._pollers.clear()
+            self._retiring = []
+            executor = self._executor
+        for poller in pollers:
+            poller.stop()
+        join_timeout = self._settings.worker_long_poll_ms / 1000.0 + 12.0
+        for poller in pollers:
+            if not poller.join(join_timeout):
+                log.error("poller thread for domain %s did not stop within %.0fs", poller.domain, join_timeout)
+        if executor is not None:
+            executor.shutdown(self._settings.shutdown_grace_seconds)

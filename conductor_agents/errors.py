@@ -1,0 +1,192 @@
+"""The exception hierarchy of conductor-agents.
+
+Every error raised on purpose by this package derives from :class:`ConductorAgentsError`
+and, where a caller would naturally catch a builtin, from that builtin too
+(``WaitTimeoutError`` is a ``TimeoutError``, definition errors are ``ValueError``
+or ``TypeError``, transport failures are ``ConnectionError``).
+
+Errors carry typed fields (``execution_id``, ``status``, ``task_reference_name``)
+so code can react without parsing messages. No message ever contains a secret.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+
+class ConductorAgentsError(Exception):
+    """Base class of every error raised by conductor-agents."""
+
+
+# --- definitions and configuration -------------------------------------------------
+
+
+class ConfigurationError(ConductorAgentsError, ValueError):
+    """A setting (argument or environment variable) has a bad value.
+
+    ``variable`` names the setting or environment variable at fault.
+    """
+
+    def __init__(self, message: str, *, variable: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.variable = variable
+
+
+class AgentDefinitionError(ConductorAgentsError, ValueError):
+    """An :class:`~conductor_agents.Agent` field has a bad value.
+
+    ``field`` names the field, ``value`` holds what arrived.
+    """
+
+    def __init__(self, message: str, *, field: Optional[str] = None, value: object = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+class AgentTypeError(ConductorAgentsError, TypeError):
+    """An :class:`~conductor_agents.Agent` field has a value of the wrong type."""
+
+    def __init__(self, message: str, *, field: Optional[str] = None, value: object = None) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+
+
+class ToolDefinitionError(ConductorAgentsError, TypeError):
+    """A function cannot become a tool (unsupported type hint, bad name, ...)."""
+
+
+class PayloadError(ConductorAgentsError, TypeError):
+    """A message payload cannot be sent (it is not JSON-serialisable)."""
+
+
+# --- talking to the server ---------------------------------------------------------
+
+
+class ServerError(ConductorAgentsError):
+    """The Conductor server answered with an error the SDK does not map further.
+
+    ``status`` is the HTTP status (``None`` when there was no answer).
+    """
+
+    def __init__(self, message: str, *, status: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class ServerUnavailableError(ServerError, ConnectionError):
+    """The server could not be reached (connection refused, timed out, reset)."""
+
+
+class AuthenticationError(ServerError, PermissionError):
+    """The server rejected the credentials (a bad key/secret or an expired token)."""
+
+
+class ExecutionNotFoundError(ServerError, LookupError):
+    """No execution with this id exists on the server."""
+
+    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 404) -> None:
+        super().__init__(message, status=status)
+        self.execution_id = execution_id
+
+
+class ExecutionNotRunningError(ServerError):
+    """The execution exists but is no longer RUNNING (messages cannot be delivered)."""
+
+    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 409) -> None:
+        super().__init__(message, status=status)
+        self.execution_id = execution_id
+
+
+class MessageQueueFullError(ServerError):
+    """The execution's message queue is full (HTTP 429); retry after the agent drains it."""
+
+    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 429) -> None:
+        super().__init__(message, status=status)
+        self.execution_id = execution_id
+
+
+class MessageQueueDisabledError(ServerError):
+    """The server's workflow message queue is switched off.
+
+    Start the server with ``conductor.workflow-message-queue.enabled=true``.
+    """
+
+    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 404) -> None:
+        super().__init__(message, status=status)
+        self.execution_id = execution_id
+
+
+# --- waiting on runs ---------------------------------------------------------------
+
+
+class WaitTimeoutError(ConductorAgentsError, TimeoutError):
+    """``wait()`` reached its deadline. The run goes on on the server; it is not cancelled."""
+
+    def __init__(self, message: str, *, execution_id: str, timeout: float) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+        self.timeout = timeout
+
+
+class WorkerStallError(ConductorAgentsError):
+    """A task routed to this run's domain has not been polled by any worker.
+
+    The task is still SCHEDULED on the server. The process that served the run's
+    domain has most likely died; resume the run from a live process with
+    ``runtime.resume(execution_id, agent)``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        execution_id: str,
+        task_reference_name: str,
+        domain: Optional[str],
+        waited_seconds: float,
+    ) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+        self.task_reference_name = task_reference_name
+        self.domain = domain
+        self.waited_seconds = waited_seconds
+
+
+class WorkerStartupError(ConductorAgentsError):
+    """The run's workers did not start polling their domain in time."""
+
+
+class ResumeError(ConductorAgentsError, ValueError):
+    """A run cannot be resumed with this agent (no domain, disagreeing domains...)."""
+
+    def __init__(self, message: str, *, execution_id: str) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+
+
+class RuntimeClosedError(ConductorAgentsError, RuntimeError):
+    """The :class:`~conductor_agents.AgentRuntime` was closed."""
+
+
+# --- the local server --------------------------------------------------------------
+
+
+class LocalServerError(ConductorAgentsError, RuntimeError):
+    """The local Conductor server could not be obtained, started or stopped.
+
+    ``log_tail`` holds the last lines of the server log when there is one.
+    """
+
+    def __init__(self, message: str, *, log_tail: str = "") -> None:
+        super().__init__(message)
+        self.log_tail = log_tail
+
+
+class JavaNotFoundError(LocalServerError):
+    """No Java 21+ runtime was found."""
+
+
+class JarDownloadError(LocalServerError):
+    """The server jar could not be downloaded or failed its checksum."""

@@ -1,0 +1,280 @@
+""":class:`AgentHandle`: one run on the server, and a bounded ``wait()`` for its result."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import TYPE_CHECKING, Any, Optional
+
+from ._api import ConductorApi
+from ._clock import Clock
+from ._liveness import LivenessMonitor, Stall
+from ._payload import message_payload
+from ._transport import HttpError
+from .errors import (
+    ConductorAgentsError,
+    ExecutionNotRunningError,
+    MessageQueueDisabledError,
+    ServerUnavailableError,
+    WaitTimeoutError,
+    WorkerStallError,
+)
+from .result import AgentResult, AgentStatus, RunStatus
+
+if TYPE_CHECKING:
+    from .agent import Agent
+    from .settings import AgentSettings
+
+__all__ = ["AgentHandle"]
+
+log = logging.getLogger("conductor_agents.handle")
+
+#: The payload that wakes a blocked wait-for-message tool on ``stop()``.
+STOP_SIGNAL = {"_signal": "stop"}
+
+
+class AgentHandle:
+    """A run of an agent on the server.
+
+    Returned by :meth:`AgentRuntime.start`, ``resume`` and ``attach``. Thread-safe: any
+    thread may call ``status``, ``send_message``, ``stop`` or ``cancel`` while another
+    waits. The handle does not own the run: dropping it neither stops nor cancels it.
+    """
+
+    def __init__(
+        self,
+        *,
+        api: ConductorApi,
+        execution_id: str,
+        agent_name: str,
+        run_id: Optional[str],
+        settings: "AgentSettings",
+        clock: Clock,
+        agent: Optional["Agent"] = None,
+        monitor_factory: Optional[Any] = None,
+        on_terminal: Optional[Any] = None,
+        workers_attached: bool = False,
+    ) -> None:
+        self._api = api
+        self.execution_id = execution_id
+        self.agent_name = agent_name
+        self.run_id = run_id
+        self.agent = agent
+        self._settings = settings
+        self._clock = clock
+        self._monitor_factory = monitor_factory
+        self._monitor: Optional[LivenessMonitor] = None
+        self._on_terminal = on_terminal
+        self.workers_attached = workers_attached
+        self._last_status: Optional[RunStatus] = None
+        self._result: Optional[AgentResult] = None
+        self._wake = threading.Event()
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        status = self._last_status.value if self._last_status else "unknown"
+        parts = [f"execution_id={self.execution_id!r}", f"agent={self.agent_name!r}"]
+        if self.run_id:
+            parts.append(f"run_id={self.run_id!r}")
+        parts.append(f"status={status}")
+        parts.append("workers=local" if self.workers_attached else "workers=none")
+        return f"AgentHandle({', '.join(parts)})"
+
+    def _repr_html_(self) -> str:  # a notebook shows the state without blocking the kernel
+        status = self._last_status.value if self._last_status else "unknown"
+        run = f"<br>run id <code>{self.run_id}</code>" if self.run_id else ""
+        return (f"<b>{self.agent_name}</b> &mdash; {status}<br>execution <code>{self.execution_id}</code>"
+                f"{run}")
+
+    # -- observing --------------------------------------------------------------------
+
+    def status(self) -> AgentStatus:
+        """The run's current status (one request).
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the execution.
+            ServerUnavailableError, ServerError: the request failed.
+        """
+        status = AgentStatus.from_dict(self._api.agent_status(self.execution_id))
+        self._last_status = status.status
+        if status.is_terminal:
+            self._terminal()
+        return status
+
+    def wait(self, timeout: Optional[float] = None) -> AgentResult:
+        """Block until the run ends and return its result; never longer than ``timeout``.
+
+        Polls the status every ``status_poll_interval_seconds`` (0.5 s). Up to
+        ``max_transient_errors`` (3) consecutive transient errors are tolerated. For a
+        stateful run the liveness monitor's stall flag is checked between polls. Safe to
+        call again after it returned or raised.
+
+        Raises:
+            WaitTimeoutError: the deadline passed (default 600 s); the run goes on.
+            WorkerStallError: a task of this run's domain is not being polled.
+            ExecutionNotFoundError: the server does not know the execution (at once).
+            ServerUnavailableError, ServerError: too many consecutive transient errors,
+                or a non-transient one.
+        """
+        if self._result is not None:
+            return self._result
+        limit = self._settings.wait_timeout_seconds if timeout is None else float(timeout)
+        if limit <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        deadline = self._clock.monotonic() + limit
+        monitor = self._attach_monitor()
+        try:
+            return self._wait_loop(deadline, limit, monitor)
+        finally:
+            self._dispose_monitor()
+
+    def _wait_loop(self, deadline: float, limit: float, monitor: Optional[LivenessMonitor]) -> AgentResult:
+        errors = 0
+        while True:
+            self._raise_if_stalled(monitor)
+            remaining = deadline - self._clock.monotonic()
+            try:
+                status = AgentStatus.from_dict(self._api.agent_status(
+                    self.execution_id, timeout=max(1.0, min(self._settings.http_timeout_seconds, remaining))
+                ))
+                errors = 0
+            except (ServerUnavailableError, HttpError) as err:
+                if isinstance(err, HttpError) and not err.transient:
+                    raise
+                errors += 1
+                if errors > self._settings.max_transient_errors:
+                    raise
+                log.info("status of %s failed (%s); %d consecutive transient errors",
+                         self.execution_id, err, errors)
+                status = None
+            if status is not None:
+                self._last_status = status.status
+                if status.is_terminal:
+                    return self._finish(status)
+            remaining = deadline - self._clock.monotonic()
+            if remaining <= 0:
+                raise WaitTimeoutError(
+                    f"run {self.execution_id} is still {self._last_status.value if self._last_status else 'going'} "
+                    f"after {limit:g}s; it goes on on the server (call wait() again, stop() or cancel())",
+                    execution_id=self.execution_id,
+                    timeout=limit,
+                )
+            self._wake.wait(min(self._settings.status_poll_interval_seconds, remaining))
+            self._wake.clear()
+
+    def _raise_if_stalled(self, monitor: Optional[LivenessMonitor]) -> None:
+        stall: Optional[Stall] = monitor.stall if monitor is not None else None
+        if stall is None:
+            return
+        raise WorkerStallError(
+            f"task {stall.task_reference_name!r} of run {self.execution_id} is routed to domain "
+            f"{stall.domain!r} and no worker has polled it for {stall.waited_seconds:.1f}s. The process "
+            "serving this run's domain has probably died. The task is still SCHEDULED on the server: "
+            "resume the run from a live process with runtime.resume(execution_id, agent).",
+            execution_id=self.execution_id,
+            task_reference_name=stall.task_reference_name,
+            domain=stall.domain,
+            waited_seconds=stall.waited_seconds,
+        )
+
+    def _finish(self, status: AgentStatus) -> AgentResult:
+        detail: dict = {}
+        tasks: list = []
+        try:
+            detail = self._api.agent_execution(self.execution_id)
+            tasks = self._api.get_workflow(self.execution_id, include_tasks=True).get("tasks") or []
+        except ConductorAgentsError as err:
+            log.warning("run %s ended but its details could not be read: %s", self.execution_id, err)
+        result = AgentResult.from_server(status, detail, tasks)
+        self._result = result
+        self._terminal()
+        return result
+
+    def _terminal(self) -> None:
+        if self._on_terminal is not None:
+            self._on_terminal(self.execution_id)
+
+    # -- liveness ---------------------------------------------------------------------
+
+    def _attach_monitor(self) -> Optional[LivenessMonitor]:
+        with self._lock:
+            if self._monitor is None and self._monitor_factory is not None:
+                self._monitor = self._monitor_factory(self._wake.set)
+            return self._monitor
+
+    def _set_monitor(self, monitor: Optional[LivenessMonitor]) -> None:
+        with self._lock:
+            self._monitor = monitor
+
+    def _dispose_monitor(self) -> None:
+        with self._lock:
+            monitor, self._monitor = self._monitor, None
+        if monitor is not None:
+            monitor.dispose()
+
+    # -- acting -----------------------------------------------------------------------
+
+    def send_message(self, payload: Any) -> str:
+        """Push a message into the run's queue (see :meth:`AgentRuntime.send_message`)."""
+        return self._api.push_message(self.execution_id, message_payload(payload))
+
+    def stop(self) -> None:
+        """Ask the run to finish gracefully: it ends after the current turn, COMPLETED.
+
+        Also pushes ``{"_signal": "stop"}`` so a blocked wait-for-message tool wakes up.
+        Stopping a run that already ended does nothing.
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the execution.
+        """
+        try:
+            self._api.stop_agent(self.execution_id)
+        except HttpError as err:
+            if err.status != 409:
+                raise
+            return
+        if self.agent is not None and not self.agent.needs_message_queue:
+            return
+        try:
+            self._api.push_message(self.execution_id, STOP_SIGNAL)
+        except (ExecutionNotRunningError, MessageQueueDisabledError) as err:
+            log.debug("no stop signal pushed to %s: %s", self.execution_id, err)
+
+    def cancel(self, reason: str = "cancelled by the caller") -> None:
+        """Terminate the run at once (TERMINATED). Its running tools are not interrupted.
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the execution.
+        """
+        try:
+            self._api.cancel_agent(self.execution_id, reason)
+        except HttpError as err:
+            if err.status != 409:
+                raise
+        self._wake.set()
+
+    # -- context manager --------------------------------------------------------------
+
+    def __enter__(self) -> "AgentHandle":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        """Leaving the block ends a run that is still going: cancelled when the block
+        raised, otherwise stopped gracefully and waited for (bounded by the shutdown
+        grace period, then cancelled)."""
+        if self._result is not None:
+            return
+        try:
+            if self.status().is_terminal:
+                return
+            if exc_type is not None:
+                self.cancel(reason=f"the caller's block raised {exc_type.__name__}")
+                return
+            self.stop()
+            try:
+                self.wait(timeout=self._settings.shutdown_grace_seconds)
+            except (WaitTimeoutError, WorkerStallError):
+                self.cancel(reason="did not stop within the grace period")
+        except ConductorAgentsError as err:
+            log.warning("could not end run %s on exit: %s", self.execution_id, err)
+

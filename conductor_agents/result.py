@@ -1,0 +1,164 @@
+"""What a run produced: :class:`AgentResult` and its parts, built from server data."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any, Mapping, Optional, Sequence
+
+import attrs
+
+__all__ = ["AgentResult", "AgentStatus", "RunStatus", "TokenUsage", "ToolCallRecord"]
+
+#: Input keys the server adds to every tool task; they are not the model's arguments.
+SERVER_INPUT_KEYS = frozenset({"method", "_agent_state", "_agent_tool_name"})
+
+#: Task types that are the server's own machinery, never a tool call.
+_TOOL_TASK_TYPES_EXCLUDED = frozenset({
+    "INLINE", "SET_VARIABLE", "DO_WHILE", "LLM_CHAT_COMPLETE", "SWITCH", "FORK", "FORK_JOIN_DYNAMIC",
+    "JOIN", "DYNAMIC", "SUB_WORKFLOW", "TERMINATE", "EXCLUSIVE_JOIN", "JSON_JQ_TRANSFORM",
+})
+
+
+class RunStatus(str, enum.Enum):
+    """A run's status as the server reports it."""
+
+    RUNNING = "RUNNING"
+    PAUSED = "PAUSED"
+    COMPLETED = "COMPLETED"
+    FAILED = "FAILED"
+    TERMINATED = "TERMINATED"
+    TIMED_OUT = "TIMED_OUT"
+
+    @property
+    def is_terminal(self) -> bool:
+        """Whether the run has ended (nothing more will happen)."""
+        return self not in (RunStatus.RUNNING, RunStatus.PAUSED)
+
+    @classmethod
+    def parse(cls, value: Any) -> "RunStatus":
+        """The status named by ``value``; unknown names count as RUNNING (never terminal by accident)."""
+        try:
+            return cls(str(value))
+        except ValueError:
+            return cls.RUNNING
+
+
+@attrs.frozen
+class TokenUsage:
+    """LLM tokens a run used, as the server counted them."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+    @classmethod
+    def from_dict(cls, data: Optional[Mapping[str, Any]]) -> "TokenUsage":
+        data = data or {}
+        return cls(
+            prompt_tokens=int(data.get("promptTokens") or 0),
+            completion_tokens=int(data.get("completionTokens") or 0),
+            total_tokens=int(data.get("totalTokens") or 0),
+        )
+
+
+@attrs.frozen
+class ToolCallRecord:
+    """One tool call of a run: what the model asked for and what came back."""
+
+    name: str
+    task_reference_name: str
+    status: str
+    arguments: Mapping[str, Any] = attrs.field(factory=dict)
+    output: Mapping[str, Any] = attrs.field(factory=dict)
+    error: Optional[str] = None
+
+    @classmethod
+    def from_task(cls, task: Mapping[str, Any]) -> "ToolCallRecord":
+        raw_input = task.get("inputData") or {}
+        return cls(
+            name=str(task.get("taskDefName") or task.get("taskType") or ""),
+            task_reference_name=str(task.get("referenceTaskName") or ""),
+            status=str(task.get("status") or ""),
+            arguments={k: v for k, v in raw_input.items() if k not in SERVER_INPUT_KEYS},
+            output=dict(task.get("outputData") or {}),
+            error=task.get("reasonForIncompletion") or None,
+        )
+
+
+def tool_calls_from_tasks(tasks: Sequence[Mapping[str, Any]]) -> "tuple[ToolCallRecord, ...]":
+    """The tool calls among a workflow's tasks, in the order they were scheduled."""
+    return tuple(
+        ToolCallRecord.from_task(task)
+        for task in tasks
+        if str(task.get("taskType") or "") not in _TOOL_TASK_TYPES_EXCLUDED
+    )
+
+
+@attrs.frozen
+class AgentStatus:
+    """A snapshot of a run (``GET /agent/{id}/status``)."""
+
+    execution_id: str
+    status: RunStatus
+    is_waiting: bool = False
+    pending_tool: Optional[Mapping[str, Any]] = None
+    output: Optional[Mapping[str, Any]] = None
+    reason: Optional[str] = None
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status.is_terminal
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "AgentStatus":
+        return cls(
+            execution_id=str(data.get("executionId") or ""),
+            status=RunStatus.parse(data.get("status")),
+            is_waiting=bool(data.get("isWaiting")),
+            pending_tool=data.get("pendingTool"),
+            output=data.get("output"),
+            reason=data.get("reasonForIncompletion") or None,
+        )
+
+
+@attrs.frozen
+class AgentResult:
+    """The outcome of a finished run. FAILED, TERMINATED and TIMED_OUT are results, not errors."""
+
+    execution_id: str
+    status: RunStatus
+    output: Optional[str] = None
+    finish_reason: Optional[str] = None
+    error: Optional[str] = None
+    token_usage: TokenUsage = attrs.field(factory=TokenUsage)
+    tool_calls: "tuple[ToolCallRecord, ...]" = ()
+    raw_output: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
+
+    @property
+    def ok(self) -> bool:
+        """True when the run COMPLETED."""
+        return self.status is RunStatus.COMPLETED
+
+    @classmethod
+    def from_server(
+        cls,
+        status: AgentStatus,
+        detail: Optional[Mapping[str, Any]] = None,
+        tasks: Sequence[Mapping[str, Any]] = (),
+    ) -> "AgentResult":
+        """Combine the terminal status, the run detail and the task list into a result."""
+        raw = dict(status.output or (detail or {}).get("output") or {})
+        result = raw.get("result")
+        if result is not None and not isinstance(result, str):
+            result = str(result)
+        error = status.reason or (detail or {}).get("reasonForIncompletion") or None
+        return cls(
+            execution_id=status.execution_id,
+            status=status.status,
+            output=result,
+            finish_reason=raw.get("finishReason"),
+            error=error,
+            token_usage=TokenUsage.from_dict((detail or {}).get("tokenUsage")),
+            tool_calls=tool_calls_from_tasks(tasks),
+            raw_output=raw,
+        )

@@ -1,0 +1,263 @@
+""":class:`AgentRuntime`: starts runs on the server and serves their tools from this process."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import uuid
+from typing import Any, Callable, Mapping, Optional
+
+from ._api import ConductorApi
+from ._clock import SYSTEM_CLOCK, Clock
+from ._liveness import LivenessMonitor, server_time_from_date
+from ._payload import message_payload
+from ._transport import Transport
+from ._workers import WorkerSet
+from .agent import Agent
+from .errors import AgentTypeError, ResumeError, RuntimeClosedError
+from .handle import AgentHandle
+from .result import AgentResult, RunStatus
+from .settings import AgentSettings
+
+__all__ = ["AgentRuntime"]
+
+log = logging.getLogger("conductor_agents.runtime")
+
+
+def _check_prompt(prompt: Any) -> str:
+    if not isinstance(prompt, str):
+        raise AgentTypeError(f"prompt must be a str, got {prompt!r}", field="prompt", value=prompt)
+    if not prompt.strip():
+        raise ValueError("prompt must not be blank: the server needs something to start the agent with")
+    return prompt
+
+
+class AgentRuntime:
+    """Starts agents on a Conductor server and runs their Python tools in this process.
+
+    Thread-safe: one runtime may be shared by every thread of a program (a web app's
+    views, a notebook's cells). It owns its threads: one polling thread per live stateful
+    run (``conductor-agents-poll-<run id>``), one shared poller for non-stateful tools,
+    a bounded tool pool (``conductor-agents-tool_*``) and, while ``wait()`` runs on a
+    stateful run, a liveness monitor. :meth:`close` stops and joins all of them.
+    """
+
+    def __init__(
+        self,
+        settings: Optional[AgentSettings] = None,
+        *,
+        transport: Optional[Transport] = None,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.settings = settings if settings is not None else AgentSettings.from_env()
+        self._clock = clock
+        self._owns_transport = transport is None
+        self._transport = transport if transport is not None else Transport(
+            self.settings.server_url,
+            auth_key=self.settings.auth_key,
+            auth_secret=self.settings.auth_secret,
+            timeout=self.settings.http_timeout_seconds,
+            pool_size=max(64, self.settings.worker_threads * 2),
+            clock=clock,
+        )
+        self._api = ConductorApi(self._transport)
+        self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self._workers = WorkerSet(self._api, self.settings, worker_id=self.worker_id, clock=clock)
+        self._closed = False
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return f"AgentRuntime(server_url={self.settings.server_url!r}, {state})"
+
+    # -- context manager --------------------------------------------------------------
+
+    def __enter__(self) -> "AgentRuntime":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeClosedError("this AgentRuntime is closed")
+
+    # -- runs -------------------------------------------------------------------------
+
+    def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None) -> AgentHandle:
+        """Start a run of ``agent`` and serve its tools from this process.
+
+        A stateful agent gets a fresh run id; its workers poll the domain of that id
+        (started *before* the run, so its first task is never missed). With an
+        ``idempotency_key`` that the server already knows, the existing run is returned
+        and the workers join that run's domain.
+
+        Raises:
+            RuntimeClosedError, AgentTypeError, ValueError: bad call (no request sent).
+            ServerUnavailableError, ServerError: the server refused or could not be reached.
+        """
+        self._check_open()
+        if not isinstance(agent, Agent):
+            raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
+        _check_prompt(prompt)
+        run_id = uuid.uuid4().hex if agent.is_stateful else None
+        body: dict[str, Any] = {"agentConfig": agent.to_config(), "prompt": prompt}
+        if run_id:
+            body["runId"] = run_id
+        if idempotency_key is not None:
+            body["idempotencyKey"] = str(idempotency_key)
+        serve = self.settings.auto_start_workers and bool(agent.worker_tools)
+        reservation = self._workers.reserve(run_id, agent) if serve else None
+        try:
+            started = self._api.start_agent(body)
+        except BaseException:
+            if reservation is not None:
+                reservation.cancel()
+            raise
+        execution_id = str(started["executionId"])
+        if run_id and idempotency_key is not None:
+            run_id = self._domain_of_existing(execution_id, run_id)
+        if reservation is not None:
+            reservation.commit(execution_id, domain=run_id)
+            self._workers.confirm_polling(reservation)
+        log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")
+        return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None)
+
+    def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0,
+            idempotency_key: Optional[str] = None) -> AgentResult:
+        """Start a run, wait for its result (at most ``timeout`` seconds) and return it.
+
+        Raises: as :meth:`start` and :meth:`AgentHandle.wait`.
+        """
+        handle = self.start(agent, prompt, idempotency_key=idempotency_key)
+        return handle.wait(timeout=timeout)
+
+    def send_message(self, execution_id: str, payload: Any) -> str:
+        """Push a message into a running execution's queue; return the message id.
+
+        A mapping is sent as is, a string as ``{"message": s}``, any other JSON value as
+        ``{"message": value}``.
+
+        Raises:
+            PayloadError: (a TypeError) not JSON-serialisable; nothing is sent.
+            ExecutionNotFoundError: unknown execution (404).
+            MessageQueueDisabledError: the execution exists but the server's queue is off.
+            ExecutionNotRunningError: the execution has ended (409).
+            MessageQueueFullError: its queue is full (429).
+        """
+        body = message_payload(payload)
+        self._check_open()
+        return self._api.push_message(str(execution_id), body)
+
+    def attach(self, execution_id: str) -> AgentHandle:
+        """A handle on an existing run that registers no workers (dashboards, other processes).
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the execution.
+        """
+        self._check_open()
+        workflow = self._api.get_workflow(str(execution_id))
+        domain = _single_domain(workflow, str(execution_id), required=False)
+        return self._handle(str(execution_id), str(workflow.get("workflowName") or ""), domain, None,
+                            workers=False, monitor=False)
+
+    def resume(self, execution_id: str, agent: Agent) -> AgentHandle:
+        """Re-attach to a run after a restart and serve its tools from this process.
+
+        Reads the run's domain from the workflow's ``taskToDomain``, registers ``agent``'s
+        workers on it and attaches the liveness monitor. A run that already ended gives a
+        handle whose ``wait()`` returns at once; no workers start.
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the execution.
+            ResumeError: the run's domains disagree, or a stateful agent's run has none.
+        """
+        self._check_open()
+        if not isinstance(agent, Agent):
+            raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
+        execution_id = str(execution_id)
+        workflow = self._api.get_workflow(execution_id)
+        needs_domain = agent.is_stateful and bool(agent.worker_tools)
+        domain = _single_domain(workflow, execution_id, required=needs_domain)
+        if RunStatus.parse(workflow.get("status")).is_terminal:
+            return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
+        serve = self.settings.auto_start_workers and bool(agent.worker_tools)
+        if serve:
+            reservation = self._workers.reserve(domain, agent)
+            reservation.commit(execution_id, domain=domain)
+            self._workers.confirm_polling(reservation)
+        log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
+        return self._handle(execution_id, agent.name, domain, agent, workers=serve)
+
+    # -- internals --------------------------------------------------------------------
+
+    def _domain_of_existing(self, execution_id: str, minted: str) -> str:
+        workflow = self._api.get_workflow(execution_id)
+        domain = _single_domain(workflow, execution_id, required=False)
+        if domain and domain != minted:
+            log.info("idempotent start returned the existing run %s; joining its domain %s", execution_id, domain)
+            return domain
+        return minted
+
+    def _handle(self, execution_id: str, agent_name: str, run_id: Optional[str], agent: Optional[Agent],
+                *, workers: bool, monitor: bool = True) -> AgentHandle:
+        factory = None
+        if monitor and run_id and self.settings.liveness_enabled:
+            factory = self._monitor_factory(execution_id, run_id)
+        return AgentHandle(
+            api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
+            settings=self.settings, clock=self._clock, agent=agent, monitor_factory=factory,
+            on_terminal=self._workers.execution_ended, workers_attached=workers,
+        )
+
+    def _monitor_factory(self, execution_id: str, domain: str) -> Callable[[Callable[[], None]], LivenessMonitor]:
+        def sample() -> "tuple[Mapping[str, Any], Optional[float]]":
+            workflow, date = self._api.sample_workflow(execution_id)
+            return workflow, server_time_from_date(date)
+
+        def make(wake: Callable[[], None]) -> LivenessMonitor:
+            return LivenessMonitor(
+                sample, execution_id=execution_id, domain=domain,
+                check_interval=self.settings.liveness_check_interval_seconds,
+                stall_seconds=self.settings.liveness_stall_seconds,
+                clock=self._clock, on_stall=lambda stall: wake(),
+            ).start()
+
+        return make
+
+    def close(self) -> None:
+        """Stop polling, let running tools finish (``shutdown_grace_seconds``), join every
+        thread and close the connection pool. Idempotent. Runs go on on the server."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+        self._workers.close()
+        if self._owns_transport:
+            self._transport.close()
+
+
+def _single_domain(workflow: Mapping[str, Any], execution_id: str, *, required: bool) -> Optional[str]:
+    """The one domain of a run's ``taskToDomain``; None when it has none."""
+    domains = {str(d) for d in (workflow.get("taskToDomain") or {}).values() if d}
+    if len(domains) > 1:
+        raise ResumeError(
+            f"run {execution_id} routes its tasks to several domains {sorted(domains)}; "
+            "this SDK pins a run to one domain and cannot tell which to serve",
+            execution_id=execution_id,
+        )
+    if not domains:
+        if required:
+            raise ResumeError(
+                f"run {execution_id} has no task domain, but the agent is stateful: it was not "
+                "started as a stateful run (or by another SDK without a run id), so its tasks are "
+                "not pinned to any process",
+                execution_id=execution_id,
+            )
+        return None
+    return domains.pop()
+
+
+

@@ -1,0 +1,185 @@
+"""Runtime settings, read from arguments and the environment.
+
+This is the only module that reads ``os.environ`` for the SDK runtime. Precedence:
+an explicit argument, then the environment, then the default. A malformed value is a
+:class:`~conductor_agents.errors.ConfigurationError` that names the variable; the SDK
+never silently falls back to a default when a value is present but wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Mapping, Optional
+from urllib.parse import urlparse
+
+import attrs
+
+from .errors import ConfigurationError
+
+__all__ = ["AgentSettings", "ENV_VARS"]
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _parse_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ValueError("expected one of true/false, 1/0, yes/no, on/off")
+
+
+def _parse_positive_int(raw: str) -> int:
+    value = int(raw.strip())
+    if value < 1:
+        raise ValueError("expected an integer >= 1")
+    return value
+
+
+def _parse_positive_float(raw: str) -> float:
+    value = float(raw.strip())
+    if not value > 0 or value != value or value == float("inf"):
+        raise ValueError("expected a number > 0")
+    return value
+
+
+def _parse_url(raw: str) -> str:
+    return _check_url(raw.strip())
+
+
+def _check_url(value: str) -> str:
+    parsed = urlparse(value)
+    if parsed.scheme not in ("http", "https") or not parsed.netloc:
+        raise ValueError("expected an http(s) URL such as http://localhost:8080/api")
+    return value.rstrip("/")
+
+
+def _parse_str(raw: str) -> str:
+    return raw
+
+
+#: Environment variable -> (settings field, parser). The README's configuration table mirrors it.
+ENV_VARS: Mapping[str, "tuple[str, Callable[[str], Any]]"] = {
+    "CONDUCTOR_SERVER_URL": ("server_url", _parse_url),
+    "CONDUCTOR_AUTH_KEY": ("auth_key", _parse_str),
+    "CONDUCTOR_AUTH_SECRET": ("auth_secret", _parse_str),
+    "CONDUCTOR_AGENT_WORKER_THREADS": ("worker_threads", _parse_positive_int),
+    "CONDUCTOR_AGENT_WORKER_POLL_INTERVAL": ("worker_poll_interval_ms", _parse_positive_int),
+    "CONDUCTOR_AGENT_AUTO_START_WORKERS": ("auto_start_workers", _parse_bool),
+    "CONDUCTOR_AGENT_LIVENESS_ENABLED": ("liveness_enabled", _parse_bool),
+    "CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS": (
+        "liveness_check_interval_seconds",
+        _parse_positive_float,
+    ),
+    "CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": ("liveness_stall_seconds", _parse_positive_float),
+}
+
+
+def _positive(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ConfigurationError(
+            f"{attribute.name} must be a number > 0, got {value!r}", variable=attribute.name
+        )
+
+
+def _valid_url(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    try:
+        _check_url(value)
+    except (ValueError, AttributeError, TypeError):
+        raise ConfigurationError(
+            f"{attribute.name} must be an http(s) URL such as http://localhost:8080/api, got {value!r}",
+            variable=attribute.name,
+        ) from None
+
+
+def _strip_slash(value: str) -> str:
+    return value.rstrip("/") if isinstance(value, str) else value
+
+
+def _is_bool(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if not isinstance(value, bool):
+        raise ConfigurationError(
+            f"{attribute.name} must be True or False, got {value!r}", variable=attribute.name
+        )
+
+
+@attrs.frozen
+class AgentSettings:
+    """Connection, worker and liveness settings of an :class:`~conductor_agents.AgentRuntime`.
+
+    Immutable and so safe to share between threads; derive a changed copy with
+    ``attrs.evolve(settings, worker_threads=16)``. Secrets are kept out of ``repr``.
+    """
+
+    #: Base URL of the Conductor API, e.g. ``http://localhost:8080/api``.
+    server_url: str = attrs.field(
+        default="http://localhost:8080/api", converter=_strip_slash, validator=_valid_url
+    )
+    #: Key id for servers that require a token (Orkes). Never logged.
+    auth_key: Optional[str] = attrs.field(default=None, repr=False)
+    #: Key secret for servers that require a token. Never logged.
+    auth_secret: Optional[str] = attrs.field(default=None, repr=False)
+    #: Threads that run tool bodies (shared by every run of one runtime).
+    worker_threads: int = attrs.field(default=16, validator=_positive)
+    #: Pause between empty polls of one run's task queues, in milliseconds.
+    worker_poll_interval_ms: int = attrs.field(default=100, validator=_positive)
+    #: Start tool workers for runs this runtime starts or resumes.
+    auto_start_workers: bool = attrs.field(default=True, validator=_is_bool)
+    #: Watch stateful runs for tasks no worker polls (see ``WorkerStallError``).
+    liveness_enabled: bool = attrs.field(default=True, validator=_is_bool)
+    #: How often the liveness monitor samples a run's task list.
+    liveness_check_interval_seconds: float = attrs.field(default=10.0, validator=_positive)
+    #: How long a domain-routed task may sit unpolled before it counts as a stall.
+    liveness_stall_seconds: float = attrs.field(default=30.0, validator=_positive)
+    #: How often ``wait()`` polls the run's status.
+    status_poll_interval_seconds: float = attrs.field(default=0.5, validator=_positive)
+    #: Default overall deadline of ``wait()``.
+    wait_timeout_seconds: float = attrs.field(default=600.0, validator=_positive)
+    #: Consecutive transient status errors ``wait()`` tolerates (the next one raises).
+    max_transient_errors: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+    #: Connect/read timeout of ordinary HTTP calls, in seconds.
+    http_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
+    #: Server-side long-poll time of one worker poll, in milliseconds (the server caps it at 5000).
+    worker_long_poll_ms: int = attrs.field(default=1000, validator=_positive)
+    #: How long ``start()``/``resume()`` wait for the server to see their workers polling.
+    worker_startup_timeout_seconds: float = attrs.field(default=10.0, validator=_positive)
+    #: How long ``close()`` lets running tool bodies finish.
+    shutdown_grace_seconds: float = attrs.field(default=10.0, validator=_positive)
+
+    def __attrs_post_init__(self) -> None:
+        if (self.auth_key is None) != (self.auth_secret is None):
+            raise ConfigurationError(
+                "CONDUCTOR_AUTH_KEY and CONDUCTOR_AUTH_SECRET must be set together",
+                variable="CONDUCTOR_AUTH_KEY" if self.auth_key is None else "CONDUCTOR_AUTH_SECRET",
+            )
+
+    @property
+    def has_auth(self) -> bool:
+        """Whether the server wants a token exchanged from a key and secret."""
+        return self.auth_key is not None
+
+    @classmethod
+    def from_env(cls, environ: Optional[Mapping[str, str]] = None, **overrides: Any) -> "AgentSettings":
+        """Build settings from ``environ`` (default ``os.environ``); ``overrides`` win.
+
+        Raises:
+            ConfigurationError: a variable is set to a value that cannot be parsed; the
+                message and ``.variable`` name it. Secrets are never echoed.
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for variable, (field, parse) in ENV_VARS.items():
+            raw = env.get(variable)
+            if raw is None or raw.strip() == "":
+                continue
+            try:
+                values[field] = parse(raw)
+            except ValueError as err:
+                shown = "<hidden>" if variable == "CONDUCTOR_AUTH_SECRET" else repr(raw)
+                raise ConfigurationError(
+                    f"environment variable {variable}={shown} is invalid: {err}", variable=variable
+                ) from None
+        values.update(overrides)
+        return cls(**values)

@@ -1,0 +1,222 @@
+"""The scripts a ScriptedLLM answers from, the requests it saw and what went wrong.
+
+:class:`ScriptBook` holds everything behind one condition variable, held only for short
+bookkeeping: policies run outside it, so concurrent runs never wait on each other's policy.
+It does no I/O; the HTTP side hands it parsed requests and gets outcomes back.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import secrets
+import threading
+from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
+
+import attrs
+
+from conductor_agents._clock import SYSTEM_CLOCK, Clock
+from conductor_agents.testing._errors import ScriptedLLMTimeoutError, ScriptError
+from conductor_agents.testing._llm_request import LLMRequest
+from conductor_agents.testing._turns import Failure, Outcome, Reply, to_outcome
+
+__all__ = ["Anomaly", "Policy", "ScriptBook", "bare_model"]
+
+_log = logging.getLogger("conductor_agents.testing")
+
+Policy = Callable[[LLMRequest], Any]
+"""A function from the request to a turn (str, ToolCall, list of ToolCall, Reply, Failure)."""
+
+PROVIDER_PREFIX = "openai/"
+
+
+@attrs.frozen
+class Anomaly:
+    """Something a test should know about: the fake answered, but not from a script.
+
+    ``kind`` is one of ``"unknown_model"``, ``"exhausted"``, ``"policy_error"`` (the policy
+    raised or returned something that is not a turn) and ``"bad_request"`` (the body was not
+    JSON). ``request`` is the request concerned, when it could be parsed.
+    """
+
+    kind: str
+    model: str
+    message: str
+    request: Optional[LLMRequest] = attrs.field(default=None, eq=False, repr=False)
+
+
+def bare_model(model: str) -> str:
+    """``"openai/x"`` or ``"x"`` → ``"x"``.
+
+    Raises:
+        ScriptError: ``model`` is empty or holds whitespace.
+    """
+    if not isinstance(model, str):
+        raise ScriptError(f"model must be a string, got {type(model).__name__}")
+    bare = model[len(PROVIDER_PREFIX):] if model.startswith(PROVIDER_PREFIX) else model
+    if not bare or any(c.isspace() for c in bare):
+        raise ScriptError(f"bad model name {model!r}: it must be non-empty and hold no whitespace")
+    return bare
+
+
+@attrs.define
+class _Script:
+    """The mutable state of one model's script. Guarded by the ScriptBook's lock."""
+
+    turns: Deque[Outcome]
+    policy: Optional[Policy]
+    used: int = 0
+    failures: Deque[Failure] = attrs.field(factory=collections.deque)
+    exhausted: bool = False
+
+
+class ScriptBook:
+    """Scripts by model, recorded requests and anomalies. Thread-safe."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
+        self._cond = threading.Condition()
+        self._scripts: Dict[str, _Script] = {}
+        self._requests: List[LLMRequest] = []
+        self._anomalies: List[Anomaly] = []
+
+    # --- scripting ------------------------------------------------------------------
+
+    def register(self, turns: Optional[Iterable[Any]], policy: Optional[Policy], model: Optional[str], replace: bool) -> str:
+        """Add a script; returns the bare model name. See ``ScriptedLLM.script``."""
+        if turns is None and policy is None:
+            raise ScriptError("a script needs turns, a policy, or both")
+        if policy is not None and not callable(policy):
+            raise ScriptError(f"policy must be callable, got {type(policy).__name__}")
+        if isinstance(turns, (str, bytes)) or (turns is not None and not isinstance(turns, Iterable)):
+            raise ScriptError("turns must be a list of turns (wrap a single turn in a list)")
+        bare = bare_model(model) if model is not None else f"scripted-{secrets.token_hex(4)}"
+        outcomes: Deque[Outcome] = collections.deque()
+        for number, turn in enumerate(turns or ()):
+            try:
+                outcomes.append(to_outcome(turn))
+            except ScriptError as err:
+                raise ScriptError(f"turn {number} of the script for {bare!r}: {err}", model=bare) from err
+        with self._cond:
+            if bare in self._scripts and not replace:
+                raise ScriptError(f"model {bare!r} already has a script (pass replace=True to swap it)", model=bare)
+            self._scripts[bare] = _Script(turns=outcomes, policy=policy)
+        return bare
+
+    def fail_next(self, model: str, failure: Failure, count: int) -> None:
+        """Answer the next ``count`` requests for ``model`` with ``failure``."""
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise ScriptError(f"count must be a positive int, got {count!r}")
+        bare = bare_model(model)
+        with self._cond:
+            script = self._scripts.get(bare)
+            if script is None:
+                raise ScriptError(f"no script for model {bare!r}; register one with script() first", model=bare)
+            script.failures.extend([failure] * count)
+
+    def remaining_turns(self, model: str) -> int:
+        """How many scripted turns (and pending failures) are left for ``model``."""
+        with self._cond:
+            script = self._scripts.get(bare_model(model))
+            return 0 if script is None else len(script.turns) + len(script.failures)
+
+    # --- answering ------------------------------------------------------------------
+
+    def record(self, request: LLMRequest) -> None:
+        """Remember ``request`` and wake anyone waiting for it."""
+        with self._cond:
+            self._requests.append(request)
+            self._cond.notify_all()
+
+    def decide(self, request: LLMRequest) -> Outcome:
+        """The outcome for ``request``: a pending failure, the next turn, or the policy's answer.
+
+        Never raises: whatever goes wrong becomes a final text explaining it, plus an anomaly.
+        """
+        model = request.model
+        policy: Optional[Policy] = None
+        used = 0
+        with self._cond:
+            script = self._scripts.get(model)
+            if script is None:
+                pass
+            elif script.failures:
+                return script.failures.popleft()
+            elif script.turns:
+                script.used += 1
+                return script.turns.popleft()
+            else:
+                policy = script.policy
+                if policy is None:
+                    script.exhausted = True
+                used = script.used
+        if script is None:
+            return self._anomaly("unknown_model", model, f"scripted-llm: no script for model {model!r}", request)
+        if policy is None:
+            text = f"scripted-llm: the script for model {model!r} is exhausted (all {used} turns used)"
+            return self._anomaly("exhausted", model, text, request)
+        return self._ask(policy, request)
+
+    def _ask(self, policy: Policy, request: LLMRequest) -> Outcome:
+        try:
+            turn = policy(request)
+        except Exception as err:  # noqa: BLE001 - reported to the test as an anomaly and as text
+            text = f"scripted-llm: the policy for model {request.model!r} raised {type(err).__name__}: {err}"
+            return self._anomaly("policy_error", request.model, text, request)
+        try:
+            return to_outcome(turn)
+        except ScriptError as err:
+            text = f"scripted-llm: the policy for model {request.model!r} returned a bad turn: {err}"
+            return self._anomaly("policy_error", request.model, text, request)
+
+    def _anomaly(self, kind: str, model: str, message: str, request: Optional[LLMRequest]) -> Reply:
+        self.add_anomaly(Anomaly(kind=kind, model=model, message=message, request=request))
+        return Reply(text=message)
+
+    def add_anomaly(self, anomaly: Anomaly) -> None:
+        """Record ``anomaly`` and log it at WARNING."""
+        _log.warning("%s", anomaly.message)
+        with self._cond:
+            self._anomalies.append(anomaly)
+            self._cond.notify_all()
+
+    # --- inspecting -----------------------------------------------------------------
+
+    def requests(self, model: Optional[str] = None) -> Tuple[LLMRequest, ...]:
+        """A snapshot of the recorded requests, all or for one model, oldest first."""
+        bare = None if model is None else bare_model(model)
+        with self._cond:
+            return tuple(r for r in self._requests if bare is None or r.model == bare)
+
+    def anomalies(self, model: Optional[str] = None) -> Tuple[Anomaly, ...]:
+        """A snapshot of the anomalies, all or for one model, oldest first."""
+        bare = None if model is None else bare_model(model)
+        with self._cond:
+            return tuple(a for a in self._anomalies if bare is None or a.model == bare)
+
+    def exhausted(self, model: str) -> bool:
+        """True once a request for ``model`` found its turns used up and no policy."""
+        with self._cond:
+            script = self._scripts.get(bare_model(model))
+            return script is not None and script.exhausted
+
+    def wait_for_requests(self, model: str, n: int, timeout: float) -> Tuple[LLMRequest, ...]:
+        """Block until ``model`` has at least ``n`` recorded requests, at most ``timeout`` seconds."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+            raise ScriptError(f"n must be a non-negative int, got {n!r}")
+        if not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ScriptError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
+        bare = bare_model(model)
+        deadline = self._clock.monotonic() + timeout
+        with self._cond:
+            while True:
+                seen = tuple(r for r in self._requests if r.model == bare)
+                remaining = deadline - self._clock.monotonic()
+                if len(seen) >= n:
+                    return seen
+                if remaining <= 0:
+                    raise ScriptedLLMTimeoutError(
+                        f"model {bare!r} received {len(seen)} of {n} requests within {timeout} s",
+                        model=bare, expected=n, received=len(seen), timeout=timeout,
+                    )
+                self._cond.wait(remaining)

@@ -1,0 +1,326 @@
+"""Tools an agent's LLM may call: ``@tool``, :class:`ToolDef`, :class:`ToolRegistry`.
+
+A worker tool is a Python function the SDK runs when the server schedules a task whose task
+type is the tool's name; its JSON input schema is derived from the function's signature, and the
+LLM's arguments are checked against it before the function runs. A server-side tool (such as
+:class:`WaitForMessageTool`) has no function: the server runs it.
+
+Everything here is immutable and thread-safe; whether a tool's *body* is safe to run on several
+worker threads at once is up to that body.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import inspect
+from typing import Any, Callable, Iterable, Iterator, Optional, Tuple, Union, overload
+
+import attrs
+
+from . import _schema
+from ._tooldef import (
+    CLASSMETHOD,
+    FUNCTION,
+    METHOD,
+    PULL_WORKFLOW_MESSAGES,
+    ToolArgumentsError,
+    ToolDef,
+)
+from .errors import ConfigurationError, ToolDefinitionError
+
+__all__ = ["ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool", "as_tool", "tool"]
+
+MAX_BATCH_SIZE = 100  # the server's maxBatchSize for pull_workflow_messages
+
+
+# --- @tool and as_tool ----------------------------------------------------------------
+
+FuncT = Callable[..., Any]
+
+
+@overload
+def tool(func: FuncT, /) -> ToolDef: ...
+
+
+@overload
+def tool(
+    *,
+    name: Optional[str] = None,
+    description: Optional[str] = None,
+    stateful: bool = False,
+    timeout_seconds: int = 0,
+) -> Callable[[FuncT], ToolDef]: ...
+
+
+def tool(
+    func: Optional[FuncT] = None,
+    /,
+    *,
+    name: Optional[str] = None,
+    description: Optional[str] = None,
+    stateful: bool = False,
+    timeout_seconds: int = 0,
+) -> Union[ToolDef, Callable[[FuncT], ToolDef]]:
+    """Make a function (or a method in a class body) a tool: ``@tool`` or ``@tool(...)``.
+
+    The name defaults to the function's name; the description to the docstring's first
+    paragraph (else the name). The input schema comes from the type hints (every parameter
+    needs one); a Google-style ``Args:`` section or ``Annotated[X, "text"]`` describes
+    parameters. ``self``/``cls`` of methods are skipped; ``@staticmethod``/``@classmethod`` may
+    sit under or over ``@tool``. ``async def`` functions are supported; generators are not.
+
+    Raises:
+        ToolDefinitionError: the function cannot be a tool (missing or unsupported hint,
+            ``*args``, bad name, generator...); the message names the function and parameter.
+    """
+    options = dict(
+        name=name, description=description, stateful=stateful, timeout_seconds=timeout_seconds
+    )
+    if func is None:
+        return lambda f: _make_tool(f, **options)
+    if not callable(func) and not isinstance(func, (staticmethod, classmethod)):
+        raise ToolDefinitionError(
+            f"@tool got {func!r}, which is not a function; to set options use @tool(name=...)"
+        )
+    return _make_tool(func, **options)
+
+
+def as_tool(obj: Union[ToolDef, FuncT]) -> ToolDef:
+    """``obj`` as a ToolDef: a ToolDef as is, a plain callable wrapped with :func:`tool`'s defaults.
+
+    Raises:
+        ToolDefinitionError: ``obj`` is neither a ToolDef nor a callable that can be a tool.
+    """
+    if isinstance(obj, ToolDef):
+        return obj
+    if not callable(obj) and not isinstance(obj, (staticmethod, classmethod)):
+        raise ToolDefinitionError(
+            f"{obj!r} ({type(obj).__name__}) cannot be a tool: pass a function, a @tool function "
+            "or a ToolDef"
+        )
+    return _make_tool(obj)
+
+
+def _make_tool(
+    obj: Any,
+    *,
+    name: Optional[str] = None,
+    description: Optional[str] = None,
+    stateful: bool = False,
+    timeout_seconds: int = 0,
+) -> ToolDef:
+    """Build the ToolDef of a callable (see :func:`tool`).
+
+    Raises:
+        ToolDefinitionError: see :func:`tool`.
+    """
+    if isinstance(obj, ToolDef) or isinstance(getattr(obj, "__func__", None), ToolDef):
+        raise ToolDefinitionError(f"{obj!r} is already a tool; use attrs.evolve() to change it")
+    kind = CLASSMETHOD if isinstance(obj, classmethod) else FUNCTION
+    static = isinstance(obj, staticmethod)
+    if isinstance(obj, (classmethod, staticmethod)):
+        obj = obj.__func__
+    where = getattr(obj, "__qualname__", None) or repr(obj)
+    if inspect.isclass(obj):
+        raise ToolDefinitionError(
+            f"{where} is a class, not a function; to use its @tool methods pass an instance to "
+            "ToolRegistry.from_instance()"
+        )
+    if _is_generator(obj):
+        raise ToolDefinitionError(
+            f"{where} is a generator function; a tool must return its result, not yield it"
+        )
+    if kind == FUNCTION and not static and _is_method(obj):
+        kind = METHOD
+    derived = _schema.signature_schema(obj, skip_first=kind in (METHOD, CLASSMETHOD))
+    tool_name = name if name is not None else getattr(obj, "__name__", None)
+    if tool_name is None:
+        raise ToolDefinitionError(f"{where} has no __name__; give the tool one with tool(name=...)")
+    if description in (None, ""):
+        description = derived.summary or tool_name
+    return ToolDef(
+        name=tool_name,
+        description=description,
+        input_schema=derived.schema,
+        func=obj,
+        stateful=stateful,
+        timeout_seconds=timeout_seconds,
+        _kind=kind,
+        _converters=derived.converters,
+    )
+
+
+def _is_generator(obj: Any) -> bool:
+    targets = [obj] if inspect.isroutine(obj) or not callable(obj) else [obj, type(obj).__call__]
+    return any(inspect.isgeneratorfunction(t) or inspect.isasyncgenfunction(t) for t in targets)
+
+
+def _is_method(func: Any) -> bool:
+    """Whether ``func`` is a plain function defined in a class body with ``self``/``cls`` first."""
+    if not inspect.isfunction(func):
+        return False
+    scope = func.__qualname__.split(".")[:-1]
+    if not scope or scope[-1] == "<locals>":
+        return False
+    params = list(inspect.signature(func).parameters.values())
+    return bool(params) and params[0].name in ("self", "cls") and params[0].kind in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    )
+
+
+# --- ToolRegistry -------------------------------------------------------------------
+
+
+def _tool_tuple(tools: Iterable[ToolDef]) -> Tuple[ToolDef, ...]:
+    if isinstance(tools, (str, bytes)) or not isinstance(tools, collections.abc.Iterable):
+        raise ToolDefinitionError(f"ToolRegistry needs an iterable of ToolDef, got {tools!r}")
+    items = tuple(tools)
+    seen = set()
+    for item in items:
+        if not isinstance(item, ToolDef):
+            raise ToolDefinitionError(
+                f"ToolRegistry holds ToolDef objects, got {item!r}; wrap functions with @tool "
+                "or use ToolRegistry.from_functions()"
+            )
+        if item.name in seen:
+            raise ToolDefinitionError(
+                f"two tools are named {item.name!r}; tool names must be unique "
+                "(rename one with @tool(name=...))"
+            )
+        seen.add(item.name)
+    return items
+
+
+@attrs.frozen(repr=False)
+class ToolRegistry(collections.abc.Sequence):
+    """An immutable, ordered sequence of tools with unique names.
+
+    Use it wherever a list of tools goes: ``tools=ToolRegistry.from_instance(obj)`` or
+    ``tools=[receive, *ToolRegistry.from_instance(obj)]``. ``"name" in registry`` tests by name.
+    Immutable and thread-safe.
+
+    Raises:
+        ToolDefinitionError: an item is not a ToolDef, or two tools share a name.
+    """
+
+    _tools: Tuple[ToolDef, ...] = attrs.field(default=(), converter=_tool_tuple, alias="tools")
+
+    @classmethod
+    def from_instance(cls, obj: Any) -> "ToolRegistry":
+        """The ``@tool`` methods of ``obj``'s class and its bases, bound to ``obj``.
+
+        Order is definition order, bases first; a subclass attribute overrides a base's in
+        place (and removes it if it is not a tool).
+
+        Raises:
+            ToolDefinitionError: ``obj`` is a class, has no ``@tool`` methods, or two of its tools
+                share a name.
+        """
+        if inspect.isclass(obj):
+            raise ToolDefinitionError(
+                f"ToolRegistry.from_instance() needs an instance, got the class {obj.__qualname__}"
+            )
+        owner = type(obj)
+        names = list(dict.fromkeys(n for klass in reversed(owner.__mro__) for n in vars(klass)))
+        tools = []
+        for attr in names:
+            raw = next(vars(k)[attr] for k in owner.__mro__ if attr in vars(k))
+            found = _bound_tool(raw, obj)
+            if found is not None:
+                tools.append(found)
+        if not tools:
+            raise ToolDefinitionError(
+                f"{owner.__qualname__} has no @tool methods; decorate the methods the LLM may "
+                "call with @tool"
+            )
+        return cls(tools)
+
+    @classmethod
+    def from_functions(cls, *funcs: Union[ToolDef, FuncT]) -> "ToolRegistry":
+        """A registry of functions and ToolDefs (functions are wrapped with :func:`as_tool`).
+
+        Raises:
+            ToolDefinitionError: an item cannot be a tool, or two tools share a name.
+        """
+        return cls(as_tool(f) for f in funcs)
+
+    @property
+    def names(self) -> Tuple[str, ...]:
+        """The tool names, in order."""
+        return tuple(t.name for t in self._tools)
+
+    def get(self, name: str, default: Optional[ToolDef] = None) -> Optional[ToolDef]:
+        """The tool called ``name``, else ``default``."""
+        return next((t for t in self._tools if t.name == name), default)
+
+    def __getitem__(self, index: Union[int, slice]) -> Union[ToolDef, "ToolRegistry"]:
+        if isinstance(index, slice):
+            return ToolRegistry(self._tools[index])
+        return self._tools[index]
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __iter__(self) -> Iterator[ToolDef]:
+        return iter(self._tools)
+
+    def __contains__(self, item: object) -> bool:
+        if isinstance(item, str):
+            return any(t.name == item for t in self._tools)
+        return item in self._tools
+
+    def __repr__(self) -> str:
+        return f"ToolRegistry({list(self.names)!r})"
+
+
+def _bound_tool(raw: Any, obj: Any) -> Optional[ToolDef]:
+    """The tool a class attribute holds, bound for ``obj``; None if it holds no tool."""
+    if isinstance(raw, ToolDef):
+        return raw.__get__(obj, type(obj))
+    inner = getattr(raw, "__func__", None)
+    if isinstance(raw, staticmethod) and isinstance(inner, ToolDef):
+        return inner
+    if isinstance(raw, classmethod) and isinstance(inner, ToolDef):
+        return inner.bind(type(obj))
+    return None
+
+
+# --- WaitForMessageTool ---------------------------------------------------------------
+
+
+class WaitForMessageTool:
+    """The server-side tool that blocks until a message is sent to the run, then returns it.
+
+    It needs ``conductor.workflow-message-queue.enabled=true`` on the server. Messages come from
+    ``runtime.send_message(execution_id, payload)``. Stateless; thread-safe.
+    """
+
+    @staticmethod
+    def create(
+        *,
+        name: str = "wait_for_message",
+        description: str = "Wait for the next external message, then return its content.",
+        batch_size: int = 1,
+    ) -> ToolDef:
+        """A ``pull_workflow_messages`` ToolDef that returns up to ``batch_size`` messages.
+
+        Raises:
+            ConfigurationError: ``batch_size`` is not an int from 1 to 100 (``ValueError``).
+            ToolDefinitionError: ``name`` or ``description`` is invalid.
+        """
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not (
+            1 <= batch_size <= MAX_BATCH_SIZE
+        ):
+            raise ConfigurationError(
+                f"batch_size must be an int from 1 to {MAX_BATCH_SIZE} (the server's maximum), "
+                f"got {batch_size!r}",
+                variable="batch_size",
+            )
+        return ToolDef(
+            name=name,
+            description=description,
+            input_schema={"type": "object", "properties": {}},
+            tool_type=PULL_WORKFLOW_MESSAGES,
+            config={"batchSize": batch_size},
+        )

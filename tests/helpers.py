@@ -1,0 +1,28 @@
+"""Helpers shared by the test suites."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Callable, TypeVar
+
+T = TypeVar("T")
+
+
+def eventually(check: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.05,
+               message: str = "condition") -> T:
+    """Call ``check`` until it returns something truthy or ``timeout`` passes (then AssertionError)."""
+    deadline = time.monotonic() + timeout
+    last: T = check()
+    while not last:
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{message} not reached within {timeout}s (last value: {last!r})")
+        time.sleep(interval)
+        last = check()
+    return last
+
+
+def sdk_threads() -> "list[str]":
+    """Names of the live threads this SDK started."""
+    return sorted(t.name for t in threading.enumerate() if t.name.startswith("conductor-agents-")
+                  and not t.name.startswith("conductor-agents-scripted-llm"))
