@@ -28,7 +28,7 @@ unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 demo: server-deps
-	$(PY) samples/demo.py
+	$(PY) samples/listener.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
