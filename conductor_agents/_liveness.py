@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from datetime import timezone
 from email.utils import parsedate_to_datetime
 from typing import Any, Callable, Iterable, Mapping, Optional, Tuple
 
@@ -48,9 +49,12 @@ def server_time_from_date(value: Optional[str]) -> Optional[float]:
     if not value:
         return None
     try:
-        return parsedate_to_datetime(value).timestamp() + 0.5
+        parsed = parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
+    if parsed.tzinfo is None:  # every HTTP date format is GMT (RFC 7231), even asctime's
+        parsed = parsed.replace(tzinfo=timezone.utc)
+    return parsed.timestamp() + 0.5
 
 
 def find_stall(

@@ -14,6 +14,24 @@ class ToolOutputError(ValueError):
     """A tool body returned something the server cannot store."""
 
 
+def _first_bad_key(value: Any) -> Any:
+    """``(key,)`` for the first non-string mapping key anywhere in ``value``, else None.
+
+    json.dumps would silently turn such keys into strings.
+    """
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            for key, inner in item.items():
+                if not isinstance(key, str):
+                    return (key,)
+                stack.append(inner)
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+    return None
+
+
 def _json_roundtrip(value: Any) -> Any:
     """``value`` as plain JSON types; raises TypeError/ValueError when it is not JSON."""
     return json.loads(json.dumps(value, allow_nan=False))
@@ -29,13 +47,10 @@ def message_payload(payload: Any) -> dict:
         PayloadError: (a ``TypeError``) the payload is not JSON-serialisable, or a mapping
             has non-string keys. No request is sent.
     """
-    if isinstance(payload, Mapping):
-        bad_keys = [k for k in payload if not isinstance(k, str)]
-        if bad_keys:
-            raise PayloadError(f"message payload keys must be strings, got {bad_keys[0]!r}")
-        body: Any = dict(payload)
-    else:
-        body = {"message": payload}
+    body: Any = dict(payload) if isinstance(payload, Mapping) else {"message": payload}
+    bad_key = _first_bad_key(body)
+    if bad_key is not None:
+        raise PayloadError(f"message payload keys must be strings, got {bad_key[0]!r}")
     try:
         return _json_roundtrip(body)
     except (TypeError, ValueError) as err:
@@ -51,8 +66,9 @@ def tool_output(value: Any) -> dict:
         ToolOutputError: the value (or part of it) is not JSON-serialisable.
     """
     body = value if isinstance(value, dict) else {"result": value}
-    if any(not isinstance(k, str) for k in body):
-        raise ToolOutputError("the returned dict has non-string keys")
+    bad_key = _first_bad_key(body)
+    if bad_key is not None:
+        raise ToolOutputError(f"the returned value has a non-string key {bad_key[0]!r}")
     try:
         return _json_roundtrip(body)
     except (TypeError, ValueError) as err:

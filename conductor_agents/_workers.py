@@ -158,6 +158,34 @@ class WorkerSet:
                 "the run was started on"
             )
 
+    # -- taking over after a crash ----------------------------------------------------
+
+    def reclaim_orphans(self, workflow: dict, domain: Optional[str]) -> "list[str]":
+        """Hand back the tasks of ``domain`` that another (dead) worker had taken.
+
+        A worker killed mid-tool leaves its task IN_PROGRESS until its lease ends (an hour
+        for agent tools). ``resume()`` is the caller saying that process is gone, so each
+        such task is reported FAILED; the server then schedules a retry on the same domain,
+        which this process serves. Returns the reference names reclaimed.
+        """
+        reclaimed = []
+        for task in workflow.get("tasks") or ():
+            if (task.get("domain") != domain or task.get("status") != "IN_PROGRESS"
+                    or not task.get("pollCount") or task.get("workerId") == self._worker_id):
+                continue
+            try:
+                self._api.update_task({
+                    "workflowInstanceId": task.get("workflowInstanceId"), "taskId": task.get("taskId"),
+                    "workerId": self._worker_id, "status": "FAILED",
+                    "reasonForIncompletion": f"reclaimed on resume: worker {task.get('workerId')} is gone",
+                })
+            except ConductorAgentsError as err:
+                log.warning("could not reclaim task %s: %s", task.get("referenceTaskName"), err)
+                continue
+            log.info("reclaimed task %s from worker %s", task.get("referenceTaskName"), task.get("workerId"))
+            reclaimed.append(str(task.get("referenceTaskName")))
+        return reclaimed
+
     # -- introspection ----------------------------------------------------------------
 
     def pollers(self) -> "list[DomainPoller]":

@@ -140,7 +140,9 @@ class Agent:
     timeout_seconds: int = attrs.field(kw_only=True, default=0, validator=_check_int(0))
     description: str = attrs.field(kw_only=True, default="", validator=_check_str)
     temperature: Optional[float] = attrs.field(kw_only=True, default=None, validator=_check_optional_number)
-    max_tokens: Optional[int] = attrs.field(kw_only=True, default=None, validator=_check_optional_number)
+    max_tokens: Optional[int] = attrs.field(
+        kw_only=True, default=None, validator=attrs.validators.optional(_check_int(1))
+    )
     metadata: Mapping[str, Any] = attrs.field(kw_only=True, factory=dict, converter=_to_metadata)
 
     @property

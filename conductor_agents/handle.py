@@ -155,7 +155,8 @@ class AgentHandle:
             if remaining <= 0:
                 raise WaitTimeoutError(
                     f"run {self.execution_id} is still {self._last_status.value if self._last_status else 'going'} "
-                    f"after {limit:g}s; it goes on on the server (call wait() again, stop() or cancel())",
+                    f"after {limit:g}s; it goes on on the server and is not cancelled "
+                    "(call wait() again, stop() or cancel())",
                     execution_id=self.execution_id,
                     timeout=limit,
                 )

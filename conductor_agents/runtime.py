@@ -167,8 +167,10 @@ class AgentRuntime:
         """Re-attach to a run after a restart and serve its tools from this process.
 
         Reads the run's domain from the workflow's ``taskToDomain``, registers ``agent``'s
-        workers on it and attaches the liveness monitor. A run that already ended gives a
-        handle whose ``wait()`` returns at once; no workers start.
+        workers on it and attaches the liveness monitor. Tasks of that domain that a
+        previous worker had taken and not finished (it died) are handed back to the server,
+        which retries them here. A run that already ended gives a handle whose ``wait()``
+        returns at once; no workers start.
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
@@ -178,7 +180,7 @@ class AgentRuntime:
         if not isinstance(agent, Agent):
             raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
         execution_id = str(execution_id)
-        workflow = self._api.get_workflow(execution_id)
+        workflow = self._api.get_workflow(execution_id, include_tasks=True)
         needs_domain = agent.is_stateful and bool(agent.worker_tools)
         domain = _single_domain(workflow, execution_id, required=needs_domain)
         if RunStatus.parse(workflow.get("status")).is_terminal:
@@ -188,6 +190,8 @@ class AgentRuntime:
             reservation = self._workers.reserve(domain, agent)
             reservation.commit(execution_id, domain=domain)
             self._workers.confirm_polling(reservation)
+            if domain:
+                self._workers.reclaim_orphans(workflow, domain)
         log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
         return self._handle(execution_id, agent.name, domain, agent, workers=serve)
 

@@ -84,6 +84,16 @@ def _positive(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> N
         )
 
 
+def _whole(minimum: int) -> Any:
+    def check(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise ConfigurationError(
+                f"{attribute.name} must be a whole number >= {minimum}, got {value!r}", variable=attribute.name
+            )
+
+    return check
+
+
 def _valid_url(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
     try:
         _check_url(value)
@@ -122,9 +132,9 @@ class AgentSettings:
     #: Key secret for servers that require a token. Never logged.
     auth_secret: Optional[str] = attrs.field(default=None, repr=False)
     #: Threads that run tool bodies (shared by every run of one runtime).
-    worker_threads: int = attrs.field(default=16, validator=_positive)
+    worker_threads: int = attrs.field(default=16, validator=_whole(1))
     #: Pause between empty polls of one run's task queues, in milliseconds.
-    worker_poll_interval_ms: int = attrs.field(default=100, validator=_positive)
+    worker_poll_interval_ms: int = attrs.field(default=100, validator=_whole(1))
     #: Start tool workers for runs this runtime starts or resumes.
     auto_start_workers: bool = attrs.field(default=True, validator=_is_bool)
     #: Watch stateful runs for tasks no worker polls (see ``WorkerStallError``).
@@ -138,11 +148,11 @@ class AgentSettings:
     #: Default overall deadline of ``wait()``.
     wait_timeout_seconds: float = attrs.field(default=600.0, validator=_positive)
     #: Consecutive transient status errors ``wait()`` tolerates (the next one raises).
-    max_transient_errors: int = attrs.field(default=3, validator=attrs.validators.ge(0))
+    max_transient_errors: int = attrs.field(default=3, validator=_whole(0))
     #: Connect/read timeout of ordinary HTTP calls, in seconds.
     http_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
     #: Server-side long-poll time of one worker poll, in milliseconds (the server caps it at 5000).
-    worker_long_poll_ms: int = attrs.field(default=1000, validator=_positive)
+    worker_long_poll_ms: int = attrs.field(default=1000, validator=_whole(1))
     #: How long ``start()``/``resume()`` wait for the server to see their workers polling.
     worker_startup_timeout_seconds: float = attrs.field(default=10.0, validator=_positive)
     #: How long ``close()`` lets running tool bodies finish.

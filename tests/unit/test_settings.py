@@ -1,0 +1,206 @@
+"""Unit tests for conductor_agents.settings: AgentSettings.from_env and the field validators."""
+
+import attrs
+import pytest
+
+from conductor_agents.errors import ConfigurationError
+from conductor_agents.settings import ENV_VARS, AgentSettings
+
+SECRET = "s3cr3t-Do-Not-Print-7f2a"
+
+#: One good value per variable, none of them the default, and the field value it must give.
+GOOD = {
+    "CONDUCTOR_SERVER_URL": ("https://conductor.example.com/api/", "server_url", "https://conductor.example.com/api"),
+    "CONDUCTOR_AUTH_KEY": ("key-id-1", "auth_key", "key-id-1"),
+    "CONDUCTOR_AUTH_SECRET": (SECRET, "auth_secret", SECRET),
+    "CONDUCTOR_AGENT_WORKER_THREADS": (" 7 ", "worker_threads", 7),
+    "CONDUCTOR_AGENT_WORKER_POLL_INTERVAL": ("250", "worker_poll_interval_ms", 250),
+    "CONDUCTOR_AGENT_AUTO_START_WORKERS": ("false", "auto_start_workers", False),
+    "CONDUCTOR_AGENT_LIVENESS_ENABLED": ("OFF", "liveness_enabled", False),
+    "CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS": ("2.5", "liveness_check_interval_seconds", 2.5),
+    "CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": ("45", "liveness_stall_seconds", 45.0),
+}
+
+#: Malformed values of every variable that has a format (key and secret are free text).
+BAD = [
+    ("CONDUCTOR_SERVER_URL", "localhost:8080/api"),
+    ("CONDUCTOR_SERVER_URL", "ftp://conductor.example.com/api"),
+    ("CONDUCTOR_SERVER_URL", "http://"),
+    ("CONDUCTOR_AGENT_WORKER_THREADS", "0"),
+    ("CONDUCTOR_AGENT_WORKER_THREADS", "-3"),
+    ("CONDUCTOR_AGENT_WORKER_THREADS", "four"),
+    ("CONDUCTOR_AGENT_WORKER_THREADS", "2.5"),
+    ("CONDUCTOR_AGENT_WORKER_POLL_INTERVAL", "0"),
+    ("CONDUCTOR_AGENT_WORKER_POLL_INTERVAL", "100ms"),
+    ("CONDUCTOR_AGENT_AUTO_START_WORKERS", "maybe"),
+    ("CONDUCTOR_AGENT_AUTO_START_WORKERS", "2"),
+    ("CONDUCTOR_AGENT_LIVENESS_ENABLED", "disabled"),
+    ("CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS", "0"),
+    ("CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS", "-1"),
+    ("CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS", "nan"),
+    ("CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS", "inf"),
+    ("CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS", "30s"),
+    ("CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS", "0.0"),
+]
+
+
+def test_env_vars_table_is_pinned():
+    """ENV_VARS lists exactly the documented variables, so a new one cannot go untested."""
+    assert sorted(GOOD) == sorted(ENV_VARS)
+
+
+def test_every_variable_is_parsed():
+    """Every variable of ENV_VARS sets its field from the environment."""
+    settings = AgentSettings.from_env({name: raw for name, (raw, _, _) in GOOD.items()})
+    expected = {field: value for _, field, value in GOOD.values()}
+    actual = {field: getattr(settings, field) for field in expected}
+    assert expected == actual
+
+
+@pytest.mark.parametrize("name", sorted(GOOD))
+def test_each_variable_alone_changes_only_its_field(name):
+    """One variable set changes its own field and leaves every other at the default."""
+    raw, field, value = GOOD[name]
+    env = {name: raw}
+    if name == "CONDUCTOR_AUTH_KEY":
+        env["CONDUCTOR_AUTH_SECRET"] = SECRET
+    if name == "CONDUCTOR_AUTH_SECRET":
+        env["CONDUCTOR_AUTH_KEY"] = "key-id-1"
+    settings = AgentSettings.from_env(env)
+    changed = {f.name for f in attrs.fields(AgentSettings)
+               if getattr(settings, f.name) != getattr(AgentSettings(), f.name)}
+    expected_changed = {field} | ({"auth_key", "auth_secret"} if field.startswith("auth_") else set())
+    assert expected_changed == changed
+    assert value == getattr(settings, field)
+
+
+def test_defaults():
+    """With an empty environment every setting has its documented default."""
+    settings = AgentSettings.from_env({})
+    expected = {
+        "server_url": "http://localhost:8080/api", "auth_key": None, "auth_secret": None,
+        "worker_threads": 16, "worker_poll_interval_ms": 100, "auto_start_workers": True,
+        "liveness_enabled": True, "liveness_check_interval_seconds": 10.0,
+        "liveness_stall_seconds": 30.0, "status_poll_interval_seconds": 0.5,
+        "wait_timeout_seconds": 600.0, "max_transient_errors": 3,
+    }
+    assert expected == {name: getattr(settings, name) for name in expected}
+    assert AgentSettings() == settings
+
+
+def test_blank_values_count_as_unset():
+    """A variable set to blanks is ignored rather than an error."""
+    assert AgentSettings() == AgentSettings.from_env({name: "  " for name in ENV_VARS})
+
+
+@pytest.mark.parametrize("raw", ["1", "true", "YES", "on", " True "])
+def test_true_spellings(raw):
+    """The accepted spellings of true parse as True."""
+    assert True is AgentSettings.from_env({"CONDUCTOR_AGENT_LIVENESS_ENABLED": "no",
+                                           "CONDUCTOR_AGENT_AUTO_START_WORKERS": raw}).auto_start_workers
+
+
+@pytest.mark.parametrize("raw", ["0", "false", "No", "off"])
+def test_false_spellings(raw):
+    """The accepted spellings of false parse as False."""
+    assert False is AgentSettings.from_env({"CONDUCTOR_AGENT_LIVENESS_ENABLED": raw}).liveness_enabled
+
+
+@pytest.mark.parametrize("name,raw", BAD)
+def test_malformed_value_names_the_variable(name, raw):
+    """A malformed value raises ConfigurationError whose message and .variable name the variable."""
+    with pytest.raises(ConfigurationError) as info:
+        AgentSettings.from_env({name: raw, "CONDUCTOR_AUTH_KEY": "k", "CONDUCTOR_AUTH_SECRET": SECRET})
+    assert name == info.value.variable
+    assert name in str(info.value)
+    assert SECRET not in str(info.value)
+    assert isinstance(info.value, ValueError)
+
+
+def test_os_environ_is_the_default_source(monkeypatch):
+    """Without an explicit mapping, from_env reads os.environ."""
+    monkeypatch.setenv("CONDUCTOR_AGENT_WORKER_THREADS", "3")
+    assert 3 == AgentSettings.from_env().worker_threads
+
+
+def test_explicit_overrides_beat_the_environment():
+    """A keyword override wins over the variable of the same setting."""
+    env = {"CONDUCTOR_AGENT_WORKER_THREADS": "4", "CONDUCTOR_SERVER_URL": "http://env.example/api"}
+    settings = AgentSettings.from_env(env, worker_threads=9, server_url="http://arg.example/api/")
+    assert (9, "http://arg.example/api") == (settings.worker_threads, settings.server_url)
+
+
+def test_malformed_variable_is_an_error_even_with_an_override():
+    """A malformed variable is an error even when an override for it is given (typos never hide)."""
+    with pytest.raises(ConfigurationError) as info:
+        AgentSettings.from_env({"CONDUCTOR_AGENT_WORKER_THREADS": "x"}, worker_threads=2)
+    assert "CONDUCTOR_AGENT_WORKER_THREADS" == info.value.variable
+
+
+def test_key_without_secret_is_an_error():
+    """CONDUCTOR_AUTH_KEY without CONDUCTOR_AUTH_SECRET names the missing secret."""
+    with pytest.raises(ConfigurationError) as info:
+        AgentSettings.from_env({"CONDUCTOR_AUTH_KEY": "key-id-1"})
+    assert "CONDUCTOR_AUTH_SECRET" == info.value.variable
+    assert "CONDUCTOR_AUTH_SECRET" in str(info.value)
+
+
+def test_secret_without_key_is_an_error_that_hides_the_secret():
+    """CONDUCTOR_AUTH_SECRET without a key names the key and never echoes the secret."""
+    with pytest.raises(ConfigurationError) as info:
+        AgentSettings.from_env({"CONDUCTOR_AUTH_SECRET": SECRET})
+    assert "CONDUCTOR_AUTH_KEY" == info.value.variable
+    assert SECRET not in str(info.value)
+    assert SECRET not in repr(info.value)
+
+
+def test_secret_is_never_in_repr():
+    """repr and str of settings holding a secret show neither the secret nor the key."""
+    settings = AgentSettings.from_env({"CONDUCTOR_AUTH_KEY": "key-id-1", "CONDUCTOR_AUTH_SECRET": SECRET})
+    assert SECRET not in repr(settings)
+    assert SECRET not in str(settings)
+    assert SECRET == settings.auth_secret
+    assert True is settings.has_auth
+
+
+def test_no_auth_by_default():
+    """Settings without a key need no token."""
+    assert False is AgentSettings().has_auth
+
+
+@pytest.mark.parametrize("field,value", [
+    ("server_url", "not a url"),
+    ("server_url", None),
+    ("worker_threads", 0),
+    ("worker_threads", True),
+    ("worker_threads", "8"),
+    ("liveness_enabled", "yes"),
+    ("auto_start_workers", 1),
+    ("status_poll_interval_seconds", 0),
+    ("wait_timeout_seconds", -1.0),
+    ("liveness_stall_seconds", float("nan")),
+])
+def test_bad_explicit_value_names_the_field(field, value):
+    """A bad explicit argument raises ConfigurationError whose .variable names the field."""
+    with pytest.raises(ConfigurationError) as info:
+        AgentSettings(**{field: value})
+    assert field == info.value.variable
+    assert field in str(info.value)
+
+
+@pytest.mark.parametrize("field,value", [
+    ("max_transient_errors", -1),
+    ("worker_threads", 2.5),
+    ("worker_poll_interval_ms", 0.5),
+])
+def test_bad_explicit_count_is_a_configuration_error(field, value):
+    """A negative or fractional count raises ConfigurationError naming the field, like every other setting."""
+    with pytest.raises(ConfigurationError) as info:
+        AgentSettings(**{field: value})
+    assert field == info.value.variable
+
+
+def test_evolve_validates_too():
+    """attrs.evolve re-runs the validators."""
+    with pytest.raises(ConfigurationError):
+        attrs.evolve(AgentSettings(), liveness_check_interval_seconds=0)
