@@ -21,12 +21,14 @@ OPENJDK = 'openjdk version "{v}" 2025-04-15\nOpenJDK Runtime Environment (build 
 
 
 def fake_java(home: Path, version_output: str, *, sleep: float = 0) -> Path:
-    """Create ``home/bin/java``: a script that prints ``version_output`` to stderr like ``java -version``."""
+    """Create ``home/bin/java`` printing ``version_output`` to stderr like ``java -version`` (or hanging)."""
     bin_dir = home / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
     java = bin_dir / "java"
-    pause = f"sleep {sleep}\n" if sleep else ""
-    java.write_text(f"#!/bin/sh\n{pause}cat >&2 <<'EOF'\n{version_output}EOF\n")
+    if sleep:  # exec: killing the fake on timeout leaves no stray sleep behind
+        java.write_text(f"#!/bin/sh\nexec sleep {sleep}\n")
+    else:
+        java.write_text(f"#!/bin/sh\ncat >&2 <<'EOF'\n{version_output}EOF\n")
     java.chmod(java.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     return java
 

@@ -1,0 +1,95 @@
+"""The argument parser and the error policy shared by every verb group.
+
+A verb group is a module with ``register(subparsers)``; it adds its parsers and sets
+``handler`` (``args -> exit code``) on each. Add new groups to ``VERB_GROUPS``.
+
+Exit codes: 0 ok, 1 error, 2 usage, 3 not found / not running. Errors are one line on
+standard error, never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+from typing import Callable, List, Optional, Sequence
+
+from .._version import __version__
+from ..errors import ConductorAgentsError, JavaNotFoundError
+
+EXIT_OK = 0
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+EXIT_NOT_FOUND = 3
+_EXIT_INTERRUPTED = 130
+
+VERB_GROUPS: List[str] = ["conductor_agents.cli._server"]
+"""Modules that add verbs; each exposes ``register(subparsers)``."""
+
+_PROG = "conductor-agents"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Return the full parser with every verb group registered."""
+    parser = argparse.ArgumentParser(
+        prog=_PROG,
+        description="Durable AI agents on the Conductor orchestration server.",
+        epilog="Exit codes: 0 ok, 1 error, 2 usage, 3 not found or not running.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for name in VERB_GROUPS:
+        importlib.import_module(name).register(subparsers)
+    return parser
+
+
+def error(message: str) -> None:
+    """Print ``message`` as the single error line on standard error."""
+    first = str(message).strip().splitlines()[0] if str(message).strip() else "unknown error"
+    print(f"{_PROG}: error: {first}", file=sys.stderr)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:  # --help, --version and usage errors (2)
+        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+    restore_logging = _configure_logging(args.verbose)
+    try:
+        return int(args.handler(args))
+    except JavaNotFoundError as err:
+        error(str(err))
+        return EXIT_NOT_FOUND
+    except ConductorAgentsError as err:
+        error(str(err))
+        return EXIT_ERROR
+    except KeyboardInterrupt:
+        print(file=sys.stderr)
+        return _EXIT_INTERRUPTED
+    finally:
+        restore_logging()
+
+
+def _configure_logging(verbosity: int) -> Callable[[], None]:
+    """Send the package's log records to standard error; return a function that undoes it.
+
+    Undoing matters when ``main`` runs inside another program (or a test).
+    """
+    level = logging.WARNING if verbosity == 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    logger = logging.getLogger("conductor_agents")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter(f"{_PROG}: %(levelname)s: %(message)s"))
+    previous_level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level)
+
+    def restore() -> None:
+        logger.removeHandler(handler)
+        logger.setLevel(previous_level)
+
+    return restore

@@ -1,0 +1,234 @@
+"""``conductor-agents server ...``: run a local Conductor server for development.
+
+``start`` launches a detached server and records it (pid, port, data dir, log, version)
+in the state file; ``status``, ``logs`` and ``stop`` read that record. ``start
+--foreground`` keeps the server attached until Ctrl-C. ``fetch`` and ``java`` check the
+prerequisites (the jar and a Java 21+ runtime).
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Dict, Iterator, Optional
+
+from ..local_server import LocalServer, find_java, resolve_server_jar
+from ..local_server import _dirs, _http, _logs, _proc, _state
+from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, error
+
+DEFAULT_PORT = 8080
+_STOP_TIMEOUT = 20.0
+_FOLLOW_POLL_SECONDS = 0.5
+_WATCH_POLL_SECONDS = 0.5
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``server`` verb group to the top-level ``subparsers``."""
+    server = subparsers.add_parser(
+        "server",
+        help="run a local Conductor server",
+        description="Run a real Conductor server on this machine (needs Java 21+).",
+    )
+    verbs = server.add_subparsers(dest="verb", metavar="VERB")
+    verbs.required = True
+
+    start = verbs.add_parser("start", help="start a server (detached unless --foreground)")
+    start.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"TCP port on 127.0.0.1 (default {DEFAULT_PORT})")
+    start.add_argument("--data-dir", type=Path, default=None,
+                       help="database and log directory (default: $XDG_DATA_HOME/conductor-agents/server)")
+    start.add_argument("--version", help="server version (default: CONDUCTOR_SERVER_VERSION or the pinned one)")
+    start.add_argument("--foreground", action="store_true", help="stay attached; Ctrl-C stops the server")
+    start.add_argument("--env", action="append", type=_env_item, default=[], metavar="KEY=VALUE",
+                       help="environment for the server, e.g. OPENAI_API_KEY=... (repeatable)")
+    start.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for health")
+    start.set_defaults(handler=_start)
+
+    stop = verbs.add_parser("stop", help="stop the recorded server")
+    stop.add_argument("--timeout", type=float, default=_STOP_TIMEOUT, help="seconds before SIGKILL")
+    stop.set_defaults(handler=_stop)
+
+    status = verbs.add_parser("status", help="say whether the recorded server runs")
+    status.set_defaults(handler=_status)
+
+    logs = verbs.add_parser("logs", help="print the end of the server log")
+    logs.add_argument("-n", "--lines", type=int, default=40, help="how many lines (default 40)")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing until the server stops")
+    logs.add_argument("--data-dir", type=Path, default=None, help="read this data dir's log when none is recorded")
+    logs.set_defaults(handler=_logs_verb)
+
+    fetch = verbs.add_parser("fetch", help="download the server jar and find Java; print both")
+    fetch.add_argument("--version", help="server version (default: CONDUCTOR_SERVER_VERSION or the pinned one)")
+    fetch.set_defaults(handler=_fetch)
+
+    java = verbs.add_parser("java", help="print the Java 21+ runtime that would be used")
+    java.set_defaults(handler=_java)
+
+
+def _env_item(text: str) -> tuple[str, str]:
+    key, sep, value = text.partition("=")
+    if not sep or not key:
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return key, value
+
+
+# --- verbs -------------------------------------------------------------------------------
+
+
+def _start(args: argparse.Namespace) -> int:
+    state = _state.state_file()
+    record = _state.load(state)
+    if record is not None and record.is_alive():
+        error(f"a server is already running at {record.url} (pid {record.pid}); stop it first")
+        return EXIT_ERROR
+    if record is not None:
+        _state.remove(state)
+    data_dir = args.data_dir or _dirs.default_data_dir()
+    env: Dict[str, str] = dict(args.env)
+    server = LocalServer(
+        data_dir,
+        port=args.port,
+        version=args.version,
+        env=env,
+        startup_timeout=args.startup_timeout,
+        detached=not args.foreground,
+    )
+    print(f"Starting the Conductor server on port {args.port} (data in {data_dir}) ...", file=sys.stderr)
+    server.start()
+    assert server.pid is not None and server.port is not None and server.log_path is not None
+    record = _state.ServerRecord.for_process(
+        pid=server.pid,
+        port=server.port,
+        data_dir=data_dir,
+        log_path=server.log_path,
+        version=server.version,
+        detached=not args.foreground,
+    )
+    _state.save(state, record)
+    print(f"Conductor server {server.version or '(unknown version)'} running at {server.url} (pid {server.pid})")
+    print(f"  data: {data_dir}\n  log:  {server.log_path}")
+    if not args.foreground:
+        return EXIT_OK
+    print("Press Ctrl-C to stop it.", file=sys.stderr)
+    return _run_in_foreground(server, state, record)
+
+
+def _run_in_foreground(server: LocalServer, state: Path, record: _state.ServerRecord) -> int:
+    stop_requested = threading.Event()
+    previous = {
+        sig: signal.signal(sig, lambda *_: stop_requested.set()) for sig in (signal.SIGINT, signal.SIGTERM)
+    }
+    try:
+        while not stop_requested.wait(_WATCH_POLL_SECONDS):
+            if server.is_running:
+                continue
+            if _stopped_elsewhere(state, record):
+                print("The server was stopped.", file=sys.stderr)
+                return EXIT_OK
+            error(f"the server exited unexpectedly; see {server.log_path}")
+            return EXIT_ERROR
+        print("Stopping the server ...", file=sys.stderr)
+        return EXIT_OK
+    finally:
+        server.stop()
+        if _state.load(state) == record:
+            _state.remove(state)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _stopped_elsewhere(state: Path, record: _state.ServerRecord) -> bool:
+    """True when `server stop` (which removes the record once the process is gone) ended it."""
+    pause = threading.Event()  # never set: its wait() is the poll interval
+    for _ in range(20):  # the record goes a moment after the process: wait up to ~2 s
+        if _state.load(state) != record:
+            return True
+        pause.wait(0.1)
+    return False
+
+
+def _stop(args: argparse.Namespace) -> int:
+    state = _state.state_file()
+    record = _state.load(state)
+    if record is None:
+        error("no server is running (none was started with `conductor-agents server start`)")
+        return EXIT_NOT_FOUND
+    if not record.is_alive():
+        _state.remove(state)
+        error(f"no server is running (removed the stale record of pid {record.pid})")
+        return EXIT_NOT_FOUND
+    if not _proc.terminate(record.pid, args.timeout):
+        error(f"could not stop the server (pid {record.pid})")
+        return EXIT_ERROR
+    _state.remove(state)
+    print(f"Stopped the Conductor server at {record.url} (pid {record.pid}).")
+    return EXIT_OK
+
+
+def _status(args: argparse.Namespace) -> int:
+    state = _state.state_file()
+    record = _state.load(state)
+    if record is None:
+        print("not running")
+        return EXIT_NOT_FOUND
+    if not record.is_alive():
+        _state.remove(state)
+        print(f"not running (the recorded server, pid {record.pid}, is gone; record removed)")
+        return EXIT_NOT_FOUND
+    health = "healthy" if _http.probe_health(record.base_url) else "not answering /health"
+    print(f"running at {record.url} (pid {record.pid}, version {record.version or 'unknown'}, {health})")
+    print(f"  data: {record.data_dir}\n  log:  {record.log_path}")
+    return EXIT_OK
+
+
+def _logs_verb(args: argparse.Namespace) -> int:
+    record = _state.load(_state.state_file())
+    if record is not None:
+        path = record.log_path
+    else:
+        path = (args.data_dir or _dirs.default_data_dir()) / "server.log"
+    if not path.is_file():
+        error(f"no server log at {path}")
+        return EXIT_NOT_FOUND
+    text = _logs.tail_lines(path, args.lines)
+    if text:
+        print(text)
+    if args.follow:
+        try:
+            for chunk in _follow(path, record):
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+        except KeyboardInterrupt:
+            pass
+    return EXIT_OK
+
+
+def _follow(path: Path, record: Optional[_state.ServerRecord]) -> Iterator[str]:
+    """Yield what is appended to ``path`` until the recorded server stops (or Ctrl-C)."""
+    idle = threading.Event()  # never set: its wait() is the poll interval
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        fh.seek(0, 2)
+        while True:
+            chunk = fh.read()
+            if chunk:
+                yield chunk
+                continue
+            if record is None or not record.is_alive():
+                return
+            idle.wait(_FOLLOW_POLL_SECONDS)
+
+
+def _fetch(args: argparse.Namespace) -> int:
+    jar = resolve_server_jar(args.version, progress=True)
+    runtime = find_java()
+    print(f"jar:  {jar}")
+    print(f"java: {runtime.path} (Java {runtime.version})")
+    return EXIT_OK
+
+
+def _java(args: argparse.Namespace) -> int:
+    runtime = find_java()
+    print(f"{runtime.path} (Java {runtime.version})")
+    return EXIT_OK

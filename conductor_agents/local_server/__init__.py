@@ -1,0 +1,35 @@
+"""Run a real Conductor server on this machine: the server jar, a Java runtime, the process.
+
+``LocalServer`` starts the published ``conductor-server`` boot jar on loopback with a
+SQLite data directory; ``resolve_server_jar`` fetches and caches the jar;
+``find_java`` finds a Java 21+ runtime.
+"""
+
+from ._java import DEFAULT_JVM_DIRS, MIN_JAVA_VERSION, JavaRuntime, find_java
+from ._jar import (
+    DEFAULT_SERVER_VERSION,
+    MAVEN_REPOSITORY_ENV,
+    SERVER_JAR_ENV,
+    SERVER_VERSION_ENV,
+    resolve_server_jar,
+    server_version,
+)
+from ._server import DEFAULT_JVM_OPTIONS, LocalServer
+
+__all__ = [
+    # The server
+    "LocalServer",
+    "DEFAULT_JVM_OPTIONS",
+    # The jar
+    "resolve_server_jar",
+    "server_version",
+    "DEFAULT_SERVER_VERSION",
+    "SERVER_VERSION_ENV",
+    "SERVER_JAR_ENV",
+    "MAVEN_REPOSITORY_ENV",
+    # Java
+    "find_java",
+    "JavaRuntime",
+    "MIN_JAVA_VERSION",
+    "DEFAULT_JVM_DIRS",
+]

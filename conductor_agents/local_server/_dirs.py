@@ -1,0 +1,57 @@
+"""Where the local server keeps its files: the jar cache, the CLI state and the CLI data dir.
+
+Each location follows the XDG base directory conventions and has its own override
+variable. Functions take an ``environ`` mapping so tests never touch the real
+home directory.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping, Optional
+
+_APP = "conductor-agents"
+
+CACHE_DIR_ENV = "CONDUCTOR_AGENTS_CACHE_DIR"
+"""Overrides the jar cache directory (default ``$XDG_CACHE_HOME/conductor-agents``)."""
+
+STATE_DIR_ENV = "CONDUCTOR_AGENTS_STATE_DIR"
+"""Overrides where the CLI records its detached server (default ``$XDG_STATE_HOME/conductor-agents``)."""
+
+
+def _environ(environ: Optional[Mapping[str, str]]) -> Mapping[str, str]:
+    return os.environ if environ is None else environ
+
+
+def _xdg(environ: Mapping[str, str], variable: str, fallback: str) -> Path:
+    value = environ.get(variable, "")
+    # The XDG spec says relative values are invalid and must be ignored.
+    if value and os.path.isabs(value):
+        return Path(value)
+    home = environ.get("HOME") or str(Path.home())
+    return Path(home) / fallback
+
+
+def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """Return the directory that caches downloaded server jars."""
+    env = _environ(environ)
+    override = env.get(CACHE_DIR_ENV, "")
+    if override:
+        return Path(override).expanduser()
+    return _xdg(env, "XDG_CACHE_HOME", ".cache") / _APP
+
+
+def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """Return the directory holding the CLI's record of its detached server."""
+    env = _environ(environ)
+    override = env.get(STATE_DIR_ENV, "")
+    if override:
+        return Path(override).expanduser()
+    return _xdg(env, "XDG_STATE_HOME", ".local/state") / _APP
+
+
+def default_data_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+    """Return the CLI's default server data directory (SQLite database and log)."""
+    env = _environ(environ)
+    return _xdg(env, "XDG_DATA_HOME", ".local/share") / _APP / "server"

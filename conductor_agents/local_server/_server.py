@@ -1,0 +1,442 @@
+"""LocalServer: a real Conductor server (the boot jar) as a child process on loopback."""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Type, Union
+
+from .._clock import SYSTEM_CLOCK, Clock
+from ..errors import ConfigurationError, LocalServerError
+from . import _http, _logs, _proc
+from ._jar import resolve_server_jar
+from ._java import JavaRuntime, find_java
+
+_log = logging.getLogger("conductor_agents.local_server")
+
+DEFAULT_JVM_OPTIONS: Tuple[str, ...] = ("-Xmx1g", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError")
+"""JVM flags for a small machine that runs several servers at once (e.g. in tests).
+
+A 1 GB heap cap and the single-threaded serial collector keep one server near 420 MB
+RSS (about 500-560 MB without them) at the same start time (about 15 s on 2 cores).
+Running out of heap ends the process at once instead of leaving it half alive.
+"""
+
+LOG_TAIL_LINES = 40
+_HEALTH_POLL_SECONDS = 0.25
+_HEALTH_PROBE_TIMEOUT = 2.0
+_KILL_WAIT_SECONDS = 10.0
+_RESERVED_PROPERTIES = frozenset({"server.port"})
+_JAR_VERSION_RE = re.compile(r"conductor-server-(.+)-boot\.jar$")
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class LocalServer:
+    """A real Conductor server running on 127.0.0.1, for development and tests.
+
+    ``data_dir`` holds the SQLite database (``conductor.db``) and, unless ``log_path``
+    is given, the server output (``server.log``, appended to). Without ``data_dir`` the
+    server makes a temporary directory and deletes it on :meth:`stop`; a directory
+    you pass is never deleted. Runs survive :meth:`restart` on the same data dir.
+    Note: with SQLite the workflow message queue lives in the server's memory, so
+    messages not yet consumed are lost when the server restarts.
+
+    ``port`` None or 0 picks a free loopback port (kept across restarts). ``version``
+    and ``jar`` choose the server (see :func:`resolve_server_jar`), ``java`` the runtime
+    (see :func:`find_java`). ``env`` is extra environment for the server (merged over
+    ``os.environ``), e.g. ``OPENAI_API_KEY``; ``properties`` extra ``-D`` system
+    properties (they override the defaults, except ``server.port``); ``jvm_options``
+    replaces :data:`DEFAULT_JVM_OPTIONS`.
+
+    The server never outlives this process by accident: an ``atexit`` hook stops it, and
+    on Linux the kernel sends it SIGTERM if this process dies (even by SIGKILL).
+    ``detached=True`` (used by the CLI) turns both off and starts it in a new session;
+    a detached server needs an explicit ``data_dir``.
+
+    Thread-safety: :meth:`start`, :meth:`stop` and :meth:`restart` serialize on an
+    internal lock (a :meth:`stop` issued during a :meth:`start` waits for it); the
+    properties can be read from any thread.
+    """
+
+    def __init__(
+        self,
+        data_dir: Optional[PathLike] = None,
+        *,
+        port: Optional[int] = None,
+        version: Optional[str] = None,
+        jar: Optional[PathLike] = None,
+        java: Union[JavaRuntime, PathLike, None] = None,
+        env: Optional[Mapping[str, str]] = None,
+        properties: Optional[Mapping[str, object]] = None,
+        jvm_options: Optional[Sequence[str]] = None,
+        startup_timeout: float = 180.0,
+        stop_timeout: float = 20.0,
+        log_path: Optional[PathLike] = None,
+        detached: bool = False,
+        progress: bool = True,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        """Describe a server; nothing starts until :meth:`start`.
+
+        Raises:
+            ConfigurationError: an argument has a bad value.
+        """
+        if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
+            raise ConfigurationError(f"port must be an int in 0..65535, got {port!r}")
+        for name, value in (("startup_timeout", startup_timeout), ("stop_timeout", stop_timeout)):
+            if not value > 0:
+                raise ConfigurationError(f"{name} must be positive, got {value!r}")
+        reserved = _RESERVED_PROPERTIES.intersection(properties or {})
+        if reserved:
+            raise ConfigurationError(f"set the port with port=, not with properties {sorted(reserved)}")
+        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in (env or {}).items()):
+            raise ConfigurationError("env must map str to str")
+        if detached and data_dir is None:
+            raise ConfigurationError("a detached server needs an explicit data_dir")
+        self._given_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else None
+        self._version = version
+        self._jar = Path(jar) if jar is not None else None
+        self._java = java
+        self._env: Dict[str, str] = dict(env or {})
+        self._properties = {str(k): str(v) for k, v in (properties or {}).items()}
+        self._jvm_options = tuple(DEFAULT_JVM_OPTIONS if jvm_options is None else jvm_options)
+        self._startup_timeout = float(startup_timeout)
+        self._stop_timeout = float(stop_timeout)
+        self._given_log = Path(log_path).expanduser().resolve() if log_path is not None else None
+        self._detached = detached
+        self._progress = progress
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._port: Optional[int] = port or None
+        self._owned_dir: Optional[Path] = None
+        self._running_version: Optional[str] = version
+
+    # --- lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> "LocalServer":
+        """Start the server and wait until ``/health`` says healthy; return ``self``.
+
+        Raises:
+            LocalServerError: already started, the port is taken, or the server died or
+                was not healthy within ``startup_timeout`` (the message and ``log_tail``
+                hold the last log lines; the process is killed).
+            JavaNotFoundError, JarDownloadError: no usable Java or jar.
+        """
+        with self._lock:
+            if self._proc is not None:
+                raise LocalServerError(f"the server is already started (pid {self._proc.pid})")
+            self._start()
+        return self
+
+    def stop(self) -> None:
+        """Stop the server: SIGTERM, then SIGKILL after ``stop_timeout``. Idempotent; safe before start.
+
+        Deletes the data directory only when the server created it.
+
+        Raises:
+            LocalServerError: the process survived SIGKILL.
+        """
+        with self._lock:
+            self._stop(remove_owned_dir=True)
+
+    def restart(self) -> "LocalServer":
+        """Stop and start again on the same data directory and port; return ``self``.
+
+        Raises:
+            LocalServerError, JavaNotFoundError, JarDownloadError: as :meth:`start`.
+        """
+        with self._lock:
+            self._stop(remove_owned_dir=False)
+            self._start()
+        return self
+
+    def __enter__(self) -> "LocalServer":
+        with self._lock:
+            if self._proc is None:
+                self._start()
+        return self
+
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException],
+        tb: Optional[TracebackType],
+    ) -> None:
+        self.stop()
+
+    # --- properties --------------------------------------------------------------------
+
+    @property
+    def port(self) -> Optional[int]:
+        """The TCP port; None before the first start when it is picked automatically."""
+        return self._port
+
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:PORT`` (health at ``/health``).
+
+        Raises:
+            LocalServerError: the port is not known yet (never started).
+        """
+        if self._port is None:
+            raise LocalServerError("the server has no port yet; start it first")
+        return f"http://127.0.0.1:{self._port}"
+
+    @property
+    def url(self) -> str:
+        """The API base URL, ``http://127.0.0.1:PORT/api``.
+
+        Raises:
+            LocalServerError: the port is not known yet (never started).
+        """
+        return f"{self.base_url}/api"
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The server's process id while it runs, else None."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    @property
+    def is_running(self) -> bool:
+        """True while the server process is alive."""
+        return self.pid is not None
+
+    @property
+    def data_dir(self) -> Optional[Path]:
+        """The data directory; None before start (or after stop) when it is a temporary one."""
+        return self._given_dir or self._owned_dir
+
+    @property
+    def log_path(self) -> Optional[Path]:
+        """The file the server output is appended to; None when there is no data dir yet."""
+        if self._given_log is not None:
+            return self._given_log
+        data_dir = self.data_dir
+        return data_dir / "server.log" if data_dir is not None else None
+
+    @property
+    def version(self) -> Optional[str]:
+        """The server version (known once started, or when given)."""
+        return self._running_version
+
+    @property
+    def detached(self) -> bool:
+        """True when the server is meant to outlive this process."""
+        return self._detached
+
+    def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
+        """Return the last ``n`` lines of the server log ("" when there is none)."""
+        path = self.log_path
+        return _logs.tail_lines(path, n) if path is not None else ""
+
+    def __repr__(self) -> str:
+        state = f"pid={self.pid}" if self.is_running else "stopped"
+        return f"<LocalServer port={self._port} {state} data_dir={self.data_dir}>"
+
+    # --- internals (called with self._lock held) ---------------------------------------
+
+    def _start(self) -> None:
+        jar = self._jar if self._jar is not None else resolve_server_jar(self._version, progress=self._progress)
+        java = self._java_path()
+        match = _JAR_VERSION_RE.search(jar.name)
+        self._running_version = self._version or (match.group(1) if match else None)
+        data_dir = self._prepare_data_dir()
+        try:
+            if self._port is None:
+                self._port = _proc.free_port()
+            port = self._port
+            if not _proc.port_is_free(port):
+                raise LocalServerError(f"port {port} on 127.0.0.1 is already in use")
+            log_path = self.log_path
+            assert log_path is not None
+            log_path.parent.mkdir(parents=True, exist_ok=True)
+            cmd = self._command(java, jar, data_dir, port)
+            _log.info("starting Conductor server %s on port %d (data %s)", self._running_version, port, data_dir)
+            began = self._clock.monotonic()
+            lock_fd = _lock_data_dir(data_dir)
+            try:
+                with open(log_path, "a", encoding="utf-8") as log:
+                    offset = log.tell()
+                    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                    log.write(f"--- conductor-agents: starting the server at {stamp}: {_redacted(cmd)}\n")
+                    log.flush()
+                    self._proc = _proc.spawn(
+                        cmd,
+                        env={**os.environ, **self._env},
+                        log_file=log,
+                        cwd=data_dir,
+                        detached=self._detached,
+                        pass_fds=(lock_fd,),  # the server holds the data dir lock while it lives
+                    )
+            finally:
+                os.close(lock_fd)
+            if not self._detached:
+                _register(self)
+            self._wait_healthy(self._proc, port, offset)
+            _log.info(
+                "Conductor server up at %s (pid %d) in %.1f s",
+                self.url,
+                self._proc.pid,
+                self._clock.monotonic() - began,
+            )
+        except BaseException:
+            self._stop(remove_owned_dir=True)
+            raise
+
+    def _java_path(self) -> Path:
+        if self._java is None:
+            self._java = find_java()  # once: restarts reuse it
+        if isinstance(self._java, JavaRuntime):
+            return self._java.path
+        return Path(self._java)
+
+    def _prepare_data_dir(self) -> Path:
+        try:
+            if self._given_dir is not None:
+                self._given_dir.mkdir(parents=True, exist_ok=True)
+                return self._given_dir
+            if self._owned_dir is None:
+                self._owned_dir = Path(tempfile.mkdtemp(prefix="conductor-agents-server-")).resolve()
+            return self._owned_dir
+        except OSError as err:
+            raise LocalServerError(f"cannot create the data directory: {err}") from err
+
+    def _command(self, java: Path, jar: Path, data_dir: Path, port: int) -> list[str]:
+        props = {
+            "polyglot.engine.WarnInterpreterOnly": "false",
+            "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL",
+            "conductor.workflow-message-queue.enabled": "true",
+            "server.address": "127.0.0.1",
+            **self._properties,
+            "server.port": str(port),
+        }
+        return [str(java), *self._jvm_options, *(f"-D{k}={v}" for k, v in props.items()), "-jar", str(jar)]
+
+    def _wait_healthy(self, proc: subprocess.Popen[bytes], port: int, offset: int) -> None:
+        deadline = self._clock.monotonic() + self._startup_timeout
+        base_url = f"http://127.0.0.1:{port}"
+        while True:
+            try:
+                code = proc.wait(timeout=_HEALTH_POLL_SECONDS)  # doubles as the poll interval
+            except subprocess.TimeoutExpired:
+                pass
+            else:
+                raise self._failure(f"the server exited with code {code} during startup", offset)
+            if _http.probe_health(base_url, _HEALTH_PROBE_TIMEOUT):
+                if _proc.listens_on(proc.pid, port) is False:
+                    raise self._failure(f"another process answers on port {port}", offset)
+                if proc.poll() is None:
+                    return
+            if self._clock.monotonic() >= deadline:
+                raise self._failure(f"the server was not healthy within {self._startup_timeout:.0f} s", offset)
+
+    def _failure(self, message: str, offset: int) -> LocalServerError:
+        # First line: what happened and where the log is (the CLI prints only that line).
+        path = self.log_path
+        tail = _logs.tail_lines(path, LOG_TAIL_LINES, offset) if path is not None else ""
+        return LocalServerError(f"{message} (log: {path}); last lines:\n{tail}", log_tail=tail)
+
+    def _stop(self, *, remove_owned_dir: bool) -> None:
+        proc = self._proc
+        if proc is not None:
+            _log.info("stopping Conductor server (pid %d)", proc.pid)
+            _terminate(proc, self._stop_timeout)
+            self._proc = None
+            _unregister(self)
+        if remove_owned_dir and self._owned_dir is not None:
+            shutil.rmtree(self._owned_dir, ignore_errors=True)
+            self._owned_dir = None
+
+    def _stop_at_exit(self) -> None:
+        """Stop from the atexit hook without waiting forever for a thread inside start()."""
+        if self._lock.acquire(timeout=self._stop_timeout):
+            try:
+                self._stop(remove_owned_dir=True)
+            finally:
+                self._lock.release()
+            return
+        proc = self._proc
+        if proc is not None:
+            _terminate(proc, self._stop_timeout)
+
+
+def _lock_data_dir(data_dir: Path) -> int:
+    """Take the data directory's lock (``flock``) and return its descriptor.
+
+    The descriptor is inherited by the server, so the lock lasts exactly as long as the
+    server process: two servers never share one SQLite database.
+
+    Raises:
+        LocalServerError: another server uses this data directory.
+    """
+    fd = os.open(data_dir / ".conductor-agents.lock", os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError as err:
+        os.close(fd)
+        raise LocalServerError(f"another server is using the data directory {data_dir}") from err
+    return fd
+
+
+_SECRET_RE = re.compile(r"(-D[^=]*(?:key|secret|password|token)[^=]*=).*", re.IGNORECASE)
+
+
+def _redacted(cmd: Sequence[str]) -> str:
+    """The command line for the log, with secret-looking property values hidden."""
+    return " ".join(_SECRET_RE.sub(r"\1***", part) for part in cmd)
+
+
+def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+        return
+    except subprocess.TimeoutExpired:
+        _log.warning("server pid %d ignored SIGTERM for %.0f s; killing it", proc.pid, timeout)
+    proc.kill()
+    try:
+        proc.wait(_KILL_WAIT_SECONDS)
+    except subprocess.TimeoutExpired as err:
+        raise LocalServerError(f"server pid {proc.pid} survived SIGKILL") from err
+
+
+# --- never orphan: stop every attached server when this process exits ----------------
+
+_registry_lock = threading.Lock()
+_attached: "set[LocalServer]" = set()
+
+
+def _register(server: LocalServer) -> None:
+    with _registry_lock:
+        _attached.add(server)
+
+
+def _unregister(server: LocalServer) -> None:
+    with _registry_lock:
+        _attached.discard(server)
+
+
+@atexit.register
+def _stop_all_at_exit() -> None:
+    with _registry_lock:
+        servers = list(_attached)
+    for server in servers:
+        try:
+            server._stop_at_exit()
+        except Exception:  # keep stopping the others
+            _log.exception("could not stop %r at exit", server)
