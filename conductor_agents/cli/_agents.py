@@ -1,0 +1,403 @@
+"""``conductor-agents run|start|resume|send|status|wait|stop|cancel``: agents from the shell.
+
+``run`` and ``resume`` serve the agent's tools from this process in the foreground
+until the run ends (Ctrl-C stops it gracefully, a second Ctrl-C cancels it). ``start``
+only starts a run and prints its id: a process that exits cannot serve tools, so it is
+for agents whose tools run elsewhere, or for a later ``resume``. The other verbs act on
+an execution id and register no workers.
+
+Progress goes to standard error (a status line on a terminal, plain lines otherwise);
+results go to standard output, so ``ID=$(conductor-agents start ...)`` and
+``conductor-agents wait ID --json | jq .status`` work.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import textwrap
+import time
+from typing import Any, Callable, Dict, Optional
+
+import attrs
+
+from ..agent import Agent
+from ..errors import (
+    ConductorAgentsError,
+    ConfigurationError,
+    ExecutionNotFoundError,
+    ExecutionNotRunningError,
+    ServerUnavailableError,
+    WaitTimeoutError,
+    WorkerStallError,
+)
+from ..handle import AgentHandle
+from ..result import AgentResult, AgentStatus
+from ..runtime import AgentRuntime
+from ..settings import AgentSettings
+from ._foreground import wait_in_foreground
+from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error
+from ._progress import ProgressDisplay, RunWatcher
+from ._target import TargetError, TargetImportError, load_agent
+
+__all__ = ["EXIT_TIMED_OUT", "EXIT_UNREACHABLE", "register"]
+
+EXIT_UNREACHABLE = 4
+EXIT_TIMED_OUT = 5
+
+EXIT_CODES = """\
+exit codes:
+  0  success; for run/resume/wait/stop --wait: the run COMPLETED
+  1  the run ended FAILED, TERMINATED or TIMED_OUT, or another error
+  2  usage or configuration error (bad arguments, MODULE:AGENT not found)
+  3  unknown execution, or it is not running (send)
+  4  the Conductor server cannot be reached
+  5  the wait timed out (the run goes on on the server)"""
+
+_FOREGROUND_TIMEOUT = 3600.0
+_WAIT_TIMEOUT = 600.0
+_STOP_GRACE = 30.0
+
+
+def register(subparsers: Any) -> None:
+    """Add the agent verbs to the top-level ``subparsers``."""
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument("--server-url", metavar="URL",
+                        help="Conductor API base URL (default: CONDUCTOR_SERVER_URL, else http://localhost:8080/api)")
+    follow = argparse.ArgumentParser(add_help=False)
+    follow.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    follow.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
+
+    def add(name: str, handler: Callable[[argparse.Namespace], int], help_: str, description: str,
+            *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser = subparsers.add_parser(name, help=help_, description=textwrap.fill(description, 88),
+                                       epilog=EXIT_CODES,
+                                       parents=[server, *parents], formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.set_defaults(handler=_guarded(handler))
+        return parser
+
+    run = add("run", _run, "start an agent and serve its tools until the run ends",
+              "Import MODULE:AGENT (an Agent, or a function returning one), start a run with PROMPT and "
+              "serve its tools from this process, printing progress, until the run ends. Ctrl-C stops "
+              "the run gracefully (it ends after its current turn); a second Ctrl-C cancels it.", follow)
+    _target_args(run)
+    run.add_argument("prompt", metavar="PROMPT", help="what the agent starts with")
+    _foreground_args(run)
+
+    start = add("start", _start, "start a run and print its execution id (serves no tools)",
+                "Start a run of MODULE:AGENT and print its execution id. This process exits at once, so "
+                "it serves none of the agent's tools: use it for agents whose tools run elsewhere, or "
+                "serve them later with `conductor-agents resume MODULE:AGENT ID`.")
+    _target_args(start)
+    start.add_argument("prompt", metavar="PROMPT", help="what the agent starts with")
+    start.add_argument("--idempotency-key", help="starting twice with one key returns the first run")
+
+    resume = add("resume", _resume, "serve a run's tools from this process until it ends",
+                 "Re-attach to run EXECUTION_ID with MODULE:AGENT's tools (after a crash, or after "
+                 "`start`) and serve them in the foreground, like `run`.", follow)
+    _target_args(resume)
+    resume.add_argument("execution_id", metavar="EXECUTION_ID")
+    _foreground_args(resume)
+
+    send = add("send", _send, "send a message to a running execution",
+               "Push MESSAGE into the run's message queue and print the message id. MESSAGE is parsed as "
+               "JSON (an object is sent as is, another value as {\"message\": value}); anything that is "
+               "not JSON is sent as text, {\"message\": \"...\"}.")
+    send.add_argument("execution_id", metavar="EXECUTION_ID")
+    send.add_argument("message", metavar="MESSAGE", help="JSON or text")
+    send.add_argument("--text", action="store_true", help="send MESSAGE as text even if it parses as JSON")
+
+    status = add("status", _status, "print an execution's status",
+                 "Print the run's status (exit 0 whatever it is, 3 when the execution is unknown).")
+    status.add_argument("execution_id", metavar="EXECUTION_ID")
+    status.add_argument("--json", action="store_true", help="print JSON")
+
+    wait = add("wait", _wait, "wait for an execution to end, with progress",
+               "Wait until the run ends and print its output; the exit code says how it ended. "
+               "Ctrl-C stops waiting (the run goes on).", follow)
+    wait.add_argument("execution_id", metavar="EXECUTION_ID")
+    wait.add_argument("--timeout", type=_positive, default=_WAIT_TIMEOUT, metavar="SECONDS",
+                      help=f"give up waiting after SECONDS (default {_WAIT_TIMEOUT:g}); exit 5")
+
+    stop = add("stop", _stop, "ask an execution to finish gracefully",
+               "Ask the run to stop: it ends after its current turn, COMPLETED (a run blocked on "
+               "wait-for-message gets a stop signal). With --wait, wait for it to end.", follow)
+    stop.add_argument("execution_id", metavar="EXECUTION_ID")
+    stop.add_argument("--wait", action="store_true", help="wait for the run to end")
+    stop.add_argument("--timeout", type=_positive, default=_WAIT_TIMEOUT, metavar="SECONDS",
+                      help=f"with --wait: give up after SECONDS (default {_WAIT_TIMEOUT:g}); exit 5")
+
+    cancel = add("cancel", _cancel, "terminate an execution at once",
+                 "Terminate the run now (TERMINATED). A tool already running is not interrupted.")
+    cancel.add_argument("execution_id", metavar="EXECUTION_ID")
+    cancel.add_argument("--reason", default="cancelled from the command line", help="recorded on the run")
+
+
+def _target_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("target", metavar="MODULE:AGENT",
+                        help="a module (dotted name or .py file) and the Agent in it, or a function returning one")
+
+
+def _foreground_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=_positive, default=_FOREGROUND_TIMEOUT, metavar="SECONDS",
+                        help=f"give up after SECONDS (default {_FOREGROUND_TIMEOUT:g}); exit 5, the run goes on")
+    parser.add_argument("--stop-grace", type=_positive, default=_STOP_GRACE, metavar="SECONDS",
+                        help=f"after Ctrl-C, cancel the run if it has not stopped within SECONDS "
+                             f"(default {_STOP_GRACE:g})")
+
+
+def _positive(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+# --- error policy --------------------------------------------------------------------------
+
+
+def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """Map the errors of an agent verb to its documented exit code and one line on stderr."""
+
+    def run(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except (TargetError, ConfigurationError) as err:
+            error(str(err))
+            return EXIT_USAGE
+        except TargetImportError as err:
+            error(str(err))
+            return EXIT_ERROR
+        except (ExecutionNotFoundError, ExecutionNotRunningError) as err:
+            error(str(err))
+            return EXIT_NOT_FOUND
+        except ServerUnavailableError as err:
+            error(f"{err} (is the Conductor server running? set CONDUCTOR_SERVER_URL or --server-url)")
+            return EXIT_UNREACHABLE
+        except WaitTimeoutError as err:
+            error(f"run {err.execution_id} did not end within {err.timeout:g}s; it goes on on the server and is "
+                  f"not cancelled (see `conductor-agents status|wait|resume|stop|cancel`)")
+            return EXIT_TIMED_OUT
+        except WorkerStallError as err:
+            error(str(err))
+            return EXIT_ERROR
+        except ConductorAgentsError as err:
+            error(str(err))
+            return EXIT_ERROR
+
+    return run
+
+
+def _settings(args: argparse.Namespace, **overrides: Any) -> AgentSettings:
+    if args.server_url:
+        overrides["server_url"] = args.server_url
+    return AgentSettings.from_env(**overrides)
+
+
+def _note(text: str) -> None:
+    print(text, file=sys.stderr, flush=True)
+
+
+# --- verbs that serve tools ----------------------------------------------------------------
+
+
+def _run(args: argparse.Namespace) -> int:
+    agent = load_agent(args.target)
+    with AgentRuntime(_settings(args, auto_start_workers=True)) as runtime:
+        handle = runtime.start(agent, args.prompt)
+        _note(f"started {agent.name}: execution {handle.execution_id}")
+        return _serve(runtime, handle, agent, args)
+
+
+def _resume(args: argparse.Namespace) -> int:
+    agent = load_agent(args.target)
+    with AgentRuntime(_settings(args, auto_start_workers=True)) as runtime:
+        handle = runtime.resume(args.execution_id, agent)
+        _note(f"resumed {agent.name}: execution {handle.execution_id}"
+              + ("" if handle.workers_attached else " (already ended)"))
+        return _serve(runtime, handle, agent, args)
+
+
+def _serve(runtime: AgentRuntime, handle: AgentHandle, agent: Agent, args: argparse.Namespace) -> int:
+    if not args.quiet and agent.needs_message_queue:
+        _note(f"send it messages with: conductor-agents send {handle.execution_id} '{{...}}'")
+    if not args.quiet:
+        _note("Ctrl-C stops the run gracefully; press it twice to cancel")
+    display = ProgressDisplay()
+    started = time.monotonic()
+    with _watching(runtime, handle, display, args.quiet, args.timeout):
+        result = wait_in_foreground(handle, display, timeout=args.timeout, stop_grace=args.stop_grace)
+    return _report(result, args, time.monotonic() - started)
+
+
+# --- verbs on an execution id ---------------------------------------------------------------
+
+
+def _start(args: argparse.Namespace) -> int:
+    agent = load_agent(args.target)
+    with AgentRuntime(_settings(args, auto_start_workers=False)) as runtime:
+        handle = runtime.start(agent, args.prompt, idempotency_key=args.idempotency_key)
+    print(handle.execution_id, flush=True)
+    if agent.worker_tools:
+        _note(f"started {agent.name}; its tools are not served by this command: serve them with "
+              f"`conductor-agents resume {args.target} {handle.execution_id}`")
+    return EXIT_OK
+
+
+def _send(args: argparse.Namespace) -> int:
+    payload = _parse_message(args.message, as_text=args.text)
+    with AgentRuntime(_settings(args)) as runtime:
+        message_id = runtime.send_message(args.execution_id, payload)
+    print(message_id)
+    return EXIT_OK
+
+
+def _parse_message(text: str, *, as_text: bool) -> Any:
+    if as_text:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError:
+        return text
+
+
+def _status(args: argparse.Namespace) -> int:
+    with AgentRuntime(_settings(args)) as runtime:
+        handle = runtime.attach(args.execution_id)
+        status = handle.status()
+    if args.json:
+        print(json.dumps(_status_dict(status, handle), indent=2, default=str))
+        return EXIT_OK
+    state = status.status.value
+    if status.is_waiting:
+        state += " (waiting for a message)"
+    rows = [("execution", status.execution_id or handle.execution_id), ("agent", handle.agent_name),
+            ("status", state)]
+    if handle.run_id:
+        rows.append(("run id", handle.run_id))
+    if status.pending_tool and status.pending_tool.get("taskRefName"):
+        rows.append(("pending", str(status.pending_tool.get("taskRefName"))))
+    output = (status.output or {}).get("result")
+    if output is not None:
+        rows.append(("output", str(output)))
+    if status.reason:
+        rows.append(("reason", status.reason))
+    for key, value in rows:
+        print(f"{key:<10} {value}")
+    return EXIT_OK
+
+
+def _status_dict(status: AgentStatus, handle: AgentHandle) -> Dict[str, Any]:
+    return {
+        "executionId": status.execution_id or handle.execution_id,
+        "agent": handle.agent_name,
+        "runId": handle.run_id,
+        "status": status.status.value,
+        "terminal": status.is_terminal,
+        "isWaiting": status.is_waiting,
+        "pendingTool": status.pending_tool,
+        "output": status.output,
+        "reason": status.reason,
+    }
+
+
+def _wait(args: argparse.Namespace) -> int:
+    with AgentRuntime(_settings(args)) as runtime:
+        handle = runtime.attach(args.execution_id)
+        return _wait_on(runtime, handle, args)
+
+
+def _wait_on(runtime: AgentRuntime, handle: AgentHandle, args: argparse.Namespace) -> int:
+    display = ProgressDisplay()
+    started = time.monotonic()
+    with _watching(runtime, handle, display, args.quiet, args.timeout):
+        result = handle.wait(timeout=args.timeout)
+    return _report(result, args, time.monotonic() - started)
+
+
+def _stop(args: argparse.Namespace) -> int:
+    with AgentRuntime(_settings(args)) as runtime:
+        handle = runtime.attach(args.execution_id)
+        status = handle.status()
+        if status.is_terminal:
+            _note(f"execution {handle.execution_id} already ended ({status.status.value})")
+        else:
+            handle.stop()
+            _note(f"stop requested for execution {handle.execution_id}")
+        if not args.wait:
+            return EXIT_OK
+        return _wait_on(runtime, handle, args)
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    with AgentRuntime(_settings(args)) as runtime:
+        handle = runtime.attach(args.execution_id)
+        handle.cancel(args.reason)
+    _note(f"cancelled execution {args.execution_id}")
+    return EXIT_OK
+
+
+# --- progress and results -------------------------------------------------------------------
+
+
+class _watching:
+    """Context manager: a :class:`RunWatcher` on ``handle`` for the block (none when quiet)."""
+
+    def __init__(self, runtime: AgentRuntime, handle: AgentHandle, display: ProgressDisplay, quiet: bool,
+                 timeout: float) -> None:
+        self._watcher: Optional[RunWatcher] = None
+        if quiet:
+            return
+        events = getattr(handle, "events", None)
+        if callable(events):
+            self._watcher = RunWatcher(display, handle.execution_id,
+                                       events=lambda: events(timeout=timeout + 30.0))
+        else:  # an SDK without handle.events(): sample the task list
+            api = runtime._api  # the CLI is part of the package
+            self._watcher = RunWatcher(display, handle.execution_id,
+                                       fetch=lambda: api.get_workflow(handle.execution_id, include_tasks=True))
+
+    def __enter__(self) -> "_watching":
+        if self._watcher is not None:
+            self._watcher.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._watcher is not None:
+            self._watcher.stop(grace=1.0 if exc[0] is None else 0.0)
+
+
+def _report(result: AgentResult, args: argparse.Namespace, elapsed: float) -> int:
+    if args.json:
+        print(json.dumps(result_dict(result), indent=2, default=str), flush=True)
+    elif result.output is not None:
+        print(result.output, flush=True)
+    if not args.quiet:
+        tools = len(result.tool_calls)
+        summary = (f"{result.status.value} after {elapsed:.1f}s: {tools} tool call{'s' if tools != 1 else ''}, "
+                   f"{result.token_usage.total_tokens} tokens")
+        if result.error:
+            summary += f"; {result.error}"
+        _note(summary)
+    return EXIT_OK if result.ok else EXIT_ERROR
+
+
+def result_dict(result: AgentResult) -> Dict[str, Any]:
+    """An :class:`AgentResult` as the JSON the ``--json`` flags print."""
+    return {
+        "executionId": result.execution_id,
+        "status": result.status.value,
+        "output": result.output,
+        "finishReason": result.finish_reason,
+        "error": result.error,
+        "tokenUsage": attrs.asdict(result.token_usage),
+        "toolCalls": [
+            {"name": c.name, "status": c.status, "arguments": dict(c.arguments), "output": dict(c.output),
+             "error": c.error}
+            for c in result.tool_calls
+        ],
+    }

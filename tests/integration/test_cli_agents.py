@@ -1,0 +1,325 @@
+"""``python -m conductor_agents run|start|resume|send|status|wait|stop|cancel`` as a user runs them.
+
+Every verb runs as a subprocess against the session's server. The agent is a module written
+to a temporary directory (``MODULE:AGENT`` = ``agent_mod.py:make_agent``) whose model is a
+script of the session's ScriptedLLM: a listener that turns each message into an ``act`` call.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Dict, List, Optional
+
+import pytest
+
+from conductor_agents import Agent, ToolRegistry, WaitForMessageTool, tool
+from conductor_agents.cli._progress import ProgressDisplay, RunWatcher
+from conductor_agents.testing import ToolCall, listener_policy
+
+from ..helpers import eventually
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+TIMEOUT = 90
+
+
+def act_on(payload: dict) -> Optional[ToolCall]:
+    if "action" in payload:
+        return ToolCall("act", {"action": str(payload["action"])})
+    if "message" in payload:
+        return ToolCall("act", {"action": str(payload["message"])})
+    return None
+
+
+AGENT_MODULE = '''
+import time
+from conductor_agents import Agent, ToolRegistry, WaitForMessageTool, tool
+
+
+class Tools:
+    @tool
+    def act(self, action: str) -> dict:
+        """Carry out an action."""
+        if action == "slow":
+            time.sleep(3)
+        return {{"done": action}}
+
+
+def make_agent():
+    return Agent(name={name!r}, model={model!r}, stateful=True, max_turns=1000,
+                 tools=[WaitForMessageTool.create(name="wait_for_message"), *ToolRegistry.from_instance(Tools())])
+
+
+not_an_agent = 42
+'''
+
+
+class Cli:
+    """Runs the CLI with the session server's URL in CONDUCTOR_SERVER_URL."""
+
+    def __init__(self, cwd: Path, server_url: str) -> None:
+        self.cwd = cwd
+        self.env = {**os.environ, "CONDUCTOR_SERVER_URL": server_url, "PYTHONUNBUFFERED": "1"}
+
+    def __call__(self, *args: str, timeout: float = TIMEOUT, env: Optional[Dict[str, str]] = None
+                 ) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "conductor_agents", *args], cwd=self.cwd,
+                              env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+
+    def spawn(self, *args: str) -> "Running":
+        return Running(subprocess.Popen([sys.executable, "-m", "conductor_agents", *args], cwd=self.cwd,
+                                        env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+
+
+class Running:
+    """A CLI process in the background; its stderr is read line by line on a thread."""
+
+    def __init__(self, process: subprocess.Popen) -> None:
+        self.process = process
+        self.lines: "queue.Queue[Optional[str]]" = queue.Queue()
+        self.stderr: List[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def expect(self, text: str, timeout: float = 60) -> str:
+        """The next stderr line containing ``text``."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.01, deadline - time.monotonic()))
+            except queue.Empty:
+                raise AssertionError(f"no stderr line with {text!r} within {timeout}s; got {self.stderr}") from None
+            if line is None:
+                raise AssertionError(f"the CLI exited before printing {text!r}; stderr: {self.stderr}")
+            self.stderr.append(line)
+            if text in line:
+                return line
+
+    def finish(self, timeout: float = TIMEOUT) -> "tuple[int, str, str]":
+        """Wait for the exit; return (code, stdout, all of stderr)."""
+        self.process.wait(timeout=timeout)
+        assert self.process.stdout is not None
+        stdout = self.process.stdout.read()  # not communicate(): the reader thread owns stderr
+        self.process.stdout.close()
+        self._reader.join(10)
+        while True:
+            line = self.lines.get_nowait() if not self.lines.empty() else None
+            if line is None:
+                break
+            self.stderr.append(line)
+        return self.process.returncode, stdout, "\n".join(self.stderr)
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait(timeout=10)
+
+
+@pytest.fixture
+def cli(tmp_path: Path, agent_settings) -> Cli:
+    return Cli(tmp_path, agent_settings.server_url)
+
+
+@pytest.fixture
+def target(tmp_path: Path, scripted_llm, unique_name) -> str:
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    (tmp_path / "agent_mod.py").write_text(AGENT_MODULE.format(name=unique_name("cli"), model=model))
+    return "agent_mod.py:make_agent"
+
+
+def execution_id_from(line: str) -> str:
+    return line.rsplit("execution ", 1)[1].split()[0]
+
+
+def test_run_serves_tools_prints_progress_and_ctrl_c_stops_gracefully(cli: Cli, target: str) -> None:
+    run = cli.spawn("run", target, "Listen.")
+    try:
+        execution_id = execution_id_from(run.expect("started"))
+        run.expect("waiting for a message")
+
+        sent = cli("send", execution_id, '{"action": "build"}')
+        assert sent.returncode == 0, sent.stderr
+        assert sent.stdout.strip()  # the message id
+        run.expect("tool act(action=build)")
+        run.expect("-> {\"done\":\"build\"}")
+
+        status = cli("status", execution_id)
+        assert status.returncode == 0, status.stderr
+        assert "RUNNING" in status.stdout and execution_id in status.stdout
+        as_json = json.loads(cli("status", execution_id, "--json").stdout)
+        assert as_json["executionId"] == execution_id and as_json["status"] == "RUNNING"
+        assert as_json["runId"] and not as_json["terminal"]
+
+        run.process.send_signal(signal.SIGINT)  # Ctrl-C: a graceful stop
+        code, stdout, stderr = run.finish()
+    finally:
+        run.kill()
+    assert code == 0, stderr
+    assert "stopping" in stderr and "COMPLETED" in stderr
+    assert "Traceback" not in stderr
+    assert json.loads(cli("status", execution_id, "--json").stdout)["status"] == "COMPLETED"
+
+
+def test_second_ctrl_c_cancels_the_run(cli: Cli, target: str) -> None:
+    run = cli.spawn("run", target, "Listen.")
+    try:
+        execution_id = execution_id_from(run.expect("started"))
+        run.expect("waiting for a message")
+        assert cli("send", execution_id, "slow").returncode == 0  # text: the tool sleeps 3 s
+        run.expect("model turn 2")
+        run.process.send_signal(signal.SIGINT)
+        run.expect("stopping")
+        run.process.send_signal(signal.SIGINT)
+        code, _, stderr = run.finish()
+    finally:
+        run.kill()
+    assert code == 1, stderr
+    assert "cancelling" in stderr and "TERMINATED" in stderr
+
+
+def test_start_then_resume_serves_the_run_while_wait_and_stop_drive_it(cli: Cli, target: str) -> None:
+    started = cli("start", target, "Listen.")
+    assert started.returncode == 0, started.stderr
+    execution_id = started.stdout.strip()
+    assert "resume" in started.stderr  # says that its tools are not served by `start`
+
+    resume = cli.spawn("resume", target, execution_id, "--json")
+    waiter = cli.spawn("wait", execution_id, "--timeout", "60")
+    try:
+        resume.expect("resumed")
+        assert cli("send", execution_id, "hello").returncode == 0  # text becomes {"message": "hello"}
+        resume.expect("tool act(action=hello)")
+        stopped = cli("stop", execution_id)
+        assert stopped.returncode == 0, stopped.stderr
+        code, stdout, stderr = resume.finish()
+        wait_code, _, wait_stderr = waiter.finish()
+    finally:
+        resume.kill()
+        waiter.kill()
+    assert code == 0, stderr
+    result = json.loads(stdout)
+    assert result["status"] == "COMPLETED" and result["executionId"] == execution_id
+    assert {"name": "act", "status": "COMPLETED", "arguments": {"action": "hello"},
+            "output": {"done": "hello"}, "error": None} in result["toolCalls"]
+    assert wait_code == 0, wait_stderr
+    assert "COMPLETED" in wait_stderr and "Traceback" not in wait_stderr
+
+    again = cli("stop", execution_id)  # stopping a run that ended is not an error
+    assert again.returncode == 0 and "already ended" in again.stderr
+
+
+def test_cancel_wait_and_send_after_the_end(cli: Cli, target: str) -> None:
+    execution_id = cli("start", target, "Listen.").stdout.strip()
+    timed_out = cli("wait", execution_id, "--timeout", "1", "--quiet")
+    assert timed_out.returncode == 5, timed_out.stderr
+    assert timed_out.stderr.count("\n") == 1 and "not cancelled" in timed_out.stderr
+
+    cancelled = cli("cancel", execution_id, "--reason", "test over")
+    assert cancelled.returncode == 0, cancelled.stderr
+    waited = cli("wait", execution_id, "--json")
+    assert waited.returncode == 1
+    assert json.loads(waited.stdout)["status"] == "TERMINATED"
+    late = cli("send", execution_id, "anyone there?")
+    assert late.returncode == 3 and late.stderr.startswith("conductor-agents: error: ")
+    assert late.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("verb", [["status"], ["wait"], ["send", "hi"], ["stop"], ["cancel"]])
+def test_unknown_execution_exits_3_with_one_line(cli: Cli, verb: List[str]) -> None:
+    result = cli(verb[0], "no-such-execution-0000", *verb[1:])
+    assert result.returncode == 3, result.stderr
+    assert result.stderr.startswith("conductor-agents: error: ") and result.stderr.count("\n") == 1
+    assert "no-such-execution-0000" in result.stderr
+
+
+def test_unreachable_server_exits_4(cli: Cli, target: str) -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{sock.getsockname()[1]}/api"  # bound, never listening: refused
+        by_flag = cli("status", "some-id", "--server-url", url)
+        by_env = cli("run", target, "hi", env={"CONDUCTOR_SERVER_URL": url})
+    for result in (by_flag, by_env):
+        assert result.returncode == 4, result.stderr
+        # `run` starts polling before it starts the run, so a poller's warning may come first.
+        last = result.stderr.strip().splitlines()[-1]
+        assert last.startswith("conductor-agents: error: ") and "cannot reach the server" in last
+        assert "Traceback" not in result.stderr
+    assert by_flag.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run", "no_such_module:agent", "hi"], "no module named"),
+    (["run", "agent_mod.py:missing", "hi"], "has no attribute"),
+    (["run", "agent_mod.py:not_an_agent", "hi"], "not an Agent"),
+    (["run", "agent_mod.py", "hi"], "expected MODULE:AGENT"),
+    (["wait", "some-id", "--timeout", "-1"], "seconds > 0"),
+    (["status", "some-id", "--server-url", "localhost"], "http(s) URL"),
+    (["run"], "required"),
+])
+def test_usage_errors_exit_2(cli: Cli, target: str, args: List[str], message: str) -> None:
+    result = cli(*args)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr and "Traceback" not in result.stderr
+
+
+def test_help_documents_exit_codes(cli: Cli) -> None:
+    result = cli("wait", "--help")
+    assert result.returncode == 0
+    for code in ("0  success", "3  unknown execution", "4  the Conductor server cannot be reached",
+                 "5  the wait timed out"):
+        assert code in result.stdout
+
+
+class InProcessTools:
+    @tool
+    def act(self, action: str) -> dict:
+        """Carry out an action."""
+        return {"done": action}
+
+
+@pytest.mark.parametrize("tty", [False, True])
+def test_progress_from_the_task_list_when_there_is_no_event_stream(agent_runtime, scripted_llm, unique_name,
+                                                                   tty: bool) -> None:
+    """The watcher's polling mode (an SDK without handle.events()) tells the same story."""
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    agent = Agent(name=unique_name("progress"), model=model, stateful=True, max_turns=100,
+                  tools=[WaitForMessageTool.create(name="wait_for_message"),
+                         *ToolRegistry.from_instance(InProcessTools())])
+    handle = agent_runtime.start(agent, "Listen.")
+    out = io.StringIO()
+    display = ProgressDisplay(out, tty=tty)
+    watcher = RunWatcher(display, handle.execution_id, interval=0.2,
+                         fetch=lambda: agent_runtime._api.get_workflow(handle.execution_id, include_tasks=True))
+    watcher.start()
+    try:
+        eventually(lambda: "waiting for a message" in out.getvalue(), timeout=30, message="waiting")
+        handle.send_message({"action": "build"})
+        eventually(lambda: "tool act(action=build)" in out.getvalue(), timeout=30, message="the tool line")
+        handle.stop()
+        assert handle.wait(timeout=60).ok
+    finally:
+        watcher.stop()
+    text = out.getvalue()
+    lines = [line.rsplit("\x1b[2K", 1)[-1] for line in text.splitlines()]
+    for expected in ("model turn 1", "wait_for_message: waiting for a message",
+                     'wait_for_message: received {"action":"build"}', 'tool act(action=build) -> {"done":"build"}',
+                     "run COMPLETED"):
+        assert expected in lines, text
+    assert ("\r\x1b[2K" in text) is tty

@@ -1,0 +1,141 @@
+"""Every sample runs headless, and prints or returns what its docstring promises.
+
+``samples/listener.py`` runs exactly as ``make demo`` runs it (its own LocalStack: ~15 s).
+The others run in their ``--remote`` mode (or, for the notebook, with CONDUCTOR_SERVER_URL
+set) against the session's server, with a model scripted by the session's ScriptedLLM, so
+they start no server of their own.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Dict, Iterator
+
+import pytest
+
+from conductor_agents.testing import ToolCall, listener_policy
+
+from ..helpers import eventually
+
+pytestmark = pytest.mark.integration
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+SAMPLES = REPO_ROOT / "samples"
+
+
+def report_on(payload: dict) -> "ToolCall | None":
+    """The samples' scripted model: {action: generate-report, topic} -> generate_report(topic)."""
+    if isinstance(payload, dict) and payload.get("action") == "generate-report":
+        return ToolCall("generate_report", {"topic": payload.get("topic", "weekly")})
+    return None
+
+
+@pytest.fixture
+def remote_env(agent_settings, scripted_llm) -> Dict[str, str]:
+    """The environment of a sample's --remote mode: the session's server, a scripted model."""
+    model = scripted_llm.script(policy=listener_policy(report_on))
+    return {**os.environ, "CONDUCTOR_SERVER_URL": agent_settings.server_url, "CONDUCTOR_AGENT_MODEL": model,
+            "PYTHONUNBUFFERED": "1"}
+
+
+def run_sample(args: "list[str]", env: Dict[str, str], timeout: float = 120,
+               **kwargs: object) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+                          timeout=timeout, **kwargs)
+
+
+def test_make_demo_runs_the_listener_sample_offline() -> None:
+    """What `make demo` runs, as it runs it: its own local server and scripted model."""
+    env = {k: v for k, v in os.environ.items() if k != "CONDUCTOR_SERVER_URL"}
+    result = run_sample(["samples/listener.py"], env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "[tool] generate_report(topic='weekly') -> /reports/weekly-1.pdf" in result.stdout
+    assert "run ended COMPLETED" in result.stdout
+    assert "reports generated in this process: ['/reports/weekly-1.pdf']" in result.stdout
+
+
+def test_stateful_resume_sample_continues_the_run_after_the_child_is_killed(remote_env: Dict[str, str]) -> None:
+    result = run_sample(["samples/stateful_resume.py", "--remote"], remote_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    child_pid = out.split("child ", 1)[1].split()[0]
+    assert f"[tool in pid {child_pid}] generate_report(topic='before-crash')" in out
+    assert "(SIGKILL)" in out
+    assert "generate_report(topic='after-resume')" in out and f"pid {child_pid}] generate_report(topic='after" not in out
+    assert "run ended COMPLETED; reports made in this process: ['after-resume']" in out
+
+
+def test_chat_repl_sample_works_with_piped_input(scripted_llm, agent_settings) -> None:
+    model = scripted_llm.script(policy=listener_policy(
+        lambda payload: ToolCall("reply", {"text": f"you said: {payload['message']}"})))
+    env = {**os.environ, "CONDUCTOR_SERVER_URL": agent_settings.server_url, "CONDUCTOR_AGENT_MODEL": model}
+    result = run_sample(["samples/chat_repl.py", "--remote"], env, input="hello\n\nhow are you?\n/quit\nignored\n")
+    assert result.returncode == 0, result.stdout + result.stderr
+    lines = [line for line in result.stdout.splitlines() if line.startswith(("you>", "agent>"))]
+    assert lines == ["you> hello", "agent> you said: hello", "you> how are you?", "agent> you said: how are you?"]
+    assert "chat ended: COMPLETED" in result.stdout
+
+
+@pytest.fixture
+def flask_sample(remote_env: Dict[str, str], monkeypatch: pytest.MonkeyPatch) -> Iterator[object]:
+    """samples/flask_app.py imported with the session's server and a scripted model in its environment."""
+    pytest.importorskip("flask", reason="pip install -e '.[test]' brings Flask")
+    for key in ("CONDUCTOR_SERVER_URL", "CONDUCTOR_AGENT_MODEL"):
+        monkeypatch.setenv(key, remote_env[key])
+    spec = importlib.util.spec_from_file_location("flask_app_sample", SAMPLES / "flask_app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    try:
+        yield module
+    finally:
+        if module._runtime is not None:
+            module._runtime.close()
+
+
+def test_flask_sample_starts_messages_reads_and_stops_a_listener(flask_sample) -> None:
+    client = flask_sample.app.test_client()
+    started = client.post("/listeners", json={})
+    assert started.status_code == 201, started.get_json()
+    execution_id = started.get_json()["execution_id"]
+
+    sent = client.post(f"/listeners/{execution_id}/messages", json={"action": "generate-report", "topic": "sales"})
+    assert sent.status_code == 202 and sent.get_json()["message_id"]
+    state = eventually(lambda: (lambda body: body if body["reports"] else None)(
+        client.get(f"/listeners/{execution_id}").get_json()), timeout=30, message="the report")
+    assert state == {"execution_id": execution_id, "status": "RUNNING", "waiting": state["waiting"],
+                     "reports": ["sales"]}
+
+    assert client.post(f"/listeners/{execution_id}/messages", data="not json").status_code == 400
+    assert client.get("/listeners/nope").status_code == 404
+
+    stopped = client.post(f"/listeners/{execution_id}/stop")
+    assert stopped.status_code == 200
+    body = stopped.get_json()
+    assert body["status"] == "COMPLETED" and body["reports"] == ["sales"]
+    assert "generate_report" in body["tool_calls"]
+    assert client.get(f"/listeners/{execution_id}").status_code == 404  # forgotten once stopped
+
+
+def test_notebook_sample_runs_cell_by_cell(remote_env: Dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    nbformat = pytest.importorskip("nbformat", reason="pip install -e '.[test]' brings nbformat")
+    nbclient = pytest.importorskip("nbclient", reason="pip install -e '.[test]' brings nbclient")
+    for key in ("CONDUCTOR_SERVER_URL", "CONDUCTOR_AGENT_MODEL"):
+        monkeypatch.setenv(key, remote_env[key])  # the kernel inherits this process's environment
+    notebook = nbformat.read(SAMPLES / "listener.ipynb", as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(SAMPLES)}})
+    client.execute()
+
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    started = code[0].outputs[-1]["data"]
+    assert "AgentHandle(execution_id=" in started["text/plain"] and "workers=local" in started["text/plain"]
+    assert "<b>notebook_listener</b>" in started["text/html"]
+    assert code[1].outputs[-1]["data"]["text/plain"] == "['sales']"
+    printed = "".join(o.get("text", "") for o in code[2].outputs if o["output_type"] == "stream")
+    assert printed.startswith("COMPLETED") and "generate_report" in printed
+    assert "status=COMPLETED" in code[2].outputs[-1]["data"]["text/plain"]
