@@ -11,7 +11,7 @@ from typing import Any, Iterator, Mapping, Optional
 from contextlib import contextmanager
 from urllib.parse import quote
 
-from ._transport import HttpError, Transport
+from ._transport import ByteStream, HttpError, Transport
 from .errors import (
     ExecutionNotFoundError,
     ExecutionNotRunningError,
@@ -79,6 +79,18 @@ class ConductorApi:
             self.transport.request(
                 "DELETE", f"/agent/{_seg(execution_id)}/cancel", params={"reason": reason}
             )
+
+    def agent_stream(self, execution_id: str, *, last_event_id: Optional[str] = None,
+                     timeout: "tuple[float, float]" = (5.0, 45.0)) -> ByteStream:
+        """``GET /agent/stream/{id}`` (server-sent events), resuming after ``last_event_id``.
+
+        Raises: as :meth:`Transport.open_stream` (a 404 stays an HttpError: it may mean an
+        unknown execution or a server without the stream endpoint).
+        """
+        headers = {"Accept": "text/event-stream", "Cache-Control": "no-cache"}
+        if last_event_id:
+            headers["Last-Event-ID"] = last_event_id
+        return self.transport.open_stream(f"/agent/stream/{_seg(execution_id)}", headers=headers, timeout=timeout)
 
     # -- workflows and messages -------------------------------------------------------
 

@@ -81,8 +81,10 @@ class ToolExecutor:
         clock: Clock = SYSTEM_CLOCK,
         result_retry_seconds: float = 600.0,
         on_task_done: Optional[Callable[[TaskRef, str, float], None]] = None,
+        task_listener: Optional[Any] = None,  # a conductor_agents._observer.TaskListener
     ) -> None:
         self._api = api
+        self._task_listener = task_listener
         self._worker_id = worker_id
         self._clock = clock
         self._result_retry_seconds = result_retry_seconds
@@ -142,14 +144,23 @@ class ToolExecutor:
     def _run(self, task: TaskRef, tool_def: ToolDef) -> None:
         started = self._clock.monotonic()
         outcome = "COMPLETED"
+        listener = self._task_listener  # told when the body starts and ends (before the result is posted)
+        if listener is not None:
+            listener.task_started(task)
         try:
             result = self._execute(task, tool_def)
             outcome = result["status"]
+            if listener is not None:
+                listener.task_finished(task, outcome, self._clock.monotonic() - started,
+                                       result.get("reasonForIncompletion"))
+                listener = None
             self._post_result(task, result)
         except BaseException:  # never let a pool thread die silently
             log.exception("unexpected error while running task %s (%s)", task.task_id, task.task_type)
             outcome = "ERROR"
         finally:
+            if listener is not None:  # the body itself blew up: still balance task_started
+                listener.task_finished(task, "ERROR", self._clock.monotonic() - started, "unexpected worker error")
             self._forget(task)
             if self._on_task_done is not None:
                 try:
@@ -260,7 +271,8 @@ class ToolExecutor:
             if self._stop.is_set():
                 return
             self._stop.set()
-        if not self.wait_idle(grace):
+        idle = self.wait_idle(grace)
+        if not idle:
             with self._lock:
                 left = [f.task for f in self._in_flight.values()]
             for task in left:
@@ -275,5 +287,7 @@ class ToolExecutor:
                 except (ServerUnavailableError, HttpError) as err:
                     log.error("could not report task %s as FAILED: %s", task.task_id, err)
         self._abandon.set()
-        self._pool.shutdown(wait=False, cancel_futures=True)
+        # Idle: every pool thread is free, so joining them is quick and close() leaves no
+        # thread behind. A body still running past the grace period cannot be joined.
+        self._pool.shutdown(wait=idle, cancel_futures=True)
         self._lease_thread.join(timeout=2.0)

@@ -14,8 +14,9 @@ repeat (``wait()`` counts transient errors; result updates retry with backoff).
 from __future__ import annotations
 
 import logging
+import socket
 import threading
-from typing import Any, Mapping, Optional, Tuple, Union
+from typing import Any, Iterator, Mapping, Optional, Tuple, Union
 
 import requests
 from requests.adapters import HTTPAdapter
@@ -64,6 +65,71 @@ def _server_message(response: requests.Response) -> str:
     if isinstance(body, dict) and body.get("message"):
         return str(body["message"])[:500]
     return text.strip()[:500]
+
+
+class ByteStream:
+    """An open streaming response (see :meth:`Transport.open_stream`): iterate for raw chunks.
+
+    One thread iterates; :meth:`abort` may be called from any other thread and unblocks a
+    read in progress (it shuts the socket down). Iterating maps every failure to
+    :class:`ServerUnavailableError`; the iteration simply ends when the server closes the
+    stream cleanly. Use it as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, response: requests.Response, method: str, path: str) -> None:
+        self._response = response
+        self._method = method
+        self._path = path
+        self._aborted = False
+        self.status = response.status_code
+        self.headers: Mapping[str, str] = response.headers
+
+    def __iter__(self) -> Iterator[bytes]:
+        raw = self._response.raw
+        try:
+            if getattr(raw, "chunked", False):
+                # Chunked: urllib3 yields each chunk as soon as it arrives.
+                for chunk in self._response.iter_content(chunk_size=None):
+                    if chunk:
+                        yield chunk
+                return
+            while True:  # not chunked: read1 returns what is there, without waiting to fill a buffer
+                chunk = raw.read1(8192)
+                if not chunk:
+                    return
+                yield chunk
+        except Exception as err:  # requests' and urllib3's errors, or OSError/ValueError after abort()
+            if self._aborted:
+                return
+            raise ServerUnavailableError(
+                f"{self._method} {self._path}: the stream broke ({err.__class__.__name__})"
+            ) from err
+
+    def abort(self) -> None:
+        """Cut the connection now, from any thread (a blocked read returns). Idempotent."""
+        self._aborted = True
+        raw = self._response.raw
+        connection = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
+        sock = getattr(connection, "sock", None)
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+        self.close()
+
+    def close(self) -> None:
+        """Close the response (the connection is not reused). Idempotent."""
+        try:
+            self._response.close()
+        except Exception:  # closing a half-read, aborted response may complain; it is closed anyway
+            log.debug("closing a stream of %s raised", self._path, exc_info=True)
+
+    def __enter__(self) -> "ByteStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
 
 
 class Transport:
@@ -169,6 +235,67 @@ class Transport:
         if not self._closed and self._owns_session:
             self._session.close()
         self._closed = True
+
+    def open_stream(
+        self,
+        path: str,
+        *,
+        headers: Optional[Mapping[str, str]] = None,
+        timeout: Optional[Timeout] = None,
+    ) -> ByteStream:
+        """``GET path`` as a stream (server-sent events); the caller iterates and closes it.
+
+        ``timeout`` is (connect, read): the read timeout bounds the silence between two
+        chunks, not the whole stream. Not retried beyond the connect retries of every call.
+
+        Raises:
+            ServerUnavailableError: no connection.
+            AuthenticationError: 401/403 even after refreshing the token.
+            HttpError: any other status >= 400 (the error body is read and the connection closed).
+        """
+        for attempt in (1, 2):
+            response = self._open(path, headers or {}, timeout)
+            if response.status_code in (401, 403) and self._auth_key and attempt == 1:
+                response.close()
+                self._invalidate_token()
+                continue
+            break
+        if response.status_code in (401, 403):
+            response.close()
+            raise AuthenticationError(
+                f"GET {path}: the server rejected the credentials (HTTP {response.status_code})",
+                status=response.status_code,
+            )
+        if response.status_code >= 400:
+            try:
+                server_message = _server_message(response)
+            except requests.exceptions.RequestException:
+                server_message = ""
+            response.close()
+            raise HttpError(
+                f"GET {path} failed with HTTP {response.status_code}: {server_message}",
+                status=response.status_code, server_message=server_message, method="GET", path=path,
+            )
+        return ByteStream(response, "GET", path)
+
+    def _open(self, path: str, headers: Mapping[str, str], timeout: Optional[Timeout]) -> requests.Response:
+        send_headers = dict(headers)
+        token = self._current_token()
+        if token is not None:
+            send_headers["X-Authorization"] = token
+        try:
+            return self._session.get(
+                self.base_url + path, headers=send_headers, stream=True,
+                timeout=timeout if timeout is not None else (min(5.0, self._timeout), self._timeout),
+            )
+        except requests.exceptions.Timeout as err:
+            raise ServerUnavailableError(
+                f"GET {path}: the server did not answer in time ({err.__class__.__name__})"
+            ) from err
+        except requests.exceptions.ConnectionError as err:
+            raise ServerUnavailableError(f"GET {path}: cannot reach the server at {self.base_url}") from err
+        except requests.exceptions.RequestException as err:
+            raise ServerUnavailableError(f"GET {path}: request failed ({err.__class__.__name__})") from err
 
     # -- internals --------------------------------------------------------------------
 

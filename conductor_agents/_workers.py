@@ -15,6 +15,7 @@ from typing import Optional
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._executor import ToolExecutor
+from ._observer import TaskObserver
 from ._poller import DomainPoller
 from .agent import Agent
 from .errors import ConductorAgentsError, WorkerStartupError
@@ -67,6 +68,8 @@ class WorkerSet:
         self._pollers: dict[Optional[str], DomainPoller] = {}
         self._retiring: list[DomainPoller] = []
         self._closed = False
+        #: Counts, timings and local tool events of this runtime's workers (runtime.stats(), handle.events()).
+        self.observer = TaskObserver(clock=clock)
 
     # -- registration -----------------------------------------------------------------
 
@@ -97,10 +100,11 @@ class WorkerSet:
     def _new_poller(self, domain: Optional[str]) -> DomainPoller:
         if self._executor is None:
             self._executor = ToolExecutor(
-                self._api, threads=self._settings.worker_threads, worker_id=self._worker_id, clock=self._clock
+                self._api, threads=self._settings.worker_threads, worker_id=self._worker_id, clock=self._clock,
+                task_listener=self.observer,
             )
         return DomainPoller(
-            self._api, self._executor, domain=domain, worker_id=self._worker_id,
+            self.observer.polling_api(self._api), self._executor, domain=domain, worker_id=self._worker_id,
             long_poll_ms=self._settings.worker_long_poll_ms,
             poll_interval_ms=self._settings.worker_poll_interval_ms,
             clock=self._clock, on_exit=self._poller_exited, owner_lock=self._lock,

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ._api import ConductorApi
 from ._clock import Clock
+from ._event_stream import EventStream
 from ._liveness import LivenessMonitor, Stall
 from ._payload import message_payload
 from ._transport import HttpError
@@ -20,6 +21,7 @@ from .errors import (
     WorkerStallError,
 )
 from .result import AgentResult, AgentStatus, RunStatus
+from .stats import RunStats
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -54,8 +56,10 @@ class AgentHandle:
         monitor_factory: Optional[Any] = None,
         on_terminal: Optional[Any] = None,
         workers_attached: bool = False,
+        observer: Optional[Any] = None,  # the runtime's TaskObserver: local events and stats
     ) -> None:
         self._api = api
+        self._observer = observer
         self.execution_id = execution_id
         self.agent_name = agent_name
         self.run_id = run_id
@@ -212,6 +216,37 @@ class AgentHandle:
             monitor, self._monitor = self._monitor, None
         if monitor is not None:
             monitor.dispose()
+
+    # -- watching ---------------------------------------------------------------------
+
+    def events(self, timeout: Optional[float] = None) -> EventStream:
+        """An iterator of the run's events, in order, ending after its last one (``done``).
+
+        Server events come from the server's event stream (reconnecting with
+        ``Last-Event-ID`` when the connection drops; nothing is lost or repeated), or from
+        polling the run's task list when the stream is unavailable. Tool bodies run by this
+        process add ``tool_started`` / ``tool_finished`` events. A run that already ended
+        gives all its events at once. Close the iterator (``close()`` or ``with``) to close
+        the connection early. See ``docs/events.md``.
+
+        Raises:
+            ValueError: ``timeout`` is not positive.
+            RuntimeClosedError: the runtime is closed.
+            WaitTimeoutError: (while iterating) ``timeout`` seconds passed, default
+                ``wait_timeout_seconds`` (600 s); the run goes on.
+        """
+        limit = self._settings.wait_timeout_seconds if timeout is None else float(timeout)
+        return EventStream(
+            self._api, self.execution_id, timeout=limit, observer=self._observer, clock=self._clock,
+            poll_interval=self._settings.status_poll_interval_seconds,
+            max_transient_errors=self._settings.max_transient_errors,
+        )
+
+    def stats(self) -> "RunStats":
+        """This process's tool counts and timings for the run (no request; zeros if it ran nothing here)."""
+        if self._observer is None:
+            return RunStats(execution_id=self.execution_id, domain=self.run_id)
+        return self._observer.run_stats(self.execution_id, domain=self.run_id)
 
     # -- acting -----------------------------------------------------------------------
 

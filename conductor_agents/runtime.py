@@ -20,6 +20,7 @@ from .errors import AgentTypeError, ResumeError, RuntimeClosedError
 from .handle import AgentHandle
 from .result import AgentResult, RunStatus
 from .settings import AgentSettings
+from .stats import RuntimeStats
 
 __all__ = ["AgentRuntime"]
 
@@ -195,6 +196,13 @@ class AgentRuntime:
         log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
         return self._handle(execution_id, agent.name, domain, agent, workers=serve)
 
+    def stats(self) -> RuntimeStats:
+        """Counts and timings of the tools this runtime ran, and the runs it serves now.
+
+        Cheap: no request is sent. See :class:`conductor_agents.stats.RuntimeStats`.
+        """
+        return self._workers.observer.runtime_stats(self._workers.pollers())
+
     # -- internals --------------------------------------------------------------------
 
     def _domain_of_existing(self, execution_id: str, minted: str) -> str:
@@ -214,6 +222,7 @@ class AgentRuntime:
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
             settings=self.settings, clock=self._clock, agent=agent, monitor_factory=factory,
             on_terminal=self._workers.execution_ended, workers_attached=workers,
+            observer=self._workers.observer,
         )
 
     def _monitor_factory(self, execution_id: str, domain: str) -> Callable[[Callable[[], None]], LivenessMonitor]:
@@ -239,6 +248,7 @@ class AgentRuntime:
                 return
             self._closed = True
         self._workers.close()
+        self._workers.observer.close()  # open event streams end with the runtime
         if self._owns_transport:
             self._transport.close()
 

@@ -1,0 +1,166 @@
+"""handle.events() and runtime.stats() on the real server: order, cut connections, polling fallback."""
+
+from __future__ import annotations
+
+import threading
+from typing import List
+
+import pytest
+import requests
+
+from conductor_agents import AgentRuntime, AgentSettings, RunStatus
+from conductor_agents._sse import SseDecoder
+from conductor_agents.testing import listener_policy
+
+from ..helpers import eventually, sdk_threads
+from ..helpers_proxy import TcpProxy
+from .test_stateful_listener import ActionTools, act_on, listener
+
+pytestmark = pytest.mark.integration
+
+#: What the server streams for the seed scenario: start, one message, stop.
+SEED_KINDS = ["thinking", "waiting", "thinking", "tool_call", "tool_result", "thinking", "waiting", "done"]
+
+
+class Watcher:
+    """Iterates ``handle.events()`` on a thread of its own and keeps every event."""
+
+    def __init__(self, handle, timeout: float = 120.0) -> None:
+        self.stream = handle.events(timeout=timeout)
+        self.events: List = []
+        self.error = None
+        self._thread = threading.Thread(target=self._run, name="test-watcher", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        try:
+            with self.stream:
+                for event in self.stream:
+                    self.events.append(event)
+        except BaseException as err:  # reported by join()
+            self.error = err
+
+    def count(self, kind: str, source: str = "stream") -> int:
+        return sum(1 for e in list(self.events) if e.kind == kind and e.source == source)
+
+    def join(self, timeout: float = 60.0) -> List:
+        self._thread.join(timeout)
+        assert not self._thread.is_alive(), "the event iterator did not end"
+        if self.error is not None:
+            raise self.error
+        return self.events
+
+
+def server_events(events) -> list:
+    return [e for e in events if e.source != "local"]
+
+
+def raw_stream(base_url: str, execution_id: str) -> "list[tuple[str, str]]":
+    """(id, event) of every event the server replays for a run, read straight off the wire."""
+    decoder = SseDecoder()
+    out = []
+    with requests.get(f"{base_url}/agent/stream/{execution_id}", stream=True, timeout=(5, 30),
+                      headers={"Accept": "text/event-stream"}) as response:
+        for chunk in response.iter_content(chunk_size=None):
+            for message in decoder.feed(chunk):
+                out.append((message.id, message.event))
+                if message.event == "done":
+                    return out
+    return out
+
+
+def test_seed_scenario_events_arrive_in_order(agent_runtime, scripted_llm, unique_name):
+    """waiting → thinking → tool_call → tool_result → waiting → done, with the local tool events
+    in between; the events of the ended run read again give the same story; stats count the tool."""
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("seed")
+    handle = agent_runtime.start(listener(unique_name("listener"), model, tools), "Start listening.")
+    watcher = Watcher(handle)
+    eventually(lambda: watcher.count("waiting"), timeout=30, message="the first waiting event")
+    handle.send_message({"action": "generate-report"})
+    eventually(lambda: watcher.count("waiting") >= 2, timeout=30, message="the second waiting event")
+    handle.stop()
+    assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+    events = watcher.join()
+
+    assert [e.kind for e in server_events(events)] == SEED_KINDS
+    assert {e.source for e in server_events(events)} == {"stream"} and watcher.stream.mode == "stream"
+    kinds = [e.kind for e in events]
+    assert kinds.index("tool_started") < kinds.index("tool_finished") < kinds.index("tool_call")
+    by_kind = {e.kind: e for e in events}
+    assert by_kind["tool_call"].tool_name == "act"
+    assert by_kind["tool_call"].arguments == {"action": "generate-report", "tag": ""}
+    assert by_kind["tool_result"].result == {"done": "generate-report", "by": "seed"}
+    finished = by_kind["tool_finished"]
+    assert (finished.tool_name, finished.ok, finished.error) == ("act", True, None)
+    assert finished.task_id == by_kind["tool_started"].task_id and finished.duration_seconds >= 0
+    assert all(e.execution_id == handle.execution_id for e in events)
+    assert [int(e.id) for e in server_events(events)] == list(range(1, 9))
+
+    again = list(handle.events(timeout=30))  # the run has ended: rebuilt from its task list
+    assert [e.kind for e in again] == SEED_KINDS and {e.source for e in again} == {"poll"}
+
+    stats = handle.stats()
+    assert (stats.tools_executed, stats.tools_failed, stats.tools_in_flight) == (1, 0, 0)
+    assert stats.domain == handle.run_id and stats.pickup_latency.count == 1 and stats.pickup_latency.p50 >= 0
+    totals = agent_runtime.stats()
+    assert totals.tools_executed >= 1 and totals.polls > 0 and totals.poll_errors == 0
+    scripted_llm.assert_no_anomalies(model)
+
+
+def test_cut_connections_lose_and_repeat_no_event(agent_runtime, scripted_llm, unique_name, conductor_server):
+    """A watcher behind a proxy whose connections are cut mid-stream, again and again, gets exactly
+    the events the server streamed (same ids, same kinds, same order) as an uncut read."""
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("cut")
+    handle = agent_runtime.start(listener(unique_name("listener"), model, tools), "Start listening.")
+    server_url = getattr(conductor_server, "url")
+    with TcpProxy(server_url) as proxy, \
+            AgentRuntime(AgentSettings.from_env(environ={}, server_url=proxy.url)) as watching_runtime:
+        watcher = Watcher(watching_runtime.attach(handle.execution_id))
+        eventually(lambda: watcher.count("waiting"), timeout=30, message="the first waiting event")
+        for i in range(4):
+            handle.send_message({"action": f"a-{i}"})
+            eventually(lambda: watcher.count("tool_call") > i, timeout=30, message=f"tool call {i}")
+            proxy.cut()  # mid-run: the stream is open and more events are coming
+        handle.stop()
+        assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+        events = watcher.join()
+        resumed = [headers.get("last-event-id") for _, _, headers in proxy.requests_to("/agent/stream/")]
+
+    assert proxy.cuts == 4 and watcher.stream.mode == "stream"
+    assert len(resumed) >= 5 and resumed[0] is None and all(resumed[1:]), resumed
+    got = [(e.id, e.kind) for e in server_events(events)]
+    assert got == raw_stream(server_url, handle.execution_id)
+    assert len(set(got)) == len(got)
+    assert [a for a, _ in tools.actions] == [f"a-{i}" for i in range(4)]
+
+
+def test_polling_fallback_gives_the_same_story(agent_settings, scripted_llm, unique_name, conductor_server):
+    """The stream endpoint answers 404 (a proxy refuses it): the events come from the task list,
+    same kinds in the same order as the server's own stream, plus the local tool events."""
+    server_url = getattr(conductor_server, "url")
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("poll")
+    before = sdk_threads()
+    with TcpProxy(server_url, refuse_paths=("/agent/stream/",)) as proxy:
+        with AgentRuntime(AgentSettings.from_env(environ={}, server_url=proxy.url)) as runtime:
+            handle = runtime.start(listener(unique_name("listener"), model, tools), "Start listening.")
+            watcher = Watcher(handle)
+            eventually(lambda: watcher.count("waiting", "poll"), timeout=30, message="the first waiting event")
+            handle.send_message({"action": "generate-report"})
+            eventually(lambda: watcher.count("waiting", "poll") >= 2, timeout=30, message="the second waiting")
+            handle.stop()
+            assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+            events = watcher.join()
+            open_stream = handle.events(timeout=30)  # left open: closing the runtime must close it
+            next(open_stream)
+        assert proxy.requests_to("/agent/stream/")
+    assert watcher.stream.mode == "poll"
+    assert [e.kind for e in server_events(events)] == SEED_KINDS
+    assert [kind for _, kind in raw_stream(server_url, handle.execution_id)] == SEED_KINDS
+    assert {"tool_started", "tool_finished"} <= {e.kind for e in events}
+    with pytest.raises(StopIteration):
+        next(open_stream)
+    assert not [t for t in sdk_threads() if t.startswith("conductor-agents-events-")]
+    eventually(lambda: set(sdk_threads()) <= set(before), timeout=15, message="no thread left behind")
