@@ -155,7 +155,15 @@ class WorkerStallError(ConductorAgentsError):
 
 
 class WorkerStartupError(ConductorAgentsError):
-    """The run's workers did not start polling their domain in time."""
+    """The run's workers did not start polling their domain in time.
+
+    The run itself exists on the server (``execution_id``): cancel it, or resume it from
+    a process that can reach the server.
+    """
+
+    def __init__(self, message: str, *, execution_id: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
 
 
 class ResumeError(ConductorAgentsError, ValueError):

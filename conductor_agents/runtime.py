@@ -16,7 +16,7 @@ from ._payload import message_payload
 from ._transport import Transport
 from ._workers import WorkerSet
 from .agent import Agent
-from .errors import AgentTypeError, ResumeError, RuntimeClosedError
+from .errors import AgentTypeError, ResumeError, RuntimeClosedError, WorkerStartupError
 from .handle import AgentHandle
 from .result import AgentResult, RunStatus
 from .settings import AgentSettings
@@ -98,6 +98,8 @@ class AgentRuntime:
         Raises:
             RuntimeClosedError, AgentTypeError, ValueError: bad call (no request sent).
             ServerUnavailableError, ServerError: the server refused or could not be reached.
+            WorkerStartupError: the run started (``.execution_id``) but this process's
+                workers could not reach the server; it no longer serves the run.
         """
         self._check_open()
         if not isinstance(agent, Agent):
@@ -122,7 +124,7 @@ class AgentRuntime:
             run_id = self._domain_of_existing(execution_id, run_id)
         if reservation is not None:
             reservation.commit(execution_id, domain=run_id)
-            self._workers.confirm_polling(reservation)
+            self._confirm_polling(reservation, execution_id)
         log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")
         return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None)
 
@@ -190,7 +192,7 @@ class AgentRuntime:
         if serve:
             reservation = self._workers.reserve(domain, agent)
             reservation.commit(execution_id, domain=domain)
-            self._workers.confirm_polling(reservation)
+            self._confirm_polling(reservation, execution_id)
             if domain:
                 self._workers.reclaim_orphans(workflow, domain)
         log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
@@ -204,6 +206,14 @@ class AgentRuntime:
         return self._workers.observer.runtime_stats(self._workers.pollers())
 
     # -- internals --------------------------------------------------------------------
+
+    def _confirm_polling(self, reservation: Any, execution_id: str) -> None:
+        """The start-up check; on failure this process stops serving the run it cannot reach."""
+        try:
+            self._workers.confirm_polling(reservation)
+        except WorkerStartupError as err:
+            self._workers.execution_ended(execution_id)
+            raise WorkerStartupError(str(err), execution_id=execution_id) from None
 
     def _domain_of_existing(self, execution_id: str, minted: str) -> str:
         workflow = self._api.get_workflow(execution_id)

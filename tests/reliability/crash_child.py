@@ -1,0 +1,107 @@
+"""A worker process the crash/resume test kills: it starts or resumes a listener run and serves it.
+
+Run as a script (``python crash_child.py --server-url URL --name N --model M --log FILE
+(--start | --resume EXECUTION_ID)``). It prints one JSON line ``{"execution_id", "pid",
+"worker_id"}`` once its workers poll the run's domain, then serves the run until it is
+killed, its parent goes away (stdin reaches EOF) or ``--max-seconds`` pass.
+
+:class:`FileActionTools` is also imported by the test itself (the final resume runs there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import threading
+
+from conductor_agents import Agent, AgentRuntime, AgentSettings, ToolRegistry, WaitForMessageTool, tool
+
+
+class FileActionTools:
+    """Writes every action it carries out to a shared file: one fsync'ed JSON line each.
+
+    The file is the ground truth of "acted on exactly once": it survives the process that
+    wrote it being SIGKILLed, because each line is on disk before the tool returns.
+    """
+
+    def __init__(self, log_path: str, *, hang_on: "str | None" = None) -> None:
+        self.log_path = log_path
+        self.hang_on = hang_on  # an action whose body never returns here (it is killed inside it)
+        self.lock = threading.Lock()
+
+    @tool
+    def act(self, action: str, tag: str = "") -> dict:
+        """Carry out an action requested by an external message."""
+        line = json.dumps({"action": action, "tag": tag, "pid": os.getpid()}) + "\n"
+        with self.lock:
+            with open(self.log_path, "a", encoding="utf-8") as fh:
+                fh.write(line)
+                fh.flush()
+                os.fsync(fh.fileno())
+        if action == self.hang_on:
+            threading.Event().wait(300)  # bounded; the test SIGKILLs this process long before
+        return {"done": action, "pid": os.getpid()}
+
+
+def listener(name: str, model: str, tools: object, *, batch_size: int = 5) -> Agent:
+    """The listener agent; ``batch_size`` messages at most per wait (fewer loop turns per cycle)."""
+    receive = WaitForMessageTool.create(
+        name="wait_for_message", description="Wait for the next external messages, then return them.",
+        batch_size=batch_size,
+    )
+    return Agent(
+        name=name,
+        model=model,
+        stateful=True,
+        max_turns=10_000,
+        tools=[receive, *ToolRegistry.from_instance(tools)],
+        instructions="Loop: wait_for_message, act on it, repeat until told to stop.",
+    )
+
+
+def read_actions(log_path: str) -> "list[dict]":
+    """Every action line written so far."""
+    try:
+        with open(log_path, encoding="utf-8") as fh:
+            return [json.loads(line) for line in fh if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+def main(argv: "list[str]") -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--server-url", required=True)
+    parser.add_argument("--name", required=True)
+    parser.add_argument("--model", required=True)
+    parser.add_argument("--log", required=True)
+    parser.add_argument("--max-seconds", type=float, default=300.0)
+    parser.add_argument("--hang-on", default=None)
+    group = parser.add_mutually_exclusive_group(required=True)
+    group.add_argument("--start", action="store_true")
+    group.add_argument("--resume")
+    args = parser.parse_args(argv)
+
+    parent_gone = threading.Event()
+
+    def watch_stdin() -> None:
+        sys.stdin.read()  # EOF when the parent closes the pipe or dies
+        parent_gone.set()
+
+    threading.Thread(target=watch_stdin, name="child-stdin", daemon=True).start()
+    agent = listener(args.name, args.model, FileActionTools(args.log, hang_on=args.hang_on))
+    settings = AgentSettings.from_env(environ={}, server_url=args.server_url)
+    with AgentRuntime(settings) as runtime:
+        if args.start:
+            handle = runtime.start(agent, "Start listening.")
+        else:
+            handle = runtime.resume(args.resume, agent)
+        print(json.dumps({"execution_id": handle.execution_id, "pid": os.getpid(),
+                          "worker_id": runtime.worker_id}), flush=True)
+        parent_gone.wait(args.max_seconds)  # serve until killed (the point) or orphaned
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,180 @@
+"""The liveness monitor on the real server: a dead domain becomes a WorkerStallError, on time,
+and a slow tool or a long wait for a message never does.
+
+Detection bound (docs/stateful-semantics.md): a stall is reported at most *stall threshold +
+check interval + one status poll* after the task was scheduled. These tests measure it from the
+task's ``scheduledTime`` (server clock) to the moment ``wait()`` raised (client clock; both run on
+this machine, so they share one clock).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import attrs
+import pytest
+
+from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, WaitTimeoutError, WorkerStallError, tool
+from conductor_agents.testing import ToolCall, listener_policy
+
+from ..helpers import eventually, sdk_threads
+from ..integration.test_stateful_listener import ActionTools, act_on, listener
+from .proxy import FreezableProxy
+from .support import last_poll_ms, quiescent, tasks_of
+
+pytestmark = pytest.mark.reliability
+
+# The bound asserted is the spec's: stall + interval + 1 s. The monitor reads the server's
+# clock from the HTTP Date header, which has one-second resolution; it takes the middle of
+# that second, so its idea of a task's age is off by up to 0.5 s either way. That 0.5 s and
+# the status poll of wait() are what the spec's extra second covers. SLACK (0.5 s) covers the
+# sample's own HTTP round trip and the thread wake-ups on a loaded two-CPU test machine. The
+# lower bound allows only the rounding: a stall must never be reported early.
+DATE_ROUNDING = 0.5
+SLACK = 0.5
+
+
+def detection_bound(stall: float, interval: float) -> float:
+    return stall + interval + 1.0 + SLACK
+
+
+def one_tool_agent(name: str, model: str, tools: ActionTools) -> Agent:
+    return Agent(name, model, stateful=True, tools=list(ToolRegistry.from_instance(tools)), max_turns=5)
+
+
+def scheduled_tool_task(base: str, execution_id: str) -> dict:
+    pending = [t for t in tasks_of(base, execution_id, "act") if t["status"] == "SCHEDULED"]
+    assert len(pending) == 1, pending
+    return pending[0]
+
+
+def test_nobody_polls_the_domain_then_resume_completes_the_run(agent_settings, scripted_llm, unique_name):
+    """auto_start_workers=False: wait() raises WorkerStallError naming the scheduled tool task
+    within stall + interval + 1 s; resume() from a runtime with workers completes the run."""
+    base = agent_settings.server_url
+    stall, interval = 3.0, 0.5
+    settings = attrs.evolve(agent_settings, auto_start_workers=False, liveness_stall_seconds=stall,
+                            liveness_check_interval_seconds=interval)
+    model = scripted_llm.script([ToolCall("act", {"action": "orphaned"}), "done"])
+    name = unique_name("unpolled")
+    before = sdk_threads()
+    with AgentRuntime(settings) as no_workers:
+        handle = no_workers.start(one_tool_agent(name, model, ActionTools("nobody")), "Go.")
+        assert not handle.workers_attached
+        with pytest.raises(WorkerStallError) as info:
+            handle.wait(timeout=60)
+        raised_at = time.time()
+    err = info.value
+    task = scheduled_tool_task(base, handle.execution_id)
+    detected_after = raised_at - task["scheduledTime"] / 1000.0
+    print(f"\nstall detected {detected_after:.2f}s after the task was scheduled "
+          f"(threshold {stall}s, interval {interval}s)")
+    assert err.task_reference_name == task["referenceTaskName"]
+    assert err.execution_id == handle.execution_id
+    assert err.domain == handle.run_id == task["domain"]
+    assert err.task_reference_name in str(err) and "runtime.resume" in str(err)
+    assert stall - DATE_ROUNDING <= detected_after <= detection_bound(stall, interval)
+
+    tools = ActionTools("resumer")
+    with AgentRuntime(agent_settings) as live:
+        resumed = live.resume(handle.execution_id, one_tool_agent(name, model, tools))
+        assert resumed.workers_attached and resumed.run_id == handle.run_id
+        result = resumed.wait(timeout=60)
+    assert result.status is RunStatus.COMPLETED and result.output == "done"
+    assert tools.actions == [("orphaned", "")]
+    assert sdk_threads() == before  # thread leak: both runtimes closed, nothing of them is left
+
+
+def test_frozen_polling_is_reported_by_a_direct_observer_and_the_run_recovers(
+        agent_settings, scripted_llm, unique_name, conductor_server):
+    """The serving runtime talks through a proxy the test freezes; its next tool task goes
+    unpolled; an observer that reads the server directly (resume with auto_start_workers=False)
+    gets WorkerStallError; after unfreezing, the serving runtime picks the task up by itself."""
+    base = agent_settings.server_url
+    stall, interval = 2.0, 0.25
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    name = unique_name("frozen")
+    tools = ActionTools("behind-proxy")
+    agent = listener(name, model, tools)
+    observer_settings = attrs.evolve(agent_settings, auto_start_workers=False, liveness_stall_seconds=stall,
+                                     liveness_check_interval_seconds=interval)
+    before = sdk_threads()
+    with FreezableProxy(conductor_server.port) as proxy, \
+            AgentRuntime(attrs.evolve(agent_settings, server_url=proxy.url())) as serving, \
+            AgentRuntime(observer_settings) as observer:
+        handle = serving.start(agent, "Start listening.")
+        handle.send_message({"action": "before-freeze"})
+        eventually(lambda: tools.actions and quiescent(base, handle.execution_id), timeout=60,
+                   message="the first action, through the proxy")
+
+        proxy.freeze()
+        # A long poll that reached the server before the freeze may still take a task for up
+        # to worker_long_poll_ms; its answer would then be held by the proxy and the task would
+        # look polled. Wait until the server has seen no poll of this domain for that long.
+        quiet = agent_settings.worker_long_poll_ms / 1000.0 + 0.5
+        eventually(lambda: time.time() - last_poll_ms(base, "act", handle.run_id) / 1000.0 > quiet,
+                   timeout=30, interval=0.1, message="no poll of the domain in flight")
+        observer.send_message(handle.execution_id, {"action": "while-frozen"})
+
+        watcher = observer.resume(handle.execution_id, agent)
+        assert not watcher.workers_attached
+        with pytest.raises(WorkerStallError) as info:
+            watcher.wait(timeout=60)
+        raised_at = time.time()
+        task = scheduled_tool_task(base, handle.execution_id)
+        detected_after = raised_at - task["scheduledTime"] / 1000.0
+        print(f"\nfrozen-proxy stall detected {detected_after:.2f}s after the task was scheduled "
+              f"(threshold {stall}s, interval {interval}s)")
+        assert info.value.task_reference_name == task["referenceTaskName"]
+        assert info.value.domain == handle.run_id
+        assert stall - DATE_ROUNDING <= detected_after <= detection_bound(stall, interval)
+        assert tools.actions == [("before-freeze", "")]
+
+        proxy.unfreeze()
+        eventually(lambda: len(tools.actions) == 2 and quiescent(base, handle.execution_id), timeout=60,
+                   message="the serving runtime recovered by itself after the unfreeze")
+        assert tools.actions == [("before-freeze", ""), ("while-frozen", "")]
+        handle.stop()
+        assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+        assert watcher.wait(timeout=10).status is RunStatus.COMPLETED  # no stale stall on a second wait
+    assert sdk_threads() == before
+
+
+class SlowTools:
+    def __init__(self, seconds: float) -> None:
+        self.seconds = seconds
+        self.runs = 0
+
+    @tool
+    def slow(self) -> dict:
+        """Work for a while."""
+        threading.Event().wait(self.seconds)  # a tool body that takes its time, as real ones do
+        self.runs += 1
+        return {"slept": self.seconds}
+
+
+SHORT = dict(liveness_stall_seconds=1.0, liveness_check_interval_seconds=0.25)
+
+
+def test_a_tool_running_three_times_the_threshold_is_no_stall(agent_settings, scripted_llm, unique_name):
+    tools = SlowTools(3 * SHORT["liveness_stall_seconds"])
+    model = scripted_llm.script([ToolCall("slow"), "done"])
+    agent = Agent(unique_name("slow"), model, stateful=True, tools=list(ToolRegistry.from_instance(tools)))
+    with AgentRuntime(attrs.evolve(agent_settings, **SHORT)) as runtime:
+        result = runtime.run(agent, "Work.", timeout=60)
+    assert result.status is RunStatus.COMPLETED and tools.runs == 1
+
+
+def test_waiting_three_times_the_threshold_for_a_message_is_no_stall(agent_settings, scripted_llm, unique_name):
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("patient")
+    with AgentRuntime(attrs.evolve(agent_settings, **SHORT)) as runtime:
+        handle = runtime.start(listener(unique_name("patient"), model, tools), "Start listening.")
+        # The monitor samples every 0.25 s for 3 s while the run sits in wait_for_message.
+        with pytest.raises(WaitTimeoutError):
+            handle.wait(timeout=3 * SHORT["liveness_stall_seconds"])
+        handle.send_message({"action": "finally"})
+        eventually(lambda: tools.actions, timeout=30, message="the late message acted on")
+        handle.stop()
+        assert handle.wait(timeout=60).status is RunStatus.COMPLETED
