@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install server-deps test unit demo clean
+.PHONY: install server-deps test unit demo clean bench
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -32,3 +32,18 @@ demo: server-deps
 
 clean:
 	rm -rf $(VENV) .pytest_cache build *.egg-info
+
+# Benchmarks against the peer SDK (conductor-agent-sdk, pinned) in its own virtualenv;
+# BENCH_ARGS="--quick" for a short run. Results: benchmarks/results.md.
+PEER_VENV := benchmarks/.venv-peer
+PEER_SDK  := conductor-agent-sdk==0.4.4
+BENCH_ARGS ?=
+
+$(PEER_VENV)/.installed-0.4.4:
+	$(PYTHON) -m venv $(PEER_VENV)
+	$(PEER_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEER_VENV)/bin/python -m pip install --quiet '$(PEER_SDK)'
+	touch $@
+
+bench: server-deps $(PEER_VENV)/.installed-0.4.4
+	$(PY) benchmarks/run.py $(BENCH_ARGS)

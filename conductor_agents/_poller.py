@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Union
 
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
@@ -28,6 +28,15 @@ log = logging.getLogger("conductor_agents.worker")
 _MAX_BATCH = 8
 #: Longest pause between polls while the server is unreachable.
 _MAX_BACKOFF = 5.0
+#: While a queue watcher rings this poller, it still polls on its own this often (a missed ring).
+_SAFETY_POLL_SECONDS = 60.0
+#: A poller counts as active (the watcher looks at it often) this long after a task or a new run.
+_ACTIVE_SECONDS = 5.0
+#: After this many rings in a row that found nothing (e.g. a retry not due yet: the queue
+#: counts it), rings are ignored for ``_RING_QUIET_SECONDS``. One empty ring is normal: the
+#: watcher may count a task this poller has just taken.
+_EMPTY_RINGS = 5
+_RING_QUIET_SECONDS = 1.0
 
 
 class DomainPoller:
@@ -49,11 +58,12 @@ class DomainPoller:
         worker_id: str,
         long_poll_ms: int,
         poll_interval_ms: int,
-        status_check_seconds: float = 3.0,
+        status_check_seconds: Union[float, Callable[[], float]] = 3.0,
         clock: Clock = SYSTEM_CLOCK,
         on_exit: Optional[Callable[["DomainPoller"], None]] = None,
         owner_lock: Optional[threading.Lock] = None,
         name_suffix: Optional[str] = None,
+        watcher: Optional[Any] = None,  # a conductor_agents._workers.QueueWatcher
     ) -> None:
         self.domain = domain
         self._api = api
@@ -74,6 +84,13 @@ class DomainPoller:
         self._wake = threading.Event()
         self._exited = threading.Event()
         self._polled: set[str] = set()
+        self._draining: set[str] = set()  # types whose last poll brought tasks (poller thread only)
+        self._watcher = watcher
+        self._rung = False
+        self._quiet_until = 0.0
+        self._empty_rings = 0
+        self._next_safety = 0.0
+        self._last_activity = clock.monotonic()
         self._polled_cond = threading.Condition(self._lock)
         self.polls = 0
         self.poll_errors = 0
@@ -95,6 +112,7 @@ class DomainPoller:
         with self._lock:
             self._pending += 1
             self._merge(tools)
+        self._last_activity = self._clock.monotonic()
         self._wake.set()
 
     def add_execution(self, execution_id: str, tools: Mapping[str, ToolDef], *, reserved: bool = False) -> None:
@@ -104,6 +122,7 @@ class DomainPoller:
                 self._pending -= 1
             self._executions[execution_id] = dict(tools)
             self._merge(tools)
+        self._last_activity = self._clock.monotonic()
         self._wake.set()
 
     def cancel_reservation(self) -> None:
@@ -143,6 +162,30 @@ class DomainPoller:
         """True when no execution (or pending start) needs this poller."""
         with self._lock:
             return not self._executions and self._pending <= 0
+
+    # -- the queue watcher's side ------------------------------------------------------
+
+    def queue_names(self) -> "list[str]":
+        """The server's names of the queues this poller serves (``domain:type``, or ``type``)."""
+        return [f"{self.domain}:{t}" if self.domain else t for t in self.task_types]
+
+    def is_active(self, now: float) -> bool:
+        """Whether a task came (or a run was added) lately, so another one is likely soon."""
+        return now - self._last_activity < _ACTIVE_SECONDS
+
+    def ring(self) -> None:
+        """The watcher saw tasks in one of this poller's queues (or changed state): poll now."""
+        if self._clock.monotonic() < self._quiet_until:
+            return
+        self._rung = True
+        self._wake.set()
+
+    def _watched(self) -> bool:
+        return self._watcher is not None and self._watcher.healthy
+
+    def _status_interval(self) -> float:
+        value = self._status_check_seconds
+        return float(value() if callable(value) else value)
 
     # -- lifecycle --------------------------------------------------------------------
 
@@ -188,21 +231,30 @@ class DomainPoller:
 
     def _loop(self) -> None:
         backoff = 0.0
-        next_check = self._clock.monotonic() + self._status_check_seconds
+        next_check = self._clock.monotonic() + self._status_interval()
         try:
             while not self._stop.is_set():
-                if self._clock.monotonic() >= next_check:
+                now = self._clock.monotonic()
+                if now >= next_check:
                     self._check_executions()
-                    next_check = self._clock.monotonic() + self._status_check_seconds
+                    next_check = self._clock.monotonic() + self._status_interval()
                     if self._retire_if_idle():
                         log.debug("poller %s has no running execution left; exiting", self.domain)
                         return
                 types = self.task_types
                 if not types:
-                    self._wake.wait(min(self._status_check_seconds, 1.0))
+                    self._wake.wait(min(self._status_interval(), 1.0))
                     self._wake.clear()
                     continue
-                backoff = self._poll_round(types, backoff)
+                watched = self._watched()
+                if watched and not self._rung and not self._draining and now < self._next_safety \
+                        and set(types) <= self._polled:
+                    # The watcher rings when one of our queues holds a task: no poll until then.
+                    self._wake.wait(max(0.0, min(next_check, self._next_safety) - now))
+                    self._wake.clear()
+                    continue
+                rung, self._rung = self._rung, False
+                backoff = self._poll_round(types, backoff, short_only=watched, rung=rung)
                 if backoff:
                     self._stop.wait(backoff)
         except BaseException:
@@ -224,8 +276,13 @@ class DomainPoller:
                 self._polled_cond.wait(min(remaining, 0.25))
         return True
 
-    def _poll_round(self, types: "tuple[str, ...]", backoff: float) -> float:
+    def _poll_round(self, types: "tuple[str, ...]", backoff: float, *, short_only: bool = False,
+                    rung: bool = False) -> float:
+        """Poll each type once: a long poll, or only short ones while the watcher rings us."""
         per_type_ms = max(100, self._long_poll_ms // len(types))
+        if short_only:
+            self._next_safety = self._clock.monotonic() + _SAFETY_POLL_SECONDS
+        got = 0
         with self._lock:
             fresh = [t for t in types if t not in self._polled]
         if fresh:  # a type nobody polled yet gets a quick poll first, so start() can confirm it
@@ -237,10 +294,16 @@ class DomainPoller:
             if not slots and task_type not in fresh:
                 self._stop.wait(self._poll_interval)
                 continue
+            # A long poll asks for ONE task: the server's SQL queues (SQLite, Postgres, MySQL)
+            # answer a long poll only once ``count`` tasks are there or the timeout passed, so
+            # count=8 held a lone task until the poll ended (pickup p50 ~700 ms, benchmarks/).
+            # Once a poll brought tasks, short polls take what else is queued, up to the slots.
+            short = short_only or task_type in fresh or task_type in self._draining
             try:
                 tasks = self._api.poll_tasks(
-                    task_type, worker_id=self._worker_id, domain=self.domain, count=max(1, slots),
-                    timeout_ms=0 if task_type in fresh else per_type_ms,
+                    task_type, worker_id=self._worker_id, domain=self.domain,
+                    count=max(1, slots) if short else 1,
+                    timeout_ms=0 if short else per_type_ms,
                     http_timeout=per_type_ms / 1000.0 + 10.0,
                 )
             except (ServerUnavailableError, HttpError, ServerError) as err:
@@ -249,6 +312,12 @@ class DomainPoller:
                 log.warning("polling %s (domain %s) failed: %s; retrying in %.1fs", task_type, self.domain, err, backoff)
                 return backoff
             self.polls += 1
+            got += len(tasks)
+            if tasks:
+                self._last_activity = self._clock.monotonic()
+                self._draining.add(task_type)
+            else:
+                self._draining.discard(task_type)
             if task_type in fresh:
                 with self._polled_cond:
                     self._polled.add(task_type)
@@ -259,6 +328,11 @@ class DomainPoller:
                     log.error("polled task of unknown type %s; ignoring", task.get("taskType"))
                     continue
                 self._executor.submit(task, tool_def)
+        if short_only and (got or rung):  # drain and safety polls say nothing about rings
+            self._empty_rings = 0 if got else self._empty_rings + 1
+            if self._empty_rings >= _EMPTY_RINGS:
+                self._empty_rings = 0
+                self._quiet_until = self._clock.monotonic() + _RING_QUIET_SECONDS
         return 0.0
 
     def _tools_for(self, task: Mapping) -> Optional[ToolDef]:

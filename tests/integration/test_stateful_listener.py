@@ -132,6 +132,10 @@ def test_two_processes_each_get_only_their_own_messages(agent_runtime, agent_set
             here.send_message({"action": f"p-{i}", "tag": "parent"})
             agent_runtime.send_message(child_exec, {"action": f"c-{i}", "tag": "child"})
         eventually(lambda: len(tools_here.actions) >= 25, timeout=120, message="25 actions here")
+        # Stop the child's run only once all 25 of its messages were acted on (the server
+        # shows its act tasks): a stop ends the run with whatever is still queued unread.
+        eventually(lambda: _completed_acts(agent_runtime, child_exec) >= 25, timeout=120,
+                   interval=0.5, message="25 actions in the child")
         agent_runtime.attach(child_exec).stop()
         out, _ = child.communicate(timeout=120)
         child_report = json.loads(out.strip().splitlines()[-1])
@@ -146,6 +150,11 @@ def test_two_processes_each_get_only_their_own_messages(agent_runtime, agent_set
     assert {t for _, t in tools_here.actions} == {"parent"}
     here.stop()
     assert here.wait(timeout=60).status is RunStatus.COMPLETED
+
+
+def _completed_acts(runtime, execution_id: str) -> int:
+    tasks = runtime._api.get_workflow(execution_id, include_tasks=True).get("tasks") or []
+    return sum(1 for t in tasks if t.get("taskType") == "act" and t.get("status") == "COMPLETED")
 
 
 def test_idempotency_key_joins_the_existing_runs_domain(agent_settings, scripted_llm, unique_name):

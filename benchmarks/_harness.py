@@ -1,0 +1,206 @@
+"""The harness side of the benchmarks: the stack, the scripted models, driver processes, server reads."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import os
+import queue
+import signal
+import subprocess
+import threading
+import time
+from typing import Any, Dict, List, Optional
+
+import requests
+
+from conductor_agents.testing import LocalStack, ToolCall, listener_policy
+from proxy import CountingProxy
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TERMINAL = {"COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"}
+
+
+def percentiles(values: List[float]) -> Dict[str, Optional[float]]:
+    """p50/p95/p99 (nearest rank) of ``values``; None when empty."""
+    if not values:
+        return {"p50": None, "p95": None, "p99": None, "n": 0}
+    ordered = sorted(values)
+
+    def rank(q: float) -> float:
+        return ordered[min(len(ordered) - 1, max(0, int(round(q * len(ordered) + 0.5)) - 1))]
+
+    return {"p50": rank(0.50), "p95": rank(0.95), "p99": rank(0.99), "n": len(ordered)}
+
+
+def _pickup_policy(tool: str, turns: int):
+    """One call of ``tool`` per model turn, ``turns`` times, then a final answer."""
+
+    def policy(request):
+        done = sum(1 for o in request.all_tool_outputs if o.name == tool)
+        return ToolCall(tool, {"i": done}) if done < turns else "done"
+
+    return policy
+
+
+def _act_on(tool: str):
+    def on_message(payload):
+        return ToolCall(tool, {"key": str(payload.get("key", ""))})
+
+    return on_message
+
+
+class Driver:
+    """One SDK driver subprocess (its own session, so it and its children are killed together)."""
+
+    def __init__(self, python: str, script: str, cfg: dict, log_path: str) -> None:
+        self._log = open(log_path, "ab")
+        self.proc = subprocess.Popen(
+            [python, os.path.join(HERE, script), json.dumps(cfg)], cwd=HERE, stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._log, start_new_session=True,
+        )
+        self.pid = self.proc.pid
+        self._events: "queue.Queue[dict]" = queue.Queue()
+        self._reader = threading.Thread(target=self._read, name="bench-driver-reader", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for raw in self.proc.stdout:
+            line = raw.decode(errors="replace").strip()
+            if line.startswith("@@ "):
+                self._events.put(json.loads(line[3:]))
+        self._events.put({"event": "exit"})
+
+    def expect(self, event: str, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise TimeoutError(f"driver sent no {event!r} within {timeout:.0f}s")
+            try:
+                got = self._events.get(timeout=min(remaining, 1.0))
+            except queue.Empty:
+                continue
+            if got.get("event") == event:
+                return got
+            if got.get("event") == "exit":
+                raise RuntimeError(f"driver exited (code {self.proc.wait()}) before {event!r}; see {self._log.name}")
+
+    def send(self, command: str) -> None:
+        try:
+            assert self.proc.stdin is not None
+            self.proc.stdin.write((command + "\n").encode())
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+
+    def finish(self, timeout: float = 90.0) -> None:
+        """Ask it to stop, wait, then kill its process group (it and any worker processes)."""
+        self.send("stop")
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            os.killpg(self.pid, signal.SIGKILL)  # the session we started: the driver and its children
+        except ProcessLookupError:
+            pass
+        self.proc.wait(10)
+        self._log.close()
+
+
+class Bench:
+    """The shared stack, scripted models per SDK, and the calls the harness makes to the server."""
+
+    def __init__(self, workdir: str, ours_python: str, peer_python: str, *, pickup_turns: int) -> None:
+        self.workdir = workdir
+        self.pythons = {"ours": ours_python, "peer": peer_python}
+        self.scripts = {"ours": "driver_ours.py", "peer": "driver_peer.py"}
+        self._pickup_turns = pickup_turns
+        self.stack = LocalStack(os.path.join(workdir, "server"))
+        self.http = requests.Session()
+        self.models: Dict[str, Dict[str, str]] = {}
+        self._count = 0
+
+    def __enter__(self) -> "Bench":
+        self.stack.start()
+        for sdk in ("ours", "peer"):
+            self.models[sdk] = {
+                "pick": self.stack.llm.script(policy=_pickup_policy(f"bench_tool_{sdk}", self._pickup_turns)),
+                "warm": self.stack.llm.script(policy=_pickup_policy(f"bench_tool_{sdk}", 10)),
+                "listen": self.stack.llm.script(policy=listener_policy(_act_on(f"bench_act_{sdk}"))),
+            }
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.http.close()
+        self.stack.stop()
+
+    @property
+    def url(self) -> str:
+        return self.stack.url
+
+    @property
+    def server_pid(self) -> int:
+        return int(self.stack.server.pid)
+
+    @property
+    def server_version(self) -> Optional[str]:
+        return self.stack.server.version
+
+    def driver(self, sdk: str, scenario: str, **cfg: Any) -> Driver:
+        self._count += 1
+        tag = f"{self._count:02d}-{sdk}-{scenario}"
+        cfg = {"server_url": self.url, "scenario": scenario,
+               "entry_log": os.path.join(self.workdir, f"{tag}.entries"), **cfg}
+        return Driver(self.pythons[sdk], self.scripts[sdk], cfg, os.path.join(self.workdir, f"{tag}.log"))
+
+    def proxy(self) -> CountingProxy:
+        return CountingProxy(self.url).start()
+
+    # -- server reads -------------------------------------------------------------------
+
+    def workflow(self, execution_id: str, *, tasks: bool = False) -> dict:
+        r = self.http.get(f"{self.url}/workflow/{execution_id}", params={"includeTasks": str(tasks).lower()},
+                          timeout=30)
+        r.raise_for_status()
+        return r.json()
+
+    def wait_terminal(self, ids: List[str], timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        pending = list(ids)
+        while pending:
+            pending = [eid for eid in pending if self.workflow(eid).get("status") not in TERMINAL]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(pending)} run(s) still running after {timeout:.0f}s")
+            time.sleep(1.0)
+
+    def cancel(self, ids: List[str]) -> None:
+        def one(eid: str) -> None:
+            try:
+                self.http.delete(f"{self.url}/agent/{eid}/cancel", params={"reason": "benchmark over"}, timeout=30)
+            except requests.RequestException:
+                pass
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            list(pool.map(one, ids))
+
+    def probe_status(self, execution_id: Optional[str], seconds: float) -> Dict[str, Optional[float]]:
+        """Latency (ms) of ``GET /agent/{id}/status`` every 0.5 s for ``seconds`` (server responsiveness)."""
+        lat: List[float] = []
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            began = time.monotonic()
+            if execution_id:
+                try:
+                    self.http.get(f"{self.url}/agent/{execution_id}/status", timeout=30)
+                    lat.append((time.monotonic() - began) * 1000.0)
+                except requests.RequestException:
+                    lat.append(30_000.0)
+            time.sleep(max(0.0, 0.5 - (time.monotonic() - began)))
+        out = percentiles(lat)
+        out["max"] = max(lat) if lat else None
+        return out

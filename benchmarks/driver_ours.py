@@ -1,0 +1,57 @@
+"""Drives conductor-agents (this repository) through the scenarios of ``_scenarios.py``.
+
+Run by ``benchmarks/run.py`` with the project's interpreter; not meant to be run by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import _scenarios  # noqa: E402
+
+from conductor_agents import Agent, AgentRuntime, AgentSettings, WaitForMessageTool, tool  # noqa: E402
+
+
+@tool
+def bench_tool_ours(i: int = 0) -> dict:
+    """Benchmark tool: returns at once."""
+    _scenarios.record_entry(f"pick-{i}")
+    return {"ok": i}
+
+
+@tool
+def bench_act_ours(key: str = "") -> dict:
+    """Benchmark tool: acts on a message."""
+    _scenarios.record_entry(key)
+    return {"ok": key}
+
+
+class OursAdapter:
+    def __init__(self, cfg: dict) -> None:
+        self.runtime = AgentRuntime(AgentSettings.from_env(server_url=cfg["server_url"]))
+        self.receive = WaitForMessageTool.create(
+            name="wait_for_message", description="Wait for the next external message, then return its content.")
+
+    def start_pickup(self, model: str, stateful: bool) -> str:
+        agent = Agent(name="bench_pick_ours", model=model, stateful=stateful, max_turns=10_000,
+                      tools=[bench_tool_ours], instructions="Call the tool until told otherwise.")
+        return self.runtime.start(agent, "Go.").execution_id
+
+    def start_listener(self, model: str) -> str:
+        agent = Agent(name="bench_listen_ours", model=model, stateful=True, max_turns=10_000,
+                      tools=[self.receive, bench_act_ours],
+                      instructions="Loop: wait_for_message, act on it, repeat until told to stop.")
+        return self.runtime.start(agent, "Start listening.").execution_id
+
+    def send(self, execution_id: str, payload: dict) -> None:
+        self.runtime.send_message(execution_id, payload)
+
+    def close(self) -> None:
+        self.runtime.close()
+
+
+if __name__ == "__main__":
+    raise SystemExit(_scenarios.main(OursAdapter))

@@ -1,0 +1,226 @@
+"""Benchmarks: conductor-agents against the peer SDK (conductor-agent-sdk 0.4.4), same server, one run.
+
+    make bench                          # full run (~20 min)
+    make bench BENCH_ARGS="--quick"     # small counts (a few minutes)
+
+One LocalStack (a real Conductor server and a ScriptedLLM) serves both SDKs; each SDK runs
+in a driver subprocess of its own interpreter (``driver_ours.py``, ``driver_peer.py``), one
+after the other per scenario. Results are printed and written to ``benchmarks/results.md``
+(and ``results.json``). Timings on a shared 2-core machine are noisy: compare the ratios.
+Nothing here asserts a timing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import _procs  # noqa: E402
+from _harness import Bench, Driver, percentiles  # noqa: E402
+from _report import render  # noqa: E402
+
+PRESETS = {
+    "full": dict(pickup_runs=3, pickup_turns=100, messages=50, live_n=[1, 10, 50, 100, 200], idle_s=30.0,
+                 cost_n=10, cost_s=30.0, start_budget_s=300.0),
+    "quick": dict(pickup_runs=2, pickup_turns=25, messages=12, live_n=[1, 10, 25], idle_s=10.0,
+                  cost_n=5, cost_s=10.0, start_budget_s=90.0),
+}
+SDKS = ("ours", "peer")
+
+
+def parse_args(argv: "list[str]") -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="small counts: a few minutes")
+    p.add_argument("--sdk", choices=("both", *SDKS), default="both")
+    p.add_argument("--scenarios", default="pickup,roundtrip,cost,live",
+                   help="comma-separated subset of pickup,roundtrip,cost,live")
+    p.add_argument("--live-n", help="comma-separated N for the live-runs scenario (e.g. 1,10,200)")
+    p.add_argument("--idle-seconds", type=float, help="idle window of the live scenario")
+    p.add_argument("--pickup-runs", type=int)
+    p.add_argument("--pickup-turns", type=int, help="tool calls per pickup run (one per model turn)")
+    p.add_argument("--messages", type=int, help="messages in the round-trip scenario")
+    p.add_argument("--peer-python", default=os.path.join(HERE, ".venv-peer", "bin", "python"))
+    p.add_argument("--answer-rate", type=float, default=10.0,
+                   help="messages per second in the live scenario's answer phase (one per run)")
+    p.add_argument("--pss-cap-mb", type=float, default=6000.0, help="stop starting peer runs past this PSS")
+    p.add_argument("--out", default=os.path.join(HERE, "results.md"))
+    return p.parse_args(argv)
+
+
+def settings_from(args: argparse.Namespace) -> dict:
+    s = dict(PRESETS["quick" if args.quick else "full"])
+    if args.live_n:
+        s["live_n"] = [int(x) for x in args.live_n.split(",") if x.strip()]
+    for key, value in (("idle_s", args.idle_seconds), ("pickup_runs", args.pickup_runs),
+                       ("pickup_turns", args.pickup_turns), ("messages", args.messages)):
+        if value is not None:
+            s[key] = value
+    s["pss_cap_mb"] = args.pss_cap_mb
+    s["answer_rate"] = args.answer_rate
+    return s
+
+
+# -- scenarios ------------------------------------------------------------------------
+
+
+def run_pickup(bench: Bench, sdk: str, stateful: bool, s: dict, warmup: bool = False) -> dict:
+    model = bench.models[sdk]["warm" if warmup else "pick"]
+    driver = bench.driver(sdk, "pickup", model=model, stateful=stateful, runs=s["pickup_runs"])
+    try:
+        started = driver.expect("started", timeout=120)
+        ids = started["ids"]
+        bench.wait_terminal(ids, timeout=60 + s["pickup_turns"] * s["pickup_runs"] * 3.0)
+        steady, first = [], []
+        for eid in ids:
+            tasks = [t for t in bench.workflow(eid, tasks=True).get("tasks", [])
+                     if t.get("taskType") == f"bench_tool_{sdk}" and t.get("startTime")]
+            tasks.sort(key=lambda t: t.get("seq", 0))
+            for i, t in enumerate(tasks):
+                (first if i == 0 else steady).append(float(t["startTime"] - t["scheduledTime"]))
+        return {"calls": len(steady) + len(first), **percentiles(steady), "first_call_ms": percentiles(first)["p50"],
+                "start_s": started["start_s"]}
+    finally:
+        driver.finish()
+
+
+def run_roundtrip(bench: Bench, sdk: str, s: dict) -> dict:
+    driver = bench.driver(sdk, "roundtrip", model=bench.models[sdk]["listen"], messages=s["messages"])
+    try:
+        ids = driver.expect("started", timeout=120)["ids"]
+        result = driver.expect("result", timeout=60 + s["messages"] * 35)
+        bench.cancel(ids)
+        lat = [x * 1000.0 for x in result["latencies"]]
+        return {"messages": len(lat), "missing": result["missing"], **percentiles(lat)}
+    finally:
+        driver.finish()
+
+
+def run_cost(bench: Bench, sdk: str, s: dict) -> dict:
+    """Requests per second one idle stateful run costs, counted by a proxy in front of the server."""
+    proxy = bench.proxy()
+    driver = bench.driver(sdk, "live", model=bench.models[sdk]["listen"], n=s["cost_n"],
+                          start_budget_s=s["start_budget_s"], server_url=proxy.url)
+    try:
+        started = driver.expect("started", timeout=s["start_budget_s"] + 120)
+        n = len(started["ids"])
+        time.sleep(3.0)  # let start-up traffic settle
+        proxy.reset()
+        time.sleep(s["cost_s"])
+        counts = proxy.snapshot()
+        bench.cancel(started["ids"])
+        total = sum(counts.values())
+        per_run = {k: v / s["cost_s"] / max(1, n) for k, v in counts.items()}
+        return {"runs": n, "window_s": s["cost_s"], "req_per_s_per_run": total / s["cost_s"] / max(1, n),
+                "by_kind": per_run}
+    finally:
+        driver.finish()
+        proxy.stop()
+
+
+def run_live(bench: Bench, sdk: str, n: int, s: dict) -> dict:
+    driver = bench.driver(sdk, "live", model=bench.models[sdk]["listen"], n=n, answer_rate=s["answer_rate"],
+                          start_budget_s=s["start_budget_s"], pss_cap_mb=s["pss_cap_mb"])
+    ids = []
+    try:
+        started = driver.expect("started", timeout=s["start_budget_s"] + 180)
+        ids = started["ids"]
+        time.sleep(3.0)
+        pids = _procs.tree(driver.pid)
+        server_pid = bench.server_pid
+        c0, s0, t0 = _procs.cpu_seconds(pids), _procs.cpu_seconds([server_pid]), time.monotonic()
+        probe = bench.probe_status(ids[0] if ids else None, s["idle_s"])
+        c1, s1, t1 = _procs.cpu_seconds(pids), _procs.cpu_seconds([server_pid]), time.monotonic()
+        mem = _procs.memory(_procs.tree(driver.pid))
+        window = t1 - t0
+        out = {
+            "requested": n, "started": len(ids), "stopped": started.get("stopped"), "start_s": started["start_s"],
+            **mem, "client_cpu_pct": 100.0 * _procs.cpu_delta(c0, c1) / window,
+            "server_cpu_pct": 100.0 * _procs.cpu_delta(s0, s1) / window,
+            "status_ms": probe,
+        }
+        driver.send("answer")
+        answered = driver.expect("answered", timeout=120 + n * 2 / s["answer_rate"])
+        lat = answered["latencies"]
+        out.update(answered_2s=sum(1 for x in lat if x <= 2.0), answered=len(lat),
+                   answer_p50_s=percentiles(lat)["p50"], answer_max_s=max(lat) if lat else None)
+        out["holds"] = out["started"] == n and out["answered_2s"] == n
+        return out
+    finally:
+        bench.cancel(ids)
+        driver.finish()
+
+
+# -- main -----------------------------------------------------------------------------
+
+
+def main(argv: "list[str]") -> int:
+    args = parse_args(argv)
+    s = settings_from(args)
+    sdks = SDKS if args.sdk == "both" else (args.sdk,)
+    scenarios = [x.strip() for x in args.scenarios.split(",") if x.strip()]
+    if "peer" in sdks and not os.path.exists(args.peer_python):
+        print(f"no peer interpreter at {args.peer_python}; run `make bench` (it creates benchmarks/.venv-peer)",
+              file=sys.stderr)
+        return 2
+    results: dict = {"mode": "quick" if args.quick else "full", "settings": s, "sdks": list(sdks),
+                     "env": {"cores": os.cpu_count(), "loadavg_start": os.getloadavg(),
+                             "python": platform.python_version(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}}
+    workdir = tempfile.mkdtemp(prefix="conductor-agents-bench-")
+    print(f"bench: {results['mode']} run, logs in {workdir}", flush=True)
+    with Bench(workdir, sys.executable, args.peer_python, pickup_turns=s["pickup_turns"]) as bench:
+        results["env"]["server_version"] = bench.server_version
+        # A fresh server is slow for its first runs (JIT, first compiles): warm it up with both
+        # SDKs first, so that neither pays for it in the measurements.
+        for sdk in sdks:
+            _step(f"warm-up {sdk}", lambda: run_pickup(bench, sdk, True, {**s, "pickup_runs": 1}, warmup=True))
+        if "pickup" in scenarios:
+            for stateful in (True, False):
+                key = "pickup_stateful" if stateful else "pickup_plain"
+                results[key] = {}
+                for sdk in sdks:
+                    results[key][sdk] = _step(f"{key} {sdk}", lambda: run_pickup(bench, sdk, stateful, s))
+        if "roundtrip" in scenarios:
+            results["roundtrip"] = {sdk: _step(f"roundtrip {sdk}", lambda: run_roundtrip(bench, sdk, s)) for sdk in sdks}
+        if "cost" in scenarios:
+            results["cost"] = {sdk: _step(f"idle cost {sdk}", lambda: run_cost(bench, sdk, s)) for sdk in sdks}
+        if "live" in scenarios:
+            results["live"] = {sdk: {} for sdk in sdks}
+            for n in s["live_n"]:
+                for sdk in sdks:
+                    previous = [r for r in results["live"][sdk].values() if isinstance(r, dict)]
+                    if previous and (previous[-1].get("stopped") or previous[-1].get("error")):
+                        results["live"][sdk][str(n)] = {"skipped": f"stopped at N={previous[-1].get('requested')}"}
+                        continue
+                    results["live"][sdk][str(n)] = _step(f"live N={n} {sdk}", lambda: run_live(bench, sdk, n, s))
+    results["env"]["loadavg_end"] = os.getloadavg()
+    text = render(results)
+    print(text)
+    with open(args.out, "w") as f:
+        f.write(text)
+    with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
+        json.dump(results, f, indent=1)
+    print(f"written: {args.out}")
+    return 0
+
+
+def _step(label: str, fn) -> dict:
+    began = time.monotonic()
+    print(f"bench: {label} ...", flush=True)
+    try:
+        out = fn()
+    except Exception as err:  # one failed scenario is reported, the others still run
+        out = {"error": f"{type(err).__name__}: {err}"}
+    print(f"bench: {label} done in {time.monotonic() - began:.0f}s: {json.dumps(out)[:300]}", flush=True)
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
