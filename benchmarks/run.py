@@ -24,7 +24,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
 import _procs  # noqa: E402
-from _harness import Bench, Driver, percentiles  # noqa: E402
+from _harness import Bench, percentiles  # noqa: E402
 from _report import render  # noqa: E402
 
 PRESETS = {
