@@ -210,24 +210,7 @@ class Transport:
             AuthenticationError: 401/403 even after refreshing the token.
             HttpError: any other status >= 400.
         """
-        response = self._send(method, path, params, json_body, timeout)
-        if response.status_code in (401, 403) and self._auth_key:
-            self._invalidate_token()
-            response = self._send(method, path, params, json_body, timeout)
-        if response.status_code in (401, 403):
-            raise AuthenticationError(
-                f"{method} {path}: the server rejected the credentials (HTTP {response.status_code})",
-                status=response.status_code,
-            )
-        if response.status_code >= 400:
-            server_message = _server_message(response)
-            raise HttpError(
-                f"{method} {path} failed with HTTP {response.status_code}: {server_message}",
-                status=response.status_code,
-                server_message=server_message,
-                method=method,
-                path=path,
-            )
+        response = self._exchange(method, path, params=params, json_body=json_body, timeout=timeout)
         return self._decode(response, method, path), response.headers
 
     def close(self) -> None:
@@ -253,65 +236,63 @@ class Transport:
             AuthenticationError: 401/403 even after refreshing the token.
             HttpError: any other status >= 400 (the error body is read and the connection closed).
         """
-        for attempt in (1, 2):
-            response = self._open(path, headers or {}, timeout)
-            if response.status_code in (401, 403) and self._auth_key and attempt == 1:
-                response.close()
-                self._invalidate_token()
-                continue
-            break
+        response = self._exchange("GET", path, headers=headers, timeout=timeout, stream=True)
+        return ByteStream(response, "GET", path)
+
+    # -- internals --------------------------------------------------------------------
+
+    def _exchange(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Any = None,
+        json_body: Any = None,
+        headers: Optional[Mapping[str, str]] = None,
+        timeout: Optional[Timeout] = None,
+        stream: bool = False,
+    ) -> requests.Response:
+        """Send with the auth token, refresh it once on 401/403, and raise for error statuses."""
+        response = self._send(method, path, params, json_body, headers, timeout, stream)
+        if response.status_code in (401, 403) and self._auth_key:
+            response.close()
+            self._invalidate_token()
+            response = self._send(method, path, params, json_body, headers, timeout, stream)
         if response.status_code in (401, 403):
             response.close()
             raise AuthenticationError(
-                f"GET {path}: the server rejected the credentials (HTTP {response.status_code})",
+                f"{method} {path}: the server rejected the credentials (HTTP {response.status_code})",
                 status=response.status_code,
             )
         if response.status_code >= 400:
             try:
                 server_message = _server_message(response)
-            except requests.exceptions.RequestException:
+            except requests.exceptions.RequestException:  # a streamed error body that broke
                 server_message = ""
             response.close()
             raise HttpError(
-                f"GET {path} failed with HTTP {response.status_code}: {server_message}",
-                status=response.status_code, server_message=server_message, method="GET", path=path,
+                f"{method} {path} failed with HTTP {response.status_code}: {server_message}",
+                status=response.status_code,
+                server_message=server_message,
+                method=method,
+                path=path,
             )
-        return ByteStream(response, "GET", path)
+        return response
 
-    def _open(self, path: str, headers: Mapping[str, str], timeout: Optional[Timeout]) -> requests.Response:
-        send_headers = dict(headers)
+    def _send(self, method: str, path: str, params: Any, json_body: Any, headers: Optional[Mapping[str, str]],
+              timeout: Optional[Timeout], stream: bool) -> requests.Response:
+        send_headers = dict(headers or {})
         token = self._current_token()
         if token is not None:
             send_headers["X-Authorization"] = token
         try:
-            return self._session.get(
-                self.base_url + path, headers=send_headers, stream=True,
-                timeout=timeout if timeout is not None else (min(5.0, self._timeout), self._timeout),
-            )
-        except requests.exceptions.Timeout as err:
-            raise ServerUnavailableError(
-                f"GET {path}: the server did not answer in time ({err.__class__.__name__})"
-            ) from err
-        except requests.exceptions.ConnectionError as err:
-            raise ServerUnavailableError(f"GET {path}: cannot reach the server at {self.base_url}") from err
-        except requests.exceptions.RequestException as err:
-            raise ServerUnavailableError(f"GET {path}: request failed ({err.__class__.__name__})") from err
-
-    # -- internals --------------------------------------------------------------------
-
-    def _send(self, method: str, path: str, params: Any, json_body: Any, timeout: Optional[Timeout]) -> requests.Response:
-        url = self.base_url + path
-        headers = {}
-        token = self._current_token()
-        if token is not None:
-            headers["X-Authorization"] = token
-        try:
             return self._session.request(
                 method,
-                url,
+                self.base_url + path,
                 params=params,
                 json=json_body,
-                headers=headers,
+                headers=send_headers,
+                stream=stream,
                 timeout=timeout if timeout is not None else (min(5.0, self._timeout), self._timeout),
             )
         except requests.exceptions.Timeout as err:
