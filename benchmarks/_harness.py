@@ -178,6 +178,28 @@ class Bench:
                 raise TimeoutError(f"{len(pending)} run(s) still running after {timeout:.0f}s")
             time.sleep(1.0)
 
+    def answer_split(self, sent_by_run: Dict[str, float], task_type: str) -> Dict[str, List[float]]:
+        """Split each run's answer on the server's clock: message sent → tool task scheduled
+        (the server's work: message check, join, LLM turn) and scheduled → started (the SDK's pickup), ms."""
+
+        def one(item: "tuple[str, float]") -> "tuple[Optional[float], Optional[float]]":
+            eid, sent = item
+            try:
+                tasks = self.workflow(eid, tasks=True).get("tasks", [])
+            except requests.RequestException:
+                return None, None
+            acts = sorted((t for t in tasks if t.get("taskType") == task_type and t.get("scheduledTime")),
+                          key=lambda t: t["scheduledTime"])
+            if not acts:
+                return None, None
+            first = acts[0]
+            pickup = first["startTime"] - first["scheduledTime"] if first.get("startTime") else None
+            return first["scheduledTime"] - sent * 1000.0, pickup
+
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            pairs = list(pool.map(one, sent_by_run.items()))
+        return {"server_ms": [a for a, _ in pairs if a is not None], "pickup_ms": [b for _, b in pairs if b is not None]}
+
     def cancel(self, ids: List[str]) -> None:
         def one(eid: str) -> None:
             try:

@@ -170,7 +170,10 @@ def scenario_live(adapter: Any, cfg: dict, log: EntryLog) -> None:
         time.sleep(0.05)
     entries = log.refresh()
     latencies = {k: entries[k] - t for k, t in sent.items() if k in entries}
-    emit(event="answered", latencies=sorted(latencies.values()), sent=len(sent))
+    # Per run: when its message was sent (host clock), so the harness can split each answer
+    # into the server's share (until the tool task is scheduled) and the SDK's (until it starts).
+    sent_by_run = {eid: sent[f"live-{i}"] for i, eid in enumerate(ids) if f"live-{i}" in sent}
+    emit(event="answered", latencies=sorted(latencies.values()), sent=len(sent), sent_by_run=sent_by_run)
     wait_command(("stop",), 300)
 
 

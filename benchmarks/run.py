@@ -151,6 +151,12 @@ def run_live(bench: Bench, sdk: str, n: int, s: dict) -> dict:
         lat = answered["latencies"]
         out.update(answered_2s=sum(1 for x in lat if x <= 2.0), answered=len(lat),
                    answer_p50_s=percentiles(lat)["p50"], answer_max_s=max(lat) if lat else None)
+        split = bench.answer_split(answered.get("sent_by_run") or {}, f"bench_act_{sdk}")
+        server, pickup = percentiles(split["server_ms"]), percentiles(split["pickup_ms"])
+        out.update(server_path_p50_s=_seconds(server["p50"]),
+                   server_path_max_s=_seconds(max(split["server_ms"]) if split["server_ms"] else None),
+                   answer_pickup_p50_ms=pickup["p50"], answer_pickup_p99_ms=pickup["p99"],
+                   answer_pickup_max_ms=max(split["pickup_ms"]) if split["pickup_ms"] else None)
         out["holds"] = out["started"] == n and out["answered_2s"] == n
         return out
     finally:
@@ -209,6 +215,10 @@ def main(argv: "list[str]") -> int:
         json.dump(results, f, indent=1)
     print(f"written: {args.out}")
     return 0
+
+
+def _seconds(ms: "float | None") -> "float | None":
+    return None if ms is None else ms / 1000.0
 
 
 def _step(label: str, fn) -> dict:

@@ -175,6 +175,25 @@ class ConductorApi:
         """``POST /tasks`` with a TaskResult."""
         self.transport.request("POST", "/tasks", json_body=dict(result))
 
+    def queue_sizes(self, queue_names: "list[str]") -> dict:
+        """``GET /tasks/queue/sizes?taskType=...`` → ``{queue name: messages}``, one count per name."""
+        result = self.transport.request(
+            "GET", "/tasks/queue/sizes", params={"taskType": list(queue_names)}, timeout=(5.0, 10.0))
+        if not isinstance(result, dict):
+            raise ServerError("GET /tasks/queue/sizes returned a malformed body")
+        return result
+
+    def all_queue_sizes(self) -> dict:
+        """``GET /tasks/queue/all`` → ``{queue name: messages not yet polled}`` for every queue the server knows.
+
+        One query on the server whatever the number of queues asked about; queues that never
+        held a message are absent (their size is 0).
+        """
+        result = self.transport.request("GET", "/tasks/queue/all", timeout=(5.0, 10.0))
+        if not isinstance(result, dict):
+            raise ServerError("GET /tasks/queue/all returned a malformed body")
+        return result
+
     def poll_data(self, task_type: str) -> list:
         """``GET /tasks/queue/polldata?taskType=`` → one row per (type, domain)."""
         result = self.transport.request("GET", "/tasks/queue/polldata", params={"taskType": task_type})

@@ -63,7 +63,7 @@ class DomainPoller:
         on_exit: Optional[Callable[["DomainPoller"], None]] = None,
         owner_lock: Optional[threading.Lock] = None,
         name_suffix: Optional[str] = None,
-        watcher: Optional[Any] = None,  # a conductor_agents._workers.QueueWatcher
+        watcher: Optional[Any] = None,  # a conductor_agents._watcher.QueueWatcher
     ) -> None:
         self.domain = domain
         self._api = api

@@ -11,137 +11,25 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, List, Optional
+from typing import Optional
 
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._executor import ToolExecutor
 from ._observer import TaskObserver
 from ._poller import DomainPoller
+from ._watcher import QueueWatcher
 from .agent import Agent
-from ._transport import HttpError
-from .errors import ConductorAgentsError, ServerError, ServerUnavailableError, WorkerStartupError
+from .errors import ConductorAgentsError, WorkerStartupError
 from .settings import AgentSettings
 from .tools import ToolDef
 
-__all__ = ["QueueWatcher", "Reservation", "WorkerSet"]
+__all__ = ["Reservation", "WorkerSet"]
 
 log = logging.getLogger("conductor_agents.worker")
 
 #: Status checks of all pollers together stay under this rate (each run's every N/rate s, at least 3 s).
 _STATUS_CHECKS_PER_SECOND = 4.0
-#: Longest query string of one queue-size request (Tomcat's request-header limit is 8 KB).
-_SIZES_QUERY_CHARS = 3000
-
-
-class QueueWatcher:
-    """One thread that asks the server which of the runtime's queues hold tasks, and rings their pollers.
-
-    Why: on the SQL-backed servers a long poll pops its queue every 100 ms and holds one of
-    the server's HTTP threads (Tomcat: 200) for its whole length, so N live runs each
-    long-polling cost the server 10N queue transactions per second, can take every HTTP
-    thread, and cost this process N requests per poll length (measured in benchmarks/:
-    31% of a core and 0/200 runs answering within 2 s with 200 idle runs). Instead, one
-    request (``GET /tasks/queue/sizes`` for every ``domain:type`` served here, in chunks)
-    every ``slow`` seconds, and every ``fast`` seconds for the pollers that are active,
-    tells each dedicated poller when to poll; pollers keep a slow safety poll.
-
-    While the watcher is not healthy (not started yet, server unreachable, or a server
-    without that endpoint: then it stops for good), pollers long-poll as before; every
-    change of health rings all pollers. Thread-safe; owned by :class:`WorkerSet`.
-    """
-
-    def __init__(self, api: ConductorApi, pollers: Callable[[], List[DomainPoller]], *, clock: Clock = SYSTEM_CLOCK,
-                 fast: float = 0.015, slow: float = 0.25) -> None:
-        self._api = api
-        self._pollers = pollers
-        self._clock = clock
-        self._fast = fast
-        self._slow = slow
-        self._healthy = False
-        self._stop = threading.Event()
-        # Daemon: if it dies with the interpreter, only the rings are lost (pollers fall back
-        # to long polls when it is unhealthy; at exit they die too).
-        self._thread = threading.Thread(target=self._loop, name="conductor-agents-watch", daemon=True)
-
-    @property
-    def healthy(self) -> bool:
-        return self._healthy
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def join(self, timeout: float) -> None:
-        if self._thread.ident:
-            self._thread.join(timeout)
-
-    def _set_health(self, healthy: bool) -> None:
-        if healthy != self._healthy:
-            self._healthy = healthy
-            for poller in self._pollers():
-                poller.ring()
-
-    def _loop(self) -> None:
-        next_full = 0.0
-        backoff = 0.0
-        try:
-            while not self._stop.is_set():
-                now = self._clock.monotonic()
-                pollers = self._pollers()
-                full = now >= next_full
-                chosen = pollers if full else [p for p in pollers if p.is_active(now)]
-                try:
-                    self._round(chosen)
-                except HttpError as err:
-                    if not err.transient:
-                        log.info("the server cannot report queue sizes (%s); pollers long-poll instead", err)
-                        return
-                    backoff = min(5.0, max(0.5, backoff * 2))
-                    self._set_health(False)
-                    self._stop.wait(backoff)
-                    continue
-                except (ServerUnavailableError, ServerError) as err:
-                    backoff = min(5.0, max(0.5, backoff * 2))
-                    log.debug("queue sizes failed: %s; retrying in %.1fs", err, backoff)
-                    self._set_health(False)
-                    self._stop.wait(backoff)
-                    continue
-                backoff = 0.0
-                self._set_health(True)
-                if full:
-                    next_full = now + self._slow
-                active = any(p.is_active(now) for p in pollers)
-                self._stop.wait(self._fast if active else max(0.0, next_full - self._clock.monotonic()))
-        except BaseException:
-            log.exception("the queue watcher crashed; pollers long-poll instead")
-            raise
-        finally:
-            self._set_health(False)
-
-    def _round(self, pollers: List[DomainPoller]) -> None:
-        chunk: "list[tuple[DomainPoller, str]]" = []
-        size = 0
-        for poller in pollers:
-            for name in poller.queue_names():
-                chunk.append((poller, name))
-                size += len(name) + 10
-                if size >= _SIZES_QUERY_CHARS:
-                    self._ask(chunk)
-                    chunk, size = [], 0
-        if chunk:
-            self._ask(chunk)
-
-    def _ask(self, chunk: "list[tuple[DomainPoller, str]]") -> None:
-        sizes = self._api.transport.request(
-            "GET", "/tasks/queue/sizes", params={"taskType": [name for _, name in chunk]}, timeout=(5.0, 10.0))
-        if not isinstance(sizes, dict):
-            raise ServerError("GET /tasks/queue/sizes returned a malformed body")
-        for poller, name in chunk:
-            if (sizes.get(name) or 0) > 0:
-                poller.ring()
 
 
 class Reservation:

@@ -319,6 +319,10 @@ class LocalServer:
             "polyglot.engine.WarnInterpreterOnly": "false",
             "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL",
             "conductor.workflow-message-queue.enabled": "true",
+            # A JOIN re-checks at a growing interval once it has waited a while, up to this
+            # many seconds (default 30): a listener idle for minutes then took up to 30 s to act
+            # on a message. 1 s bounds that; it is also the drain time of system tasks at stop.
+            "conductor.app.systemTaskWorkerCallbackDuration": "1",
             "server.address": "127.0.0.1",
             **self._properties,
             "server.port": str(port),

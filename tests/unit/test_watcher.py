@@ -1,0 +1,135 @@
+"""The queue watcher's choice of endpoint, on answers a real server cannot be made to give.
+
+The real-server path (``GET /tasks/queue/all`` on the OSS server) runs under every
+integration test that starts a run; here: a server that refuses the listing (a hosted
+server's permissions), one that lists more queues than is worth reading, and one that
+answers neither.
+"""
+
+from __future__ import annotations
+
+from typing import List
+
+import pytest
+import responses
+
+from conductor_agents._api import ConductorApi
+from conductor_agents._transport import HttpError, Transport
+from conductor_agents._watcher import QueueWatcher
+from tests.unit.fakes import BASE_URL, FakeClock
+
+ALL = f"{BASE_URL}/tasks/queue/all"
+SIZES = f"{BASE_URL}/tasks/queue/sizes"
+
+
+class StubPoller:
+    """The three things the watcher asks a poller."""
+
+    def __init__(self, domain: str, *, active: bool = False) -> None:
+        self.domain = domain
+        self.active = active
+        self.rings = 0
+
+    def queue_names(self) -> List[str]:
+        return [f"{self.domain}:act"]
+
+    def is_active(self, now: float) -> bool:
+        return self.active
+
+    def ring(self) -> None:
+        self.rings += 1
+
+
+@pytest.fixture
+def http():
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
+        yield mock
+
+
+@pytest.fixture
+def api():
+    transport = Transport(BASE_URL)
+    yield ConductorApi(transport)
+    transport.close()
+
+
+def watcher_over(api, pollers, clock=None):
+    return QueueWatcher(api, lambda: list(pollers), clock=clock or FakeClock())
+
+
+def paths(http):
+    return [c.request.url.split("?")[0][len(BASE_URL):] for c in http.calls]
+
+
+def test_one_listing_rings_exactly_the_pollers_with_waiting_tasks(http, api):
+    pollers = [StubPoller(f"d{i}") for i in range(50)]
+    http.get(ALL, json={"d3:act": 1, "d7:act": 0, "other:act": 5, "JOIN": 200})
+    watcher_over(api, pollers)._round(pollers, 0.0, full=True)
+    assert paths(http) == ["/tasks/queue/all"]
+    assert [p.domain for p in pollers if p.rings] == ["d3"]
+
+
+def test_a_refused_listing_switches_to_asking_queue_by_queue_for_good(http, api):
+    pollers = [StubPoller("d1"), StubPoller("d2")]
+    http.get(ALL, status=403, json={"message": "forbidden"})
+    http.get(SIZES, json={"d1:act": 0, "d2:act": 2})
+    watcher = watcher_over(api, pollers)
+    watcher._round(pollers, 0.0, full=True)
+    watcher._round(pollers, 1.0, full=True)
+    assert paths(http) == ["/tasks/queue/all", "/tasks/queue/sizes", "/tasks/queue/sizes"]
+    assert [p.rings for p in pollers] == [0, 2]
+
+
+def test_queue_by_queue_asks_only_for_active_pollers_between_full_rounds(http, api):
+    busy, idle = StubPoller("busy", active=True), StubPoller("idle")
+    http.get(ALL, status=404, json={"message": "no such endpoint"})
+    http.get(SIZES, json={})
+    watcher = watcher_over(api, [busy, idle])
+    watcher._round([busy, idle], 0.0, full=True)
+    watcher._round([busy, idle], 0.1, full=False)
+    asked = [c.request.url for c in http.calls if "/queue/sizes" in c.request.url]
+    assert "idle%3Aact" in asked[0] and "busy%3Aact" in asked[0]
+    assert "idle%3Aact" not in asked[1] and "busy%3Aact" in asked[1]
+
+
+def test_a_server_with_too_many_queues_is_asked_queue_by_queue_for_a_while(http, api):
+    pollers = [StubPoller("d1")]
+    huge = {f"q{i}": 0 for i in range(2500)}
+    huge["d1:act"] = 1
+    http.get(ALL, json=huge)
+    http.get(SIZES, json={"d1:act": 1})
+    watcher = watcher_over(api, pollers)
+    watcher._round(pollers, 0.0, full=True)  # this answer is used, then the watcher holds off
+    watcher._round(pollers, 30.0, full=True)
+    watcher._round(pollers, 61.0, full=True)  # the hold is over: list again
+    assert paths(http) == ["/tasks/queue/all", "/tasks/queue/sizes", "/tasks/queue/all"]
+    assert pollers[0].rings == 3
+
+
+def test_long_queue_lists_are_split_under_the_header_limit(http, api):
+    pollers = [StubPoller("d" * 40 + str(i)) for i in range(200)]
+    http.get(ALL, status=403)
+    http.get(SIZES, json={})
+    watcher_over(api, pollers)._round(pollers, 0.0, full=True)
+    sizes_calls = [c for c in http.calls if "/queue/sizes" in c.request.url]
+    assert len(sizes_calls) > 1
+    assert all(len(c.request.url) < 8000 for c in sizes_calls)
+    asked = sum(c.request.url.count("taskType=") for c in sizes_calls)
+    assert asked == 200
+
+
+def test_a_server_answering_neither_is_an_http_error(http, api):
+    pollers = [StubPoller("d1")]
+    http.get(ALL, status=404)
+    http.get(SIZES, status=404)
+    with pytest.raises(HttpError):
+        watcher_over(api, pollers)._round(pollers, 0.0, full=True)
+
+
+def test_a_malformed_listing_is_a_server_error_not_a_crash(http, api):
+    from conductor_agents.errors import ServerError
+
+    pollers = [StubPoller("d1")]
+    http.get(ALL, json=["not", "a", "map"])
+    with pytest.raises(ServerError):
+        watcher_over(api, pollers)._round(pollers, 0.0, full=True)
