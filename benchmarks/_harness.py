@@ -200,6 +200,24 @@ class Bench:
             pairs = list(pool.map(one, sent_by_run.items()))
         return {"server_ms": [a for a, _ in pairs if a is not None], "pickup_ms": [b for _, b in pairs if b is not None]}
 
+    def probe_polls(self, stop: threading.Event, interval: float = 0.05) -> List[float]:
+        """Latency (ms) of an empty task poll (``timeout=0``), every ``interval`` s until ``stop``.
+
+        The least any SDK must do to pick a task up: how long the server takes to answer it
+        during a scenario bounds every SDK's pickup latency from below.
+        """
+        lat: List[float] = []
+        with requests.Session() as http:
+            while not stop.wait(interval):
+                began = time.monotonic()
+                try:
+                    http.get(f"{self.url}/tasks/poll/batch/bench_probe", timeout=30,
+                             params={"workerid": "bench-probe", "count": 1, "timeout": 0})
+                except requests.RequestException:
+                    continue
+                lat.append((time.monotonic() - began) * 1000.0)
+        return lat
+
     def cancel(self, ids: List[str]) -> None:
         def one(eid: str) -> None:
             try:

@@ -13,11 +13,13 @@ Nothing here asserts a timing.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import json
 import os
 import platform
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -74,10 +76,14 @@ def settings_from(args: argparse.Namespace) -> dict:
 def run_pickup(bench: Bench, sdk: str, stateful: bool, s: dict, warmup: bool = False) -> dict:
     model = bench.models[sdk]["warm" if warmup else "pick"]
     driver = bench.driver(sdk, "pickup", model=model, stateful=stateful, runs=s["pickup_runs"])
+    stop_probe, probe = threading.Event(), concurrent.futures.ThreadPoolExecutor(1)
     try:
         started = driver.expect("started", timeout=120)
         ids = started["ids"]
+        probed = probe.submit(bench.probe_polls, stop_probe)
         bench.wait_terminal(ids, timeout=60 + s["pickup_turns"] * s["pickup_runs"] * 3.0)
+        stop_probe.set()
+        floor = percentiles(probed.result(timeout=60))
         steady, first = [], []
         for eid in ids:
             tasks = [t for t in bench.workflow(eid, tasks=True).get("tasks", [])
@@ -86,8 +92,10 @@ def run_pickup(bench: Bench, sdk: str, stateful: bool, s: dict, warmup: bool = F
             for i, t in enumerate(tasks):
                 (first if i == 0 else steady).append(float(t["startTime"] - t["scheduledTime"]))
         return {"calls": len(steady) + len(first), **percentiles(steady), "first_call_ms": percentiles(first)["p50"],
-                "start_s": started["start_s"]}
+                "start_s": started["start_s"], "empty_poll_p50_ms": floor["p50"], "empty_poll_p99_ms": floor["p99"]}
     finally:
+        stop_probe.set()
+        probe.shutdown(wait=True)
         driver.finish()
 
 

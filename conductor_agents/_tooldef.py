@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
 import attrs
 
-from . import _schema
+from . import _json_check, _schema
 from .errors import ConductorAgentsError, ToolDefinitionError
 
 __all__ = ["ToolArgumentsError", "ToolDef"]
@@ -74,7 +74,7 @@ def _json_object(what: str) -> Callable[[Any], Dict[str, Any]]:
         if not isinstance(value, collections.abc.Mapping):
             raise ToolDefinitionError(f"{what} must be a mapping, got {value!r}")
         try:
-            return _schema.json_copy(value)
+            return _json_check.json_copy(value)
         except TypeError as err:
             raise ToolDefinitionError(f"{what} must be JSON: {err}") from None
 
@@ -174,12 +174,12 @@ class ToolDef:
     @property
     def input_schema(self) -> Dict[str, Any]:
         """The JSON schema of the arguments (a copy)."""
-        return _schema.json_copy(self._input_schema)
+        return _json_check.json_copy(self._input_schema)
 
     @property
     def config(self) -> Dict[str, Any]:
         """The tool-type specific configuration sent to the server (a copy)."""
-        return _schema.json_copy(self._config)
+        return _json_check.json_copy(self._config)
 
     @property
     def is_worker(self) -> bool:
@@ -241,14 +241,14 @@ class ToolDef:
                 shown to the LLM.
         """
         if not isinstance(input_data, collections.abc.Mapping):
-            got = _schema.json_type(input_data)
+            got = _json_check.json_type(input_data)
             raise _arguments_error(self.name, [f"arguments must be a JSON object, got {got}"])
         arguments = {
             key: value
             for key, value in input_data.items()
             if not (isinstance(key, str) and (key in SERVER_EXTRAS or key.startswith("_agent")))
         }
-        values, problems = _schema.check_arguments(self._input_schema, arguments)
+        values, problems = _json_check.check_arguments(self._input_schema, arguments)
         for key, convert in self._converters.items():
             if key in values and not problems:
                 try:

@@ -13,7 +13,7 @@ from conductor_agents._sse import SseDecoder
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, sdk_threads
-from ..helpers_proxy import TcpProxy
+from ..proxy import LoopbackProxy
 from .test_stateful_listener import ActionTools, act_on, listener
 
 pytestmark = pytest.mark.integration
@@ -115,7 +115,7 @@ def test_cut_connections_lose_and_repeat_no_event(agent_runtime, scripted_llm, u
     tools = ActionTools("cut")
     handle = agent_runtime.start(listener(unique_name("listener"), model, tools), "Start listening.")
     server_url = getattr(conductor_server, "url")
-    with TcpProxy(server_url) as proxy, \
+    with LoopbackProxy(server_url) as proxy, \
             AgentRuntime(AgentSettings.from_env(environ={}, server_url=proxy.url)) as watching_runtime:
         watcher = Watcher(watching_runtime.attach(handle.execution_id))
         eventually(lambda: watcher.count("waiting"), timeout=30, message="the first waiting event")
@@ -143,7 +143,8 @@ def test_polling_fallback_gives_the_same_story(agent_settings, scripted_llm, uni
     model = scripted_llm.script(policy=listener_policy(act_on))
     tools = ActionTools("poll")
     before = sdk_threads()
-    with TcpProxy(server_url, refuse_paths=("/agent/stream/",)) as proxy:
+    with LoopbackProxy(server_url) as proxy:
+        proxy.refuse(["/agent/stream/"], status=404)
         with AgentRuntime(AgentSettings.from_env(environ={}, server_url=proxy.url)) as runtime:
             handle = runtime.start(listener(unique_name("listener"), model, tools), "Start listening.")
             watcher = Watcher(handle)

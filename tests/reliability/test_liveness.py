@@ -20,7 +20,7 @@ from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, sdk_threads
 from ..integration.test_stateful_listener import ActionTools, act_on, listener
-from .proxy import FreezableProxy
+from ..proxy import LoopbackProxy
 from .support import last_poll_ms, quiescent, tasks_of
 
 pytestmark = pytest.mark.reliability
@@ -100,8 +100,8 @@ def test_frozen_polling_is_reported_by_a_direct_observer_and_the_run_recovers(
     observer_settings = attrs.evolve(agent_settings, auto_start_workers=False, liveness_stall_seconds=stall,
                                      liveness_check_interval_seconds=interval)
     before = sdk_threads()
-    with FreezableProxy(conductor_server.port) as proxy, \
-            AgentRuntime(attrs.evolve(agent_settings, server_url=proxy.url())) as serving, \
+    with LoopbackProxy(conductor_server.url) as proxy, \
+            AgentRuntime(attrs.evolve(agent_settings, server_url=proxy.url)) as serving, \
             AgentRuntime(observer_settings) as observer:
         handle = serving.start(agent, "Start listening.")
         handle.send_message({"action": "before-freeze"})

@@ -18,7 +18,7 @@ from conductor_agents.testing import ToolCall
 
 from ..helpers import sdk_threads
 from ..integration.test_stateful_listener import ActionTools
-from .proxy import FreezableProxy
+from ..proxy import LoopbackProxy
 
 pytestmark = pytest.mark.reliability
 
@@ -39,7 +39,7 @@ def refusing_proxy(conductor_server, agent_settings, scripted_llm, unique_name):
     with AgentRuntime(attrs.evolve(agent_settings, auto_start_workers=False)) as warm:
         warm.run(one_tool_agent(unique_name("warm_up"), scripted_llm.script(["done"]), ActionTools()),
                  "Go.", timeout=60)
-    with FreezableProxy(conductor_server.port) as proxy:
+    with LoopbackProxy(conductor_server.url) as proxy:
         proxy.refuse(["/api/tasks/poll"])
         yield proxy
 
@@ -47,7 +47,7 @@ def refusing_proxy(conductor_server, agent_settings, scripted_llm, unique_name):
 def test_start_raises_worker_startup_error_when_no_poll_gets_through(
         agent_settings, refusing_proxy, scripted_llm, unique_name):
     model = scripted_llm.script(["done"])  # the run ends by itself: it needs no worker
-    settings = attrs.evolve(agent_settings, server_url=refusing_proxy.url(),
+    settings = attrs.evolve(agent_settings, server_url=refusing_proxy.url,
                             worker_startup_timeout_seconds=STARTUP_TIMEOUT)
     before = sdk_threads()
     with AgentRuntime(settings) as runtime:
@@ -70,7 +70,7 @@ def test_resume_raises_worker_startup_error_then_a_direct_resume_completes(
     with AgentRuntime(attrs.evolve(agent_settings, auto_start_workers=False)) as starter:
         execution_id = starter.start(one_tool_agent(name, model, ActionTools()), "Go.").execution_id
 
-    blocked = attrs.evolve(agent_settings, server_url=refusing_proxy.url(),
+    blocked = attrs.evolve(agent_settings, server_url=refusing_proxy.url,
                            worker_startup_timeout_seconds=STARTUP_TIMEOUT)
     with AgentRuntime(blocked) as runtime:
         began = time.monotonic()

@@ -1,39 +1,51 @@
-"""A loopback TCP proxy the reliability tests control: freeze traffic, refuse some HTTP paths.
+"""A loopback TCP proxy the tests steer: freeze traffic, cut connections, refuse some requests.
 
-``FreezableProxy(upstream_port)`` listens on a free 127.0.0.1 port and forwards every byte to
-``127.0.0.1:upstream_port``. While :meth:`~FreezableProxy.freeze` is in effect nothing is
-forwarded in either direction and nothing is closed: connections (old and new) are held,
-their bytes wait in the kernel's socket buffers, exactly like a network that went silent.
-:meth:`~FreezableProxy.unfreeze` lets the held bytes through, except the requests of clients
-that gave up while frozen (they closed their socket): those are dropped rather than replayed,
-so a poll the SDK abandoned never reaches the server later and takes a task nobody reads.
+``LoopbackProxy(upstream_url)`` listens on a free 127.0.0.1 port and forwards every byte to the
+upstream server; :attr:`~LoopbackProxy.url` is the proxied API base URL (same path).
 
-:meth:`~FreezableProxy.refuse` makes the proxy answer HTTP requests whose path starts with a
-prefix with ``503`` itself (the request never reaches the server). It looks at the first
-bytes each time a client sends: fine for ``requests``, which sends a request line and its
-headers in one write and never pipelines.
+- :meth:`~LoopbackProxy.freeze`: nothing is forwarded in either direction and nothing is
+  closed; connections (old and new) are held and their bytes wait in the kernel's socket
+  buffers, like a network that went silent. :meth:`~LoopbackProxy.unfreeze` lets the held
+  bytes through, except the requests of clients that gave up meanwhile (they closed their
+  socket): those are dropped rather than replayed, so a poll the SDK abandoned never reaches
+  the server later and takes a task nobody reads.
+- :meth:`~LoopbackProxy.cut`: shuts every open connection (both sides) at once.
+- :meth:`~LoopbackProxy.refuse`: answers requests whose path contains a fragment with an error
+  status itself (the request never reaches the server), then closes that connection.
+- :meth:`~LoopbackProxy.requests_to`: the requests seen (method, path, lower-cased headers).
 
-Thread-safe. Threads are named ``reliability-proxy-*`` (not ``conductor-agents-``, so the
-SDK's thread-leak checks do not see them); :meth:`~FreezableProxy.stop` closes every socket
-and joins every thread with a deadline.
+Requests are recognised by their first bytes each time a client sends: fine for ``requests``,
+which sends a request line and its headers in one write and never pipelines. Thread-safe.
+Threads are named ``test-proxy-*`` (not ``conductor-agents-``, so the SDK's thread-leak checks
+do not see them); :meth:`~LoopbackProxy.stop` closes every socket and joins every thread with a
+deadline.
 """
 
 from __future__ import annotations
 
+import json
+import re
 import select
 import socket
 import threading
-from typing import Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
+from urllib.parse import urlparse
 
 _TICK = 0.05  # how often a pump re-checks the freeze / stop flags
 _JOIN_SECONDS = 5.0
+_REQUEST_LINE = re.compile(rb"^([A-Z]+) (\S+) HTTP/1\.[01]\r\n")
+_REASONS = {404: "Not Found", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+Request = Tuple[str, str, Dict[str, str]]
 
 
-class FreezableProxy:
-    """Forwards 127.0.0.1:<port> to 127.0.0.1:<upstream_port>; freeze, unfreeze, refuse."""
+class LoopbackProxy:
+    """Forwards 127.0.0.1:<port> to the upstream of ``upstream_url``; freeze, cut, refuse, record."""
 
-    def __init__(self, upstream_port: int, *, upstream_host: str = "127.0.0.1") -> None:
-        self._upstream = (upstream_host, upstream_port)
+    def __init__(self, upstream_url: str) -> None:
+        parsed = urlparse(upstream_url)
+        self._upstream = (parsed.hostname or "127.0.0.1", parsed.port or 80)
+        self._base_path = parsed.path.rstrip("/")
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = int(self._listener.getsockname()[1])
         self._flowing = threading.Event()
@@ -42,17 +54,20 @@ class FreezableProxy:
         self._lock = threading.Lock()
         self._sockets: List[socket.socket] = []
         self._threads: List[threading.Thread] = []
-        self._refused_prefixes: Tuple[bytes, ...] = ()
-        self.refused = 0  # requests answered 503 by refuse()
+        self._refusals: Tuple[Tuple[bytes, int], ...] = ()
+        self._requests: List[Request] = []
+        self.refused = 0  # requests answered by refuse()
         self.dropped = 0  # requests abandoned by their client while frozen, never forwarded
         self.connections = 0
+        self.cuts = 0
 
     # -- control ----------------------------------------------------------------------
 
-    def url(self, path: str = "/api") -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}{self._base_path}"
 
-    def start(self) -> "FreezableProxy":
+    def start(self) -> "LoopbackProxy":
         self._spawn(self._accept_loop, "accept")
         return self
 
@@ -68,10 +83,23 @@ class FreezableProxy:
     def frozen(self) -> bool:
         return not self._flowing.is_set()
 
-    def refuse(self, prefixes: Iterable[str]) -> None:
-        """Answer requests whose path starts with one of ``prefixes`` with 503 (``[]`` undoes it)."""
+    def cut(self) -> None:
+        """Break every open connection now."""
         with self._lock:
-            self._refused_prefixes = tuple(p.encode() for p in prefixes)
+            sockets, self._sockets = self._sockets, []
+            self.cuts += 1
+        for sock in sockets:
+            _close(sock)
+
+    def refuse(self, fragments: Iterable[str], *, status: int = 503) -> None:
+        """Answer requests whose path contains one of ``fragments`` with ``status`` (``[]`` undoes it)."""
+        with self._lock:
+            self._refusals = tuple((f.encode(), status) for f in fragments)
+
+    def requests_to(self, fragment: str) -> List[Request]:
+        """The requests seen whose path contains ``fragment``, oldest first."""
+        with self._lock:
+            return [r for r in self._requests if fragment in r[1]]
 
     def stop(self) -> None:
         """Close everything and join the threads (bounded). Idempotent."""
@@ -89,7 +117,7 @@ class FreezableProxy:
             if thread is not threading.current_thread():
                 thread.join(_JOIN_SECONDS)
 
-    def __enter__(self) -> "FreezableProxy":
+    def __enter__(self) -> "LoopbackProxy":
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -99,7 +127,7 @@ class FreezableProxy:
 
     def _spawn(self, target, role: str, *args) -> None:
         # Daemon: a test helper; if the test process exits, only this proxy is lost.
-        thread = threading.Thread(target=target, args=args, name=f"reliability-proxy-{role}", daemon=True)
+        thread = threading.Thread(target=target, args=args, name=f"test-proxy-{role}", daemon=True)
         with self._lock:
             self._threads = [t for t in self._threads if t.is_alive()]
             self._threads.append(thread)
@@ -143,33 +171,41 @@ class FreezableProxy:
                 if not data:
                     break
                 if from_client:
-                    if self._is_refused(data):
+                    refusal = self._note_request(data)
+                    if refusal is not None:
                         self.refused += 1
-                        src.sendall(_REFUSAL)
+                        src.sendall(refusal)
                         break
                     data, gone = _rest_unless_closed(src, data)
                     if gone:
                         self.dropped += 1
                         break
                 dst.sendall(data)
-        except (OSError, ValueError):  # ValueError: the other pump closed the socket under select()
+        except (OSError, ValueError):  # ValueError: the other side closed the socket under select()
             pass
         finally:
             _close(src)
             _close(dst)
 
-    def _is_refused(self, data: bytes) -> bool:
+    def _note_request(self, data: bytes) -> Optional[bytes]:
+        """Record the request that ``data`` starts (if it starts one); the refusal to send, if any."""
+        match = _REQUEST_LINE.match(data)
+        if match is None:
+            return None  # the rest of a body
+        method, path = match.group(1).decode(), match.group(2)
+        head = data.split(b"\r\n\r\n", 1)[0].decode("latin-1").split("\r\n")[1:]
+        headers = {k.strip().lower(): v.strip() for k, _, v in (line.partition(":") for line in head) if k}
         with self._lock:
-            prefixes = self._refused_prefixes
-        if not prefixes:
-            return False
-        parts = data.split(b"\r\n", 1)[0].split(b" ")
-        return len(parts) >= 2 and any(parts[1].startswith(p) for p in prefixes)
+            self._requests.append((method, path.decode("latin-1"), headers))
+            refusals = self._refusals
+        status = next((s for fragment, s in refusals if fragment in path), None)
+        return None if status is None else _refusal(status)
 
 
-_BODY = b'{"status":503,"message":"refused by the test proxy"}'
-_REFUSAL = (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
-            b"Content-Length: " + str(len(_BODY)).encode() + b"\r\nConnection: close\r\n\r\n" + _BODY)
+def _refusal(status: int) -> bytes:
+    body = json.dumps({"status": status, "message": "refused by the test proxy"}).encode()
+    return (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
 
 
 def _rest_unless_closed(sock: socket.socket, data: bytes) -> "tuple[bytes, bool]":

@@ -1,0 +1,203 @@
+"""Checking JSON values against a tool's input schema, with problems described for the LLM.
+
+The subset checked: ``type``, ``enum``, ``const``, ``anyOf``/``oneOf``, ``items``,
+``properties``, ``required``, ``additionalProperties``; other keywords are ignored. Also the
+small JSON helpers both halves of the tool machinery use (``json_type``, ``json_copy``).
+Pure functions, thread-safe.
+"""
+
+from __future__ import annotations
+
+import collections.abc
+import enum
+import json
+from typing import Any, Dict, List, Mapping, Tuple
+
+__all__ = ["check_arguments", "check_value", "describe", "is_valid", "json_copy", "json_type"]
+
+_JSON_TYPES = (
+    ("null", type(None)), ("boolean", bool), ("integer", int), ("number", float),
+    ("string", str), ("array", (list, tuple)), ("object", collections.abc.Mapping),
+)
+
+
+
+def json_type(value: Any) -> str:
+    """The JSON type name of a Python value (its Python type name if it has none)."""
+    return next((k for k, t in _JSON_TYPES if isinstance(value, t)), type(value).__name__)
+
+
+def json_copy(value: Any) -> Any:
+    """A deep copy of a JSON value with plain ``dict``/``list`` containers.
+
+    Raises:
+        TypeError: the value holds something JSON cannot (a set, an object, a non-str key).
+    """
+    if isinstance(value, enum.Enum):
+        value = value.value
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [json_copy(v) for v in value]
+    if isinstance(value, collections.abc.Mapping):
+        if not all(isinstance(k, str) for k in value):
+            raise TypeError(f"object keys must be strings, got {list(value)!r}")
+        return {k: json_copy(v) for k, v in value.items()}
+    raise TypeError(f"{type(value).__name__} is not a JSON value: {value!r}")
+
+
+def describe(schema: Mapping[str, Any]) -> str:
+    """Say in words what a schema accepts ("string", "one of 'a', 'b'", "array of integer")."""
+    if "const" in schema:
+        return f"exactly {_show(schema['const'])}"
+    if "enum" in schema:
+        return "one of " + ", ".join(_show(v) for v in schema["enum"])
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if branches:
+        return " or ".join(describe(b) for b in branches)
+    if "type" not in schema:
+        return "any value"
+    words = []
+    for kind in _types(schema):
+        if kind == "array" and schema.get("items"):
+            words.append(f"array of {describe(schema['items'])}")
+        else:
+            words.append(kind)
+    return " or ".join(words)
+
+
+def _show(value: Any, limit: int = 60) -> str:
+    try:
+        text = json.dumps(value, default=repr, ensure_ascii=False)
+    except (TypeError, ValueError):
+        text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _same(a: Any, b: Any) -> bool:
+    """JSON equality: ``true`` is not ``1``."""
+    return isinstance(a, bool) == isinstance(b, bool) and a == b
+
+
+def _type_matches(kind: str, value: Any) -> bool:
+    if kind == "integer":
+        return json_type(value) == "integer" or (
+            isinstance(value, float) and value.is_integer()
+        )
+    if kind == "number":
+        return json_type(value) in ("integer", "number")
+    return json_type(value) == kind
+
+
+def _types(schema: Mapping[str, Any]) -> List[str]:
+    kinds = schema.get("type", [])
+    return [kinds] if isinstance(kinds, str) else list(kinds)
+
+
+def _type_matches_any(schema: Mapping[str, Any], value: Any) -> bool:
+    return any(_type_matches(k, value) for k in _types(schema))
+
+
+def _join(path: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{path}[{key}]"
+    return f"{path}.{key}" if path else str(key)
+
+
+def is_valid(schema: Mapping[str, Any], value: Any) -> bool:
+    """Whether ``value`` matches ``schema``."""
+    problems: List[str] = []
+    check_value(schema, value, "", problems)
+    return not problems
+
+
+def check_value(schema: Mapping[str, Any], value: Any, path: str, problems: List[str]) -> Any:
+    """Check ``value`` against ``schema``; append problems (naming ``path``); return the value.
+
+    The returned value is normalised: a whole ``float`` given for an ``integer`` becomes ``int``.
+    """
+    got = f"got {_show(value)} ({json_type(value)})"
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if branches:
+        results = []
+        for branch in branches:
+            branch_problems: List[str] = []
+            checked = check_value(branch, value, path, branch_problems)
+            if not branch_problems:
+                return checked
+            if "type" in branch and _type_matches_any(branch, value):
+                results.append(branch_problems)
+        # Exactly one branch of the value's JSON type (the object of an Optional[dict]): its
+        # problems are more precise than "expected object or null".
+        if len(results) == 1:
+            problems.extend(results[0])
+        else:
+            problems.append(f"argument '{path}': expected {describe(schema)}, {got}")
+        return value
+    if "type" in schema:
+        if not _type_matches_any(schema, value):
+            problems.append(f"argument '{path}': expected {describe(schema)}, {got}")
+            return value
+        if isinstance(value, float) and "number" not in _types(schema):
+            value = int(value)  # a whole float where only integers are allowed
+    if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
+        problems.append(f"argument '{path}': expected {describe(schema)}, {got}")
+    elif "const" in schema and not _same(value, schema["const"]):
+        problems.append(f"argument '{path}': expected {describe(schema)}, {got}")
+    elif isinstance(value, (list, tuple)) and isinstance(schema.get("items"), Mapping):
+        items = schema["items"]
+        value = [check_value(items, v, _join(path, i), problems) for i, v in enumerate(value)]
+    elif isinstance(value, collections.abc.Mapping):
+        value = _check_object(schema, value, path, problems)
+    return value
+
+
+def _check_object(
+    schema: Mapping[str, Any], value: Mapping[str, Any], path: str, problems: List[str]
+) -> Dict[str, Any]:
+    properties = schema.get("properties") or {}
+    extra = schema.get("additionalProperties", True)
+    out: Dict[str, Any] = {}
+    for key in schema.get("required") or ():
+        if key not in value:
+            expected = describe(properties.get(key, {}))
+            problems.append(f"missing required argument '{_join(path, key)}' ({expected})")
+    for key, item in value.items():
+        if key in properties:
+            out[key] = check_value(properties[key], item, _join(path, key), problems)
+        elif extra is False:
+            allowed = ", ".join(properties) or "none"
+            problems.append(f"unexpected argument '{_join(path, key)}' (allowed: {allowed})")
+        elif isinstance(extra, Mapping):
+            out[key] = check_value(extra, item, _join(path, key), problems)
+        else:
+            out[key] = item
+    return out
+
+
+def check_arguments(
+    schema: Mapping[str, Any], arguments: Mapping[str, Any]
+) -> Tuple[Dict[str, Any], List[str]]:
+    """Check a tool call's arguments against its (object) input schema.
+
+    A ``null`` given for an optional argument that does not accept ``null`` is dropped, so the
+    function's default applies (LLMs often send ``null`` for "not given").
+
+    Returns:
+        The normalised arguments and the list of problems (empty when they are valid).
+    """
+    properties = schema.get("properties") or {}
+    required = set(schema.get("required") or ())
+    kept = {
+        key: value
+        for key, value in arguments.items()
+        if not (
+            value is None
+            and key in properties
+            and key not in required
+            and not is_valid(properties[key], None)
+        )
+    }
+    problems: List[str] = []
+    values = _check_object(schema, kept, "", problems)
+    return values, problems
