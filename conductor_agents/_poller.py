@@ -78,6 +78,7 @@ class DomainPoller:
         self._retired = False
         self._lock = threading.Lock()
         self._tools: dict[str, ToolDef] = {}
+        self._queue_names: "tuple[str, ...]" = ()
         self._executions: dict[str, Mapping[str, ToolDef]] = {}
         self._pending = 0  # registrations whose execution id is not known yet
         self._stop = threading.Event()
@@ -150,6 +151,7 @@ class DomainPoller:
     def _merge(self, tools: Mapping[str, ToolDef]) -> None:
         for name, tool_def in tools.items():
             self._tools[name] = tool_def
+        self._name_queues()
 
     def _rebuild_tools(self) -> None:
         if self._pending:
@@ -157,6 +159,11 @@ class DomainPoller:
         self._tools = {}
         for tools in self._executions.values():
             self._merge(tools)
+        self._name_queues()
+
+    def _name_queues(self) -> None:
+        # Read by the watcher many times a second: kept ready (one tuple, replaced whole).
+        self._queue_names = tuple(f"{self.domain}:{t}" if self.domain else t for t in self._tools)
 
     def is_idle(self) -> bool:
         """True when no execution (or pending start) needs this poller."""
@@ -165,9 +172,9 @@ class DomainPoller:
 
     # -- the queue watcher's side ------------------------------------------------------
 
-    def queue_names(self) -> "list[str]":
+    def queue_names(self) -> "tuple[str, ...]":
         """The server's names of the queues this poller serves (``domain:type``, or ``type``)."""
-        return [f"{self.domain}:{t}" if self.domain else t for t in self.task_types]
+        return self._queue_names
 
     def is_active(self, now: float) -> bool:
         """Whether a task came (or a run was added) lately, so another one is likely soon."""

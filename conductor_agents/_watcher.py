@@ -58,7 +58,6 @@ class QueueWatcher:
         self._healthy = False
         self._list_all = True  # False for good once the server refuses /tasks/queue/all
         self._by_queue_until = 0.0  # ask queue by queue until then (the server knows too many queues)
-        self.requests = 0
         self._stop = threading.Event()
         # Daemon: if it dies with the interpreter, only the rings are lost (pollers fall back
         # to long polls when it is unhealthy; at exit they die too).
@@ -125,22 +124,20 @@ class QueueWatcher:
     # -- one round --------------------------------------------------------------------
 
     def _round(self, pollers: List[DomainPoller], now: float, *, full: bool) -> None:
-        names = {poller: poller.queue_names() for poller in pollers}
-        own = sum(len(n) for n in names.values())
-        sizes = self._all_sizes(now, own) if self._list_all and now >= self._by_queue_until else None
+        sizes = None
+        if self._list_all and now >= self._by_queue_until:
+            sizes = self._all_sizes(now, sum(len(p.queue_names()) for p in pollers))
         if sizes is None:
             # Queue by queue costs the server one count per queue: between full rounds ask
             # only for the pollers that expect work.
-            chosen = {p: n for p, n in names.items() if full or p.is_active(now)}
-            sizes = self._sizes_of([name for n in chosen.values() for name in n])
-        for poller, queue_names in names.items():
-            if any((sizes.get(name) or 0) > 0 for name in queue_names):
+            sizes = self._sizes_of([name for p in pollers if full or p.is_active(now) for name in p.queue_names()])
+        for poller in pollers:
+            if any((sizes.get(name) or 0) > 0 for name in poller.queue_names()):
                 poller.ring()
 
     def _all_sizes(self, now: float, own: int) -> "Mapping[str, object] | None":
         """Every queue's size in one request, or None when asking queue by queue is the better way."""
         try:
-            self.requests += 1
             sizes = self._api.all_queue_sizes()
         except (HttpError, AuthenticationError) as err:
             if isinstance(err, HttpError) and err.transient:
@@ -163,10 +160,8 @@ class QueueWatcher:
             chunk.append(name)
             length += len(name) + 10
             if length >= _SIZES_QUERY_CHARS:
-                self.requests += 1
                 sizes.update(self._api.queue_sizes(chunk))
                 chunk, length = [], 0
         if chunk:
-            self.requests += 1
             sizes.update(self._api.queue_sizes(chunk))
         return sizes
