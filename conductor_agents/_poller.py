@@ -156,9 +156,7 @@ class DomainPoller:
     def _rebuild_tools(self) -> None:
         if self._pending:
             return  # a reservation still needs its tools; they are dropped once it resolves
-        self._tools = {}
-        for tools in self._executions.values():
-            self._merge(tools)
+        self._tools = {name: tool_def for tools in self._executions.values() for name, tool_def in tools.items()}
         self._name_queues()
 
     def _name_queues(self) -> None:

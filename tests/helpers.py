@@ -6,6 +6,8 @@ import threading
 import time
 from typing import Callable, TypeVar
 
+from conductor_agents import Agent, ToolRegistry, WaitForMessageTool
+
 T = TypeVar("T")
 
 
@@ -26,3 +28,16 @@ def sdk_threads() -> "list[str]":
     """Names of the live threads this SDK started."""
     return sorted(t.name for t in threading.enumerate() if t.name.startswith("conductor-agents-")
                   and not t.name.startswith("conductor-agents-scripted-llm"))
+
+
+def listener(name: str, model: str, tools: object, *, batch_size: int = 1) -> Agent:
+    """A stateful listener: wait for messages (up to ``batch_size`` at once), act with ``tools``' methods."""
+    receive = WaitForMessageTool.create(name="wait_for_message", batch_size=batch_size)
+    return Agent(
+        name=name,
+        model=model,
+        stateful=True,
+        max_turns=10_000,
+        tools=[receive, *ToolRegistry.from_instance(tools)],
+        instructions="Loop: wait_for_message, act on it, repeat until told to stop.",
+    )

@@ -12,9 +12,9 @@ from conductor_agents import AgentRuntime, AgentSettings, RunStatus
 from conductor_agents._sse import SseDecoder
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually, sdk_threads
+from ..helpers import eventually, listener, sdk_threads
 from ..proxy import LoopbackProxy
-from .test_stateful_listener import ActionTools, act_on, listener
+from .test_stateful_listener import ActionTools, act_on
 
 pytestmark = pytest.mark.integration
 

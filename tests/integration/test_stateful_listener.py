@@ -11,10 +11,10 @@ import threading
 
 import pytest
 
-from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, WaitForMessageTool, tool
+from conductor_agents import AgentRuntime, RunStatus, tool
 from conductor_agents.testing import ToolCall, listener_policy
 
-from ..helpers import eventually, sdk_threads
+from ..helpers import eventually, listener, sdk_threads
 
 pytestmark = pytest.mark.integration
 
@@ -33,20 +33,6 @@ class ActionTools:
         with self.lock:
             self.actions.append((action, tag))
         return {"done": action, "by": self.label}
-
-
-def listener(name: str, model: str, tools: ActionTools) -> Agent:
-    receive = WaitForMessageTool.create(
-        name="wait_for_message", description="Wait for the next external message, then return its content."
-    )
-    return Agent(
-        name=name,
-        model=model,
-        stateful=True,
-        max_turns=10_000,
-        tools=[receive, *ToolRegistry.from_instance(tools)],
-        instructions="Loop: wait_for_message, act on it, repeat until told to stop.",
-    )
 
 
 def act_on(payload: dict) -> ToolCall:

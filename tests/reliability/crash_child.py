@@ -16,7 +16,8 @@ import os
 import sys
 import threading
 
-from conductor_agents import Agent, AgentRuntime, AgentSettings, ToolRegistry, WaitForMessageTool, tool
+from conductor_agents import Agent, AgentRuntime, AgentSettings, tool
+from tests import helpers
 
 
 class FileActionTools:
@@ -45,20 +46,9 @@ class FileActionTools:
         return {"done": action, "pid": os.getpid()}
 
 
-def listener(name: str, model: str, tools: object, *, batch_size: int = 5) -> Agent:
-    """The listener agent; ``batch_size`` messages at most per wait (fewer loop turns per cycle)."""
-    receive = WaitForMessageTool.create(
-        name="wait_for_message", description="Wait for the next external messages, then return them.",
-        batch_size=batch_size,
-    )
-    return Agent(
-        name=name,
-        model=model,
-        stateful=True,
-        max_turns=10_000,
-        tools=[receive, *ToolRegistry.from_instance(tools)],
-        instructions="Loop: wait_for_message, act on it, repeat until told to stop.",
-    )
+def listener(name: str, model: str, tools: object) -> Agent:
+    """The listener agent, at most 5 messages per wait (fewer loop turns per cycle)."""
+    return helpers.listener(name, model, tools, batch_size=5)
 
 
 def read_actions(log_path: str) -> "list[dict]":

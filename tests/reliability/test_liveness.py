@@ -18,8 +18,8 @@ import pytest
 from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, WaitTimeoutError, WorkerStallError, tool
 from conductor_agents.testing import ToolCall, listener_policy
 
-from ..helpers import eventually, sdk_threads
-from ..integration.test_stateful_listener import ActionTools, act_on, listener
+from ..helpers import eventually, listener, sdk_threads
+from ..integration.test_stateful_listener import ActionTools, act_on
 from ..proxy import LoopbackProxy
 from .support import last_poll_ms, quiescent, tasks_of
 

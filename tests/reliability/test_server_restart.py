@@ -25,8 +25,8 @@ import pytest
 from conductor_agents import AgentRuntime, AgentSettings, LocalServer, RunStatus, tool
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually, sdk_threads
-from ..integration.test_stateful_listener import act_on, listener
+from ..helpers import eventually, listener, sdk_threads
+from ..integration.test_stateful_listener import act_on
 from .support import quiescent, run_summary, tasks_of
 
 pytestmark = pytest.mark.reliability

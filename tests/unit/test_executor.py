@@ -6,7 +6,6 @@ import threading
 
 import pytest
 import requests
-import responses
 
 from conductor_agents import tool
 from conductor_agents._api import ConductorApi
@@ -31,12 +30,6 @@ def raw_task(task_id="t-1", *, input_data=None, task_type="lookup", response_tim
 
 def base(task_id="t-1"):
     return {"workflowInstanceId": "wf-1", "taskId": task_id, "workerId": WORKER_ID}
-
-
-@pytest.fixture
-def http():
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
-        yield mock
 
 
 @pytest.fixture

@@ -184,12 +184,6 @@ def test_unparseable_dates_are_none(value):
 # --- LivenessMonitor against a mocked server, with a skewed client clock -----------------------
 
 
-@pytest.fixture
-def http():
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
-        yield mock
-
-
 def monitor_for(clock, **kwargs):
     """A monitor sampling EXEC the way the runtime does: task list plus the server's Date header."""
     api = ConductorApi(Transport(BASE_URL, clock=clock))

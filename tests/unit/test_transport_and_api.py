@@ -4,7 +4,6 @@ import json
 
 import pytest
 import requests
-import responses
 
 from conductor_agents._api import ConductorApi
 from conductor_agents._transport import TRANSIENT_STATUSES, HttpError, Transport
@@ -21,12 +20,6 @@ from tests.unit.fakes import BASE_URL, FakeClock
 
 SECRET = "s3cr3t-Do-Not-Print-7f2a"
 EXEC = "wf-123"
-
-
-@pytest.fixture
-def http():
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
-        yield mock
 
 
 @pytest.fixture

@@ -11,7 +11,6 @@ from __future__ import annotations
 from typing import List
 
 import pytest
-import responses
 
 from conductor_agents._api import ConductorApi
 from conductor_agents._transport import HttpError, Transport
@@ -38,12 +37,6 @@ class StubPoller:
 
     def ring(self) -> None:
         self.rings += 1
-
-
-@pytest.fixture
-def http():
-    with responses.RequestsMock(assert_all_requests_are_fired=False) as mock:
-        yield mock
 
 
 @pytest.fixture
