@@ -19,6 +19,8 @@ _JSON_TYPES = (
     ("null", type(None)), ("boolean", bool), ("integer", int), ("number", float),
     ("string", str), ("array", (list, tuple)), ("object", collections.abc.Mapping),
 )
+#: Deepest nesting json_copy follows (well inside Python's recursion limit).
+_MAX_DEPTH = 200
 
 
 
@@ -31,19 +33,32 @@ def json_copy(value: Any) -> Any:
     """A deep copy of a JSON value with plain ``dict``/``list`` containers.
 
     Raises:
-        TypeError: the value holds something JSON cannot (a set, an object, a non-str key).
+        TypeError: the value holds something JSON cannot (a set, an object, a non-str key),
+            or contains itself (a cycle).
     """
+    return _copy(value, set())
+
+
+def _copy(value: Any, on_path: set) -> Any:
     if isinstance(value, enum.Enum):
         value = value.value
     if value is None or isinstance(value, (str, bool, int, float)):
         return value
-    if isinstance(value, (list, tuple)):
-        return [json_copy(v) for v in value]
-    if isinstance(value, collections.abc.Mapping):
+    if not isinstance(value, (list, tuple, collections.abc.Mapping)):
+        raise TypeError(f"{type(value).__name__} is not a JSON value: {value!r}")
+    if id(value) in on_path:
+        raise TypeError(f"a {type(value).__name__} that contains itself is not a JSON value")
+    if len(on_path) >= _MAX_DEPTH:
+        raise TypeError(f"a JSON value nested more than {_MAX_DEPTH} levels deep is not supported")
+    on_path.add(id(value))
+    try:
+        if isinstance(value, (list, tuple)):
+            return [_copy(v, on_path) for v in value]
         if not all(isinstance(k, str) for k in value):
             raise TypeError(f"object keys must be strings, got {list(value)!r}")
-        return {k: json_copy(v) for k, v in value.items()}
-    raise TypeError(f"{type(value).__name__} is not a JSON value: {value!r}")
+        return {k: _copy(v, on_path) for k, v in value.items()}
+    finally:
+        on_path.discard(id(value))
 
 
 def describe(schema: Mapping[str, Any]) -> str:

@@ -14,27 +14,46 @@ class ToolOutputError(ValueError):
     """A tool body returned something the server cannot store."""
 
 
+class _Cycle(Exception):
+    """The value contains itself (a container reachable from inside itself)."""
+
+
 def _first_bad_key(value: Any) -> Any:
     """``(key,)`` for the first non-string mapping key anywhere in ``value``, else None.
 
-    json.dumps would silently turn such keys into strings.
+    json.dumps would silently turn such keys into strings. Walks the containers with an
+    explicit stack and the ids of those on the current path, so a value that contains
+    itself raises :class:`_Cycle` at once instead of being walked for ever.
     """
-    stack = [value]
+    on_path: set = set()
+    stack: list = [(value, False)]
     while stack:
-        item = stack.pop()
+        item, leaving = stack.pop()
+        if leaving:
+            on_path.discard(id(item))
+            continue
+        if not isinstance(item, (Mapping, list, tuple)):
+            continue
+        if id(item) in on_path:
+            raise _Cycle()
+        on_path.add(id(item))
+        stack.append((item, True))
         if isinstance(item, Mapping):
             for key, inner in item.items():
                 if not isinstance(key, str):
                     return (key,)
-                stack.append(inner)
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
+                stack.append((inner, False))
+        else:
+            stack.extend((inner, False) for inner in item)
     return None
 
 
 def _json_roundtrip(value: Any) -> Any:
     """``value`` as plain JSON types; raises TypeError/ValueError when it is not JSON."""
-    return json.loads(json.dumps(value, allow_nan=False))
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except RecursionError:
+        raise ValueError("it is nested too deeply") from None
 
 
 def message_payload(payload: Any) -> dict:
@@ -44,11 +63,14 @@ def message_payload(payload: Any) -> dict:
     becomes ``{"message": value}``.
 
     Raises:
-        PayloadError: (a ``TypeError``) the payload is not JSON-serialisable, or a mapping
-            has non-string keys. No request is sent.
+        PayloadError: (a ``TypeError``) the payload is not JSON-serialisable, contains
+            itself, or a mapping has non-string keys. No request is sent.
     """
     body: Any = dict(payload) if isinstance(payload, Mapping) else {"message": payload}
-    bad_key = _first_bad_key(body)
+    try:
+        bad_key = _first_bad_key(body)
+    except _Cycle:
+        raise PayloadError("message payload contains itself (a cycle); it cannot be sent as JSON") from None
     if bad_key is not None:
         raise PayloadError(f"message payload keys must be strings, got {bad_key[0]!r}")
     try:
@@ -63,10 +85,13 @@ def tool_output(value: Any) -> dict:
     A dict is the output itself; anything else is wrapped as ``{"result": value}``.
 
     Raises:
-        ToolOutputError: the value (or part of it) is not JSON-serialisable.
+        ToolOutputError: the value (or part of it) is not JSON-serialisable, or contains itself.
     """
     body = value if isinstance(value, dict) else {"result": value}
-    bad_key = _first_bad_key(body)
+    try:
+        bad_key = _first_bad_key(body)
+    except _Cycle:
+        raise ToolOutputError("the returned value contains itself (a cycle); it cannot be stored as JSON") from None
     if bad_key is not None:
         raise ToolOutputError(f"the returned value has a non-string key {bad_key[0]!r}")
     try:
