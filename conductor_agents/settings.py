@@ -8,7 +8,9 @@ never silently falls back to a default when a value is present but wrong.
 
 from __future__ import annotations
 
+import difflib
 import os
+import warnings
 from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlparse
 
@@ -16,7 +18,7 @@ import attrs
 
 from .errors import ConfigurationError
 
-__all__ = ["AgentSettings", "ENV_VARS"]
+__all__ = ["AgentSettings", "ENV_VARS", "OTHER_KNOWN_VARS", "unknown_variables"]
 
 _TRUE = {"1", "true", "yes", "on"}
 _FALSE = {"0", "false", "no", "off"}
@@ -75,6 +77,45 @@ ENV_VARS: Mapping[str, "tuple[str, Callable[[str], Any]]"] = {
     ),
     "CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": ("liveness_stall_seconds", _parse_positive_float),
 }
+
+
+#: Variables of the ``CONDUCTOR_AGENT_`` / ``CONDUCTOR_AGENTS_`` families that are not runtime
+#: settings but are read elsewhere (the local server, the test plugin, the samples): known, so
+#: never reported as typos.
+OTHER_KNOWN_VARS = frozenset({
+    "CONDUCTOR_AGENT_MODEL",
+    "CONDUCTOR_AGENTS_CACHE_DIR",
+    "CONDUCTOR_AGENTS_STATE_DIR",
+    "CONDUCTOR_AGENTS_MAVEN_REPOSITORY",
+    "CONDUCTOR_AGENTS_TEST_SERVER_URL",
+    "CONDUCTOR_AGENTS_TEST_LLM_PORT",
+})
+_OWN_PREFIXES = ("CONDUCTOR_AGENT_", "CONDUCTOR_AGENTS_")
+
+
+def unknown_variables(environ: Mapping[str, str]) -> "list[tuple[str, str]]":
+    """``(variable, closest known variable)`` for each ``CONDUCTOR_AGENT(S)_*`` name nobody reads."""
+    known = sorted(set(ENV_VARS) | OTHER_KNOWN_VARS)
+    found = []
+    for name in sorted(environ):
+        if not name.startswith(_OWN_PREFIXES) or name in known:
+            continue
+        closest = difflib.get_close_matches(name, known, n=1, cutoff=0.0)
+        found.append((name, closest[0] if closest else known[0]))
+    return found
+
+
+def _warn_unknown(environ: Mapping[str, str]) -> None:
+    # warnings.warn rather than a log record: it shows on stderr even where logging is not
+    # configured, once per message (a web app building settings per request is not flooded),
+    # and `-W error` / a filter on the message makes a typo fatal in CI or silences it.
+    for name, closest in unknown_variables(environ):
+        warnings.warn(
+            f"environment variable {name} is not a conductor-agents setting and is ignored; "
+            f"did you mean {closest}? (see docs/configuration.md)",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _positive(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
@@ -174,11 +215,15 @@ class AgentSettings:
     def from_env(cls, environ: Optional[Mapping[str, str]] = None, **overrides: Any) -> "AgentSettings":
         """Build settings from ``environ`` (default ``os.environ``); ``overrides`` win.
 
+        A ``CONDUCTOR_AGENT_*`` / ``CONDUCTOR_AGENTS_*`` variable that nothing reads (a typo)
+        gives a ``UserWarning`` naming the closest known variable; it is otherwise ignored.
+
         Raises:
             ConfigurationError: a variable is set to a value that cannot be parsed; the
                 message and ``.variable`` name it. Secrets are never echoed.
         """
         env = os.environ if environ is None else environ
+        _warn_unknown(env)
         values: dict[str, Any] = {}
         for variable, (field, parse) in ENV_VARS.items():
             raw = env.get(variable)
