@@ -74,8 +74,9 @@ def resolve_server_jar(
 
     ``version`` defaults to ``CONDUCTOR_SERVER_VERSION``, then :data:`DEFAULT_SERVER_VERSION`.
     ``cache_dir`` defaults to ``CONDUCTOR_AGENTS_CACHE_DIR``, then
-    ``$XDG_CACHE_HOME/conductor-agents``. ``progress`` prints download progress to
-    standard error. ``maven_repo`` is the Maven local repository ``mvn`` should use
+    ``$XDG_CACHE_HOME/conductor-agents``. ``progress`` prints one line of download progress
+    (what, where, size) to standard error; Maven's own output goes to
+    ``<cache>/<jar>.maven.log``, kept (and its tail put in the error) only when it failed. ``maven_repo`` is the Maven local repository ``mvn`` should use
     (default: the one in ``~/.m2/settings.xml``, else ``~/.m2/repository``).
     ``timeout`` bounds the whole download including waiting for another process's.
     ``environ`` replaces ``os.environ`` (for tests). Safe to call from several threads
@@ -161,8 +162,10 @@ def _fetch_with_mvn(
             version,
             work,
             local_repository=local_repo,
-            progress=progress,
+            log_path=target.parent / f"{target.name}.maven.log",
+            progress=sys.stderr if progress else None,
             timeout=max(1.0, deadline - clock.monotonic()),
+            clock=clock,
         )
         actual = sha1_of(copied)
         expected = _maven.published_sha1(local_repo, version)
@@ -191,7 +194,7 @@ def _fetch_with_https(
     try:
         stream = sys.stderr if progress else None
         actual = _http.download(
-            url, part, label=target.name, deadline=deadline, progress=stream, clock=clock
+            url, part, label=f"{target.name} into {target.parent}", deadline=deadline, progress=stream, clock=clock
         )
         _verify(part, target.name, expected, actual)
         os.replace(part, target)

@@ -3,18 +3,18 @@
 The jar is ``org.conductoross:conductor-server:<version>:jar:boot``. Maven downloads it
 into its local repository (verifying checksums strictly, ``-C``) and copies it to an
 output directory; the caller then checks the copy against the ``.sha1`` Maven keeps
-next to the artifact.
+next to the artifact. Maven's own output goes to a log file; the user sees one line.
 """
 
 from __future__ import annotations
 
 import logging
 import subprocess
-import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Mapping, Optional
+from typing import Mapping, Optional, TextIO
 
+from .._clock import SYSTEM_CLOCK, Clock
 from ..errors import JarDownloadError
 
 _log = logging.getLogger("conductor_agents.local_server")
@@ -66,85 +66,107 @@ def copy_with_mvn(
     out_dir: Path,
     *,
     local_repository: Path,
-    progress: bool,
+    log_path: Path,
+    progress: Optional[TextIO],
     timeout: float,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> Path:
     """Run ``mvn dependency:copy`` into the empty directory ``out_dir``; return the copied jar.
 
-    With ``progress`` Maven's own output (including transfer progress) goes to
-    standard error; otherwise Maven runs quietly and its output is kept for errors.
+    Maven's own output (several hundred lines on a first run) goes to ``log_path``, never to
+    the terminal. ``progress``, when given, receives ONE line: what is fetched and where it
+    goes, completed with its size and duration (or ``failed``) when Maven is done. The log
+    is deleted after a success and kept after a failure, whose error holds its last lines.
 
     Raises:
         JarDownloadError: mvn failed, timed out or produced no jar.
     """
     artifact = f"{GROUP_ID}:{ARTIFACT_ID}:{version}:jar:{CLASSIFIER}"
-    flags = ["-C"]  # --strict-checksums: fail, not warn, on a checksum mismatch
-    if not progress:
-        flags += ["-B", "-q"]
-    elif not _isatty(sys.stderr):
-        flags += ["-B"]  # batch mode still prints "Downloading/Downloaded" lines
+    # -B: batch mode, plain lines (no colours, no progress bars) in the log file;
+    # -C: --strict-checksums, fail rather than warn on a checksum mismatch.
     cmd = [
         mvn,
-        *flags,
+        "-B",
+        "-C",
         f"-Dmaven.repo.local={local_repository}",
         "dependency:copy",
         f"-Dartifact={artifact}",
         f"-DoutputDirectory={out_dir}",
     ]
-    _log.info("fetching %s with Maven", artifact)
-    # cwd is the empty output dir so a pom.xml in the caller's directory is never built.
-    returncode, output = _run(cmd, cwd=out_dir, progress=progress, timeout=timeout)
-    if returncode != 0:
-        tail = "\n".join(output.splitlines()[-_TAIL_LINES:])
-        detail = f"; its last lines:\n{tail}" if tail else " (see its output above)"
-        raise JarDownloadError(
-            f"mvn could not fetch {artifact} (exit code {returncode}){detail}", log_tail=tail
-        )
-    jar = out_dir / jar_file_name(version)
-    if not jar.is_file():
-        raise JarDownloadError(f"mvn reported success but {jar} does not exist")
+    _log.info("fetching %s with Maven (log: %s)", artifact, log_path)
+    line = _ProgressLine(progress)
+    line.begin(f"Fetching the Conductor server jar {version} with Maven into {log_path.parent} (first run only) ...")
+    started = clock.monotonic()
+    try:
+        # cwd is the empty output dir so a pom.xml in the caller's directory is never built.
+        returncode = _run(cmd, cwd=out_dir, log_path=log_path, timeout=timeout)
+        jar = out_dir / jar_file_name(version)
+        if returncode != 0:
+            raise JarDownloadError(
+                f"mvn could not fetch {artifact} (exit code {returncode}){_tail_note(log_path)}",
+                log_tail=_tail(log_path),
+            )
+        if not jar.is_file():
+            raise JarDownloadError(f"mvn reported success but {jar} does not exist{_tail_note(log_path)}",
+                                   log_tail=_tail(log_path))
+    except JarDownloadError:
+        line.end(" failed")
+        raise
+    line.end(f" done: {jar.stat().st_size / _MB:.1f} MB in {clock.monotonic() - started:.0f} s")
+    log_path.unlink(missing_ok=True)
     return jar
 
 
-def _run(cmd: list[str], *, cwd: Path, progress: bool, timeout: float) -> tuple[int, str]:
-    """Run ``cmd``; return its exit code and its output when it was captured."""
-    target = _stderr_fd() if progress else None
+_MB = 1024 * 1024
+
+
+class _ProgressLine:
+    """One line on ``stream``: begun before a long step, completed when it ends. Not thread-safe."""
+
+    def __init__(self, stream: Optional[TextIO]) -> None:
+        self._stream = stream
+
+    def begin(self, text: str) -> None:
+        self._write(text)
+
+    def end(self, text: str) -> None:
+        self._write(text + "\n")
+
+    def _write(self, text: str) -> None:
+        if self._stream is None:
+            return
+        try:
+            self._stream.write(text)
+            self._stream.flush()
+        except (OSError, ValueError):  # a closed or broken stream: progress is not worth failing for
+            self._stream = None
+
+
+def _tail(log_path: Path) -> str:
     try:
-        if target is not None:
+        lines = log_path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-_TAIL_LINES:])
+
+
+def _tail_note(log_path: Path) -> str:
+    tail = _tail(log_path)
+    where = f" (Maven's whole log: {log_path})"
+    return f"{where}; its last lines:\n{tail}" if tail else where
+
+
+def _run(cmd: list[str], *, cwd: Path, log_path: Path, timeout: float) -> int:
+    """Run ``cmd`` with its output in ``log_path``; return its exit code."""
+    try:
+        with open(log_path, "wb") as log_file:
             done = subprocess.run(
-                cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=target, stderr=target, timeout=timeout
+                cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, timeout=timeout
             )
-            return done.returncode, ""
-        done = subprocess.run(
-            cmd,
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            timeout=timeout,
-        )
     except subprocess.TimeoutExpired as err:
-        raise JarDownloadError(f"mvn did not finish within {timeout:.0f} s") from err
+        raise JarDownloadError(
+            f"mvn did not finish within {timeout:.0f} s{_tail_note(log_path)}", log_tail=_tail(log_path)
+        ) from err
     except OSError as err:
         raise JarDownloadError(f"cannot run {cmd[0]}: {err}") from err
-    output = done.stdout.decode("utf-8", errors="replace")
-    if progress:
-        # Standard error has no file descriptor (e.g. under pytest): replay the output.
-        sys.stderr.write(output)
-        sys.stderr.flush()
-    return done.returncode, output
-
-
-def _stderr_fd() -> Optional[int]:
-    try:
-        sys.stderr.flush()
-        return sys.stderr.fileno()
-    except (AttributeError, OSError, ValueError):
-        return None
-
-
-def _isatty(stream: object) -> bool:
-    try:
-        return bool(stream.isatty())  # type: ignore[attr-defined]
-    except (AttributeError, OSError, ValueError):
-        return False
+    return done.returncode

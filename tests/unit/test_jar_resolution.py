@@ -177,20 +177,38 @@ class TestMaven:
         assert "dependency:copy" in call
         assert f"-Dartifact=org.conductoross:conductor-server:{VERSION}:jar:boot" in call
         assert f"-Dmaven.repo.local={m2}" in call
-        assert "-C" in call and "-q" in call
+        assert "-C" in call and "-B" in call
 
-    def test_progress_shows_maven_output(
+    def test_progress_is_one_line_and_maven_output_stays_in_its_log(
         self, tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
     ) -> None:
-        """With progress Maven is not quiet and its output reaches standard error."""
+        """With progress, stderr gets ONE line (what, where, size); Maven's own lines never reach it."""
         bin_dir = tmp_path / "bin"
-        write_fake_mvn(bin_dir, make_jar())
+        jar = make_jar()
+        write_fake_mvn(bin_dir, jar)
         resolve_server_jar(VERSION, cache, environ={"PATH": str(bin_dir)}, maven_repo=tmp_path / "m2")
-        (call,) = mvn_calls(bin_dir)
-        assert "-q" not in call
         captured = capsys.readouterr()
-        assert "BUILD SUCCESS" in captured.err
         assert captured.out == ""
+        [line] = captured.err.splitlines()
+        assert captured.err.endswith("\n")
+        assert "BUILD SUCCESS" not in captured.err and "[INFO]" not in captured.err
+        assert VERSION in line and str(cache) in line
+        assert f"done: {len(jar) / (1024 * 1024):.1f} MB in " in line
+        assert cache_files(cache) == [JAR_NAME]  # the Maven log of a success is not kept
+
+    def test_failure_shows_one_line_then_the_log_tail_in_the_error(
+        self, tmp_path: Path, cache: Path, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        """On failure the line ends with 'failed'; the error holds Maven's last lines and names its kept log."""
+        bin_dir = tmp_path / "bin"
+        write_fake_mvn(bin_dir, make_jar(), fail=True)
+        with pytest.raises(JarDownloadError) as info:
+            resolve_server_jar(VERSION, cache, environ={"PATH": str(bin_dir)}, maven_repo=tmp_path / "m2")
+        [line] = capsys.readouterr().err.splitlines()
+        assert line.endswith(" failed") and "[ERROR]" not in line
+        log = cache / f"{JAR_NAME}.maven.log"
+        assert "[ERROR] Could not find artifact" in log.read_text()
+        assert str(log) in str(info.value) and "[ERROR] Could not find artifact" in str(info.value)
 
     def test_second_call_is_a_cache_hit(self, tmp_path: Path, cache: Path) -> None:
         """The second resolution does not run mvn again."""
@@ -221,7 +239,7 @@ class TestMaven:
         assert "exit code 1" in str(info.value)
         assert "Could not find artifact" in info.value.log_tail
         assert isinstance(info.value, LocalServerError)
-        assert cache_files(cache) == []
+        assert cache_files(cache) == [f"{JAR_NAME}.maven.log"]  # no jar; Maven's log kept for the user
 
     @responses.activate
     def test_mvn_failure_falls_back_to_https(self, tmp_path: Path, cache: Path) -> None:
