@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Dict, List, Mapping
+from typing import Callable, Dict, List, Mapping, Optional
 
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
@@ -49,9 +49,14 @@ class QueueWatcher:
     """
 
     def __init__(self, api: ConductorApi, pollers: Callable[[], List[DomainPoller]], *, clock: Clock = SYSTEM_CLOCK,
-                 fast: float = 0.015, slow: float = 0.25) -> None:
+                 fast: float = 0.015, slow: float = 0.25,
+                 may_stop: Optional[Callable[["QueueWatcher"], bool]] = None) -> None:
         self._api = api
         self._pollers = pollers
+        # Asked (from the watcher thread) when no poller is left; True lets the thread end. The
+        # owner answers under its own lock and starts a new watcher for the next poller, so a
+        # runtime that serves no run sends no request at all.
+        self._may_stop = may_stop
         self._clock = clock
         self._fast = fast
         self._slow = slow
@@ -77,6 +82,10 @@ class QueueWatcher:
         if self._thread.ident:
             self._thread.join(timeout)
 
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive()
+
     def _set_health(self, healthy: bool) -> None:
         if healthy != self._healthy:
             self._healthy = healthy
@@ -90,6 +99,9 @@ class QueueWatcher:
             while not self._stop.is_set():
                 now = self._clock.monotonic()
                 pollers = self._pollers()
+                if not pollers and self._may_stop is not None and self._may_stop(self):
+                    log.debug("no poller left; the queue watcher stops until the next run")
+                    return
                 full = now >= next_full
                 try:
                     self._round(pollers, now, full=full)

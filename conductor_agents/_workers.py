@@ -73,6 +73,7 @@ class WorkerSet:
         self._pollers: dict[Optional[str], DomainPoller] = {}
         self._retiring: list[DomainPoller] = []
         self._watcher: Optional[QueueWatcher] = None
+        self._stopped_watchers: list[QueueWatcher] = []  # ended (or ending) for want of pollers
         self._closed = False
         #: Counts, timings and local tool events of this runtime's workers (runtime.stats(), handle.events()).
         self.observer = TaskObserver(clock=clock)
@@ -104,8 +105,8 @@ class WorkerSet:
             return poller
 
     def _new_poller(self, domain: Optional[str]) -> DomainPoller:
-        if self._watcher is None:
-            self._watcher = QueueWatcher(self._api, self.pollers, clock=self._clock)
+        if self._watcher is None:  # none yet, or the last one stopped when the pollers were gone
+            self._watcher = QueueWatcher(self._api, self.pollers, clock=self._clock, may_stop=self._watcher_may_stop)
             self._watcher.start()
         if self._executor is None:
             self._executor = ToolExecutor(
@@ -119,6 +120,17 @@ class WorkerSet:
             clock=self._clock, on_exit=self._poller_exited, owner_lock=self._lock,
             status_check_seconds=self._status_interval, watcher=self._watcher,
         )
+
+    def _watcher_may_stop(self, watcher: QueueWatcher) -> bool:
+        """Called by the watcher when it sees no poller: let it end unless one came meanwhile."""
+        with self._lock:
+            if self._pollers:
+                return False
+            if self._watcher is watcher:
+                self._watcher = None
+                self._stopped_watchers = [w for w in self._stopped_watchers if w.is_alive]
+                self._stopped_watchers.append(watcher)
+            return True
 
     def _status_interval(self) -> float:
         # Read without the lock: a momentarily stale count only shifts one check.
@@ -222,8 +234,9 @@ class WorkerSet:
             self._pollers.clear()
             self._retiring = []
             executor = self._executor
-            watcher = self._watcher
-        if watcher is not None:
+            watchers = [w for w in (self._watcher, *self._stopped_watchers) if w is not None]
+            self._stopped_watchers = []
+        for watcher in watchers:
             watcher.stop()
         for poller in pollers:
             poller.stop()
@@ -231,7 +244,7 @@ class WorkerSet:
         for poller in pollers:
             if not poller.join(join_timeout):
                 log.error("poller thread for domain %s did not stop within %.0fs", poller.domain, join_timeout)
-        if watcher is not None:
+        for watcher in watchers:
             watcher.join(join_timeout)
         if executor is not None:
             executor.shutdown(self._settings.shutdown_grace_seconds)
