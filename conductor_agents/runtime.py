@@ -13,6 +13,7 @@ from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._liveness import LivenessMonitor, server_time_from_date
 from ._payload import message_payload
+from ._starting import start_run
 from ._transport import Transport
 from ._workers import WorkerSet
 from .agent import Agent
@@ -67,6 +68,7 @@ class AgentRuntime:
         self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self._workers = WorkerSet(self._api, self.settings, worker_id=self.worker_id, clock=clock)
         self._closed = False
+        self._closing = threading.Event()  # set by close(): ends a start's retry pause at once
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
@@ -114,7 +116,7 @@ class AgentRuntime:
         serve = self.settings.auto_start_workers and bool(agent.worker_tools)
         reservation = self._workers.reserve(run_id, agent) if serve else None
         try:
-            started = self._api.start_agent(body)
+            started = start_run(self._api, body, pause=self._closing.wait)
         except BaseException:
             if reservation is not None:
                 reservation.cancel()
@@ -257,6 +259,7 @@ class AgentRuntime:
             if self._closed:
                 return
             self._closed = True
+        self._closing.set()
         self._workers.close()
         self._workers.observer.close()  # open event streams end with the runtime
         if self._owns_transport:
