@@ -58,6 +58,14 @@ class Reservation:
         self.poller.cancel_reservation()
         self._workers.retire_if_idle(self.poller)
 
+    def release(self) -> None:
+        """This process will not serve the run (committed or not): stop serving its tools."""
+        if self.execution_id is None:
+            self.cancel()
+            return
+        self.poller.remove_execution(self.execution_id)
+        self._workers.retire_if_idle(self.poller)
+
 
 class WorkerSet:
     """Pollers and the tool executor of one runtime. Thread-safe."""

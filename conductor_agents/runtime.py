@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import threading
 import uuid
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
@@ -15,7 +16,7 @@ from ._liveness import LivenessMonitor, server_time_from_date
 from ._payload import message_payload
 from ._starting import start_run
 from ._transport import Transport
-from ._workers import WorkerSet
+from ._workers import Reservation, WorkerSet
 from .agent import Agent
 from .errors import AgentTypeError, ResumeError, RuntimeClosedError, WorkerStartupError
 from .handle import AgentHandle
@@ -97,11 +98,19 @@ class AgentRuntime:
         ``idempotency_key`` that the server already knows, the existing run is returned
         and the workers join that run's domain.
 
+        Concurrent first starts of an agent the server has never seen (threads of a web app,
+        several processes) all succeed: the server's conflict on creating the agent's
+        definition (no run is created then) is retried with a short backoff.
+
         Raises:
             RuntimeClosedError, AgentTypeError, ValueError: bad call (no request sent).
-            ServerUnavailableError, ServerError: the server refused or could not be reached.
-            WorkerStartupError: the run started (``.execution_id``) but this process's
-                workers could not reach the server; it no longer serves the run.
+            ServerUnavailableError, ServerError: the server refused the start or could not be
+                reached; no run was started.
+            WorkerStartupError: the run started (``.execution_id``) but anything after that
+                failed: this process's workers could not reach the server, or a request of
+                the start-up (the idempotent domain lookup, the start-up check's poll data)
+                failed (the cause is chained). What was reserved is released and no thread
+                serves the run; cancel it, or resume it.
         """
         self._check_open()
         if not isinstance(agent, Agent):
@@ -122,11 +131,12 @@ class AgentRuntime:
                 reservation.cancel()
             raise
         execution_id = str(started["executionId"])
-        if run_id and idempotency_key is not None:
-            run_id = self._domain_of_existing(execution_id, run_id)
-        if reservation is not None:
-            reservation.commit(execution_id, domain=run_id)
-            self._confirm_polling(reservation, execution_id)
+        with self._released_on_failure(reservation, execution_id):
+            if run_id and idempotency_key is not None:
+                run_id = self._domain_of_existing(execution_id, run_id)
+            if reservation is not None:
+                reservation.commit(execution_id, domain=run_id)
+                self._workers.confirm_polling(reservation)
         log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")
         return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None)
 
@@ -180,6 +190,8 @@ class AgentRuntime:
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
             ResumeError: the run's domains disagree, or a stateful agent's run has none.
+            WorkerStartupError: (``.execution_id``) this process's workers could not reach
+                the server, or a request of the take-over failed; nothing is left serving it.
         """
         self._check_open()
         if not isinstance(agent, Agent):
@@ -193,8 +205,9 @@ class AgentRuntime:
         serve = self.settings.auto_start_workers and bool(agent.worker_tools)
         if serve:
             reservation = self._workers.reserve(domain, agent)
-            reservation.commit(execution_id, domain=domain)
-            self._confirm_polling(reservation, execution_id)
+            with self._released_on_failure(reservation, execution_id):
+                reservation.commit(execution_id, domain=domain)
+                self._workers.confirm_polling(reservation)
             if domain:
                 self._workers.reclaim_orphans(workflow, domain)
         log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
@@ -209,13 +222,28 @@ class AgentRuntime:
 
     # -- internals --------------------------------------------------------------------
 
-    def _confirm_polling(self, reservation: Any, execution_id: str) -> None:
-        """The start-up check; on failure this process stops serving the run it cannot reach."""
+    @contextlib.contextmanager
+    def _released_on_failure(self, reservation: Optional[Reservation], execution_id: str) -> Iterator[None]:
+        """Taking up a run that exists on the server: on any failure, serve nothing of it and say which run.
+
+        Whatever was reserved is released (its poller stops if no other run needs it) and the
+        error becomes a :class:`WorkerStartupError` carrying ``execution_id``, the cause chained.
+        """
         try:
-            self._workers.confirm_polling(reservation)
-        except WorkerStartupError as err:
-            self._workers.execution_ended(execution_id)
-            raise WorkerStartupError(str(err), execution_id=execution_id) from None
+            yield
+        except BaseException as err:
+            if reservation is not None:
+                reservation.release()
+            if isinstance(err, WorkerStartupError):
+                raise WorkerStartupError(str(err), execution_id=execution_id) from None
+            if not isinstance(err, Exception):
+                raise  # KeyboardInterrupt and the like: released, not re-labelled
+            raise WorkerStartupError(
+                f"run {execution_id} exists on the server, but this process could not take it up "
+                f"({type(err).__name__}: {err}); it does not serve the run. Cancel it, or resume it "
+                "once the server is reachable.",
+                execution_id=execution_id,
+            ) from err
 
     def _domain_of_existing(self, execution_id: str, minted: str) -> str:
         workflow = self._api.get_workflow(execution_id)

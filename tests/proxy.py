@@ -11,7 +11,8 @@ upstream server; :attr:`~LoopbackProxy.url` is the proxied API base URL (same pa
   the server later and takes a task nobody reads.
 - :meth:`~LoopbackProxy.cut`: shuts every open connection (both sides) at once.
 - :meth:`~LoopbackProxy.refuse`: answers requests whose path contains a fragment with an error
-  status itself (the request never reaches the server), then closes that connection.
+  status itself (the request never reaches the server), then closes that connection; with
+  ``status=0`` it closes the connection without any answer (the client sees a connection error).
 - :meth:`~LoopbackProxy.requests_to`: the requests seen (method, path, lower-cased headers).
 
 Requests are recognised by their first bytes each time a client sends: fine for ``requests``,
@@ -92,7 +93,10 @@ class LoopbackProxy:
             _close(sock)
 
     def refuse(self, fragments: Iterable[str], *, status: int = 503) -> None:
-        """Answer requests whose path contains one of ``fragments`` with ``status`` (``[]`` undoes it)."""
+        """Answer requests whose path contains one of ``fragments`` with ``status`` (``[]`` undoes it).
+
+        ``status=0``: close the connection without an answer instead.
+        """
         with self._lock:
             self._refusals = tuple((f.encode(), status) for f in fragments)
 
@@ -174,7 +178,8 @@ class LoopbackProxy:
                     refusal = self._note_request(data)
                     if refusal is not None:
                         self.refused += 1
-                        src.sendall(refusal)
+                        if refusal:
+                            src.sendall(refusal)
                         break
                     data, gone = _rest_unless_closed(src, data)
                     if gone:
@@ -203,6 +208,8 @@ class LoopbackProxy:
 
 
 def _refusal(status: int) -> bytes:
+    if status == 0:
+        return b""  # close without an answer
     body = json.dumps({"status": status, "message": "refused by the test proxy"}).encode()
     return (f"HTTP/1.1 {status} {_REASONS.get(status, 'Error')}\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n").encode() + body
