@@ -21,8 +21,8 @@ import attrs
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._payload import ToolOutputError, tool_output
-from ._transport import HttpError
-from .errors import ServerUnavailableError
+from ._results import ResultPoster
+from .errors import ServerError
 from .tools import ToolArgumentsError, ToolDef
 
 __all__ = ["ToolExecutor", "TaskRef"]
@@ -79,7 +79,7 @@ class ToolExecutor:
         threads: int,
         worker_id: str,
         clock: Clock = SYSTEM_CLOCK,
-        result_retry_seconds: float = 600.0,
+        result_retry_seconds: Optional[float] = None,
         on_task_done: Optional[Callable[[TaskRef, str, float], None]] = None,
         task_listener: Optional[Any] = None,  # a conductor_agents._observer.TaskListener
     ) -> None:
@@ -87,7 +87,7 @@ class ToolExecutor:
         self._task_listener = task_listener
         self._worker_id = worker_id
         self._clock = clock
-        self._result_retry_seconds = result_retry_seconds
+        self._results = ResultPoster(api, clock=clock, retry_seconds=result_retry_seconds)
         self._on_task_done = on_task_done
         self._threads = threads
         self._pool = concurrent.futures.ThreadPoolExecutor(
@@ -196,32 +196,9 @@ class ToolExecutor:
         return {**base, "status": "COMPLETED", "outputData": output}
 
     def _post_result(self, task: TaskRef, result: dict) -> None:
-        """POST the result, retrying transient failures with backoff until accepted or out of time."""
-        deadline = self._clock.monotonic() + self._result_retry_seconds
-        delay = 0.25
-        attempt = 0
-        while True:
-            attempt += 1
-            try:
-                self._api.update_task(result)
-                if attempt > 1:
-                    log.info("result of task %s accepted after %d attempts", task.task_id, attempt)
-                return
-            except (ServerUnavailableError, HttpError) as err:
-                transient = isinstance(err, ServerUnavailableError) or err.transient
-                if not transient or self._clock.monotonic() + delay > deadline:
-                    log.error(
-                        "DROPPED the %s result of task %s (%s, run %s) after %d attempts: %s",
-                        result["status"], task.task_id, task.task_type, task.workflow_id, attempt, err,
-                    )
-                    return
-                log.warning("posting the result of task %s failed (%s); retrying in %.1fs", task.task_id, err, delay)
-            # ``_abandon`` is set once shutdown's grace period is over: stop retrying then.
-            if self._abandon.wait(delay):
-                log.error("DROPPED the %s result of task %s (%s): the runtime closed while the server "
-                          "was unreachable", result["status"], task.task_id, task.task_type)
-                return
-            delay = min(delay * 2, 5.0)
+        """POST the result until the server takes it (see :mod:`conductor_agents._results`)."""
+        # ``_abandon`` is set once shutdown's grace period is over: the retries stop then.
+        self._results.post(task, result, self._abandon)
 
     # -- leases -----------------------------------------------------------------------
 
@@ -243,7 +220,7 @@ class ToolExecutor:
             })
             flight.last_extended = now
             log.debug("extended the lease of task %s", task.task_id)
-        except (ServerUnavailableError, HttpError) as err:
+        except ServerError as err:  # ServerUnavailableError, HttpError, a token endpoint failing
             log.warning("could not extend the lease of task %s: %s", task.task_id, err)
 
     # -- shutdown ---------------------------------------------------------------------
@@ -284,7 +261,7 @@ class ToolExecutor:
                         "workerId": self._worker_id, "status": "FAILED",
                         "reasonForIncompletion": "the worker shut down before the tool finished",
                     })
-                except (ServerUnavailableError, HttpError) as err:
+                except ServerError as err:  # ServerUnavailableError, HttpError, a token endpoint failing
                     log.error("could not report task %s as FAILED: %s", task.task_id, err)
         self._abandon.set()
         # Idle: every pool thread is free, so joining them is quick and close() leaves no

@@ -222,16 +222,27 @@ def test_result_retries_give_up_after_the_retry_window(http, make_executor, capl
     assert ["DROPPED"] == [r.getMessage().split()[0] for r in caplog.records if r.levelno == logging.ERROR]
 
 
-@pytest.mark.parametrize("status", [400, 404, 409])
-def test_non_transient_rejection_is_dropped_at_once(http, make_executor, caplog, status):
-    """A 4xx answer to the result POST is not retried and is logged at ERROR as DROPPED."""
+def test_a_task_the_server_no_longer_knows_is_dropped_at_once(http, make_executor, caplog):
+    """A 404 (the task is gone) is not retried and is logged at ERROR as DROPPED."""
     caplog.set_level(logging.ERROR, logger="conductor_agents.worker")
-    http.add("POST", TASKS_URL, status=status, json={"message": "task not found"})
+    http.add("POST", TASKS_URL, status=404, json={"message": "No such task found by id: t-1"})
     run_to_end(make_executor(), raw_task(), echo)
     assert 1 == len(posted(http))
     errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
     assert 1 == len(errors)
     assert errors[0].startswith("DROPPED the COMPLETED result of task t-1")
+    assert "no longer knows the task" in errors[0]
+
+
+@pytest.mark.parametrize("status", [400, 409, 413])
+def test_a_result_the_server_refuses_is_not_retried_and_not_called_dropped(http, make_executor, caplog, status):
+    """Another 4xx refuses this very body: not retried (it would be refused again), logged REFUSED."""
+    caplog.set_level(logging.ERROR, logger="conductor_agents.worker")
+    http.add("POST", TASKS_URL, status=status, json={"message": "bad result"})
+    run_to_end(make_executor(), raw_task(), echo)
+    assert 1 == len(posted(http))
+    errors = [r.getMessage() for r in caplog.records if r.levelno == logging.ERROR]
+    assert 1 == len(errors) and errors[0].startswith("REFUSED") and f"HTTP {status}" in errors[0]
 
 
 # --- duplicates and capacity -------------------------------------------------------------------
