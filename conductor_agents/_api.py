@@ -196,5 +196,10 @@ class ConductorApi:
 
     def poll_data(self, task_type: str) -> list:
         """``GET /tasks/queue/polldata?taskType=`` → one row per (type, domain)."""
-        result = self.transport.request("GET", "/tasks/queue/polldata", params={"taskType": task_type})
-        return result if isinstance(result, list) else []
+        return self.poll_data_sample(task_type)[0]
+
+    def poll_data_sample(self, task_type: str) -> "tuple[list, Optional[str]]":
+        """:meth:`poll_data` plus the server's ``Date`` header (its clock, for ``lastPollTime`` ages)."""
+        result, headers = self.transport.request_with_headers(
+            "GET", "/tasks/queue/polldata", params={"taskType": task_type})
+        return (result if isinstance(result, list) else []), headers.get("Date")

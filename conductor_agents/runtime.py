@@ -15,6 +15,7 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._liveness import LivenessMonitor, server_time_from_date
 from ._payload import message_payload
 from ._starting import start_run
+from ._takeover import find_live_poller, freshness_window
 from ._transport import Transport
 from ._workers import Reservation, WorkerSet
 from .agent import Agent
@@ -178,7 +179,7 @@ class AgentRuntime:
         return self._handle(str(execution_id), str(workflow.get("workflowName") or ""), domain, None,
                             workers=False, monitor=False)
 
-    def resume(self, execution_id: str, agent: Agent) -> AgentHandle:
+    def resume(self, execution_id: str, agent: Agent, *, force: bool = False) -> AgentHandle:
         """Re-attach to a run after a restart and serve its tools from this process.
 
         Reads the run's domain from the workflow's ``taskToDomain``, registers ``agent``'s
@@ -187,9 +188,17 @@ class AgentRuntime:
         which retries them here. A run that already ended gives a handle whose ``wait()``
         returns at once; no workers start.
 
+        A run whose domain another worker still polls is not taken over: two processes
+        polling one domain would split the run's tasks (and its in-memory state) between
+        them. The server's poll data says who polled last and when; a poll within
+        ``_takeover.freshness_window()`` (75 s: a live poller polls each task type at least
+        every 60 s) counts as alive. Right after a crash, or when you know that process is
+        gone, pass ``force=True``.
+
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
-            ResumeError: the run's domains disagree, or a stateful agent's run has none.
+            ResumeError: the run's domains disagree, a stateful agent's run has none, or
+                (without ``force``) another worker polled the run's domain lately.
             WorkerStartupError: (``.execution_id``) this process's workers could not reach
                 the server, or a request of the take-over failed; nothing is left serving it.
         """
@@ -203,6 +212,8 @@ class AgentRuntime:
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
         serve = self.settings.auto_start_workers and bool(agent.worker_tools)
+        if serve and not force:
+            self._refuse_if_served(execution_id, agent, domain)
         if serve:
             reservation = self._workers.reserve(domain, agent)
             with self._released_on_failure(reservation, execution_id):
@@ -244,6 +255,21 @@ class AgentRuntime:
                 "once the server is reachable.",
                 execution_id=execution_id,
             ) from err
+
+    def _refuse_if_served(self, execution_id: str, agent: Agent, domain: Optional[str]) -> None:
+        # Before this process polls the domain itself (its poll would overwrite the poll data).
+        live = find_live_poller(self._api, [t.name for t in agent.worker_tools], domain,
+                                own_worker_id=self.worker_id, clock=self._clock)
+        if live is None:
+            return
+        raise ResumeError(
+            f"run {execution_id} is still served: worker {live.worker_id} polled its domain {domain} "
+            f"{live.seconds_ago:.0f}s ago (task {live.task_type!r}), so that process looks alive and two "
+            "processes would split the run's tasks. Stop that process, or wait until it has not polled "
+            f"for {freshness_window():.0f}s; if you know it is dead, resume with force=True "
+            "(CLI: conductor-agents resume --force).",
+            execution_id=execution_id,
+        )
 
     def _domain_of_existing(self, execution_id: str, minted: str) -> str:
         workflow = self._api.get_workflow(execution_id)

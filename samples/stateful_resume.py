@@ -3,7 +3,7 @@
 1. A child process (this file with ``--child``) starts a listener run and serves its tools;
    it handles one message.
 2. The child is killed with SIGKILL: no cleanup, no goodbye. The run lives on, on the server.
-3. This process calls ``runtime.resume(execution_id, agent)``. That re-registers the agent's
+3. This process calls ``runtime.resume(execution_id, agent, force=True)`` (force: it killed the child itself). That re-registers the agent's
    tools on the run's domain, so the *same run* continues and its tools now run here.
 4. A second message is handled here; the run is stopped and ends COMPLETED.
 
@@ -160,7 +160,9 @@ def run_scenario(settings: AgentSettings, model: str) -> int:
             print(f"killed child {first.process.pid} (SIGKILL); the run goes on without a worker")
 
             tools = ActionTools()
-            handle = runtime.resume(execution_id, build_agent(model, tools))
+            # force=True: we killed the child ourselves; its last poll is seconds old, so without
+            # it resume() would refuse, taking the child for alive (see docs/concepts.md#resume).
+            handle = runtime.resume(execution_id, build_agent(model, tools), force=True)
             print(f"resumed in pid {os.getpid()}: {handle!r}")
             runtime.send_message(execution_id, {"action": "generate-report", "topic": "after-resume"})
             tools.done.wait(timeout=60)

@@ -98,6 +98,9 @@ def register(subparsers: Any) -> None:
                  "`start`) and serve them in the foreground, like `run`.", follow)
     _target_args(resume)
     resume.add_argument("execution_id", metavar="EXECUTION_ID")
+    resume.add_argument("--force", action="store_true",
+                        help="take the run over even if another worker polled its domain lately "
+                             "(that process is known to be dead)")
     _foreground_args(resume)
 
     send = add("send", _send, "send a message to a running execution",
@@ -216,7 +219,7 @@ def _run(args: argparse.Namespace) -> int:
 def _resume(args: argparse.Namespace) -> int:
     agent = load_agent(args.target)
     with AgentRuntime(_settings(args, auto_start_workers=True)) as runtime:
-        handle = runtime.resume(args.execution_id, agent)
+        handle = runtime.resume(args.execution_id, agent, force=args.force)
         _note(f"resumed {agent.name}: execution {handle.execution_id}"
               + ("" if handle.workers_attached else " (already ended)"))
         return _serve(runtime, handle, agent, args)

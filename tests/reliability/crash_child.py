@@ -86,7 +86,7 @@ def main(argv: "list[str]") -> int:
         if args.start:
             handle = runtime.start(agent, "Start listening.")
         else:
-            handle = runtime.resume(args.resume, agent)
+            handle = runtime.resume(args.resume, agent, force=True)  # the test killed the last server
         print(json.dumps({"execution_id": handle.execution_id, "pid": os.getpid(),
                           "worker_id": runtime.worker_id}), flush=True)
         parent_gone.wait(args.max_seconds)  # serve until killed (the point) or orphaned

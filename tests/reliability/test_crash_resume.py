@@ -76,7 +76,8 @@ def test_ten_crash_resume_cycles_lose_and_duplicate_nothing(agent_settings, scri
                 assert info["execution_id"] == execution_id
                 resumer_pid = info["pid"]
             else:  # the last resume happens in this very process
-                handle = resumer.resume(execution_id, listener(name, model, FileActionTools(log)))
+                # force: the test has just killed the serving process, whose last poll is seconds old.
+                handle = resumer.resume(execution_id, listener(name, model, FileActionTools(log)), force=True)
                 assert handle.workers_attached and handle.run_id
                 resumer_pid = os.getpid()
 
@@ -129,7 +130,7 @@ def test_resume_reclaims_the_task_a_killed_worker_was_running(agent_settings, sc
             taken = [t for t in tasks_of(base, execution_id, "act") if t["status"] == "IN_PROGRESS"]
             assert len(taken) == 1 and taken[0]["workerId"] == info["worker_id"], taken
 
-            handle = runtime.resume(execution_id, listener(name, model, FileActionTools(log)))
+            handle = runtime.resume(execution_id, listener(name, model, FileActionTools(log)), force=True)
             eventually(lambda: len(read_actions(log)) >= 2 and quiescent(base, execution_id),
                        timeout=60, interval=0.1, message="the reclaimed task ran again here")
             assert [(a["action"], a["pid"]) for a in read_actions(log)] == [
