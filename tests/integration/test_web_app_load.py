@@ -1,0 +1,77 @@
+"""A web app's shape: 50 request threads on one shared runtime, each starting its own listener,
+sending it two messages, stopping it and waiting for it (issue 11, point 12).
+
+All 50 start the same brand-new agent at the same moment (the first burst after a deploy). Zero
+errors, zero crossovers (each run's tool sees its own messages only), and afterwards no thread per
+run is left: with the runtime still open only its bounded tool pool remains, and after close()
+exactly the threads there were before.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from conductor_agents import AgentRuntime, RunStatus
+from conductor_agents.testing import listener_policy
+
+from ..helpers import eventually, listener
+from .test_stateful_listener import ActionTools, act_on
+
+pytestmark = pytest.mark.integration
+
+REQUESTS = 50
+
+
+def test_fifty_request_threads_each_drive_their_own_listener(agent_settings, scripted_llm, unique_name):
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    name = unique_name("web_app")
+    before = {t.ident for t in threading.enumerate()}
+    runtime = AgentRuntime(agent_settings)
+    barrier = threading.Barrier(REQUESTS)
+    tools = [ActionTools(f"r{i}") for i in range(REQUESTS)]
+    statuses: dict = {}
+    errors: list = []
+
+    def request(i: int) -> None:
+        try:
+            barrier.wait(timeout=60)
+            handle = runtime.start(listener(name, model, tools[i]), "Start listening.")
+            for n in (1, 2):
+                handle.send_message({"action": f"r{i}-m{n}", "tag": f"r{i}"})
+            eventually(lambda: len(tools[i].actions) >= 2, timeout=240, interval=0.2,
+                       message=f"request {i}: both messages acted on")
+            handle.stop()
+            statuses[i] = handle.wait(timeout=240).status
+        except Exception as err:  # collected: the test reports every failure at once
+            errors.append(f"request {i}: {err!r}")
+
+    began = time.monotonic()
+    threads = [threading.Thread(target=request, args=(i,), name=f"test-request-{i}") for i in range(REQUESTS)]
+    try:
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(400)
+        took = time.monotonic() - began
+        print(f"\n{REQUESTS} listeners started, driven and ended in {took:.1f}s")
+        assert [] == errors
+        assert {i: RunStatus.COMPLETED for i in range(REQUESTS)} == statuses
+        for i, own in enumerate(tools):
+            assert sorted(own.actions) == [(f"r{i}-m1", f"r{i}"), (f"r{i}-m2", f"r{i}")], f"request {i}"
+
+        def per_run_threads():
+            return [t.name for t in threading.enumerate() if t.ident not in before
+                    and not t.name.startswith(("conductor-agents-tool", "conductor-agents-lease"))]
+
+        # The runtime stays open (a web app's does): no thread of any run is left, only the tool pool.
+        eventually(lambda: not per_run_threads(), timeout=30, message="every per-run thread ended")
+        pool = [t for t in threading.enumerate() if t.name.startswith("conductor-agents-tool")]
+        assert len(pool) <= agent_settings.worker_threads
+    finally:
+        runtime.close()
+    eventually(lambda: {t.ident for t in threading.enumerate() if t.is_alive()} <= before, timeout=30,
+               message="the threads of before, and no other")
+    scripted_llm.assert_no_anomalies(model)
