@@ -155,10 +155,12 @@ class WorkerStallError(ConductorAgentsError):
 
 
 class WorkerStartupError(ConductorAgentsError):
-    """The run's workers did not start polling their domain in time.
+    """The run exists on the server but this process could not take it up.
 
-    The run itself exists on the server (``execution_id``): cancel it, or resume it from
-    a process that can reach the server.
+    Its workers did not start polling their domain in time, or a request made after the
+    server accepted the run failed (the cause is chained as ``__cause__``). Nothing of this
+    process serves the run. The run itself exists (``execution_id``): cancel it, or resume
+    it from a process that can reach the server.
     """
 
     def __init__(self, message: str, *, execution_id: Optional[str] = None) -> None:
