@@ -36,6 +36,7 @@ def test_fifty_request_threads_each_drive_their_own_listener(agent_settings, scr
     errors: list = []
 
     def request(i: int) -> None:
+        handle = None
         try:
             barrier.wait(timeout=60)
             handle = runtime.start(listener(name, model, tools[i]), "Start listening.")
@@ -46,7 +47,7 @@ def test_fifty_request_threads_each_drive_their_own_listener(agent_settings, scr
             handle.stop()
             statuses[i] = handle.wait(timeout=240).status
         except Exception as err:  # collected: the test reports every failure at once
-            errors.append(f"request {i}: {err!r}")
+            errors.append(f"request {i}: {err!r}{_server_side(runtime, handle)}")
 
     began = time.monotonic()
     threads = [threading.Thread(target=request, args=(i,), name=f"test-request-{i}") for i in range(REQUESTS)]
@@ -75,3 +76,14 @@ def test_fifty_request_threads_each_drive_their_own_listener(agent_settings, scr
     eventually(lambda: {t.ident for t in threading.enumerate() if t.is_alive()} <= before, timeout=30,
                message="the threads of before, and no other")
     scripted_llm.assert_no_anomalies(model)
+
+
+def _server_side(runtime, handle) -> str:
+    """The server's own account of a run that went wrong (e.g. its database timed out under load)."""
+    if handle is None:
+        return ""
+    try:
+        run = runtime._api.get_workflow(handle.execution_id)
+    except Exception as err:  # a diagnostic only
+        return f" (server: unreadable, {err!r})"
+    return f" (server: {run.get('status')}, {run.get('reasonForIncompletion') or 'no reason'})"
