@@ -411,3 +411,15 @@ def test_the_stall_reaches_listeners_from_the_thread_with_nobody_waiting():
     finally:
         watchdog.close()
     assert ["conductor-agents-watchdog"] == heard
+
+
+# --- the runtime's on_stall argument --------------------------------------------------------
+
+
+def test_on_stall_must_be_callable():
+    """AgentRuntime(on_stall=...) refuses a value it could not call, naming the argument."""
+    from conductor_agents import AgentRuntime, AgentSettings, AgentTypeError
+
+    with pytest.raises(AgentTypeError) as info:
+        AgentRuntime(AgentSettings(server_url=BASE_URL), on_stall="log it")
+    assert ("on_stall", "log it") == (info.value.field, info.value.value)
