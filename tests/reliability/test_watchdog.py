@@ -176,11 +176,11 @@ class SlowTools:
 
 
 def test_a_full_tool_pool_is_busy_not_dead(agent_settings, scripted_llm, unique_name):
-    """worker_threads=1 (room for 2 tasks) and three parallel 3 s tool calls: the third task waits
-    unpolled three times the stall threshold while the pool is full. Neither the serving runtime
-    nor an observer in another runtime (it sees the busy domain only through the server's poll
-    data) reports a stall; the run completes."""
-    stall, interval = 1.0, 0.25
+    """worker_threads=1 (room for 2 tasks) and three parallel tool calls of three times the stall
+    threshold: the third task waits unpolled that long while the pool is full. Neither the serving
+    runtime nor an observer in another runtime (it sees the busy domain only through the server's
+    poll data, refreshed every third of the threshold) reports a stall; the run completes."""
+    stall, interval = 2.0, 0.25
     short = dict(liveness_stall_seconds=stall, liveness_check_interval_seconds=interval)
     tools = SlowTools(3 * stall)
     model = scripted_llm.script([[ToolCall("slow", {"n": 1}), ToolCall("slow", {"n": 2}), ToolCall("slow", {"n": 3})],
