@@ -96,6 +96,8 @@ class ToolExecutor:
         self._capacity = threads * 2
         self._lock = threading.Lock()
         self._in_flight: dict[str, _InFlight] = {}
+        self._full = False  # no free slot: the pollers take no task
+        self._last_full: Optional[float] = None  # when it was last full (monotonic)
         self._stop = threading.Event()
         self._abandon = threading.Event()
         self._idle = threading.Condition(self._lock)
@@ -112,6 +114,20 @@ class ToolExecutor:
         """How many more tasks this executor accepts now (running plus queued)."""
         with self._lock:
             return max(0, self._capacity - len(self._in_flight))
+
+    def full_within(self, seconds: float) -> bool:
+        """Whether the executor is full now or was within the last ``seconds`` (busy, not dead)."""
+        with self._lock:
+            if self._full:
+                return True
+            return self._last_full is not None and self._clock.monotonic() - self._last_full <= seconds
+
+    def _note_fullness(self) -> None:
+        # Called with the lock held after every change of ``_in_flight``.
+        full = len(self._in_flight) >= self._capacity
+        if full or self._full:
+            self._last_full = self._clock.monotonic()
+        self._full = full
 
     @property
     def in_flight_count(self) -> int:
@@ -134,6 +150,7 @@ class ToolExecutor:
             if self._stop.is_set():
                 return False
             self._in_flight[task.task_id] = _InFlight(task, self._clock.monotonic())
+            self._note_fullness()
         try:
             self._pool.submit(self._run, task, tool_def)
         except RuntimeError:  # the pool was shut down between the check and here
@@ -171,6 +188,7 @@ class ToolExecutor:
     def _forget(self, task: TaskRef) -> None:
         with self._lock:
             self._in_flight.pop(task.task_id, None)
+            self._note_fullness()
             self._idle.notify_all()
 
     def _execute(self, task: TaskRef, tool_def: ToolDef) -> dict:

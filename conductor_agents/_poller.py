@@ -2,25 +2,24 @@
 
 A stateful run gets its own :class:`DomainPoller` pinned to the run's domain (its run id);
 non-stateful runs share one poller with no domain. The poller serves a set of
-*executions*; it checks their status every few seconds and, when none is left running,
-its thread ends by itself (the owner then joins it). No thread outlives its runs.
+*executions*; the owner removes each one when it ends (the runtime's watchdog samples them)
+and stops the poller once none is left. No thread outlives its runs.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional
 
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._executor import ToolExecutor
 from ._transport import HttpError
-from .errors import ExecutionNotFoundError, ServerError, ServerUnavailableError
-from .result import RunStatus
+from .errors import ServerError, ServerUnavailableError
 from .tools import ToolDef
 
-__all__ = ["DomainPoller"]
+__all__ = ["DomainPoller", "SAFETY_POLL_SECONDS"]
 
 log = logging.getLogger("conductor_agents.worker")
 
@@ -28,8 +27,9 @@ log = logging.getLogger("conductor_agents.worker")
 _MAX_BATCH = 8
 #: Longest pause between polls while the server is unreachable.
 _MAX_BACKOFF = 5.0
-#: While a queue watcher rings this poller, it still polls on its own this often (a missed ring).
-_SAFETY_POLL_SECONDS = 60.0
+#: While a queue watcher rings this poller, it still polls on its own this often (a missed ring),
+#: unless the owner has another way to notice a missed ring (``safety_poll_seconds=None``).
+SAFETY_POLL_SECONDS = 60.0
 #: A poller counts as active (the watcher looks at it often) this long after a task or a new run.
 _ACTIVE_SECONDS = 5.0
 #: After this many rings in a row that found nothing (e.g. a retry not due yet: the queue
@@ -43,10 +43,13 @@ class DomainPoller:
     """Polls the task types of one domain and hands tasks to the :class:`ToolExecutor`.
 
     Thread-safe. The owner calls :meth:`start` once, may :meth:`add_execution` /
-    :meth:`remove_execution` at any time, and :meth:`stop` + :meth:`join` to end it.
-    The loop also ends on its own once every execution it served has finished
+    :meth:`remove_execution` at any time, and :meth:`stop` + :meth:`join` to end it
     (``on_exit`` is then called from the poller thread). Stopping takes at most one
-    long poll (``long_poll_ms``) plus one status check.
+    long poll (``long_poll_ms``).
+
+    While the tool pool is full the poller takes no task; every ``keepalive_seconds`` it
+    still sends a poll for none (``count=0``) on its domain, so the server's poll data
+    (``lastPollTime``) shows that a live worker serves the domain: busy, not dead.
     """
 
     def __init__(
@@ -58,12 +61,12 @@ class DomainPoller:
         worker_id: str,
         long_poll_ms: int,
         poll_interval_ms: int,
-        status_check_seconds: Union[float, Callable[[], float]] = 3.0,
         clock: Clock = SYSTEM_CLOCK,
         on_exit: Optional[Callable[["DomainPoller"], None]] = None,
-        owner_lock: Optional[threading.Lock] = None,
         name_suffix: Optional[str] = None,
         watcher: Optional[Any] = None,  # a conductor_agents._watcher.QueueWatcher
+        safety_poll_seconds: Optional[float] = SAFETY_POLL_SECONDS,
+        keepalive_seconds: Optional[float] = None,
     ) -> None:
         self.domain = domain
         self._api = api
@@ -71,11 +74,11 @@ class DomainPoller:
         self._worker_id = worker_id
         self._long_poll_ms = long_poll_ms
         self._poll_interval = poll_interval_ms / 1000.0
-        self._status_check_seconds = status_check_seconds
+        self._safety_poll = float("inf") if safety_poll_seconds is None else safety_poll_seconds
+        self._keepalive = keepalive_seconds if domain is not None else None
+        self._last_polled: dict[str, float] = {}  # task type -> when it was last polled (poller thread only)
         self._clock = clock
         self._on_exit = on_exit
-        self._owner_lock = owner_lock if owner_lock is not None else threading.Lock()
-        self._retired = False
         self._lock = threading.Lock()
         self._tools: dict[str, ToolDef] = {}
         self._queue_names: "tuple[str, ...]" = ()
@@ -91,6 +94,7 @@ class DomainPoller:
         self._quiet_until = 0.0
         self._empty_rings = 0
         self._next_safety = 0.0
+        self.keepalives = 0
         self._last_activity = clock.monotonic()
         self._polled_cond = threading.Condition(self._lock)
         self.polls = 0
@@ -188,10 +192,6 @@ class DomainPoller:
     def _watched(self) -> bool:
         return self._watcher is not None and self._watcher.healthy
 
-    def _status_interval(self) -> float:
-        value = self._status_check_seconds
-        return float(value() if callable(value) else value)
-
     # -- lifecycle --------------------------------------------------------------------
 
     def start(self) -> None:
@@ -212,17 +212,8 @@ class DomainPoller:
 
     @property
     def retired(self) -> bool:
-        """True once the loop decided to end; the owner must not register anything on it then.
-
-        Read it while holding the ``owner_lock`` given to the constructor.
-        """
-        return self._retired or self._stop.is_set()
-
-    def _retire_if_idle(self) -> bool:
-        with self._owner_lock:
-            if self.is_idle():
-                self._retired = True
-        return self._retired
+        """True once the poller was told to stop; the owner must not register anything on it then."""
+        return self._stop.is_set()
 
     @property
     def is_alive(self) -> bool:
@@ -236,26 +227,19 @@ class DomainPoller:
 
     def _loop(self) -> None:
         backoff = 0.0
-        next_check = self._clock.monotonic() + self._status_interval()
         try:
             while not self._stop.is_set():
                 now = self._clock.monotonic()
-                if now >= next_check:
-                    self._check_executions()
-                    next_check = self._clock.monotonic() + self._status_interval()
-                    if self._retire_if_idle():
-                        log.debug("poller %s has no running execution left; exiting", self.domain)
-                        return
                 types = self.task_types
                 if not types:
-                    self._wake.wait(min(self._status_interval(), 1.0))
+                    self._wake.wait()  # a registration or stop() sets it
                     self._wake.clear()
                     continue
                 watched = self._watched()
                 if watched and not self._rung and not self._draining and now < self._next_safety \
                         and set(types) <= self._polled:
                     # The watcher rings when one of our queues holds a task: no poll until then.
-                    self._wake.wait(max(0.0, min(next_check, self._next_safety) - now))
+                    self._wake.wait(None if self._next_safety == float("inf") else max(0.0, self._next_safety - now))
                     self._wake.clear()
                     continue
                 rung, self._rung = self._rung, False
@@ -286,7 +270,7 @@ class DomainPoller:
         """Poll each type once: a long poll, or only short ones while the watcher rings us."""
         per_type_ms = max(100, self._long_poll_ms // len(types))
         if short_only:
-            self._next_safety = self._clock.monotonic() + _SAFETY_POLL_SECONDS
+            self._next_safety = self._clock.monotonic() + self._safety_poll
         got = 0
         with self._lock:
             fresh = [t for t in types if t not in self._polled]
@@ -296,7 +280,8 @@ class DomainPoller:
             if self._stop.is_set():
                 return 0.0
             slots = min(_MAX_BATCH, self._executor.free_slots())
-            if not slots and task_type not in fresh:
+            keepalive = not slots and task_type not in fresh
+            if keepalive and not self._keepalive_due(task_type):
                 self._stop.wait(self._poll_interval)
                 continue
             # A long poll asks for ONE task: the server's SQL queues (SQLite, Postgres, MySQL)
@@ -307,8 +292,8 @@ class DomainPoller:
             try:
                 tasks = self._api.poll_tasks(
                     task_type, worker_id=self._worker_id, domain=self.domain,
-                    count=max(1, slots) if short else 1,
-                    timeout_ms=0 if short else per_type_ms,
+                    count=0 if keepalive else max(1, slots) if short else 1,
+                    timeout_ms=0 if short or keepalive else per_type_ms,
                     http_timeout=per_type_ms / 1000.0 + 10.0,
                 )
             except (ServerUnavailableError, HttpError, ServerError) as err:
@@ -317,6 +302,10 @@ class DomainPoller:
                 log.warning("polling %s (domain %s) failed: %s; retrying in %.1fs", task_type, self.domain, err, backoff)
                 return backoff
             self.polls += 1
+            self._last_polled[task_type] = self._clock.monotonic()
+            if keepalive:
+                self.keepalives += 1
+                continue  # the server gives nothing to a poll for none
             got += len(tasks)
             if tasks:
                 self._last_activity = self._clock.monotonic()
@@ -348,18 +337,8 @@ class DomainPoller:
                 return per_run[task_type]
             return self._tools.get(str(task_type))
 
-    def _check_executions(self) -> None:
-        for execution_id in self.executions:
-            try:
-                status = self._api.agent_status(execution_id, timeout=10.0)
-            except ExecutionNotFoundError:
-                log.warning("execution %s vanished from the server; no longer serving it", execution_id)
-                self.remove_execution(execution_id)
-                continue
-            except (ServerUnavailableError, ServerError) as err:
-                log.debug("status check of %s failed: %s", execution_id, err)
-                continue
-            if RunStatus.parse(status.get("status")).is_terminal:
-                log.debug("execution %s ended (%s)", execution_id, status.get("status"))
-                self.remove_execution(execution_id)
-
+    def _keepalive_due(self, task_type: str) -> bool:
+        """Whether the pool-full poller should tell the server again that it still polls ``task_type``."""
+        if self._keepalive is None:
+            return False
+        return self._clock.monotonic() - self._last_polled.get(task_type, float("-inf")) >= self._keepalive

@@ -2,9 +2,10 @@
 
 :class:`WorkerSet` owns one :class:`ToolExecutor` (created on first use), the
 pollers: one per stateful run's domain and one shared, domain-less poller for
-non-stateful tools, and one :class:`QueueWatcher` that tells the pollers when their
-queues hold tasks. A run's tools are registered through a :class:`Reservation`
-*before* the run starts and committed to its execution id afterwards.
+non-stateful tools, one :class:`QueueWatcher` that tells the pollers when their
+queues hold tasks, and one :class:`RunWatchdog` that samples every run served or
+watched here (end of run, liveness). A run's tools are registered through a
+:class:`Reservation` *before* the run starts and committed to its execution id afterwards.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._executor import ToolExecutor
 from ._observer import TaskObserver
-from ._poller import DomainPoller
+from ._poller import SAFETY_POLL_SECONDS, DomainPoller
+from ._watchdog import RunWatch, RunWatchdog
 from ._watcher import QueueWatcher
 from .agent import Agent
 from .errors import ConductorAgentsError, WorkerStartupError
@@ -28,8 +30,9 @@ __all__ = ["Reservation", "WorkerSet"]
 
 log = logging.getLogger("conductor_agents.worker")
 
-#: Status checks of all pollers together stay under this rate (each run's every N/rate s, at least 3 s).
-_STATUS_CHECKS_PER_SECOND = 4.0
+#: A poller whose tool pool is full still polls (``count=0``) this often, per stall threshold,
+#: so the server's poll data shows its domain alive to other processes' watchdogs.
+_KEEPALIVES_PER_STALL = 3.0
 
 
 class Reservation:
@@ -46,12 +49,13 @@ class Reservation:
         self.execution_id = execution_id
         if domain == self.poller.domain:
             self.poller.add_execution(execution_id, self.tools, reserved=True)
-            return
-        old = self.poller
-        self.poller = self._workers.poller_for(domain)
-        self.poller.add_execution(execution_id, self.tools)
-        old.cancel_reservation()
-        self._workers.retire_if_idle(old)
+        else:
+            old = self.poller
+            self.poller = self._workers.poller_for(domain)
+            self.poller.add_execution(execution_id, self.tools)
+            old.cancel_reservation()
+            self._workers.retire_if_idle(old)
+        self._workers.watch(execution_id, served=True)  # released when a sample finds it ended
 
     def cancel(self) -> None:
         """The run did not start: stop serving its tools."""
@@ -65,6 +69,7 @@ class Reservation:
             return
         self.poller.remove_execution(self.execution_id)
         self._workers.retire_if_idle(self.poller)
+        self._workers.unwatch(self.execution_id)
 
 
 class WorkerSet:
@@ -82,6 +87,7 @@ class WorkerSet:
         self._retiring: list[DomainPoller] = []
         self._watcher: Optional[QueueWatcher] = None
         self._stopped_watchers: list[QueueWatcher] = []  # ended (or ending) for want of pollers
+        self._watchdog: Optional[RunWatchdog] = None
         self._closed = False
         #: Counts, timings and local tool events of this runtime's workers (runtime.stats(), handle.events()).
         self.observer = TaskObserver(clock=clock)
@@ -121,12 +127,16 @@ class WorkerSet:
                 self._api, threads=self._settings.worker_threads, worker_id=self._worker_id, clock=self._clock,
                 task_listener=self.observer,
             )
+        # A run's domain poller needs no safety poll while the watchdog samples the run's task
+        # list: a sample that finds a task of the domain unpolled rings the poller.
+        sampled = domain is not None and self._settings.liveness_enabled
         return DomainPoller(
             self.observer.polling_api(self._api), self._executor, domain=domain, worker_id=self._worker_id,
             long_poll_ms=self._settings.worker_long_poll_ms,
             poll_interval_ms=self._settings.worker_poll_interval_ms,
-            clock=self._clock, on_exit=self._poller_exited, owner_lock=self._lock,
-            status_check_seconds=self._status_interval, watcher=self._watcher,
+            clock=self._clock, on_exit=self._poller_exited, watcher=self._watcher,
+            safety_poll_seconds=None if sampled else SAFETY_POLL_SECONDS,
+            keepalive_seconds=self._settings.liveness_stall_seconds / _KEEPALIVES_PER_STALL,
         )
 
     def _watcher_may_stop(self, watcher: QueueWatcher) -> bool:
@@ -139,10 +149,6 @@ class WorkerSet:
                 self._stopped_watchers = [w for w in self._stopped_watchers if w.is_alive]
                 self._stopped_watchers.append(watcher)
             return True
-
-    def _status_interval(self) -> float:
-        # Read without the lock: a momentarily stale count only shifts one check.
-        return max(3.0, len(self._pollers) / _STATUS_CHECKS_PER_SECOND)
 
     def _poller_exited(self, poller: DomainPoller) -> None:
         with self._lock:
@@ -161,12 +167,59 @@ class WorkerSet:
             poller.stop()
 
     def execution_ended(self, execution_id: str) -> None:
-        """A handle saw the run end: stop serving it now rather than at the next status check."""
+        """The run ended (a handle or the watchdog saw it): stop serving and watching it now.
+
+        The hook for anything that must learn when a run ends in this process.
+        """
         with self._lock:
             pollers = [p for p in self._pollers.values() if execution_id in p.executions]
         for poller in pollers:
             poller.remove_execution(execution_id)
             self.retire_if_idle(poller)
+        self.unwatch(execution_id)
+
+    # -- the watchdog -----------------------------------------------------------------
+
+    def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False) -> RunWatch:
+        """Have the runtime's watchdog sample ``execution_id`` (see :meth:`RunWatchdog.watch`)."""
+        with self._lock:
+            if self._watchdog is None:
+                self._watchdog = RunWatchdog(
+                    self._api, interval=self._settings.liveness_check_interval_seconds,
+                    stall_seconds=self._settings.liveness_stall_seconds, on_ended=self.execution_ended,
+                    is_busy=self._is_busy, ring=self._ring, clock=self._clock,
+                )
+                if self._closed:
+                    self._watchdog.close()
+            watchdog = self._watchdog
+        return watchdog.watch(execution_id, domain=domain, served=served)
+
+    def unwatch(self, execution_id: str) -> None:
+        """Stop sampling ``execution_id`` (this process no longer serves or watches it)."""
+        with self._lock:
+            watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.forget(execution_id)
+
+    @property
+    def watchdog(self) -> Optional[RunWatchdog]:
+        """The watchdog, once a run was watched."""
+        return self._watchdog
+
+    def _is_busy(self, domain: str) -> bool:
+        """Whether this process polls ``domain`` but its tool pool was full within the stall threshold."""
+        with self._lock:
+            poller = self._pollers.get(domain)
+            executor = self._executor
+        if poller is None or poller.retired or not poller.is_alive or executor is None:
+            return False
+        return executor.full_within(self._settings.liveness_stall_seconds)
+
+    def _ring(self, domain: str) -> None:
+        with self._lock:
+            poller = self._pollers.get(domain)
+        if poller is not None:
+            poller.ring()
 
     # -- start-up check ---------------------------------------------------------------
 
@@ -244,6 +297,9 @@ class WorkerSet:
             executor = self._executor
             watchers = [w for w in (self._watcher, *self._stopped_watchers) if w is not None]
             self._stopped_watchers = []
+            watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.close()
         for watcher in watchers:
             watcher.stop()
         for poller in pollers:

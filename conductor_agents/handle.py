@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING, Any, Optional
 from ._api import ConductorApi
 from ._clock import Clock
 from ._event_stream import EventStream
-from ._liveness import LivenessMonitor, Stall
 from ._payload import message_payload
 from ._transport import HttpError
 from .errors import (
@@ -24,6 +23,7 @@ from .result import AgentResult, AgentStatus, RunStatus
 from .stats import RunStats
 
 if TYPE_CHECKING:
+    from ._watchdog import RunWatch
     from .agent import Agent
     from .settings import AgentSettings
 
@@ -53,7 +53,7 @@ class AgentHandle:
         settings: "AgentSettings",
         clock: Clock,
         agent: Optional["Agent"] = None,
-        monitor_factory: Optional[Any] = None,
+        liveness: Optional["RunWatch"] = None,
         on_terminal: Optional[Any] = None,
         workers_attached: bool = False,
         observer: Optional[Any] = None,  # the runtime's TaskObserver: local events and stats
@@ -66,14 +66,15 @@ class AgentHandle:
         self.agent = agent
         self._settings = settings
         self._clock = clock
-        self._monitor_factory = monitor_factory
-        self._monitor: Optional[LivenessMonitor] = None
+        self._liveness = liveness
         self._on_terminal = on_terminal
         self.workers_attached = workers_attached
         self._last_status: Optional[RunStatus] = None
         self._result: Optional[AgentResult] = None
         self._wake = threading.Event()
         self._lock = threading.Lock()
+        if liveness is not None:
+            liveness.add_listener(self._stalled)
 
     def __repr__(self) -> str:
         status = self._last_status.value if self._last_status else "unknown"
@@ -110,8 +111,9 @@ class AgentHandle:
 
         Polls the status every ``status_poll_interval_seconds`` (0.5 s). Up to
         ``max_transient_errors`` (3) consecutive transient errors are tolerated. For a
-        stateful run the liveness monitor's stall flag is checked between polls. Safe to
-        call again after it returned or raised.
+        stateful run started or resumed by this runtime, the watchdog's stall flag
+        (:attr:`stall`) is checked before each poll, and a stall wakes the wait at once.
+        Safe to call again after it returned or raised.
 
         Raises:
             WaitTimeoutError: the deadline passed (default 600 s); the run goes on.
@@ -126,16 +128,12 @@ class AgentHandle:
         if limit <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
         deadline = self._clock.monotonic() + limit
-        monitor = self._attach_monitor()
-        try:
-            return self._wait_loop(deadline, limit, monitor)
-        finally:
-            self._dispose_monitor()
+        return self._wait_loop(deadline, limit)
 
-    def _wait_loop(self, deadline: float, limit: float, monitor: Optional[LivenessMonitor]) -> AgentResult:
+    def _wait_loop(self, deadline: float, limit: float) -> AgentResult:
         errors = 0
         while True:
-            self._raise_if_stalled(monitor)
+            self._raise_if_stalled()
             remaining = deadline - self._clock.monotonic()
             try:
                 status = AgentStatus.from_dict(self._api.agent_status(
@@ -167,19 +165,13 @@ class AgentHandle:
             self._wake.wait(min(self._settings.status_poll_interval_seconds, remaining))
             self._wake.clear()
 
-    def _raise_if_stalled(self, monitor: Optional[LivenessMonitor]) -> None:
-        stall: Optional[Stall] = monitor.stall if monitor is not None else None
+    def _raise_if_stalled(self) -> None:
+        stall = self.stall
         if stall is None:
             return
         raise WorkerStallError(
-            f"task {stall.task_reference_name!r} of run {self.execution_id} is routed to domain "
-            f"{stall.domain!r} and no worker has polled it for {stall.waited_seconds:.1f}s. The process "
-            "serving this run's domain has probably died. The task is still SCHEDULED on the server: "
-            "resume the run from a live process with runtime.resume(execution_id, agent).",
-            execution_id=self.execution_id,
-            task_reference_name=stall.task_reference_name,
-            domain=stall.domain,
-            waited_seconds=stall.waited_seconds,
+            str(stall), execution_id=stall.execution_id, task_reference_name=stall.task_reference_name,
+            domain=stall.domain, waited_seconds=stall.waited_seconds,
         )
 
     def _finish(self, status: AgentStatus) -> AgentResult:
@@ -201,21 +193,19 @@ class AgentHandle:
 
     # -- liveness ---------------------------------------------------------------------
 
-    def _attach_monitor(self) -> Optional[LivenessMonitor]:
-        with self._lock:
-            if self._monitor is None and self._monitor_factory is not None:
-                self._monitor = self._monitor_factory(self._wake.set)
-            return self._monitor
+    @property
+    def stall(self) -> Optional[WorkerStallError]:
+        """The stall the runtime's watchdog found on this run, or None.
 
-    def _set_monitor(self, monitor: Optional[LivenessMonitor]) -> None:
-        with self._lock:
-            self._monitor = monitor
+        Set (without anyone waiting) when a task routed to this run's domain has waited
+        unpolled longer than ``liveness_stall_seconds``; cleared when a later sample finds
+        it polled, or the run ended. Always None for :meth:`AgentRuntime.attach` handles and
+        when liveness is disabled. :meth:`wait` raises a copy of it.
+        """
+        return self._liveness.stall if self._liveness is not None else None
 
-    def _dispose_monitor(self) -> None:
-        with self._lock:
-            monitor, self._monitor = self._monitor, None
-        if monitor is not None:
-            monitor.dispose()
+    def _stalled(self, error: WorkerStallError) -> None:
+        self._wake.set()  # a wait() in progress raises now rather than after its next poll
 
     # -- watching ---------------------------------------------------------------------
 

@@ -12,14 +12,13 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
-from ._liveness import LivenessMonitor, server_time_from_date
 from ._payload import message_payload
 from ._starting import start_run
 from ._takeover import find_live_poller, freshness_window
 from ._transport import Transport
 from ._workers import Reservation, WorkerSet
 from .agent import Agent
-from .errors import AgentTypeError, ResumeError, RuntimeClosedError, WorkerStartupError
+from .errors import AgentTypeError, ResumeError, RuntimeClosedError, WorkerStallError, WorkerStartupError
 from .handle import AgentHandle
 from .result import AgentResult, RunStatus
 from .settings import AgentSettings
@@ -44,8 +43,17 @@ class AgentRuntime:
     Thread-safe: one runtime may be shared by every thread of a program (a web app's
     views, a notebook's cells). It owns its threads: one polling thread per live stateful
     run (``conductor-agents-poll-<run id>``), one shared poller for non-stateful tools,
-    a bounded tool pool (``conductor-agents-tool_*``) and, while ``wait()`` runs on a
-    stateful run, a liveness monitor. :meth:`close` stops and joins all of them.
+    a bounded tool pool (``conductor-agents-tool_*``), a queue watcher and, while it
+    serves or watches a run, one watchdog (``conductor-agents-watchdog``) that samples
+    every such run: it releases the run's workers when the run ends and, for stateful
+    runs, sets :attr:`AgentHandle.stall`. :meth:`close` stops and joins all of them.
+
+    Args:
+        settings: defaults to :meth:`AgentSettings.from_env`.
+        on_stall: ``on_stall(handle, error)`` is called once each time a run started or
+            resumed here stalls (:class:`WorkerStallError`), whether or not anyone waits on
+            it. It runs on the watchdog thread: keep it short. An exception it raises is
+            logged and ignored.
     """
 
     def __init__(
@@ -54,7 +62,11 @@ class AgentRuntime:
         *,
         transport: Optional[Transport] = None,
         clock: Clock = SYSTEM_CLOCK,
+        on_stall: Optional[Callable[[AgentHandle, WorkerStallError], Any]] = None,
     ) -> None:
+        if on_stall is not None and not callable(on_stall):
+            raise AgentTypeError(f"on_stall must be callable, got {on_stall!r}", field="on_stall", value=on_stall)
+        self._on_stall = on_stall
         self.settings = settings if settings is not None else AgentSettings.from_env()
         self._clock = clock
         self._owns_transport = transport is None
@@ -281,30 +293,19 @@ class AgentRuntime:
 
     def _handle(self, execution_id: str, agent_name: str, run_id: Optional[str], agent: Optional[Agent],
                 *, workers: bool, monitor: bool = True) -> AgentHandle:
-        factory = None
+        watch = None
         if monitor and run_id and self.settings.liveness_enabled:
-            factory = self._monitor_factory(execution_id, run_id)
-        return AgentHandle(
+            watch = self._workers.watch(execution_id, domain=run_id)
+        handle = AgentHandle(
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
-            settings=self.settings, clock=self._clock, agent=agent, monitor_factory=factory,
+            settings=self.settings, clock=self._clock, agent=agent, liveness=watch,
             on_terminal=self._workers.execution_ended, workers_attached=workers,
             observer=self._workers.observer,
         )
-
-    def _monitor_factory(self, execution_id: str, domain: str) -> Callable[[Callable[[], None]], LivenessMonitor]:
-        def sample() -> "tuple[Mapping[str, Any], Optional[float]]":
-            workflow, date = self._api.sample_workflow(execution_id)
-            return workflow, server_time_from_date(date)
-
-        def make(wake: Callable[[], None]) -> LivenessMonitor:
-            return LivenessMonitor(
-                sample, execution_id=execution_id, domain=domain,
-                check_interval=self.settings.liveness_check_interval_seconds,
-                stall_seconds=self.settings.liveness_stall_seconds,
-                clock=self._clock, on_stall=lambda stall: wake(),
-            ).start()
-
-        return make
+        on_stall = self._on_stall
+        if watch is not None and on_stall is not None:
+            watch.add_listener(lambda error: on_stall(handle, error))
+        return handle
 
     def close(self) -> None:
         """Stop polling, let running tools finish (``shutdown_grace_seconds``), join every

@@ -6,7 +6,7 @@ instance, so ``GET /listeners/<id>`` can show state the tools built up.
 
     POST /listeners                     start a listener          -> 201 {"execution_id", ...}
     POST /listeners/<id>/messages       send it a JSON message    -> 202 {"message_id"}
-    GET  /listeners/<id>                its status and its reports -> 200
+    GET  /listeners/<id>                its status, reports, stall -> 200
     POST /listeners/<id>/stop           stop it and wait (<= 30 s) -> 200 {"status", "output", ...}
 
 Run it offline (a real Conductor server on this machine, with a scripted model):
@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import logging
 import os
 import threading
 from typing import Any, Dict, Optional, Tuple
@@ -96,9 +97,14 @@ def runtime() -> AgentRuntime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            _runtime = AgentRuntime()
+            _runtime = AgentRuntime(on_stall=_stalled)
             atexit.register(_runtime.close)
         return _runtime
+
+
+def _stalled(handle: AgentHandle, err: Exception) -> None:
+    """Nobody waits on a listener here: the runtime's watchdog calls this (on its thread) when one stalls."""
+    logging.getLogger("flask_app").error("listener %s is not being served: %s", handle.execution_id, err)
 
 
 def model() -> str:
@@ -146,8 +152,9 @@ def send_message(execution_id: str) -> Any:
 def listener_status(execution_id: str) -> Any:
     handle, tools = _listener(execution_id)
     status = handle.status()
+    stall = handle.stall  # set by the runtime's watchdog when no worker polls the listener's tasks
     return jsonify(execution_id=execution_id, status=status.status.value, waiting=status.is_waiting,
-                   reports=list(tools.reports))
+                   reports=list(tools.reports), stalled=str(stall) if stall else None)
 
 
 @app.post("/listeners/<execution_id>/stop")

@@ -108,7 +108,7 @@ def test_flask_sample_starts_messages_reads_and_stops_a_listener(flask_sample) -
     state = eventually(lambda: (lambda body: body if body["reports"] else None)(
         client.get(f"/listeners/{execution_id}").get_json()), timeout=30, message="the report")
     assert state == {"execution_id": execution_id, "status": "RUNNING", "waiting": state["waiting"],
-                     "reports": ["sales"]}
+                     "reports": ["sales"], "stalled": None}
 
     assert client.post(f"/listeners/{execution_id}/messages", data="not json").status_code == 400
     assert client.get("/listeners/nope").status_code == 404

@@ -82,30 +82,21 @@ class FakeEvent:
         return self._set
 
 
-class FakeMonitor:
-    """Stands in for a LivenessMonitor in ``AgentHandle`` tests: a settable stall, counted disposal."""
+class FakeWatch:
+    """Stands in for a RunWatch in ``AgentHandle`` tests: a settable stall and the listeners the handle added."""
 
     def __init__(self, stall: Any = None) -> None:
         self.stall = stall
-        self.disposed = 0
+        self.listeners: List[Any] = []
 
-    def dispose(self) -> None:
-        self.disposed += 1
+    def add_listener(self, listener: Any) -> None:
+        self.listeners.append(listener)
 
-
-class MonitorFactory:
-    """A ``monitor_factory`` for ``AgentHandle`` that hands out (and remembers) FakeMonitors."""
-
-    def __init__(self, stall: Any = None) -> None:
-        self._stall = stall
-        self.made: List[FakeMonitor] = []
-        self.wakes: List[Any] = []
-
-    def __call__(self, wake: Any) -> FakeMonitor:
-        self.wakes.append(wake)
-        monitor = FakeMonitor(self._stall)
-        self.made.append(monitor)
-        return monitor
+    def flag(self, error: Any) -> None:
+        """Set the stall and tell the listeners, as the watchdog does."""
+        self.stall = error
+        for listener in self.listeners:
+            listener(error)
 
 
 def status_body(execution_id: str, status: str, **extra: Any) -> dict:

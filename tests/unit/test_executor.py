@@ -351,3 +351,28 @@ def test_no_tasks_accepted_after_shutdown(http, make_executor):
     executor.shutdown(grace=1.0)
     executor.shutdown(grace=1.0)
     assert (False, 0) == (executor.submit(raw_task(), echo), len(http.calls))
+
+
+# --- fullness (busy is not dead) ----------------------------------------------------------------
+
+
+def test_full_within_tells_a_full_pool_from_one_that_has_been_free_long_enough(http, make_executor, clock, gate):
+    """threads=2 holds 4 tasks: full while 4 are in flight, and for ``seconds`` after one finished."""
+    http.add("POST", TASKS_URL, body="")
+
+    @tool
+    def hold(city: str) -> dict:
+        """Block until the test opens the gate."""
+        gate.wait(GATE_TIMEOUT)
+        return {}
+
+    executor = make_executor()
+    never_full = executor.full_within(3600.0)
+    for i in range(4):
+        executor.submit(raw_task(f"t-{i}"), hold)
+    full_now = (executor.free_slots(), executor.full_within(0.0))
+    gate.set()
+    eventually(lambda: executor.in_flight_count == 0, timeout=GATE_TIMEOUT, message="the tools to finish")
+    clock.advance(30.0)
+    assert (False, (0, True)) == (never_full, full_now)
+    assert (True, False) == (executor.full_within(30.0), executor.full_within(29.9))

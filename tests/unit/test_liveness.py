@@ -1,19 +1,13 @@
-"""Unit tests for conductor_agents._liveness: find_stall, server_time_from_date, LivenessMonitor."""
+"""Unit tests for conductor_agents._liveness: find_stall, server_time_from_date, stall_error."""
 
 import os
-import threading
 import time
 from email.utils import formatdate
 
 import pytest
-import responses
 
-from conductor_agents._api import ConductorApi
-from conductor_agents._liveness import LivenessMonitor, Stall, find_stall, server_time_from_date
-from conductor_agents._transport import Transport
-from conductor_agents.errors import ServerUnavailableError
-from tests.helpers import eventually
-from tests.unit.fakes import BASE_URL, WALL_START, FakeClock
+from conductor_agents._liveness import Stall, find_stall, server_time_from_date, stall_error
+from tests.unit.fakes import WALL_START
 
 DOMAIN = "0123456789abcdef0123456789abcdef"
 OTHER_DOMAIN = "fedcba9876543210fedcba9876543210"
@@ -181,150 +175,14 @@ def test_unparseable_dates_are_none(value):
     assert None is server_time_from_date(value)
 
 
-# --- LivenessMonitor against a mocked server, with a skewed client clock -----------------------
+# --- stall_error ------------------------------------------------------------------------------
 
 
-def monitor_for(clock, **kwargs):
-    """A monitor sampling EXEC the way the runtime does: task list plus the server's Date header."""
-    api = ConductorApi(Transport(BASE_URL, clock=clock))
-
-    def sample():
-        workflow, date = api.sample_workflow(EXEC)
-        return workflow, server_time_from_date(date)
-
-    return LivenessMonitor(sample, execution_id=EXEC, domain=DOMAIN, check_interval=10.0,
-                           stall_seconds=STALL_SECONDS, clock=clock, **kwargs)
-
-
-def serve_tasks(http, tasks, *, date=SERVER_DATE, status="RUNNING"):
-    headers = {"Date": date} if date else {}
-    http.add("GET", f"{BASE_URL}/workflow/{EXEC}", json={"status": status, "tasks": tasks}, headers=headers)
-
-
-SKEWS = [-600.0, 0.0, 600.0]
-
-
-@pytest.mark.parametrize("skew", SKEWS)
-def test_skewed_client_clock_still_flags_a_real_stall(http, skew):
-    """A task unpolled for 45 s on the server's clock is a stall whether the client is 10 min ahead or behind."""
-    serve_tasks(http, [task("late", age=45)])
-    stall = monitor_for(FakeClock(skew=skew)).check_once()
-    assert ("late", 45.5) == (stall.task_reference_name, stall.waited_seconds)
-
-
-@pytest.mark.parametrize("skew", SKEWS)
-def test_skewed_client_clock_raises_no_false_alarm(http, skew):
-    """A task unpolled for 10 s on the server's clock is no stall whether the client is 10 min ahead or behind."""
-    serve_tasks(http, [task("fresh", age=10), task("busy", age=5000, poll_count=1)])
-    monitor = monitor_for(FakeClock(skew=skew))
-    assert (None, None) == (monitor.check_once(), monitor.stall)
-
-
-def test_skew_gives_identical_decisions():
-    """The same server data gives the same decision under every client clock."""
-    decisions = {}
-    for skew in SKEWS:
-        with responses.RequestsMock() as mock:
-            serve_tasks(mock, [task("late", age=45), task("fresh", age=10, task_id="id-fresh")])
-            stall = monitor_for(FakeClock(skew=skew)).check_once()
-            decisions[skew] = (stall.task_reference_name, stall.waited_seconds)
-    assert [("late", 45.5)] * 3 == list(decisions.values())
-
-
-@pytest.mark.parametrize("skew", SKEWS)
-def test_without_date_header_first_sighting_decides(http, skew):
-    """With no Date header the monitor times tasks from its own first sighting (client monotonic)."""
-    serve_tasks(http, [task("t", age=3600)], date=None)
-    clock = FakeClock(skew=skew)
-    monitor = monitor_for(clock)
-    assert None is monitor.check_once()
-    clock.advance(30.0)
-    assert None is monitor.check_once()
-    clock.advance(1.0)
-    assert ("t", 31.0) == (monitor.check_once().task_reference_name, monitor.stall.waited_seconds)
-
-
-# --- LivenessMonitor lifecycle -----------------------------------------------------------------
-
-
-def test_stall_is_kept_and_reported_once(http):
-    """The first stall is kept and on_stall hears it once, even when later samples differ."""
-    heard = []
-    serve_tasks(http, [task("first", age=40)])
-    http.add("GET", f"{BASE_URL}/workflow/{EXEC}", json={"status": "RUNNING", "tasks": [task("second", age=99)]},
-             headers={"Date": SERVER_DATE})
-    monitor = monitor_for(FakeClock(), on_stall=heard.append)
-    monitor.check_once()
-    monitor.check_once()
-    assert (["first"], "first", 2) == ([s.task_reference_name for s in heard],
-                                       monitor.stall.task_reference_name, monitor.samples)
-
-
-@pytest.mark.parametrize("status", ["COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"])
-def test_terminal_workflow_is_never_a_stall(http, status):
-    """A finished workflow gives no stall even if its task list still shows an unpolled task."""
-    serve_tasks(http, [task("late", age=400)], status=status)
-    monitor = monitor_for(FakeClock())
-    assert (None, None) == (monitor.check_once(), monitor.stall)
-
-
-def live_monitor(samples, interval=0.01, **kwargs):
-    """A monitor whose sampler answers from ``samples`` (the last repeats) and counts its calls."""
-    answers = list(samples)
-    calls = []
-
-    def sample():
-        calls.append(1)
-        answer = answers.pop(0) if len(answers) > 1 else answers[0]
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    monitor = LivenessMonitor(sample, execution_id=EXEC, domain=DOMAIN, check_interval=interval,
-                              stall_seconds=STALL_SECONDS, clock=FakeClock(), **kwargs)
-    monitor.sampler_calls = calls
-    return monitor
-
-
-def thread_alive(name):
-    return any(t.name == name and t.is_alive() for t in threading.enumerate())
-
-
-def test_terminal_workflow_stops_the_monitor_thread():
-    """After one sample of a terminal workflow the watchdog thread ends by itself."""
-    monitor = live_monitor([({"status": "COMPLETED", "tasks": []}, SERVER_NOW)])
-    name = f"conductor-agents-liveness-{DOMAIN}"
-    monitor.start()
-    eventually(lambda: not thread_alive(name), timeout=5.0, message="the monitor thread to end")
-    assert 1 == len(monitor.sampler_calls)
-    monitor.dispose()
-
-
-def test_check_once_on_a_terminal_workflow_stops_the_loop():
-    """check_once on a terminal workflow stops the monitor: a later start samples nothing."""
-    monitor = live_monitor([({"status": "TERMINATED", "tasks": []}, SERVER_NOW)], interval=3600.0)
-    assert None is monitor.check_once()
-    monitor.start()
-    eventually(lambda: not thread_alive(f"conductor-agents-liveness-{DOMAIN}"), timeout=5.0)
-    assert 1 == len(monitor.sampler_calls)
-
-
-def test_monitor_thread_survives_sample_errors_and_stops_on_a_stall():
-    """Failed samples are skipped; the thread stops once it found a stall and reports it."""
-    heard = []
-    monitor = live_monitor([ServerUnavailableError("down"), ServerUnavailableError("down"),
-                            ({"status": "RUNNING", "tasks": [task("late", age=40)]}, SERVER_NOW)],
-                           on_stall=heard.append)
-    monitor.start()
-    eventually(lambda: not thread_alive(f"conductor-agents-liveness-{DOMAIN}"), timeout=5.0)
-    assert (["late"], 3) == ([s.task_reference_name for s in heard], len(monitor.sampler_calls))
-    monitor.dispose()
-
-
-def test_dispose_is_idempotent_and_safe_before_start():
-    """dispose() before start() and twice after it does not raise and leaves no thread."""
-    live_monitor([({"status": "RUNNING", "tasks": []}, SERVER_NOW)]).dispose()
-    monitor = live_monitor([({"status": "RUNNING", "tasks": []}, SERVER_NOW)], interval=3600.0).start()
-    monitor.dispose()
-    monitor.dispose()
-    assert False is thread_alive(f"conductor-agents-liveness-{DOMAIN}")
+def test_stall_error_names_the_task_the_run_the_domain_the_wait_and_the_remedy():
+    """The error carries the stall's fields and its message says what waits, where, how long, what to do."""
+    stall = Stall(task_reference_name="lookup_1", task_type="lookup", domain=DOMAIN, waited_seconds=41.25)
+    err = stall_error(EXEC, stall)
+    assert (EXEC, "lookup_1", DOMAIN, 41.25) == (err.execution_id, err.task_reference_name, err.domain,
+                                                err.waited_seconds)
+    for part in ("'lookup_1'", EXEC, DOMAIN, "41.2s", "runtime.resume(execution_id, agent)"):
+        assert part in str(err)

@@ -1,11 +1,11 @@
-"""Unit tests for AgentHandle.wait: deadline, transient-error budget, stall flag, monitor disposal, caching."""
+"""Unit tests for AgentHandle.wait: deadline, transient-error budget, stall flag, caching."""
 
 import pytest
 import requests
 import responses
 
 from conductor_agents._api import ConductorApi
-from conductor_agents._liveness import Stall
+from conductor_agents._liveness import Stall, stall_error
 from conductor_agents._transport import HttpError, Transport
 from conductor_agents.errors import (
     ExecutionNotFoundError,
@@ -16,14 +16,15 @@ from conductor_agents.errors import (
 from conductor_agents.handle import AgentHandle
 from conductor_agents.result import AgentResult, RunStatus, TokenUsage
 from conductor_agents.settings import AgentSettings
-from tests.unit.fakes import BASE_URL, FakeClock, FakeEvent, MonitorFactory, status_body
+from tests.unit.fakes import BASE_URL, FakeClock, FakeEvent, FakeWatch, status_body
 
 EXEC = "wf-42"
 RUN_ID = "0123456789abcdef0123456789abcdef"
 STATUS = f"{BASE_URL}/agent/{EXEC}/status"
 DETAIL = f"{BASE_URL}/agent/execution/{EXEC}"
 WORKFLOW = f"{BASE_URL}/workflow/{EXEC}"
-STALL = Stall(task_reference_name="lookup_ref_3", task_type="lookup", domain=RUN_ID, waited_seconds=41.5)
+STALL = stall_error(EXEC, Stall(task_reference_name="lookup_ref_3", task_type="lookup", domain=RUN_ID,
+                                 waited_seconds=41.5))
 
 RUNNING = {"json": status_body(EXEC, "RUNNING")}
 COMPLETED = {"json": status_body(EXEC, "COMPLETED", output={"result": "all done", "finishReason": "STOP"})}
@@ -55,13 +56,13 @@ def status_calls(http):
     return sum(1 for c in http.calls if c.request.url.split("?")[0] == STATUS)
 
 
-def make_handle(*, monitor_factory=None, on_terminal=None, **settings):
+def make_handle(*, liveness=None, on_terminal=None, **settings):
     """A handle on EXEC whose sleeps advance a fake clock instead of blocking."""
     clock = FakeClock()
     handle = AgentHandle(
         api=ConductorApi(Transport(BASE_URL, clock=clock)), execution_id=EXEC, agent_name="listener",
         run_id=RUN_ID, settings=AgentSettings(server_url=BASE_URL, **settings), clock=clock,
-        monitor_factory=monitor_factory, on_terminal=on_terminal,
+        liveness=liveness, on_terminal=on_terminal,
     )
     handle._wake = FakeEvent(clock)  # wait() sleeps on _wake; the fake moves the clock instead
     return handle, clock
@@ -265,14 +266,13 @@ def test_non_transient_status_raises_at_once(http):
     assert (400, 1) == (info.value.status, status_calls(http))
 
 
-# --- the stall flag and the monitor ------------------------------------------------------------
+# --- the stall flag -----------------------------------------------------------------------------
 
 
 def test_stall_flag_raises_worker_stall_error(http):
     """A stall raises WorkerStallError with task, execution, domain and waited time."""
     statuses(http, RUNNING)
-    factory = MonitorFactory(stall=STALL)
-    handle, _ = make_handle(monitor_factory=factory)
+    handle, _ = make_handle(liveness=FakeWatch(stall=STALL))
     with pytest.raises(WorkerStallError) as info:
         handle.wait()
     err = info.value
@@ -283,7 +283,7 @@ def test_stall_flag_raises_worker_stall_error(http):
 def test_stall_message_says_what_to_do(http):
     """The stall message names the task, run and domain and points at runtime.resume."""
     statuses(http, RUNNING)
-    handle, _ = make_handle(monitor_factory=MonitorFactory(stall=STALL))
+    handle, _ = make_handle(liveness=FakeWatch(stall=STALL))
     with pytest.raises(WorkerStallError) as info:
         handle.wait()
     message = str(info.value)
@@ -291,73 +291,67 @@ def test_stall_message_says_what_to_do(http):
         assert part in message
 
 
+def test_a_stall_flagged_before_wait_raises_without_a_status_poll(http):
+    """A stall the watchdog found before wait() is raised at once: no status request is sent."""
+    statuses(http, RUNNING)
+    handle, clock = make_handle(liveness=FakeWatch(stall=STALL))
+    with pytest.raises(WorkerStallError):
+        handle.wait()
+    assert (0, 0.0) == (status_calls(http), clock.elapsed)
+
+
+def test_each_wait_raises_a_fresh_error_and_the_flag_stays(http):
+    """wait() raises a new error each time (no traceback piling up); handle.stall keeps the watchdog's."""
+    statuses(http, RUNNING)
+    handle, _ = make_handle(liveness=FakeWatch(stall=STALL))
+    raised = []
+    for _ in range(2):
+        with pytest.raises(WorkerStallError) as info:
+            handle.wait()
+        raised.append(info.value)
+    assert (False, True, False) == (raised[0] is raised[1], handle.stall is STALL, raised[0] is STALL)
+
+
 def test_stall_found_between_polls_is_raised_before_the_next_poll(http):
     """A stall flagged while wait runs is raised before the following status poll."""
-    factory = MonitorFactory()
+    watch = FakeWatch()
     answered = []
 
     def answer(request):
         answered.append(request.url)
         if len(answered) == 2:
-            factory.made[0].stall = STALL
+            watch.flag(STALL)
         return 200, {"Content-Type": "application/json"}, '{"executionId": "wf-42", "status": "RUNNING"}'
 
     http.add_callback("GET", STATUS, callback=answer)
-    handle, _ = make_handle(monitor_factory=factory)
+    handle, _ = make_handle(liveness=watch)
     with pytest.raises(WorkerStallError):
         handle.wait()
     assert 2 == status_calls(http)
 
 
-def test_monitor_gets_the_wake_callback(http):
-    """The monitor factory receives a callable that wakes the waiting thread."""
-    statuses(http, COMPLETED)
-    factory = MonitorFactory()
-    handle, _ = make_handle(monitor_factory=factory)
-    handle.wait()
-    factory.wakes[0]()
+def test_a_stall_wakes_the_waiting_thread(http):
+    """The handle listens on its run's watch: a stall sets the event wait() sleeps on."""
+    watch = FakeWatch()
+    handle, _ = make_handle(liveness=watch)
+    assert (1, False) == (len(watch.listeners), handle._wake.is_set())
+    watch.flag(STALL)
     assert True is handle._wake.is_set()
 
 
-EXITS = {
-    "result": [COMPLETED],
-    "timeout": [RUNNING],
-    "not found": [{"status": 404}],
-    "transient errors": [E503],
-    "non-transient error": [{"status": 400}],
-    "malformed status": [{"json": {"no": "status"}}],
-}
-
-
-@pytest.mark.parametrize("path", sorted(EXITS))
-def test_monitor_is_disposed_on_every_exit(http, path):
-    """However wait ends, the liveness monitor it attached is disposed exactly once."""
-    statuses(http, *EXITS[path])
-    factory = MonitorFactory()
-    handle, _ = make_handle(monitor_factory=factory)
-    try:
-        handle.wait(timeout=1.0)
-    except Exception:
-        pass
-    assert [1] == [m.disposed for m in factory.made]
-
-
-def test_monitor_is_disposed_after_a_stall(http):
-    """WorkerStallError also disposes the monitor."""
-    statuses(http, RUNNING)
-    factory = MonitorFactory(stall=STALL)
-    handle, _ = make_handle(monitor_factory=factory)
+def test_a_cleared_stall_lets_wait_return_the_result(http):
+    """Once the watchdog clears the flag (the task was polled after all), wait() polls and returns."""
+    statuses(http, COMPLETED)
+    watch = FakeWatch(stall=STALL)
+    handle, _ = make_handle(liveness=watch)
     with pytest.raises(WorkerStallError):
         handle.wait()
-    assert [1] == [m.disposed for m in factory.made]
+    watch.stall = None
+    assert (RunStatus.COMPLETED, None) == (handle.wait().status, handle.stall)
 
 
-def test_each_wait_attaches_a_fresh_monitor(http):
-    """A second wait after a timeout attaches (and disposes) a new monitor."""
-    statuses(http, RUNNING, RUNNING, COMPLETED)
-    factory = MonitorFactory()
-    handle, _ = make_handle(monitor_factory=factory)
-    with pytest.raises(WaitTimeoutError):
-        handle.wait(timeout=0.5)
-    handle.wait()
-    assert [1, 1] == [m.disposed for m in factory.made]
+def test_stall_is_none_without_liveness(http):
+    """A handle without a watch (attach(), liveness off) never reports a stall."""
+    statuses(http, COMPLETED)
+    handle, _ = make_handle()
+    assert (None, RunStatus.COMPLETED) == (handle.stall, handle.wait().status)

@@ -1,0 +1,425 @@
+"""Unit tests for conductor_agents._watchdog: one thread samples every run for its end and its liveness.
+
+Time is a FakeClock and samples are taken with ``run_due()`` on the test's thread, except in
+the last section, which checks the real thread's lifecycle.
+"""
+
+import logging
+import threading
+from email.utils import formatdate
+
+import pytest
+import responses
+
+from conductor_agents._api import ConductorApi
+from conductor_agents._transport import Transport
+from conductor_agents._watchdog import RunWatchdog
+from conductor_agents.errors import ExecutionNotFoundError, ServerUnavailableError, WorkerStallError
+from tests.helpers import eventually
+from tests.unit.fakes import BASE_URL, WALL_START, FakeClock
+
+DOMAIN = "0123456789abcdef0123456789abcdef"
+EXEC = "wf-7"
+INTERVAL = 10.0
+STALL_SECONDS = 30.0
+SERVER_NOW = WALL_START
+SERVER_DATE = formatdate(WALL_START, usegmt=True)
+
+
+def task(ref, *, age, domain=DOMAIN, status="SCHEDULED", poll_count=0, task_type="lookup"):
+    """A task of the run's task list, scheduled ``age`` seconds before SERVER_NOW (server clock)."""
+    return {"taskId": f"id-{ref}", "referenceTaskName": ref, "taskType": task_type, "status": status,
+            "pollCount": poll_count, "domain": domain, "scheduledTime": int((SERVER_NOW - age) * 1000)}
+
+
+def running(*tasks):
+    return {"status": "RUNNING", "tasks": list(tasks)}
+
+
+class FakeApi:
+    """The three calls the watchdog makes, answered from per-run scripts (the last answer repeats)."""
+
+    def __init__(self, server_now=SERVER_NOW):
+        self.answers = {}
+        self.calls = []
+        self.poll_rows = []
+        self.server_now = server_now
+
+    def answer(self, execution_id, *answers):
+        self.answers[execution_id] = list(answers)
+
+    def _next(self, execution_id):
+        answers = self.answers.get(execution_id) or [running()]
+        answer = answers.pop(0) if len(answers) > 1 else answers[0]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def sample_workflow(self, execution_id):
+        self.calls.append(("tasks", execution_id))
+        date = formatdate(self.server_now, usegmt=True) if self.server_now is not None else None
+        return self._next(execution_id), date
+
+    def get_workflow(self, execution_id, include_tasks=False):
+        self.calls.append(("status", execution_id))
+        workflow = self._next(execution_id)
+        return {k: v for k, v in workflow.items() if k != "tasks"}
+
+    def poll_data(self, task_type):
+        self.calls.append(("polldata", task_type))
+        return list(self.poll_rows)
+
+    def count(self, kind, execution_id=None):
+        return sum(1 for k, e in self.calls if k == kind and (execution_id is None or e == execution_id))
+
+
+class Host:
+    """What the WorkerSet gives the watchdog: ended runs, busy domains, rings."""
+
+    def __init__(self):
+        self.ended = []
+        self.busy = set()
+        self.rings = []
+
+
+def make(api=None, clock=None, host=None, **kwargs):
+    api = api if api is not None else FakeApi()
+    clock = clock if clock is not None else FakeClock()
+    host = host if host is not None else Host()
+    watchdog = RunWatchdog(api, interval=INTERVAL, stall_seconds=STALL_SECONDS, on_ended=host.ended.append,
+                           is_busy=lambda d: d in host.busy, ring=host.rings.append, clock=clock, **kwargs)
+    return watchdog, api, clock, host
+
+
+@pytest.fixture
+def no_thread(monkeypatch):
+    """Watch without starting the real thread: these tests drive samples with run_due()."""
+    monkeypatch.setattr(RunWatchdog, "_start_thread", lambda self: None)
+
+
+def tick(watchdog, clock, seconds=INTERVAL):
+    clock.advance(seconds)
+    return watchdog.run_due()
+
+
+# --- the stall rule on sampled runs ----------------------------------------------------------
+
+
+def test_a_task_unpolled_past_the_threshold_stalls_the_run(no_thread):
+    """A run whose domain task waited 45 s unpolled gets a WorkerStallError on its watch."""
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, running(task("late", age=45)))
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    assert (None, 1) == (watch.stall, tick(watchdog, clock))
+    assert isinstance(watch.stall, WorkerStallError)
+    assert ("late", EXEC, DOMAIN, 45.5) == (watch.stall.task_reference_name, watch.stall.execution_id,
+                                            watch.stall.domain, watch.stall.waited_seconds)
+
+
+def test_no_sample_before_one_interval(no_thread):
+    """The first sample of a run is one interval after it is watched, not at once."""
+    watchdog, api, clock, _ = make()
+    watchdog.watch(EXEC, domain=DOMAIN)
+    assert (0, 0) == (tick(watchdog, clock, INTERVAL - 0.01), len(api.calls))
+    assert 1 == tick(watchdog, clock, 0.01)
+
+
+def test_listeners_hear_a_stall_once_until_it_clears(no_thread):
+    """Listeners are told when the run stalls, not again while it stays stalled, and again after it cleared."""
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, running(task("a", age=40)), running(task("a", age=50)), running(),
+               running(task("b", age=40)))
+    heard = []
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    watch.add_listener(heard.append)
+    flags = []
+    for _ in range(4):
+        tick(watchdog, clock)
+        flags.append(watch.stall.task_reference_name if watch.stall else None)
+    assert (["a", "a", None, "b"], ["a", "b"]) == (flags, [e.task_reference_name for e in heard])
+
+
+def test_a_listener_that_raises_is_logged_and_the_others_still_hear(no_thread, caplog):
+    """An exception in a listener (e.g. on_stall) is logged; the next listener and the watchdog go on."""
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, running(task("a", age=40)))
+    heard = []
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    watch.add_listener(lambda error: 1 / 0)
+    watch.add_listener(heard.append)
+    with caplog.at_level(logging.ERROR, logger="conductor_agents.liveness"):
+        tick(watchdog, clock)
+    assert (1, 1) == (len(heard), sum("stall listener" in r.getMessage() for r in caplog.records))
+    assert 1 == tick(watchdog, clock)  # still sampling
+
+
+@pytest.mark.parametrize("skew", [-600.0, 0.0, 600.0])
+def test_a_skewed_client_clock_neither_raises_nor_hides_a_stall(http, skew, no_thread):
+    """Through the real API and Date header: 45 s unpolled is a stall, 10 s is not, whatever the client clock."""
+    http.add("GET", f"{BASE_URL}/workflow/{EXEC}", headers={"Date": SERVER_DATE},
+             json=running(task("late", age=45)))
+    http.add("GET", f"{BASE_URL}/workflow/fresh", headers={"Date": SERVER_DATE},
+             json=running(task("fresh", age=10), task("busy", age=5000, poll_count=1)))
+    http.add("GET", f"{BASE_URL}/tasks/queue/polldata", json=[])
+    clock = FakeClock(skew=skew)
+    watchdog, _, _, _ = make(api=ConductorApi(Transport(BASE_URL, clock=clock)), clock=clock)
+    late, fresh = watchdog.watch(EXEC, domain=DOMAIN), watchdog.watch("fresh", domain=DOMAIN)
+    tick(watchdog, clock)
+    assert (("late", 45.5), None) == ((late.stall.task_reference_name, late.stall.waited_seconds), fresh.stall)
+
+
+def test_without_a_date_header_the_first_sighting_decides(no_thread):
+    """With no server time the wait is counted from the watchdog's first sighting of the task."""
+    watchdog, api, clock, _ = make(api=FakeApi(server_now=None))
+    api.answer(EXEC, running(task("t", age=3600)))
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    stalls = []
+    for _ in range(5):  # seen at 10, 20, 30, 40, 50 s
+        tick(watchdog, clock)
+        stalls.append(watch.stall.waited_seconds if watch.stall else None)
+    assert ([None, None, None, None, 40.0], 0) == (stalls, api.count("polldata"))
+
+
+# --- busy is not dead ------------------------------------------------------------------------
+
+
+def test_a_busy_local_pool_holds_off_the_stall(no_thread):
+    """While this process serves the domain with a full pool, an unpolled task is no stall; after, it is."""
+    watchdog, api, clock, host = make()
+    api.answer(EXEC, running(task("next", age=45)))
+    host.busy.add(DOMAIN)
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    tick(watchdog, clock)
+    held_off = watch.stall
+    host.busy.clear()
+    tick(watchdog, clock)
+    assert (None, "next") == (held_off, watch.stall.task_reference_name)
+
+
+@pytest.mark.parametrize("last_poll_age, domain, stalled", [
+    (5.0, DOMAIN, False),          # polled 5 s ago: a busy worker elsewhere
+    (STALL_SECONDS, DOMAIN, False),  # just within the threshold
+    (31.0, DOMAIN, True),          # the last poll is as old as a dead worker's
+    (1.0, "another-domain", True),  # someone polls, but not this run's domain
+    (None, DOMAIN, True),          # the domain was never polled
+])
+def test_the_servers_poll_data_tells_busy_from_dead(no_thread, last_poll_age, domain, stalled):
+    """A candidate stall is dismissed when the server saw the run's domain polled within the threshold."""
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, running(task("next", age=45)))
+    if last_poll_age is not None:
+        api.poll_rows = [{"queueName": f"{domain}:lookup", "domain": domain,
+                          "lastPollTime": int((SERVER_NOW + 0.5 - last_poll_age) * 1000)}]
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    tick(watchdog, clock)
+    assert (stalled, [("polldata", "lookup")]) == (watch.stall is not None,
+                                                   [c for c in api.calls if c[0] == "polldata"])
+
+
+def test_poll_data_is_read_only_for_a_candidate_stall(no_thread):
+    """A run with nothing unpolled past the threshold costs one request per sample, no poll-data read."""
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, running(task("young", age=5), task("busy", age=500, poll_count=1)))
+    watchdog.watch(EXEC, domain=DOMAIN)
+    for _ in range(3):
+        tick(watchdog, clock)
+    assert [("tasks", EXEC)] * 3 == api.calls
+
+
+# --- end of run --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", ["COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"])
+def test_an_ended_served_run_is_released_and_forgotten(no_thread, status):
+    """A served run a sample finds ended is reported to on_ended once and no longer sampled."""
+    watchdog, api, clock, host = make()
+    api.answer(EXEC, {"status": status, "tasks": [task("late", age=400)]})
+    watch = watchdog.watch(EXEC, domain=DOMAIN, served=True)
+    tick(watchdog, clock)
+    tick(watchdog, clock)
+    assert ([EXEC], (), None, 1) == (host.ended, watchdog.watched(), watch.stall, len(api.calls))
+
+
+def test_an_ended_run_that_is_only_watched_is_forgotten_without_on_ended(no_thread):
+    """A run watched for liveness only (no local workers) is dropped silently when it ends."""
+    watchdog, api, clock, host = make()
+    api.answer(EXEC, {"status": "COMPLETED"})
+    watchdog.watch(EXEC, domain=DOMAIN)
+    tick(watchdog, clock)
+    assert ([], ()) == (host.ended, watchdog.watched())
+
+
+def test_a_vanished_run_is_released(no_thread):
+    """A 404 on the sample (the server forgot the run) releases it like an ended run."""
+    watchdog, api, clock, host = make()
+    api.answer(EXEC, ExecutionNotFoundError("gone", execution_id=EXEC))
+    watchdog.watch(EXEC, served=True)
+    tick(watchdog, clock)
+    assert ([EXEC], ()) == (host.ended, watchdog.watched())
+
+
+def test_a_failed_sample_keeps_the_run_and_tries_again_next_interval(no_thread):
+    """An unreachable server skips one sample; the run is sampled again one interval later."""
+    watchdog, api, clock, host = make()
+    api.answer(EXEC, ServerUnavailableError("down"), {"status": "COMPLETED"})
+    watchdog.watch(EXEC, served=True)
+    tick(watchdog, clock)
+    kept = watchdog.watched()
+    tick(watchdog, clock)
+    assert ((EXEC,), [EXEC]) == (kept, host.ended)
+
+
+def test_a_run_without_a_domain_gets_the_cheap_sample(no_thread):
+    """Served runs without liveness (non-stateful, or liveness off) are sampled without their task list."""
+    watchdog, api, clock, _ = make()
+    watchdog.watch(EXEC, served=True)
+    tick(watchdog, clock)
+    assert [("status", EXEC)] == api.calls
+
+
+def test_watching_again_merges_served_and_domain(no_thread):
+    """The runtime registers a run twice (workers, then liveness): one watch, one sample per interval."""
+    watchdog, api, clock, host = make()
+    first = watchdog.watch(EXEC, served=True)
+    second = watchdog.watch(EXEC, domain=DOMAIN)
+    api.answer(EXEC, {"status": "COMPLETED"})
+    tick(watchdog, clock)
+    assert (True, [("tasks", EXEC)], [EXEC]) == (first is second, api.calls, host.ended)
+
+
+def test_forget_stops_sampling_and_clears_the_stall(no_thread):
+    """forget() (a handle saw the run end) drops the run and its stall flag at once."""
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, running(task("a", age=40)))
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    tick(watchdog, clock)
+    stalled = watch.stall is not None
+    watchdog.forget(EXEC)
+    watchdog.forget(EXEC)
+    assert (True, None, 0) == (stalled, watch.stall, tick(watchdog, clock))
+
+
+# --- missed rings ------------------------------------------------------------------------------
+
+
+def test_an_unpolled_task_of_a_served_run_rings_its_poller(no_thread):
+    """A sample that finds a task of a served run's domain unpolled rings that domain's poller."""
+    watchdog, api, clock, host = make()
+    api.answer(EXEC, running(task("young", age=1)))
+    api.answer("observed", running(task("young", age=1)))
+    watchdog.watch(EXEC, domain=DOMAIN, served=True)
+    watchdog.watch("observed", domain="other-domain")
+    tick(watchdog, clock)
+    assert [DOMAIN] == host.rings
+
+
+# --- request arithmetic -------------------------------------------------------------------------
+
+
+def test_each_run_is_sampled_at_most_once_per_interval(no_thread):
+    """Over 100 s in 1 s steps, each of 20 runs is sampled exactly 10 times: never twice within an interval."""
+    watchdog, api, clock, _ = make()
+    for i in range(20):
+        watchdog.watch(f"run-{i}", domain=DOMAIN)
+        clock.advance(0.37)  # runs start at different moments
+    for _ in range(100):
+        tick(watchdog, clock, 1.0)
+    per_run = {api.count("tasks", f"run-{i}") for i in range(20)}
+    assert {10} == per_run
+
+
+def test_a_late_watchdog_never_samples_a_run_twice_in_a_row(no_thread):
+    """When the thread falls behind (a 35 s gap), each run is sampled once then waits a full interval."""
+    watchdog, api, clock, _ = make()
+    watchdog.watch(EXEC, domain=DOMAIN)
+    tick(watchdog, clock, 35.0)
+    assert (1, 0, 1) == (api.count("tasks"), tick(watchdog, clock, INTERVAL - 0.01), tick(watchdog, clock, 0.01))
+
+
+# --- the thread --------------------------------------------------------------------------------
+
+
+def watchdog_threads():
+    return [t for t in threading.enumerate() if t.name == "conductor-agents-watchdog"]
+
+
+def real_clock_watchdog(host, api):
+    return RunWatchdog(api, interval=0.05, stall_seconds=STALL_SECONDS, on_ended=host.ended.append,
+                       is_busy=lambda d: False, ring=host.rings.append)
+
+
+def test_one_thread_serves_hundreds_of_runs_and_ends_with_the_last():
+    """300 watched runs share one thread; it ends when the last run ended and restarts on demand."""
+    host, api = Host(), FakeApi()
+    watchdog = real_clock_watchdog(host, api)
+    before = len(watchdog_threads())
+    try:
+        for i in range(300):
+            watchdog.watch(f"run-{i}", domain=DOMAIN, served=True)
+        during = len(watchdog_threads())
+        eventually(lambda: api.count("tasks") >= 300, timeout=30, message="every run sampled")
+        for i in range(300):
+            api.answer(f"run-{i}", {"status": "COMPLETED"})
+        eventually(lambda: not watchdog.is_running, timeout=30, message="the thread to end after the last run")
+        ended = sorted(host.ended)
+        after = len(watchdog_threads())
+        watchdog.watch("late-run", served=True)
+        again = (watchdog.is_running, watchdog.threads_started)
+    finally:
+        watchdog.close()
+    assert (1, 0, 2) == (during - before, after - before, again[1])
+    assert (True, sorted(f"run-{i}" for i in range(300))) == (again[0], ended)
+
+
+def test_close_joins_the_thread_and_later_watches_start_none():
+    """close() ends the thread at once (no waiting for the next due sample); watch() after it samples nothing."""
+    host, api = Host(), FakeApi()
+    watchdog = RunWatchdog(api, interval=3600.0, stall_seconds=STALL_SECONDS, on_ended=host.ended.append)
+    watchdog.watch(EXEC, domain=DOMAIN)
+    running_before = watchdog.is_running
+    watchdog.close()
+    watchdog.close()
+    late = watchdog.watch("after-close", domain=DOMAIN)
+    assert (True, False, (), None, []) == (running_before, watchdog.is_running, watchdog.watched(),
+                                           late.stall, api.calls)
+
+
+def test_forgetting_the_last_run_ends_the_thread_without_waiting_for_its_interval():
+    """The thread sleeps on an Event: forget() wakes it, and with nothing left to watch it ends."""
+    host, api = Host(), FakeApi()
+    watchdog = RunWatchdog(api, interval=3600.0, stall_seconds=STALL_SECONDS, on_ended=host.ended.append)
+    try:
+        watchdog.watch(EXEC, domain=DOMAIN)
+        watchdog.forget(EXEC)
+        eventually(lambda: not watchdog.is_running, timeout=10, message="the idle thread to end")
+    finally:
+        watchdog.close()
+    assert [] == api.calls
+
+
+def test_the_stall_reaches_listeners_from_the_thread_with_nobody_waiting():
+    """With the real thread, a stall is flagged on the watch and told to its listener without any wait()."""
+    host, api = Host(), FakeApi()
+    api.answer(EXEC, running(task("late", age=45)))
+    watchdog = real_clock_watchdog(host, api)
+    heard = []
+    try:
+        watch = watchdog.watch(EXEC, domain=DOMAIN)
+        watch.add_listener(lambda error: heard.append(threading.current_thread().name))
+        eventually(lambda: watch.stall is not None, timeout=10, message="the stall flag")
+        eventually(lambda: heard, timeout=10, message="the listener called")
+    finally:
+        watchdog.close()
+    assert ["conductor-agents-watchdog"] == heard
+
+
+# --- the runtime's on_stall argument --------------------------------------------------------
+
+
+def test_on_stall_must_be_callable():
+    """AgentRuntime(on_stall=...) refuses a value it could not call, naming the argument."""
+    from conductor_agents import AgentRuntime, AgentSettings, AgentTypeError
+
+    with pytest.raises(AgentTypeError) as info:
+        AgentRuntime(AgentSettings(server_url=BASE_URL), on_stall="log it")
+    assert ("on_stall", "log it") == (info.value.field, info.value.value)
