@@ -19,7 +19,7 @@ from ._transport import HttpError
 from .errors import ServerError, ServerUnavailableError
 from .tools import ToolDef
 
-__all__ = ["DomainPoller", "SAFETY_POLL_SECONDS"]
+__all__ = ["DomainPoller"]
 
 log = logging.getLogger("conductor_agents.worker")
 
@@ -27,9 +27,9 @@ log = logging.getLogger("conductor_agents.worker")
 _MAX_BATCH = 8
 #: Longest pause between polls while the server is unreachable.
 _MAX_BACKOFF = 5.0
-#: While a queue watcher rings this poller, it still polls on its own this often (a missed ring),
-#: unless the owner has another way to notice a missed ring (``safety_poll_seconds=None``).
-SAFETY_POLL_SECONDS = 60.0
+#: While a queue watcher rings this poller, it still polls on its own this often: a missed ring,
+#: and the server's poll data shows the domain served by a live worker (``_takeover``).
+_SAFETY_POLL_SECONDS = 60.0
 #: A poller counts as active (the watcher looks at it often) this long after a task or a new run.
 _ACTIVE_SECONDS = 5.0
 #: After this many rings in a row that found nothing (e.g. a retry not due yet: the queue
@@ -65,7 +65,6 @@ class DomainPoller:
         on_exit: Optional[Callable[["DomainPoller"], None]] = None,
         name_suffix: Optional[str] = None,
         watcher: Optional[Any] = None,  # a conductor_agents._watcher.QueueWatcher
-        safety_poll_seconds: Optional[float] = SAFETY_POLL_SECONDS,
         keepalive_seconds: Optional[float] = None,
     ) -> None:
         self.domain = domain
@@ -74,7 +73,6 @@ class DomainPoller:
         self._worker_id = worker_id
         self._long_poll_ms = long_poll_ms
         self._poll_interval = poll_interval_ms / 1000.0
-        self._safety_poll = float("inf") if safety_poll_seconds is None else safety_poll_seconds
         self._keepalive = keepalive_seconds if domain is not None else None
         self._last_polled: dict[str, float] = {}  # task type -> when it was last polled (poller thread only)
         self._clock = clock
@@ -239,7 +237,7 @@ class DomainPoller:
                 if watched and not self._rung and not self._draining and now < self._next_safety \
                         and set(types) <= self._polled:
                     # The watcher rings when one of our queues holds a task: no poll until then.
-                    self._wake.wait(None if self._next_safety == float("inf") else max(0.0, self._next_safety - now))
+                    self._wake.wait(max(0.0, self._next_safety - now))
                     self._wake.clear()
                     continue
                 rung, self._rung = self._rung, False
@@ -270,7 +268,7 @@ class DomainPoller:
         """Poll each type once: a long poll, or only short ones while the watcher rings us."""
         per_type_ms = max(100, self._long_poll_ms // len(types))
         if short_only:
-            self._next_safety = self._clock.monotonic() + self._safety_poll
+            self._next_safety = self._clock.monotonic() + _SAFETY_POLL_SECONDS
         got = 0
         with self._lock:
             fresh = [t for t in types if t not in self._polled]

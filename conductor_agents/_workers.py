@@ -18,7 +18,7 @@ from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._executor import ToolExecutor
 from ._observer import TaskObserver
-from ._poller import SAFETY_POLL_SECONDS, DomainPoller
+from ._poller import DomainPoller
 from ._watchdog import RunWatch, RunWatchdog
 from ._watcher import QueueWatcher
 from .agent import Agent
@@ -127,15 +127,11 @@ class WorkerSet:
                 self._api, threads=self._settings.worker_threads, worker_id=self._worker_id, clock=self._clock,
                 task_listener=self.observer,
             )
-        # A run's domain poller needs no safety poll while the watchdog samples the run's task
-        # list: a sample that finds a task of the domain unpolled rings the poller.
-        sampled = domain is not None and self._settings.liveness_enabled
         return DomainPoller(
             self.observer.polling_api(self._api), self._executor, domain=domain, worker_id=self._worker_id,
             long_poll_ms=self._settings.worker_long_poll_ms,
             poll_interval_ms=self._settings.worker_poll_interval_ms,
             clock=self._clock, on_exit=self._poller_exited, watcher=self._watcher,
-            safety_poll_seconds=None if sampled else SAFETY_POLL_SECONDS,
             keepalive_seconds=self._settings.liveness_stall_seconds / _KEEPALIVES_PER_STALL,
         )
 
