@@ -312,7 +312,7 @@ class RunWatchdog:
                 continue
             last_poll = float(row.get("lastPollTime") or 0) / 1000.0
             if last_poll and server_now - last_poll <= self._stall_seconds:
-                log.info("run %s: task %s waits %.1fs unpolled, but its domain was polled %.1fs ago "
+                log.debug("run %s: task %s waits %.1fs unpolled, but its domain was polled %.1fs ago "
                          "(a busy worker); no stall", run.execution_id, stall.task_reference_name,
                          stall.waited_seconds, max(0.0, server_now - last_poll))
                 return True
