@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 import textwrap
 import time
@@ -55,7 +56,6 @@ exit codes:
   4  the Conductor server cannot be reached
   5  the wait timed out (the run goes on on the server)"""
 
-_FOREGROUND_TIMEOUT = 3600.0
 _WAIT_TIMEOUT = 600.0
 _STOP_GRACE = 30.0
 
@@ -143,8 +143,10 @@ def _target_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _foreground_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--timeout", type=_positive, default=_FOREGROUND_TIMEOUT, metavar="SECONDS",
-                        help=f"give up after SECONDS (default {_FOREGROUND_TIMEOUT:g}); exit 5, the run goes on")
+    # No default deadline: serving a run is what the command is for (a listener may wait for days).
+    parser.add_argument("--timeout", type=_positive, default=None, metavar="SECONDS",
+                        help="stop serving after SECONDS (default: serve until the run ends or Ctrl-C); "
+                             "exit 5, the run goes on")
     parser.add_argument("--stop-grace", type=_positive, default=_STOP_GRACE, metavar="SECONDS",
                         help=f"after Ctrl-C, cancel the run if it has not stopped within SECONDS "
                              f"(default {_STOP_GRACE:g})")
@@ -348,17 +350,20 @@ def _cancel(args: argparse.Namespace) -> int:
 
 
 class _watching:
-    """Context manager: a :class:`RunWatcher` on ``handle`` for the block (none when quiet)."""
+    """Context manager: a :class:`RunWatcher` on ``handle`` for the block (none when quiet).
+
+    ``timeout`` None: the block has no deadline, and neither has the event stream.
+    """
 
     def __init__(self, runtime: AgentRuntime, handle: AgentHandle, display: ProgressDisplay, quiet: bool,
-                 timeout: float) -> None:
+                 timeout: Optional[float]) -> None:
         self._watcher: Optional[RunWatcher] = None
         if quiet:
             return
         events = getattr(handle, "events", None)
         if callable(events):
             self._watcher = RunWatcher(display, handle.execution_id,
-                                       events=lambda: events(timeout=timeout + 30.0))
+                                       events=lambda: events(timeout=math.inf if timeout is None else timeout + 30.0))
         else:  # an SDK without handle.events(): sample the task list
             api = runtime._api  # the CLI is part of the package
             self._watcher = RunWatcher(display, handle.execution_id,

@@ -14,6 +14,7 @@ a signal never interrupts a request half-way.
 from __future__ import annotations
 
 import contextlib
+import math
 import signal
 import threading
 import time
@@ -105,12 +106,17 @@ class _Interrupts:
             self._thread.join(35.0)  # at most one HTTP call (30 s timeout) in flight
 
 
-def wait_in_foreground(handle: AgentHandle, display: ProgressDisplay, *, timeout: float,
+def wait_in_foreground(handle: AgentHandle, display: ProgressDisplay, *, timeout: Optional[float],
                        stop_grace: float) -> AgentResult:
     """``handle.wait(timeout)`` with Ctrl-C handling (see the module docstring).
 
-    Raises: as :meth:`AgentHandle.wait`, and ``KeyboardInterrupt`` on a third Ctrl-C.
+    ``timeout`` None waits with no deadline (``math.inf``): until the run ends or Ctrl-C.
+    ``run`` and ``resume`` serve a run, which may wait for messages for days; a deadline is
+    only there when the caller asked for one (``--timeout``).
+
+    Raises: as :meth:`AgentHandle.wait` (``WaitTimeoutError`` only with a ``timeout``),
+    and ``KeyboardInterrupt`` on a third Ctrl-C.
     """
     interrupts = _Interrupts(handle, display, stop_grace)
     with interrupts.installed():
-        return handle.wait(timeout=timeout)
+        return handle.wait(timeout=math.inf if timeout is None else timeout)

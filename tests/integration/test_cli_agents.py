@@ -194,6 +194,37 @@ def test_second_ctrl_c_cancels_the_run(cli: Cli, target: str) -> None:
     assert "cancelling" in stderr and "TERMINATED" in stderr
 
 
+def test_run_serves_until_the_end_and_timeout_is_only_there_when_given(cli: Cli, target: str) -> None:
+    """Issue 11.8: ``--timeout 3`` stops serving with exit 5 (the run goes on); without it ``run``
+    is still serving after that (it would have served for days), and Ctrl-C still ends it cleanly."""
+    endless = cli.spawn("run", target, "Listen.")
+    bounded = cli.spawn("run", target, "Listen.", "--timeout", "3")
+    bounded_id = None
+    try:
+        endless_id = execution_id_from(endless.expect("started"))
+        endless.expect("waiting for a message")
+        bounded_id = execution_id_from(bounded.expect("started"))
+        code, _, stderr = bounded.finish()
+        assert code == 5, stderr
+        assert "did not end within 3s" in stderr and "not cancelled" in stderr
+        assert json.loads(cli("status", bounded_id, "--json").stdout)["status"] == "RUNNING"
+
+        # started before the bounded one: past its 3 s, still there and still serving its tools
+        assert endless.process.poll() is None, endless.stderr
+        assert cli("send", endless_id, '{"action": "after-the-deadline"}').returncode == 0
+        endless.expect("tool act(action=after-the-deadline)")
+
+        endless.process.send_signal(signal.SIGINT)
+        code, _, stderr = endless.finish()
+    finally:
+        endless.kill()
+        bounded.kill()
+        if bounded_id is not None:
+            cli("cancel", bounded_id, "--reason", "test over")
+    assert code == 0, stderr
+    assert "stopping" in stderr and "COMPLETED" in stderr and "Traceback" not in stderr
+
+
 def test_start_then_resume_serves_the_run_while_wait_and_stop_drive_it(cli: Cli, target: str) -> None:
     started = cli("start", target, "Listen.")
     assert started.returncode == 0, started.stderr
