@@ -15,6 +15,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Protocol
 
 from ._clock import SYSTEM_CLOCK, Clock
+from ._fork import rebuild_after_fork
 from .errors import ConductorAgentsError, RuntimeClosedError
 from .events import AgentEvent, ToolFinishedEvent, ToolStartedEvent
 from .stats import WINDOW, LatencySummary, RunInfo, RunStats, RuntimeStats
@@ -76,20 +77,29 @@ class TaskObserver:
     """Counts and timings of tool work, and per-run fan-out of local events. Thread-safe.
 
     Lifecycle: created with its runtime; :meth:`close` (idempotent) closes every event
-    stream still registered, so none outlives the runtime.
+    stream still registered, so none outlives the runtime. In a forked child it starts
+    again from zero (counts, subscribers and streams are the parent's), keeping only
+    whether it is closed: a child's stats are of the tools the child ran.
     """
 
     def __init__(self, *, clock: Clock = SYSTEM_CLOCK, window: int = WINDOW) -> None:
         self._clock = clock
         self._window = window
+        self._closed = False
+        self._reset()
+        rebuild_after_fork(self)
+
+    def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._total = _Counters(window)
+        self._total = _Counters(self._window)
         self._runs: "collections.OrderedDict[str, _Counters]" = collections.OrderedDict()
         self._subscribers: Dict[str, List[Subscriber]] = {}
         self._streams: "set[Any]" = set()
         self._polls = 0
         self._poll_errors = 0
-        self._closed = False
+
+    def _after_fork_in_child(self) -> None:
+        self._reset()
 
     # -- wiring -----------------------------------------------------------------------
 

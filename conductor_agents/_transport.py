@@ -14,6 +14,7 @@ repeat (``wait()`` counts transient errors; result updates retry with backoff).
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import threading
 from typing import Any, Iterator, Mapping, Optional, Tuple, Union
@@ -23,6 +24,7 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from ._clock import SYSTEM_CLOCK, Clock
+from ._fork import rebuild_after_fork
 from .errors import AuthenticationError, ServerError, ServerUnavailableError
 
 __all__ = ["HttpError", "Transport", "TRANSIENT_STATUSES"]
@@ -36,6 +38,9 @@ TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 _TOKEN_MAX_AGE_SECONDS = 45 * 60
 
 Timeout = Union[float, Tuple[float, float]]
+
+#: Serializes the rebuild of a transport found in a new process without the fork hook having run.
+_process_check_lock = threading.Lock()
 
 
 class HttpError(ServerError):
@@ -137,6 +142,11 @@ class Transport:
 
     Thread-safe: one instance is shared by every thread of a runtime (requests'
     connection pool is thread-safe; the token is guarded by a lock).
+
+    Fork-safe: in a process forked from the one that made it, it uses a new session
+    (connection pool) of its own, a new token lock and no cached token: the parent's pooled
+    sockets are never written to by the child. A ``session`` passed in is the caller's and is
+    kept as it is (give each process its own).
     """
 
     def __init__(
@@ -156,11 +166,25 @@ class Transport:
         self._timeout = timeout
         self._clock = clock
         self._owns_session = session is None
+        self._pool_size = pool_size
         self._session = session if session is not None else self._new_session(pool_size)
         self._token: Optional[str] = None
         self._token_at = 0.0
         self._token_lock = threading.Lock()
         self._closed = False
+        self._pid = os.getpid()
+        rebuild_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: a fresh pool, lock and token (see the class docstring)."""
+        self._pid = os.getpid()
+        self._token_lock = threading.Lock()  # a parent thread may have held it at the fork
+        self._token = None
+        self._token_at = 0.0
+        if self._owns_session and not self._closed:
+            # Dropped, not closed: closing takes the pool's locks, which a parent thread may hold.
+            # The child's copies of the parent's sockets are closed when they are collected.
+            self._session = self._new_session(self._pool_size)
 
     def __repr__(self) -> str:
         auth = "token" if self._auth_key else "none"
@@ -279,8 +303,16 @@ class Transport:
             )
         return response
 
+    def _check_process(self) -> None:
+        """A fork the hook did not see (a C-level ``fork()``): rebuild on first use in the child."""
+        if self._pid != os.getpid():
+            with _process_check_lock:
+                if self._pid != os.getpid():
+                    self._after_fork_in_child()
+
     def _send(self, method: str, path: str, params: Any, json_body: Any, headers: Optional[Mapping[str, str]],
               timeout: Optional[Timeout], stream: bool) -> requests.Response:
+        self._check_process()
         send_headers = dict(headers or {})
         token = self._current_token()
         if token is not None:

@@ -76,7 +76,7 @@ class WorkerSet:
     """Pollers and the tool executor of one runtime. Thread-safe."""
 
     def __init__(self, api: ConductorApi, settings: AgentSettings, *, worker_id: str,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, observer: Optional[TaskObserver] = None) -> None:
         self._api = api
         self._settings = settings
         self._worker_id = worker_id
@@ -90,7 +90,7 @@ class WorkerSet:
         self._watchdog: Optional[RunWatchdog] = None
         self._closed = False
         #: Counts, timings and local tool events of this runtime's workers (runtime.stats(), handle.events()).
-        self.observer = TaskObserver(clock=clock)
+        self.observer = observer if observer is not None else TaskObserver(clock=clock)
 
     # -- registration -----------------------------------------------------------------
 

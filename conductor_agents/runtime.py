@@ -12,6 +12,8 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
+from ._fork import rebuild_after_fork
+from ._observer import TaskObserver
 from ._payload import message_payload
 from ._starting import start_run
 from ._takeover import find_live_poller, freshness_window
@@ -27,6 +29,9 @@ from .stats import RuntimeStats
 __all__ = ["AgentRuntime"]
 
 log = logging.getLogger("conductor_agents.runtime")
+
+#: Serializes the rebuild of a runtime found in a new process without the fork hook having run.
+_process_check_lock = threading.Lock()
 
 
 def _check_prompt(prompt: Any) -> str:
@@ -47,6 +52,14 @@ class AgentRuntime:
     serves or watches a run, one watchdog (``conductor-agents-watchdog``) that samples
     every such run: it releases the run's workers when the run ends and, for stateful
     runs, sets :attr:`AgentHandle.stall`. :meth:`close` stops and joins all of them.
+
+    Fork-safe: a runtime built before ``fork()`` (gunicorn ``--preload``, multiprocessing,
+    Celery prefork) works in the child as a runtime of the child's own: a new
+    :attr:`worker_id`, connection pool, workers and threads (pollers, pool, watcher and
+    watchdog, started on first use there) and stats from zero. It keeps its settings, and
+    whether it was closed. The runs the parent started stay the parent's: the child does
+    not serve, watch, reclaim or stop them (it may still message, stop or wait on them by
+    execution id, like any process). See ``docs/operations.md``.
 
     Args:
         settings: defaults to :meth:`AgentSettings.from_env`.
@@ -79,11 +92,41 @@ class AgentRuntime:
             clock=clock,
         )
         self._api = ConductorApi(self._transport)
-        self.worker_id = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
-        self._workers = WorkerSet(self._api, self.settings, worker_id=self.worker_id, clock=clock)
+        #: Counts and local events; survives a fork (reset in the child) so handles keep theirs.
+        self._observer = TaskObserver(clock=clock)
         self._closed = False
         self._closing = threading.Event()  # set by close(): ends a start's retry pause at once
+        self._build_process_parts()
+        rebuild_after_fork(self)
+
+    def _build_process_parts(self) -> None:
+        """Everything that belongs to one process: the worker id, the lock, the workers and
+        every thread they own (created on first use). The one place they are made: at
+        construction and again in a forked child."""
+        self._pid = os.getpid()
         self._lock = threading.Lock()
+        self.worker_id = f"{socket.gethostname()}-{self._pid}-{uuid.uuid4().hex[:6]}"
+        self._workers = WorkerSet(self._api, self.settings, worker_id=self.worker_id, clock=self._clock,
+                                  observer=self._observer)
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child (only its forking thread runs): forget the parent's workers, whose
+        threads do not exist here, and build this process's own. Nothing is closed: closing
+        would stop or join what belongs to the parent."""
+        parent_worker_id = self.worker_id
+        closing, self._closing = self._closing, threading.Event()  # its lock may be a parent thread's
+        if closing.is_set():
+            self._closing.set()
+        self._build_process_parts()
+        log.debug("forked: runtime worker %s replaces %s in pid %d", self.worker_id, parent_worker_id, self._pid)
+
+    def _check_process(self) -> None:
+        """A fork the hook did not see (a C-level ``fork()``, e.g. uWSGI without
+        ``py-call-osafterfork``): rebuild on first use in the new process."""
+        if self._pid != os.getpid():
+            with _process_check_lock:
+                if self._pid != os.getpid():
+                    self._after_fork_in_child()
 
     def __repr__(self) -> str:
         state = "closed" if self._closed else "open"
@@ -98,6 +141,7 @@ class AgentRuntime:
         self.close()
 
     def _check_open(self) -> None:
+        self._check_process()
         if self._closed:
             raise RuntimeClosedError("this AgentRuntime is closed")
 
@@ -241,7 +285,8 @@ class AgentRuntime:
 
         Cheap: no request is sent. See :class:`conductor_agents.stats.RuntimeStats`.
         """
-        return self._workers.observer.runtime_stats(self._workers.pollers())
+        self._check_process()
+        return self._observer.runtime_stats(self._workers.pollers())
 
     # -- internals --------------------------------------------------------------------
 
@@ -299,24 +344,32 @@ class AgentRuntime:
         handle = AgentHandle(
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
             settings=self.settings, clock=self._clock, agent=agent, liveness=watch,
-            on_terminal=self._workers.execution_ended, workers_attached=workers,
-            observer=self._workers.observer,
+            on_terminal=self._execution_ended, workers_attached=workers,
+            observer=self._observer,
         )
         on_stall = self._on_stall
         if watch is not None and on_stall is not None:
             watch.add_listener(lambda error: on_stall(handle, error))
         return handle
 
+    def _execution_ended(self, execution_id: str) -> None:
+        # Through the runtime, not bound to a WorkerSet: a handle made before a fork then
+        # reaches the child's workers (which do not serve the parent's run: a no-op).
+        self._workers.execution_ended(execution_id)
+
     def close(self) -> None:
         """Stop polling, let running tools finish (``shutdown_grace_seconds``), join every
-        thread and close the connection pool. Idempotent. Runs go on on the server."""
+        thread and close the connection pool. Idempotent. Runs go on on the server.
+
+        In a forked child it closes the child's own workers and pool, never the parent's."""
+        self._check_process()
         with self._lock:
             if self._closed:
                 return
             self._closed = True
         self._closing.set()
         self._workers.close()
-        self._workers.observer.close()  # open event streams end with the runtime
+        self._observer.close()  # open event streams end with the runtime
         if self._owns_transport:
             self._transport.close()
 

@@ -114,6 +114,14 @@ class _Spawner:
     _children: "list[subprocess.Popen[bytes]]" = []
 
     @classmethod
+    def _after_fork_in_child(cls) -> None:
+        """A forked child has no spawner thread (the parent's does not exist there): start afresh."""
+        cls._lock = threading.Lock()
+        cls._thread = None
+        cls._requests = queue.Queue()
+        cls._children = []
+
+    @classmethod
     def call(cls, fn: Callable[[], subprocess.Popen[bytes]], timeout: float) -> subprocess.Popen[bytes]:
         """Run ``fn`` (which starts a process) on the spawner thread and return its result."""
         future: concurrent.futures.Future = concurrent.futures.Future()
@@ -250,3 +258,6 @@ def listens_on(pid: int, port: int) -> Optional[bool]:
         except OSError:  # the descriptor closed while we looked
             continue
     return False
+
+
+os.register_at_fork(after_in_child=_Spawner._after_fork_in_child)

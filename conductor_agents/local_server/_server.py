@@ -67,6 +67,10 @@ class LocalServer:
     Thread-safety: :meth:`start`, :meth:`stop` and :meth:`restart` serialize on an
     internal lock (a :meth:`stop` issued during a :meth:`start` waits for it); the
     properties can be read from any thread.
+
+    Fork: the server process belongs to the process that started it. A forked child uses
+    it over HTTP (``url``) but cannot stop, restart or start it (:class:`LocalServerError`),
+    and its exit never stops it or deletes its data directory.
     """
 
     def __init__(
@@ -122,6 +126,7 @@ class LocalServer:
         self._port: Optional[int] = port or None
         self._owned_dir: Optional[Path] = None
         self._running_version: Optional[str] = version
+        self._owner_pid = os.getpid()  # the process that started (or will start) the server
 
     # --- lifecycle ---------------------------------------------------------------------
 
@@ -134,6 +139,7 @@ class LocalServer:
                 hold the last log lines; the process is killed).
             JavaNotFoundError, JarDownloadError: no usable Java or jar.
         """
+        self._check_owner()
         with self._lock:
             if self._proc is not None:
                 raise LocalServerError(f"the server is already started (pid {self._proc.pid})")
@@ -146,8 +152,10 @@ class LocalServer:
         Deletes the data directory only when the server created it.
 
         Raises:
-            LocalServerError: the process survived SIGKILL.
+            LocalServerError: the process survived SIGKILL, or this process is a fork of
+                the one that started the server.
         """
+        self._check_owner()
         with self._lock:
             self._stop(remove_owned_dir=True)
 
@@ -157,12 +165,25 @@ class LocalServer:
         Raises:
             LocalServerError, JavaNotFoundError, JarDownloadError: as :meth:`start`.
         """
+        self._check_owner()
         with self._lock:
             self._stop(remove_owned_dir=False)
             self._start()
         return self
 
+    def _check_owner(self) -> None:
+        """Only the process that started the server stops or restarts it (not a forked child)."""
+        if self._proc is None:
+            self._owner_pid = os.getpid()
+            return
+        if self._owner_pid != os.getpid():
+            raise LocalServerError(
+                f"the Conductor server (pid {self._proc.pid}) was started by process {self._owner_pid}; this "
+                f"process ({os.getpid()}) is a fork of it and cannot stop, restart or start it: use it over "
+                f"HTTP ({self.url}) and leave its lifecycle to the process that started it")
+
     def __enter__(self) -> "LocalServer":
+        self._check_owner()
         with self._lock:
             if self._proc is None:
                 self._start()
@@ -207,7 +228,11 @@ class LocalServer:
     def pid(self) -> Optional[int]:
         """The server's process id while it runs, else None."""
         proc = self._proc
-        return proc.pid if proc is not None and proc.poll() is None else None
+        if proc is None:
+            return None
+        if self._owner_pid != os.getpid():  # a forked child cannot wait for it: ask the kernel
+            return proc.pid if _alive(proc.pid) else None
+        return proc.pid if proc.poll() is None else None
 
     @property
     def is_running(self) -> bool:
@@ -433,6 +458,26 @@ def _register(server: LocalServer) -> None:
 def _unregister(server: LocalServer) -> None:
     with _registry_lock:
         _attached.discard(server)
+
+
+def _forget_parent_servers() -> None:
+    """In a forked child: the parent's servers are not this process's to stop at exit."""
+    global _registry_lock
+    _registry_lock = threading.Lock()
+    _attached.clear()
+
+
+os.register_at_fork(after_in_child=_forget_parent_servers)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 @atexit.register

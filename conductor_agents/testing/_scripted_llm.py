@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from typing import Any, Dict, Iterable, Optional, Tuple
 
@@ -38,6 +39,11 @@ class ScriptedLLM:
     ``conductor-agents-scripted-llm-request``; ``stop()`` joins them all with a deadline.
 
     Thread-safe: every method may be called from any thread, including from a policy.
+
+    Not shared across ``fork()``: it serves from the process that started it. In a forked
+    child its scripts and records are a stale copy the server never sees, so scripting or
+    inspecting it there raises :class:`ScriptedLLMStateError`; its address (``base_url``,
+    ``server_env()``) still works, and ``stop()`` only releases the child's copy of the socket.
     """
 
     def __init__(
@@ -65,6 +71,7 @@ class ScriptedLLM:
         self._thread: Optional[threading.Thread] = None
         self._started = False
         self._stopped = False
+        self._owner_pid: Optional[int] = None
 
     # --- lifecycle ------------------------------------------------------------------
 
@@ -81,6 +88,7 @@ class ScriptedLLM:
                 raise ScriptedLLMStateError("this ScriptedLLM was already started; create a new one")
             self._httpd = LoopbackServer(self._address, Responder(self._book, self._clock))
             self._started = True
+            self._owner_pid = os.getpid()
             # Daemon: if the test process exits without stop(), nothing is lost but the fake.
             self._thread = threading.Thread(target=self._serve, name=THREAD_NAME, daemon=True)
             self._thread.start()
@@ -104,7 +112,16 @@ class ScriptedLLM:
                 self._book.add_anomaly(Anomaly(kind="server_error", model="", message=message))
 
     def stop(self) -> None:
-        """Stop serving and join the threads, within ``stop_timeout``. Idempotent; safe before start."""
+        """Stop serving and join the threads, within ``stop_timeout``. Idempotent; safe before start.
+
+        In a forked child it closes only the child's copy of the listening socket: the
+        serving thread is the parent's (and its locks may be held by threads the child lacks).
+        """
+        if self._forked():
+            httpd, self._httpd, self._stopped = self._httpd, None, True
+            if httpd is not None:
+                httpd.socket.close()
+            return
         with self._lock:
             if not self._started or self._stopped:
                 self._stopped = True
@@ -157,6 +174,18 @@ class ScriptedLLM:
         """The environment a Conductor server process needs to use this fake as its OpenAI provider."""
         return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": API_KEY}
 
+    def _forked(self) -> bool:
+        return self._owner_pid is not None and self._owner_pid != os.getpid()
+
+    def _live_book(self) -> ScriptBook:
+        """The script book, from the process that serves it only."""
+        if self._forked():
+            raise ScriptedLLMStateError(
+                f"this ScriptedLLM serves from process {self._owner_pid}; this process ({os.getpid()}) is a "
+                "fork of it, where its scripts and records are a copy the server never sees: script and "
+                "inspect it in the process that started it (scripts registered before the fork work here)")
+        return self._book
+
     # --- scripting ------------------------------------------------------------------
 
     def script(
@@ -179,7 +208,7 @@ class ScriptedLLM:
             ScriptError: no turns and no policy, a malformed turn, a bad model name, or a
                 model that already has a script (unless ``replace=True``).
         """
-        return PROVIDER_PREFIX + self._book.register(turns, policy, model, replace)
+        return PROVIDER_PREFIX + self._live_book().register(turns, policy, model, replace)
 
     def fail_next(self, model: str, status: int = 500, count: int = 1, body: Any = None) -> None:
         """Answer the next ``count`` requests for ``model`` with HTTP ``status`` (before any turn).
@@ -187,22 +216,22 @@ class ScriptedLLM:
         Raises:
             ScriptError: the model has no script, ``status`` is not 400-599, or ``count`` < 1.
         """
-        self._book.fail_next(model, Failure(status=status, body=body), count)
+        self._live_book().fail_next(model, Failure(status=status, body=body), count)
 
     def remaining_turns(self, model: str) -> int:
         """How many scripted turns and pending failures are left for ``model``."""
-        return self._book.remaining_turns(model)
+        return self._live_book().remaining_turns(model)
 
     # --- inspecting -----------------------------------------------------------------
 
     @property
     def requests(self) -> Tuple[LLMRequest, ...]:
         """A snapshot of every recorded request, oldest first."""
-        return self._book.requests()
+        return self._live_book().requests()
 
     def requests_for(self, model: str) -> Tuple[LLMRequest, ...]:
         """A snapshot of the requests for ``model`` (``"openai/x"`` or ``"x"``), oldest first."""
-        return self._book.requests(model)
+        return self._live_book().requests(model)
 
     def wait_for_requests(self, model: str, n: int, timeout: float = 10.0) -> Tuple[LLMRequest, ...]:
         """Wait until ``model`` has received at least ``n`` requests; returns them all.
@@ -212,20 +241,20 @@ class ScriptedLLM:
         Raises:
             ScriptedLLMTimeoutError: fewer than ``n`` arrived within ``timeout`` seconds.
         """
-        return self._book.wait_for_requests(model, n, timeout)
+        return self._live_book().wait_for_requests(model, n, timeout)
 
     @property
     def anomalies(self) -> Tuple[Anomaly, ...]:
         """A snapshot of every anomaly recorded, oldest first."""
-        return self._book.anomalies()
+        return self._live_book().anomalies()
 
     def anomalies_for(self, model: str) -> Tuple[Anomaly, ...]:
         """A snapshot of the anomalies for ``model``."""
-        return self._book.anomalies(model)
+        return self._live_book().anomalies(model)
 
     def exhausted(self, model: str) -> bool:
         """True once a request for ``model`` arrived after its turns ran out (and it has no policy)."""
-        return self._book.exhausted(model)
+        return self._live_book().exhausted(model)
 
     def assert_no_anomalies(self, model: Optional[str] = None) -> None:
         """Fail the test if anything was answered off-script (for ``model``, or at all).
@@ -233,7 +262,7 @@ class ScriptedLLM:
         Raises:
             AssertionError: listing every anomaly.
         """
-        found = self._book.anomalies(model)
+        found = self._live_book().anomalies(model)
         if found:
             lines = "\n".join(f"- [{a.kind}] {a.message}" for a in found)
             raise AssertionError(f"ScriptedLLM answered {len(found)} request(s) off-script:\n{lines}")
