@@ -1,0 +1,1 @@
+"""Stateful listeners behind a Django API, served by several worker processes (see ``serve.py``)."""
