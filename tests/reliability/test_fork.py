@@ -23,7 +23,7 @@ from conductor_agents.testing import ScriptedLLMStateError, ToolCall, listener_p
 
 from .support import HERE, ROOT
 
-pytestmark = pytest.mark.integration
+pytestmark = pytest.mark.reliability
 
 
 def act_on(payload: dict) -> ToolCall:

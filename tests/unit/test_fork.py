@@ -1,0 +1,125 @@
+"""After ``fork()`` a runtime, its transport and its observer are the child's own (issue 11.9).
+
+Real forks of the test process; the child reports through a pipe and leaves with ``os._exit``
+(never back into pytest). No request is sent: what a child does against a real server is in
+tests/reliability/test_fork.py.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any, Callable, Dict
+
+import pytest
+import requests
+
+from conductor_agents import AgentRuntime, AgentSettings
+from conductor_agents import _fork
+from conductor_agents._transport import Transport
+
+URL = "http://127.0.0.1:9/api"  # never contacted
+
+
+def in_child(check: Callable[[], Dict[str, Any]]) -> Dict[str, Any]:
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read_end)
+            try:
+                report = check()
+            except BaseException as err:  # noqa: BLE001 - reported to the parent
+                report = {"unexpected": repr(err)}
+            with os.fdopen(write_end, "w") as out:
+                out.write(json.dumps(report))
+        finally:
+            os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end) as pipe:
+        data = pipe.read()
+    os.waitpid(pid, 0)
+    report = json.loads(data)
+    assert "unexpected" not in report, report["unexpected"]
+    return report
+
+
+@pytest.fixture
+def runtime():
+    with AgentRuntime(AgentSettings(server_url=URL)) as rt:
+        yield rt
+
+
+def test_runtime_in_a_child_has_its_own_worker_id_workers_and_lock(runtime) -> None:
+    parent = {"worker_id": runtime.worker_id, "workers": id(runtime._workers), "lock": id(runtime._lock),
+              "observer": id(runtime._observer)}
+
+    def check() -> Dict[str, Any]:
+        return {"pid": os.getpid(), "worker_id": runtime.worker_id, "workers": id(runtime._workers),
+                "lock": id(runtime._lock), "observer": id(runtime._observer),
+                "observer_is_the_workers": runtime._workers.observer is runtime._observer,
+                "session": id(runtime._transport._session)}
+
+    child = in_child(check)
+    assert child["worker_id"] != parent["worker_id"] and f"-{child['pid']}-" in child["worker_id"]
+    assert child["workers"] != parent["workers"] and child["lock"] != parent["lock"]
+    assert child["observer"] == parent["observer"] and child["observer_is_the_workers"]  # reset, not replaced
+    assert child["session"] != id(runtime._transport._session)
+    assert runtime.worker_id == parent["worker_id"] and id(runtime._workers) == parent["workers"]
+
+
+def test_child_stats_start_from_zero(runtime) -> None:
+    runtime._observer.poll_failed()
+    assert runtime.stats().polls == 1
+
+    def check() -> Dict[str, Any]:
+        stats = runtime.stats()
+        return {"polls": stats.polls, "errors": stats.poll_errors}
+
+    assert in_child(check) == {"polls": 0, "errors": 0}
+    assert runtime.stats().polls == 1
+
+
+def test_transport_owns_a_new_session_and_no_token_in_a_child() -> None:
+    own = Transport(URL, auth_key="k", auth_secret="s")
+    own._token = "parent-token"
+    given_session = requests.Session()
+    given = Transport(URL, session=given_session)
+
+    def check() -> Dict[str, Any]:
+        return {"own_session": id(own._session), "token": own._token, "given_session": id(given._session)}
+
+    child = in_child(check)
+    assert child["own_session"] != id(own._session) and child["token"] is None
+    assert child["given_session"] == id(given_session)  # the caller's session is the caller's
+    assert own._token == "parent-token"
+    own.close()
+    given.close()
+    given_session.close()
+
+
+def test_a_fork_the_hook_missed_is_caught_at_the_next_call(runtime) -> None:
+    """uWSGI forks below Python: the pid check at each entry rebuilds on first use."""
+    before = runtime.worker_id, runtime._workers
+    runtime._pid = -1  # as seen from a process whose fork hook did not run
+    runtime._transport._pid = -1
+    runtime.stats()
+    assert runtime._pid == os.getpid() and runtime.worker_id != before[0] and runtime._workers is not before[1]
+    session = runtime._transport._session
+    runtime._transport._check_process()
+    assert runtime._transport._session is not session
+
+
+def test_one_failing_rebuild_does_not_stop_the_others(runtime) -> None:
+    class Broken:
+        def _after_fork_in_child(self) -> None:
+            raise RuntimeError("boom")
+
+    broken = Broken()
+    _fork.rebuild_after_fork(broken)
+
+    def check() -> Dict[str, Any]:
+        return {"worker_id": runtime.worker_id}
+
+    assert in_child(check)["worker_id"] != runtime.worker_id
+    del broken
