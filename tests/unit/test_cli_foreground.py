@@ -9,16 +9,23 @@ import math
 
 import pytest
 
+from conductor_agents._api import ConductorApi
+from conductor_agents._transport import Transport
 from conductor_agents.cli._foreground import wait_in_foreground
 from conductor_agents.cli._main import build_parser
 from conductor_agents.cli._progress import ProgressDisplay
-from tests.unit.test_wait import COMPLETED, RUNNING, http, make_handle, status_calls, statuses  # noqa: F401
+from conductor_agents.handle import AgentHandle
+from conductor_agents.settings import AgentSettings
+from tests.unit.fakes import BASE_URL, FakeClock, FakeEvent, status_body
+
+EXEC = "wf-1"
+STATUS = f"{BASE_URL}/agent/{EXEC}/status"
 
 
 class RecordingHandle:
     """Stands in for an AgentHandle: records the timeout ``wait`` is given."""
 
-    execution_id = "wf-1"
+    execution_id = EXEC
 
     def __init__(self) -> None:
         self.timeouts: list = []
@@ -52,11 +59,19 @@ def test_foreground_passes_the_given_timeout():
     assert handle.timeouts == [3.0]
 
 
-def test_wait_without_deadline_outlasts_the_old_hour_and_returns_the_result(http):  # noqa: F811
+def test_wait_without_deadline_outlasts_the_old_hour_and_returns_the_result(http):
     """wait(timeout=inf) polls a RUNNING run for two hours of (fake) time, then returns when it ends."""
-    statuses(http, *[RUNNING] * 100, COMPLETED)
-    handle, clock = make_handle(status_poll_interval_seconds=72.0)
+    for _ in range(100):
+        http.add("GET", STATUS, json=status_body(EXEC, "RUNNING"))
+    http.add("GET", STATUS, json=status_body(EXEC, "COMPLETED", output={"result": "all done"}))
+    http.add("GET", f"{BASE_URL}/agent/execution/{EXEC}", json={})
+    http.add("GET", f"{BASE_URL}/workflow/{EXEC}", json={"status": "COMPLETED", "tasks": []})
+    clock = FakeClock()
+    handle = AgentHandle(api=ConductorApi(Transport(BASE_URL, clock=clock)), execution_id=EXEC,
+                         agent_name="listener", run_id=None, clock=clock,
+                         settings=AgentSettings(server_url=BASE_URL, status_poll_interval_seconds=72.0))
+    handle._wake = FakeEvent(clock)  # wait() sleeps on _wake; the fake moves the clock instead
     result = handle.wait(timeout=math.inf)
     assert result.ok and result.output == "all done"
-    assert status_calls(http) == 101
+    assert sum(1 for c in http.calls if c.request.url.split("?")[0] == STATUS) == 101
     assert clock.elapsed == 7200.0
