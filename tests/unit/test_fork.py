@@ -123,3 +123,62 @@ def test_one_failing_rebuild_does_not_stop_the_others(runtime) -> None:
 
     assert in_child(check)["worker_id"] != runtime.worker_id
     del broken
+
+
+def test_a_child_cannot_stop_a_local_server_and_its_exit_stops_nothing(tmp_path) -> None:
+    """The guard alone, on a stand-in process (the real server's case is in tests/reliability/test_fork.py)."""
+    import subprocess
+    import sys
+
+    from conductor_agents.errors import LocalServerError
+    from conductor_agents.local_server import LocalServer, _server
+
+    owned = tmp_path / "owned-data"
+    owned.mkdir()
+    server = LocalServer(port=9)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    try:
+        server._proc, server._owned_dir = proc, owned  # as _start() leaves them
+        _server._register(server)
+
+        def check() -> Dict[str, Any]:
+            try:
+                server.stop()
+            except LocalServerError as err:
+                message = str(err)
+            else:
+                message = "no error"
+            _server._stop_all_at_exit()  # what an ordinary exit of the child runs
+            return {"message": message, "pid": server.pid, "registered": len(_server._attached)}
+
+        child = in_child(check)
+        assert "is a fork of it and cannot stop" in child["message"]
+        assert child["pid"] == proc.pid and child["registered"] == 0
+        assert proc.poll() is None and owned.is_dir() and server.is_running
+    finally:
+        _server._unregister(server)
+        server._proc, server._owned_dir = None, None
+        proc.kill()
+        proc.wait(10)
+
+
+def test_a_scripted_llm_refuses_scripting_in_a_child_and_keeps_serving_the_parent() -> None:
+    from conductor_agents.testing import ScriptedLLM, ScriptedLLMStateError
+
+    with ScriptedLLM() as llm:
+        model = llm.script(["before the fork"])
+
+        def check() -> Dict[str, Any]:
+            try:
+                llm.requests_for(model)
+            except ScriptedLLMStateError as err:
+                message = str(err)
+            else:
+                message = "no error"
+            llm.stop()  # releases only the child's copy of the socket
+            return {"message": message}
+
+        assert f"serves from process {os.getpid()}" in in_child(check)["message"]
+        answer = requests.post(f"{llm.base_url}/responses", json={"model": model.split("/", 1)[1], "input": "hi"},
+                               timeout=10)
+        assert answer.status_code == 200 and llm.requests_for(model)
