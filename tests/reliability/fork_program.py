@@ -124,22 +124,29 @@ def fork_with_os(runtime: AgentRuntime, model: str, name: str, handle: AgentHand
             if not chunk:
                 break
             data += chunk
-    exit_code = reap(pid, deadline=time.monotonic() + WAIT)
+    exit_code = reap(pid, timeout=WAIT)
     report = json.loads(data) if data else {"error": "the child sent no report"}
     report["exit_code"] = exit_code
     return report
 
 
-def reap(pid: int, *, deadline: float) -> Any:
-    """waitpid with a deadline; a child still there at the deadline is killed and reported as 'hung'."""
-    while time.monotonic() < deadline:
+def reap(pid: int, *, timeout: float) -> Any:
+    """waitpid, bounded; a child still there after ``timeout`` is killed and reported as 'hung'."""
+    reaped: Dict[str, int] = {}
+
+    def exited() -> bool:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            return os.waitstatus_to_exitcode(status)
-        time.sleep(0.05)
-    os.kill(pid, 9)
-    os.waitpid(pid, 0)
-    return "hung"
+            reaped["code"] = os.waitstatus_to_exitcode(status)
+        return bool(done)
+
+    try:
+        helpers.eventually(exited, timeout=timeout, message=f"child {pid} exiting")
+    except AssertionError:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+        return "hung"
+    return reaped["code"]
 
 
 def _mp_child(runtime: AgentRuntime, model: str, name: str, handle: AgentHandle, parent_worker_id: str,
