@@ -74,6 +74,8 @@ def child_body(runtime: AgentRuntime, model: str, name: str, parent_run: AgentHa
     report["worker_id_differs"] = runtime.worker_id != parent_worker_id
     handle.send_message({"action": "child-work"})
     report["tool_ran_here"] = tools.wait_for("child-work")
+    report["threads_serving"] = sdk_threads()  # the child's own pollers, pool, watcher and watchdog
+    report["stall"] = repr(handle.stall)
     served = [r.execution_id for r in runtime.stats().active_runs]
     report["serves_own_run"] = handle.execution_id in served
     report["serves_parent_run"] = parent_run.execution_id in served

@@ -48,6 +48,10 @@ def test_a_forked_child_serves_its_own_listener_with_the_inherited_runtime(
     # the parent's threads were running at the fork; none of them exists in the child
     assert any(name.startswith("conductor-agents-poll-") for name in parent["threads_at_fork"])
     assert child["threads_at_start"] == []
+    assert "conductor-agents-watchdog" in parent["threads_at_fork"]
+    # the child's threads are built anew, by the same path, on first use there
+    assert "conductor-agents-watchdog" in child["threads_serving"] and child["stall"] == "None"
+    assert any(name.startswith("conductor-agents-poll-") for name in child["threads_serving"])
     assert child["stats_at_start"] == 0  # stats are the child's own
     assert child["worker_id_differs"] and str(child["pid"]) in child["worker_id"]
     assert child["worker_id"] != parent["worker_id"]
