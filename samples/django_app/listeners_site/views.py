@@ -80,6 +80,9 @@ def listener_status(request: HttpRequest, execution_id: str) -> JsonResponse:
         status = handle.status()
     except ExecutionNotFoundError as err:
         return _answer(404, error=str(err))
+    if local and status.is_terminal:  # e.g. stopped through another worker: forget it here
+        with agents.listeners_lock:
+            agents.listeners.pop(execution_id, None)
     return _answer(execution_id=execution_id, status=status.status.value, waiting=status.is_waiting,
                    served_here=local is not None, reports=list(local[1].reports) if local else None)
 
