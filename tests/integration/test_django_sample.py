@@ -162,6 +162,13 @@ def test_listeners_in_two_gunicorn_workers_each_run_their_tools_in_their_own_pro
         eventually(lambda: server_tool_calls(agent_settings.server_url, execution_id) == len(topics),
                    timeout=120, interval=0.5, message=f"{len(topics)} reports of {execution_id}")
 
+    # Read each from whichever worker gets the request: the tools' state is only in the starter.
+    for execution_id, topics in sent.items():
+        for status, body in concurrently(site, [("GET", f"/listeners/{execution_id}")] * 2):
+            assert status == 200 and body["status"] == "RUNNING", body
+            assert body["served_here"] == (body["pid"] == starter[execution_id])
+            assert body["reports"] == (topics if body["served_here"] else None)
+
     # Stop each from whichever worker gets the request; the result shows where its tools ran.
     for execution_id, topics in sent.items():
         status, body = site.call("POST", f"/listeners/{execution_id}/stop")
