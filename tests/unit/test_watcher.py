@@ -15,6 +15,9 @@ import pytest
 from conductor_agents._api import ConductorApi
 from conductor_agents._transport import HttpError, Transport
 from conductor_agents._watcher import QueueWatcher
+from conductor_agents._workers import WorkerSet
+from conductor_agents.settings import AgentSettings
+from tests.helpers import eventually
 from tests.unit.fakes import BASE_URL, FakeClock
 
 ALL = f"{BASE_URL}/tasks/queue/all"
@@ -126,3 +129,60 @@ def test_a_malformed_listing_is_a_server_error_not_a_crash(http, api):
     http.get(ALL, json=["not", "a", "map"])
     with pytest.raises(ServerError):
         watcher_over(api, pollers)._round(pollers, 0.0, full=True)
+
+
+# --- lifecycle: no poller, no thread, no request ------------------------------------------------
+
+
+def test_the_watcher_thread_ends_when_no_poller_is_left_and_its_owner_agrees(http, api):
+    """With no poller it asks its owner; a yes ends the thread before any request is sent."""
+    asked = []
+    watcher = QueueWatcher(api, lambda: [], clock=FakeClock(), may_stop=lambda w: asked.append(w) or True)
+    watcher.start()
+    watcher.join(5.0)
+    assert not watcher.is_alive and asked == [watcher]
+    assert [] == list(http.calls)
+
+
+def test_the_watcher_goes_on_while_its_owner_has_a_poller_coming(http, api):
+    """A no (a poller was registered meanwhile) keeps the thread; it stops when told."""
+    http.get(ALL, json={})
+    pollers: List[StubPoller] = []
+    answers = iter([False])
+
+    def may_stop(watcher):
+        pollers.append(StubPoller("late"))  # the owner registered one while the watcher asked
+        return next(answers)
+
+    watcher = QueueWatcher(api, lambda: list(pollers), clock=FakeClock(), slow=0.01, may_stop=may_stop)
+    watcher.start()
+    try:
+        eventually(lambda: paths(http), timeout=5.0, message="the watcher read the queues")
+        assert watcher.is_alive
+    finally:
+        watcher.stop()
+        watcher.join(5.0)
+    assert not watcher.is_alive
+
+
+def test_a_workerset_starts_a_fresh_watcher_after_the_last_one_stopped(http, api):
+    """WorkerSet: the watcher that stopped for want of pollers is replaced by the next poller's."""
+    from tests.helpers import eventually
+
+    workers = WorkerSet(api, AgentSettings(server_url=BASE_URL), worker_id="w")
+    try:
+        with workers._lock:
+            first = workers._new_poller("d1")._watcher
+        eventually(lambda: not first.is_alive, timeout=5.0, message="the poller-less watcher stopped")
+        assert workers._watcher is None
+        http.get(ALL, json={})
+        with workers._lock:  # registered (not started): the new watcher has a poller to watch
+            poller = workers._new_poller("d2")
+            workers._pollers["d2"] = poller
+            second = poller._watcher
+        assert second is not first and second.is_alive
+        eventually(lambda: paths(http), timeout=5.0, message="the new watcher read the queues")
+        assert second.is_alive
+    finally:
+        workers.close()
+    assert not second.is_alive
