@@ -55,8 +55,8 @@ class ResultPoster:
             try:
                 self._api.update_task(result)
             except ServerError as err:
-                if _is_final(err):
-                    self._log_final(task, result, attempt, err)
+                if isinstance(err, HttpError) and _is_final(err):
+                    self._log_final(task, result, err)
                     return False
                 if deadline is not None and self._clock.monotonic() + delay > deadline:
                     log.error("DROPPED the %s result of task %s (%s, run %s) after %d attempts: %s",
@@ -77,7 +77,7 @@ class ResultPoster:
             delay = min(delay * 2, _MAX_DELAY)
 
     @staticmethod
-    def _log_final(task: Any, result: Mapping[str, Any], attempt: int, err: HttpError) -> None:
+    def _log_final(task: Any, result: Mapping[str, Any], err: HttpError) -> None:
         if err.status == 404:
             log.error("DROPPED the %s result of task %s (%s, run %s): the server no longer knows the task "
                       "(HTTP 404: %s)", result["status"], task.task_id, task.task_type, task.workflow_id,
@@ -88,11 +88,11 @@ class ResultPoster:
                       err.status, err.server_message)
 
 
-def _is_final(err: ServerError) -> bool:
+def _is_final(err: HttpError) -> bool:
     """Whether the server answered this very request with a refusal that a retry cannot change.
 
     Only an HTTP 4xx to ``POST /tasks`` itself; 5xx, 408, 429, no answer, and any failure to get
     a token (an :class:`~conductor_agents.errors.AuthenticationError` or the token endpoint's own
     5xx) may pass.
     """
-    return (isinstance(err, HttpError) and 400 <= (err.status or 0) < 500 and err.status not in _RETRY_4XX)
+    return 400 <= (err.status or 0) < 500 and err.status not in _RETRY_4XX
