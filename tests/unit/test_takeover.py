@@ -56,3 +56,10 @@ def test_nothing_live(http, rows):
 def test_without_a_date_header_the_local_clock_is_used(http):
     serve(http, [row("dom-1", "other-1", 10)], date=False)
     assert find(clock=FakeClock(wall_start=SERVER_NOW)) is not None
+
+
+def test_cli_resume_takes_force():
+    from conductor_agents.cli._main import build_parser
+
+    assert build_parser().parse_args(["resume", "m:a", "ID", "--force"]).force is True
+    assert build_parser().parse_args(["resume", "m:a", "ID"]).force is False
