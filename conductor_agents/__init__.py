@@ -6,6 +6,7 @@ The public names are re-exported here; everything else lives in private modules.
 import logging as _logging
 
 from ._version import __version__
+from ._context import CancelReason, ToolContext, current_tool_context
 from .agent import Agent
 from .errors import (
     AgentDefinitionError,
@@ -25,7 +26,9 @@ from .errors import (
     RuntimeClosedError,
     ServerError,
     ServerUnavailableError,
+    ToolCancelled,
     ToolDefinitionError,
+    ToolRetry,
     WaitTimeoutError,
     WorkerStallError,
     WorkerStartupError,
@@ -43,6 +46,12 @@ __all__ = [
     "ToolRegistry",
     "WaitForMessageTool",
     "tool",
+    # Writing tools
+    "ToolContext",
+    "current_tool_context",
+    "CancelReason",
+    "ToolRetry",
+    "ToolCancelled",
     # Running them
     "AgentRuntime",
     "AgentSettings",

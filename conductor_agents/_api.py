@@ -171,6 +171,13 @@ class ConductorApi:
         )
         return result if isinstance(result, list) else []
 
+    def get_task(self, task_id: str) -> dict:
+        """``GET /tasks/{taskId}`` (a 404 stays an HttpError: the task is unknown)."""
+        result = self.transport.request("GET", f"/tasks/{_seg(task_id)}", timeout=(5.0, 10.0))
+        if not isinstance(result, dict):
+            raise ServerError(f"GET /tasks/{task_id} returned a malformed body")
+        return result
+
     def update_task(self, result: Mapping[str, Any]) -> None:
         """``POST /tasks`` with a TaskResult."""
         self.transport.request("POST", "/tasks", json_body=dict(result))

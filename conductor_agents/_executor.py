@@ -18,11 +18,14 @@ from typing import Any, Callable, Mapping, Optional
 
 import attrs
 
+from . import _context
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
+from ._context import CancelReason, ToolContext
 from ._payload import ToolOutputError, tool_output
 from ._results import ResultPoster
-from .errors import ServerError
+from ._task_watch import CancellationWatch, callback_seconds, hand_back
+from .errors import ServerError, ToolCancelled, ToolRetry
 from .tools import ToolArgumentsError, ToolDef
 
 __all__ = ["ToolExecutor", "TaskRef"]
@@ -30,6 +33,10 @@ __all__ = ["ToolExecutor", "TaskRef"]
 log = logging.getLogger("conductor_agents.worker")
 
 _TERMINAL_FAILURE = "FAILED_WITH_TERMINAL_ERROR"
+#: The status of a task handed back for another delivery (see ``_task_watch.hand_back``).
+_HANDED_BACK = "IN_PROGRESS"
+#: Deliveries a tool call gets when the task does not say (agent tool tasks: retryCount 2).
+_DEFAULT_RETRY_COUNT = 2
 
 
 @attrs.frozen
@@ -56,12 +63,38 @@ class TaskRef:
 
 
 class _InFlight:
-    __slots__ = ("task", "started", "last_extended")
+    __slots__ = ("task", "started", "last_extended", "context", "poll_count", "max_attempts", "last_checked",
+                 "body_done")
 
-    def __init__(self, task: TaskRef, now: float) -> None:
+    def __init__(self, task: TaskRef, now: float, raw: Mapping[str, Any], tool_name: str) -> None:
         self.task = task
         self.started = now
         self.last_extended = now
+        self.last_checked = now
+        self.context = ToolContext.of_task(raw, tool_name=tool_name)
+        polls = raw.get("pollCount")
+        self.poll_count = polls if isinstance(polls, int) else 1
+        self.max_attempts = 1 + _retry_budget(raw)
+        self.body_done = False  # the body returned; only its result is being posted
+
+
+def _error_of(result: Optional[dict]) -> Optional[str]:
+    """The text a local ``tool_finished`` event carries: the failure, or why the call was handed back."""
+    if result is None:
+        return "cancelled"
+    if result["status"] == _HANDED_BACK:
+        logs = result.get("logs") or [{}]
+        return str(logs[0].get("log") or "handed back for another delivery")
+    return result.get("reasonForIncompletion")
+
+
+def _retry_budget(raw: Mapping[str, Any]) -> int:
+    """The retries the server grants the task (its definition's ``retryCount``)."""
+    for holder in (raw.get("taskDefinition"), (raw.get("workflowTask") or {}).get("taskDefinition"),
+                   raw.get("workflowTask")):
+        if isinstance(holder, Mapping) and isinstance(holder.get("retryCount"), int):
+            return max(0, holder["retryCount"])
+    return _DEFAULT_RETRY_COUNT
 
 
 class ToolExecutor:
@@ -101,6 +134,8 @@ class ToolExecutor:
         self._stop = threading.Event()
         self._abandon = threading.Event()
         self._idle = threading.Condition(self._lock)
+        self._stopping: set[str] = set()  # runs asked to stop gracefully (their new tools see it too)
+        self._watch = CancellationWatch(api, worker_id=worker_id)
         # Daemon: if it dies with the interpreter only lease extension is lost (the tools it
         # served die too). It exits on the stop event within one second.
         self._lease_thread = threading.Thread(
@@ -144,34 +179,46 @@ class ToolExecutor:
         """
         task = TaskRef.from_dict(raw_task)
         with self._lock:
-            if task.task_id in self._in_flight:
+            running = self._in_flight.get(task.task_id)
+            if running is not None:
+                # Delivered to us again (e.g. handed back by a resume elsewhere, then polled here):
+                # the body already running is that delivery now, so the watch must not call it lost.
+                polls = raw_task.get("pollCount")
+                if isinstance(polls, int):
+                    running.poll_count = max(running.poll_count, polls)
                 log.debug("task %s is already running in this process; not run again", task.task_id)
                 return False
             if self._stop.is_set():
                 return False
-            self._in_flight[task.task_id] = _InFlight(task, self._clock.monotonic())
+            flight = _InFlight(task, self._clock.monotonic(), raw_task, tool_def.name)
+            if task.workflow_id in self._stopping:
+                flight.context.stop_requested.set()
+            self._in_flight[task.task_id] = flight
             self._note_fullness()
         try:
-            self._pool.submit(self._run, task, tool_def)
+            self._pool.submit(self._run, task, tool_def, flight)
         except RuntimeError:  # the pool was shut down between the check and here
             self._forget(task)
             return False
         return True
 
-    def _run(self, task: TaskRef, tool_def: ToolDef) -> None:
+    def _run(self, task: TaskRef, tool_def: ToolDef, flight: _InFlight) -> None:
         started = self._clock.monotonic()
         outcome = "COMPLETED"
         listener = self._task_listener  # told when the body starts and ends (before the result is posted)
         if listener is not None:
             listener.task_started(task)
         try:
-            result = self._execute(task, tool_def)
-            outcome = result["status"]
+            result = self._execute(task, tool_def, flight)
+            flight.body_done = True
+            outcome = result["status"] if result is not None else "CANCELED"
             if listener is not None:
-                listener.task_finished(task, outcome, self._clock.monotonic() - started,
-                                       result.get("reasonForIncompletion"))
+                listener.task_finished(task, outcome, self._clock.monotonic() - started, _error_of(result))
                 listener = None
-            self._post_result(task, result)
+            if result is not None:
+                if result["status"] == _HANDED_BACK:
+                    self._forget(task)  # the server may deliver it again at once: it is not running here
+                self._post_result(task, result)
         except BaseException:  # never let a pool thread die silently
             log.exception("unexpected error while running task %s (%s)", task.task_id, task.task_type)
             outcome = "ERROR"
@@ -191,10 +238,15 @@ class ToolExecutor:
             self._note_fullness()
             self._idle.notify_all()
 
-    def _execute(self, task: TaskRef, tool_def: ToolDef) -> dict:
+    def _execute(self, task: TaskRef, tool_def: ToolDef, flight: _InFlight) -> Optional[dict]:
+        """Run the body; the task result to post (None: post nothing, see ``_cancelled``)."""
         base = {"workflowInstanceId": task.workflow_id, "taskId": task.task_id, "workerId": self._worker_id}
         try:
-            value = tool_def.invoke(task.input_data)
+            value = tool_def.invoke(task.input_data, context=flight.context)
+        except ToolRetry as retry:
+            return self._retried(task, flight, retry, base)
+        except ToolCancelled as cancelled:
+            return self._cancelled(task, flight, cancelled, base)
         except Exception as err:  # the model sees the error and the run goes on
             reason = str(err) if isinstance(err, ToolArgumentsError) else f"{type(err).__name__}: {err}"
             log.info("tool %s failed on task %s: %s", task.task_type, task.task_id, reason)
@@ -213,6 +265,58 @@ class ToolExecutor:
             return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": reason, "outputData": {"error": reason}}
         return {**base, "status": "COMPLETED", "outputData": output}
 
+    def _retried(self, task: TaskRef, flight: _InFlight, retry: ToolRetry, base: dict) -> dict:
+        """Hand the task back for its next delivery, or fail it when its budget is spent."""
+        if flight.context.cancelled.is_set():
+            return self._cancelled(task, flight, None, base)
+        attempt = flight.context.attempt
+        if attempt < flight.max_attempts:
+            log.info("tool %s asked for a retry on task %s (attempt %d of %d, in %gs): %s", task.task_type,
+                     task.task_id, attempt, flight.max_attempts, retry.after_seconds, retry.reason)
+            return {**base, "status": _HANDED_BACK, "callbackAfterSeconds": callback_seconds(retry.after_seconds),
+                    "outputData": {}, "logs": [{"log": f"attempt {attempt}: ToolRetry: {retry.reason}"[:4000],
+                                                "createdTime": int(self._clock.time() * 1000)}]}
+        reason = f"{retry.reason} (gave up after {attempt} attempts)"
+        log.info("tool %s on task %s: retry budget spent: %s", task.task_type, task.task_id, reason)
+        return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": reason[:2000],
+                "outputData": {"error": reason[:2000]}}
+
+    def _cancelled(self, task: TaskRef, flight: _InFlight, err: Optional[ToolCancelled],
+                   base: dict) -> Optional[dict]:
+        """What to post when a body ends with ToolCancelled.
+
+        The run ended or another delivery owns the task: nothing (the server has moved on). The
+        runtime is closing: hand the task back so whoever serves the run next runs it. The tool
+        cancelled itself (nothing was cancelled): a terminal failure, so the run is not left waiting.
+        """
+        reason = flight.context.cancel_reason
+        if reason == CancelReason.RUNTIME_CLOSING:
+            return {**base, "status": _HANDED_BACK, "callbackAfterSeconds": callback_seconds(0), "outputData": {}}
+        if reason is not None:
+            log.info("tool %s on task %s stopped: cancelled (%s)", task.task_type, task.task_id, reason)
+            return None
+        text = f"the tool cancelled itself: {err}"
+        return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": text[:2000],
+                "outputData": {"error": text[:2000]}}
+
+    # -- cancellation -----------------------------------------------------------------
+
+    def run_ended(self, execution_id: str) -> None:
+        """The run ended (this process learnt it): cancel its running tools now."""
+        with self._lock:
+            self._stopping.discard(execution_id)
+            flights = [f for f in self._in_flight.values() if f.task.workflow_id == execution_id]
+        for flight in flights:
+            _context.cancel(flight.context, CancelReason.RUN_ENDED)
+
+    def stop_requested(self, execution_id: str) -> None:
+        """A graceful stop of the run was asked: tell its running (and coming) tools."""
+        with self._lock:
+            self._stopping.add(execution_id)
+            flights = [f for f in self._in_flight.values() if f.task.workflow_id == execution_id]
+        for flight in flights:
+            flight.context.stop_requested.set()
+
     def _post_result(self, task: TaskRef, result: dict) -> None:
         """POST the result until the server takes it (see :mod:`conductor_agents._results`)."""
         # ``_abandon`` is set once shutdown's grace period is over: the retries stop then.
@@ -222,12 +326,21 @@ class ToolExecutor:
 
     def _lease_loop(self) -> None:
         while not self._stop.wait(1.0):
-            now = self._clock.monotonic()
-            with self._lock:
-                due = [f for f in self._in_flight.values()
-                       if now - f.last_extended >= max(1.0, f.task.response_timeout_seconds / 2)]
-            for flight in due:
-                self._extend_lease(flight, now)
+            self._lease_tick(self._clock.monotonic())
+
+    def _lease_tick(self, now: float) -> None:
+        """Look at long-running calls (cancellation) and extend the leases that are due."""
+        with self._lock:
+            flights = list(self._in_flight.values())
+        try:
+            self._watch.sweep(flights, now)
+        except Exception:  # never let the lease thread die
+            log.exception("cancellation check failed")
+        # A cancelled call's lease is not extended: the server has moved on, or will.
+        due = [f for f in flights if not f.context.cancelled.is_set()
+               and now - f.last_extended >= max(1.0, f.task.response_timeout_seconds / 2)]
+        for flight in due:
+            self._extend_lease(flight, now)
 
     def _extend_lease(self, flight: _InFlight, now: float) -> None:
         task = flight.task
@@ -257,30 +370,31 @@ class ToolExecutor:
     def shutdown(self, grace: float) -> None:
         """Stop taking tasks, give running tools ``grace`` seconds, then stop. Idempotent.
 
-        A tool still running after the grace period has its task reported FAILED (which
-        the server retries), so a run resumed elsewhere gets it again instead of waiting
-        for the task's lease to expire. The body itself cannot be interrupted: Python
-        joins pool threads at interpreter exit.
+        Running tools see ``ctx.cancelled`` set at once (reason ``runtime_closing``). A tool
+        still running after the grace period has its task handed back (requeued, the run keeps
+        waiting for it), so a run resumed elsewhere gets it again instead of waiting for the
+        task's lease to expire. The body itself cannot be interrupted: Python joins pool
+        threads at interpreter exit.
         """
         with self._lock:
             if self._stop.is_set():
                 return
             self._stop.set()
+            flights = list(self._in_flight.values())
+        for flight in flights:  # the tools may wrap up within the grace period
+            _context.cancel(flight.context, CancelReason.RUNTIME_CLOSING)
         idle = self.wait_idle(grace)
         if not idle:
             with self._lock:
                 left = [f.task for f in self._in_flight.values()]
             for task in left:
-                log.warning("runtime closing while tool %s (task %s) still runs; reporting it FAILED so "
-                            "the server retries it", task.task_type, task.task_id)
+                log.warning("runtime closing while tool %s (task %s) still runs; handing it back so "
+                            "the server delivers it again", task.task_type, task.task_id)
                 try:
-                    self._api.update_task({
-                        "workflowInstanceId": task.workflow_id, "taskId": task.task_id,
-                        "workerId": self._worker_id, "status": "FAILED",
-                        "reasonForIncompletion": "the worker shut down before the tool finished",
-                    })
+                    hand_back(self._api, workflow_id=task.workflow_id, task_id=task.task_id,
+                              worker_id=self._worker_id, note="the worker shut down before the tool finished")
                 except ServerError as err:  # ServerUnavailableError, HttpError, a token endpoint failing
-                    log.error("could not report task %s as FAILED: %s", task.task_id, err)
+                    log.error("could not hand task %s back: %s", task.task_id, err)
         self._abandon.set()
         # Idle: every pool thread is free, so joining them is quick and close() leaves no
         # thread behind. A body still running past the grace period cannot be joined.

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from ._structured import CycleError, jsonable
 from .errors import PayloadError
 
 __all__ = ["message_payload", "tool_output", "ToolOutputError"]
@@ -82,11 +83,19 @@ def message_payload(payload: Any) -> dict:
 def tool_output(value: Any) -> dict:
     """A tool body's return value as the task's output map.
 
+    Dataclasses, NamedTuples and pydantic models become JSON objects first (also when nested).
     A dict is the output itself; anything else is wrapped as ``{"result": value}``.
 
     Raises:
         ToolOutputError: the value (or part of it) is not JSON-serialisable, or contains itself.
     """
+    try:
+        value = jsonable(value)
+    except CycleError:
+        raise ToolOutputError("the returned value contains itself (a cycle); it cannot be stored as JSON") from None
+    except Exception as err:  # a model_dump() that fails, a property that raises
+        raise ToolOutputError(f"the returned value could not be turned into JSON ({type(err).__name__}: {err})") \
+            from None
     body = value if isinstance(value, dict) else {"result": value}
     try:
         bad_key = _first_bad_key(body)

@@ -23,6 +23,8 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 import attrs
 
+from . import _structured
+from ._context import ToolContext
 from ._json_check import check_arguments, check_value, describe, is_valid, json_copy, json_type
 from .errors import ToolDefinitionError
 
@@ -36,7 +38,8 @@ Converter = Callable[[Any], Any]
 SUPPORTED_HINTS = (
     "str, int, float, bool, None, Any, Optional[X] / X | None, Union[X, Y], list[X], "
     "Sequence[X], tuple[X, ...], dict[str, X], Mapping[str, X], Literal[...], Enum subclasses "
-    "with str/int/float/bool values, Annotated[X, 'description']"
+    "with str/int/float/bool values, Annotated[X, 'description'], dataclasses, TypedDict, NamedTuple, "
+    "pydantic v2 models"
 )
 #: Keys the server adds to a worker task's input; they can never be tool parameters.
 RESERVED_PARAMETER = re.compile(r"method\Z|_agent")
@@ -65,6 +68,8 @@ class SignatureSchema:
     schema: Dict[str, Any]
     converters: Mapping[str, Converter]
     summary: Optional[str]
+    #: The parameter annotated ``ToolContext`` (left out of the schema), if any.
+    context_param: Optional[str] = None
 
 
 def signature_schema(func: Callable[..., Any], *, skip_first: bool) -> SignatureSchema:
@@ -91,7 +96,19 @@ def signature_schema(func: Callable[..., Any], *, skip_first: bool) -> Signature
     properties: Dict[str, Any] = {}
     required: List[str] = []
     converters: Dict[str, Converter] = {}
+    context_param: Optional[str] = None
     for param in params:
+        if _is_context_hint(hints.get(param.name)):
+            if context_param is not None:
+                raise ToolDefinitionError(
+                    f"{where}: parameters {context_param!r} and {param.name!r} are both ToolContext; "
+                    "declare one"
+                )
+            if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD, param.POSITIONAL_ONLY):
+                raise ToolDefinitionError(f"{where}: the ToolContext parameter {param.name!r} must be "
+                                          "a named (keyword-capable) parameter")
+            context_param = param.name
+            continue
         prop, converter = _parameter_schema(param, hints, where)
         if arg_docs.get(param.name) and "description" not in prop:
             prop["description"] = arg_docs[param.name]
@@ -102,7 +119,18 @@ def signature_schema(func: Callable[..., Any], *, skip_first: bool) -> Signature
             converters[param.name] = converter
     schema = {"type": "object", "properties": properties, "required": required}
     schema["additionalProperties"] = False
-    return SignatureSchema(schema=schema, converters=converters, summary=summary)
+    return SignatureSchema(schema=schema, converters=converters, summary=summary, context_param=context_param)
+
+
+def _is_context_hint(hint: Any) -> bool:
+    """``ToolContext`` or ``Optional[ToolContext]`` (possibly ``Annotated``)."""
+    if hint is None:
+        return False
+    hint, _ = _split_annotated(hint)
+    if get_origin(hint) in _UNIONS:
+        args = [a for a in get_args(hint) if a is not type(None)]
+        return len(args) == 1 and args[0] is ToolContext
+    return hint is ToolContext
 
 
 def _hint_source(func: Callable[..., Any]) -> Any:
@@ -244,6 +272,11 @@ def hint_schema(hint: Any) -> Tuple[Dict[str, Any], Optional[Converter]]:
         return _array_schema(hint, base, args)
     if base in _OBJECTS:
         return _object_schema(hint, args)
+    if _structured.is_structured(hint):
+        try:
+            return _structured.structured_schema(hint, hint_schema)
+        except _structured.StructuredError as err:
+            raise _Unsupported(hint, f": {err}") from None
     raise _Unsupported(hint)
 
 

@@ -15,7 +15,8 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
 import attrs
 
-from . import _json_check, _schema
+from . import _context, _json_check, _schema
+from ._context import ToolContext
 from .errors import ConductorAgentsError, ToolDefinitionError
 
 __all__ = ["ToolArgumentsError", "ToolDef"]
@@ -170,6 +171,8 @@ class ToolDef:
         factory=dict, converter=lambda c: types.MappingProxyType(dict(c)), alias="_converters",
         eq=False, repr=False,
     )
+    # The parameter that receives the ToolContext (set by @tool), if the function declares one.
+    _context_param: Optional[str] = attrs.field(default=None, alias="_context_param", repr=False)
 
     @property
     def input_schema(self) -> Dict[str, Any]:
@@ -259,23 +262,44 @@ class ToolDef:
             raise _arguments_error(self.name, problems)
         return values
 
-    def invoke(self, input_data: Mapping[str, Any]) -> Any:
+    @property
+    def takes_context(self) -> bool:
+        """Whether the function declares a ``ToolContext`` parameter."""
+        return self._context_param is not None
+
+    def invoke(self, input_data: Mapping[str, Any], context: Optional[ToolContext] = None) -> Any:
         """Run the tool for a task's ``inputData`` and return what the function returns.
 
-        An ``async def`` function (or one returning an awaitable) is run to completion with
+        ``context`` goes to the function's ``ToolContext`` parameter (if it declares one) and is
+        what :func:`~conductor_agents.current_tool_context` returns during the call. An
+        ``async def`` function (or one returning an awaitable) is run to completion with
         :func:`asyncio.run` in the calling thread, which must not be running an event loop
-        (tool worker threads are not). Exceptions from the body propagate unchanged.
+        (tool worker threads are not); the context is visible inside its loop too. Exceptions
+        from the body propagate unchanged.
 
         Raises:
             ToolArgumentsError: see :meth:`parse_arguments`.
-            ToolDefinitionError: the tool runs on the server and has no function.
+            ToolDefinitionError: the tool runs on the server and has no function, or it takes a
+                ``ToolContext`` and none was given.
             RuntimeError: the tool is async and the calling thread runs an event loop.
         """
         func = self._function()
-        result = func(**self.parse_arguments(input_data))
-        if inspect.isawaitable(result):
-            return _run_awaitable(self.name, result)
-        return result
+        arguments = self.parse_arguments(input_data)
+        if self._context_param is not None:
+            if context is None:
+                raise ToolDefinitionError(
+                    f"tool {self.name!r} takes a ToolContext ({self._context_param!r}); pass invoke(..., "
+                    "context=ToolContext(...))"
+                )
+            arguments[self._context_param] = context
+        token = _context.set_current(context)
+        try:
+            result = func(**arguments)
+            if inspect.isawaitable(result):
+                return _run_awaitable(self.name, result)
+            return result
+        finally:
+            _context.reset_current(token)
 
     def _function(self) -> Callable[..., Any]:
         if self.func is None:

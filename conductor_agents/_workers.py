@@ -19,6 +19,7 @@ from ._clock import SYSTEM_CLOCK, Clock
 from ._executor import ToolExecutor
 from ._observer import TaskObserver
 from ._poller import DomainPoller
+from ._task_watch import hand_back
 from ._watchdog import RunWatch, RunWatchdog
 from ._watcher import QueueWatcher
 from .agent import Agent
@@ -163,12 +164,16 @@ class WorkerSet:
             poller.stop()
 
     def execution_ended(self, execution_id: str) -> None:
-        """The run ended (a handle or the watchdog saw it): stop serving and watching it now.
+        """The run ended (a handle or the watchdog saw it): stop serving and watching it now, and
+        cancel its tools still running here (``ctx.cancelled``).
 
         The hook for anything that must learn when a run ends in this process.
         """
         with self._lock:
             pollers = [p for p in self._pollers.values() if execution_id in p.executions]
+            executor = self._executor
+        if executor is not None:
+            executor.run_ended(execution_id)
         for poller in pollers:
             poller.remove_execution(execution_id)
             self.retire_if_idle(poller)
@@ -217,6 +222,13 @@ class WorkerSet:
         if poller is not None:
             poller.ring()
 
+    def stop_requested(self, execution_id: str) -> None:
+        """A graceful stop of the run was asked from this process: its tools see ``ctx.stop_requested``."""
+        with self._lock:
+            executor = self._executor
+        if executor is not None:
+            executor.stop_requested(execution_id)
+
     # -- start-up check ---------------------------------------------------------------
 
     def confirm_polling(self, reservation: Reservation) -> None:
@@ -252,8 +264,9 @@ class WorkerSet:
 
         A worker killed mid-tool leaves its task IN_PROGRESS until its lease ends (an hour
         for agent tools). ``resume()`` is the caller saying that process is gone, so each
-        such task is reported FAILED; the server then schedules a retry on the same domain,
-        which this process serves. Returns the reference names reclaimed.
+        such task is handed back (requeued IN_PROGRESS, see ``_task_watch.hand_back``): the
+        server delivers the same call again on the same domain, which this process serves,
+        and the model sees only that delivery's result. Returns the reference names reclaimed.
         """
         reclaimed = []
         for task in workflow.get("tasks") or ():
@@ -261,11 +274,9 @@ class WorkerSet:
                     or not task.get("pollCount") or task.get("workerId") == self._worker_id):
                 continue
             try:
-                self._api.update_task({
-                    "workflowInstanceId": task.get("workflowInstanceId"), "taskId": task.get("taskId"),
-                    "workerId": self._worker_id, "status": "FAILED",
-                    "reasonForIncompletion": f"reclaimed on resume: worker {task.get('workerId')} is gone",
-                })
+                hand_back(self._api, workflow_id=str(task.get("workflowInstanceId")), task_id=str(task.get("taskId")),
+                          worker_id=self._worker_id,
+                          note=f"reclaimed on resume: worker {task.get('workerId')} is gone")
             except ConductorAgentsError as err:
                 log.warning("could not reclaim task %s: %s", task.get("referenceTaskName"), err)
                 continue

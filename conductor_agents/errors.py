@@ -11,6 +11,7 @@ so code can react without parsing messages. No message ever contains a secret.
 
 from __future__ import annotations
 
+import math
 from typing import Optional
 
 
@@ -55,6 +56,44 @@ class AgentTypeError(ConductorAgentsError, TypeError):
 
 class ToolDefinitionError(ConductorAgentsError, TypeError):
     """A function cannot become a tool (unsupported type hint, bad name, ...)."""
+
+
+# --- raised by tools ---------------------------------------------------------------
+
+
+class ToolRetry(ConductorAgentsError):
+    """Raise it in a tool to have the same call delivered again, ``after_seconds`` later (whole
+    seconds, rounded up, at least 1).
+
+    The model does not see this failure: the server keeps the call open and delivers it again
+    (``ctx.attempt`` goes up by one, ``ctx.idempotency_key`` stays). Deliveries are limited by the
+    task's retry budget on the server (agent tool tasks: ``retryCount`` 2, so 3 deliveries in all);
+    a ``ToolRetry`` on the last one ends the call as a failure the model sees, with ``reason``.
+
+    Raises:
+        ValueError: ``after_seconds`` is negative or not a number.
+    """
+
+    def __init__(self, reason: str = "the tool asked to be retried", *, after_seconds: float = 0.0) -> None:
+        if isinstance(after_seconds, bool) or not isinstance(after_seconds, (int, float)) \
+                or not math.isfinite(after_seconds) or after_seconds < 0:
+            raise ValueError(f"after_seconds must be a number >= 0, got {after_seconds!r}")
+        super().__init__(reason)
+        self.reason = str(reason)
+        self.after_seconds = float(after_seconds)
+
+
+class ToolCancelled(ConductorAgentsError):
+    """Raised by :meth:`ToolContext.check_cancelled` once the call is cancelled.
+
+    Let it propagate: it is not reported as a tool failure (see ``docs/tools.md``). ``reason`` is
+    a ``CancelReason`` value (``"run_ended"``, ``"task_lost"``, ``"runtime_closing"``), or None
+    when a tool raised it itself.
+    """
+
+    def __init__(self, message: str = "the tool call was cancelled", *, reason: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 class PayloadError(ConductorAgentsError, TypeError):

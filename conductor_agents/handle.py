@@ -55,6 +55,7 @@ class AgentHandle:
         agent: Optional["Agent"] = None,
         liveness: Optional["RunWatch"] = None,
         on_terminal: Optional[Any] = None,
+        on_stop: Optional[Any] = None,
         workers_attached: bool = False,
         observer: Optional[Any] = None,  # the runtime's TaskObserver: local events and stats
     ) -> None:
@@ -68,6 +69,7 @@ class AgentHandle:
         self._clock = clock
         self._liveness = liveness
         self._on_terminal = on_terminal
+        self._on_stop = on_stop
         self.workers_attached = workers_attached
         self._last_status: Optional[RunStatus] = None
         self._result: Optional[AgentResult] = None
@@ -259,6 +261,8 @@ class AgentHandle:
             if err.status != 409:
                 raise
             return
+        if self._on_stop is not None:  # this process's running tools see ctx.stop_requested at once
+            self._on_stop(self.execution_id)
         if self.agent is not None and not self.agent.needs_message_queue:
             return
         try:
@@ -267,7 +271,8 @@ class AgentHandle:
             log.debug("no stop signal pushed to %s: %s", self.execution_id, err)
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
-        """Terminate the run at once (TERMINATED). Its running tools are not interrupted.
+        """Terminate the run at once (TERMINATED). Its tools running in this process see
+        ``ctx.cancelled`` at once (elsewhere within seconds); bodies are never interrupted.
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
@@ -277,6 +282,7 @@ class AgentHandle:
         except HttpError as err:
             if err.status != 409:
                 raise
+        self._terminal()  # the run has ended: its tools running here see ctx.cancelled at once
         self._wake.set()
 
     # -- context manager --------------------------------------------------------------

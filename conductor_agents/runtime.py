@@ -241,8 +241,9 @@ class AgentRuntime:
         Reads the run's domain from the workflow's ``taskToDomain``, registers ``agent``'s
         workers on it and attaches the liveness monitor. Tasks of that domain that a
         previous worker had taken and not finished (it died) are handed back to the server,
-        which retries them here. A run that already ended gives a handle whose ``wait()``
-        returns at once; no workers start.
+        which delivers them again here (``ctx.attempt`` 2, the same ``ctx.idempotency_key``).
+        A run that already ended gives a handle whose ``wait()`` returns at once; no workers
+        start.
 
         A run whose domain another worker still polls is not taken over: two processes
         polling one domain would split the run's tasks (and its in-memory state) between
@@ -344,7 +345,7 @@ class AgentRuntime:
         handle = AgentHandle(
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
             settings=self.settings, clock=self._clock, agent=agent, liveness=watch,
-            on_terminal=self._execution_ended, workers_attached=workers,
+            on_terminal=self._execution_ended, on_stop=self._stop_requested, workers_attached=workers,
             observer=self._observer,
         )
         on_stall = self._on_stall
@@ -356,6 +357,10 @@ class AgentRuntime:
         # Through the runtime, not bound to a WorkerSet: a handle made before a fork then
         # reaches the child's workers (which do not serve the parent's run: a no-op).
         self._workers.execution_ended(execution_id)
+
+    def _stop_requested(self, execution_id: str) -> None:
+        # Through the runtime for the same reason: its tools running here see ctx.stop_requested.
+        self._workers.stop_requested(execution_id)
 
     def close(self) -> None:
         """Stop polling, let running tools finish (``shutdown_grace_seconds``), join every

@@ -147,6 +147,7 @@ def _make_tool(
         timeout_seconds=timeout_seconds,
         _kind=kind,
         _converters=derived.converters,
+        _context_param=derived.context_param,
     )
 
 

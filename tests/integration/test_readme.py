@@ -54,5 +54,5 @@ def test_relative_links_resolve() -> None:
     missing = [link for link in local if not (REPO_ROOT / link).exists()]
     assert not missing, f"README links to missing files: {missing}"
     for doc in ("docs/concepts.md", "docs/configuration.md", "docs/operations.md", "docs/cli.md",
-                "docs/testing.md"):
+                "docs/testing.md", "docs/tools.md"):
         assert f"({doc})" in README, f"the README does not link {doc}"

@@ -111,7 +111,7 @@ def test_ten_crash_resume_cycles_lose_and_duplicate_nothing(agent_settings, scri
 
 def test_resume_reclaims_the_task_a_killed_worker_was_running(agent_settings, scripted_llm, unique_name, tmp_path):
     """SIGKILL inside a tool body: the task stays IN_PROGRESS on the server (for the tool's hour-long
-    lease); resume() hands it back, the server retries it, and the new process runs it."""
+    lease); resume() hands it back, the server delivers it again, and the new process runs it."""
     base = agent_settings.server_url
     model = scripted_llm.script(policy=listener_policy(act_on))
     name = unique_name("stuck")
@@ -135,10 +135,13 @@ def test_resume_reclaims_the_task_a_killed_worker_was_running(agent_settings, sc
                        timeout=60, interval=0.1, message="the reclaimed task ran again here")
             assert [(a["action"], a["pid"]) for a in read_actions(log)] == [
                 ("stuck", info["pid"]), ("stuck", os.getpid())]
+            # Handed back, not failed: the same task delivered a second time, here; the model saw only
+            # that delivery's result (a FAILED task would have shown it the failure and lost the retry).
             attempts = tasks_of(base, execution_id, "act")
-            assert [t["status"] for t in attempts] == ["FAILED", "COMPLETED"], attempts
-            assert "reclaimed on resume" in attempts[0]["reasonForIncompletion"]
-            assert attempts[1]["workerId"] == runtime.worker_id
+            assert [(t["status"], t["pollCount"]) for t in attempts] == [("COMPLETED", 2)], attempts
+            assert attempts[0]["workerId"] == runtime.worker_id
+            seen = [o.output for r in scripted_llm.requests_for(model) for o in r.tool_outputs if o.name == "act"]
+            assert seen == [{"done": "stuck", "pid": os.getpid()}]
             handle.stop()
             assert handle.wait(timeout=60).status is RunStatus.COMPLETED
     finally:

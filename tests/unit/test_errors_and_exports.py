@@ -24,6 +24,8 @@ BUILTIN_OF = {
     "AgentTypeError": (TypeError,),
     "ToolDefinitionError": (TypeError,),
     "PayloadError": (TypeError,),
+    "ToolRetry": (Exception,),
+    "ToolCancelled": (Exception,),
     "ServerError": (Exception,),
     "ServerUnavailableError": (ConnectionError,),
     "AuthenticationError": (PermissionError,),
@@ -149,6 +151,7 @@ def test_http_error_fields():
 
 PACKAGE_ALL = [
     "Agent", "ToolDef", "ToolRegistry", "WaitForMessageTool", "tool",
+    "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
     "AgentRuntime", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
     "ToolCallRecord",
     "LocalServer",

@@ -316,8 +316,9 @@ def test_long_running_tool_gets_its_lease_extended(http, make_executor, clock, g
 # --- shutdown ---------------------------------------------------------------------------------
 
 
-def test_shutdown_reports_still_running_tasks_failed(http, make_executor, clock, gate):
-    """A tool still running when the grace period ends has its task reported FAILED."""
+def test_shutdown_hands_still_running_tasks_back(http, make_executor, clock, gate):
+    """A tool still running when the grace period ends has its task handed back (requeued IN_PROGRESS,
+    not FAILED: the agent's join would show a failure to the model and drop the retry's result)."""
     http.add("POST", TASKS_URL, body="")
     started = []
     executor = make_executor()
@@ -325,8 +326,8 @@ def test_shutdown_reports_still_running_tasks_failed(http, make_executor, clock,
     eventually(lambda: started, timeout=5.0)
     clock.auto_advance = 1.0  # the grace period is measured on the clock: each reading moves it 1 s on
     executor.shutdown(grace=1.0)
-    assert [{**base(), "status": "FAILED",
-             "reasonForIncompletion": "the worker shut down before the tool finished"}] == posted(http)
+    assert [{**base(), "status": "IN_PROGRESS", "callbackAfterSeconds": 1, "outputData": {},
+             "logs": [{"log": "the worker shut down before the tool finished"}]}] == posted(http)
     gate.set()
     eventually(lambda: executor.in_flight_count == 0, timeout=5.0)
 

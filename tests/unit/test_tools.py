@@ -24,7 +24,8 @@ from conductor_agents.tools import (
 SUPPORTED = (
     "supported: str, int, float, bool, None, Any, Optional[X] / X | None, Union[X, Y], list[X], "
     "Sequence[X], tuple[X, ...], dict[str, X], Mapping[str, X], Literal[...], Enum subclasses "
-    "with str/int/float/bool values, Annotated[X, 'description']"
+    "with str/int/float/bool values, Annotated[X, 'description'], dataclasses, TypedDict, NamedTuple, "
+    "pydantic v2 models"
 )
 
 
