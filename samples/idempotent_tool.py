@@ -8,9 +8,10 @@ delivery of one call (``ctx.attempt`` tells the deliveries apart).
 1. A child process (this file with ``--child``) starts the run and serves its tool. The tool writes
    the payment row to a SQLite file, then hangs, as if the process died right there.
 2. The child is killed with SIGKILL after the row is committed and before any result is posted.
-3. This process calls ``runtime.resume(execution_id, agent)``. The task the dead worker held is
-   handed back, and the call is delivered here with ``attempt == 2`` and the same key. The tool
-   finds the row already there and returns it instead of writing a second one.
+3. This process calls ``runtime.resume(execution_id, agent, force=True)`` (force: it killed the
+   child itself). The task the dead worker held is handed back, and the call is delivered here
+   with ``attempt == 2`` and the same key. The tool finds the row already there and returns it
+   instead of writing a second one.
 4. The run completes; the table holds exactly one row.
 
 Run it offline (a real Conductor server on this machine, with a scripted model):
@@ -156,7 +157,9 @@ def run_scenario(settings: AgentSettings, model: str, db_path: str) -> int:
 
         payments = Payments(db_path)
         with AgentRuntime(settings) as runtime:
-            handle = runtime.resume(execution_id, build_agent(model, payments))
+            # force=True: we killed the child ourselves; its last poll is seconds old, so without it
+            # resume() would take the child for a live worker and refuse to take the run over.
+            handle = runtime.resume(execution_id, build_agent(model, payments), force=True)
             print(f"resumed run {execution_id} in pid {os.getpid()}")
             result = handle.wait(timeout=120)
         rows = payments.rows()

@@ -334,7 +334,8 @@ def test_closing_the_runtime_cancels_a_tool_and_the_call_resumes_elsewhere(agent
     assert first.seen[1:] == [CancelReason.RUNTIME_CLOSING]
 
     with AgentRuntime(agent_settings) as resumer:
-        result = resumer.resume(handle.execution_id, agent_for(second)).wait(timeout=90)
+        # force: the first runtime polled the run's domain seconds ago (it is closed, not dead).
+        result = resumer.resume(handle.execution_id, agent_for(second), force=True).wait(timeout=90)
     assert result.status is RunStatus.COMPLETED
     assert second.seen == [(2, first.seen[0][1])]  # the same call, its second delivery
     [output] = scripted_llm.requests_for(model)[1].tool_outputs
