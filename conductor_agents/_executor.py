@@ -217,7 +217,7 @@ class ToolExecutor:
                 listener = None
             if result is not None:
                 if result["status"] == _HANDED_BACK:
-                    self._forget(task)  # the server may deliver it again at once: it is not running here
+                    self._forget(task, flight)  # the server may deliver it again soon: it is not running here
                 self._post_result(task, result)
         except BaseException:  # never let a pool thread die silently
             log.exception("unexpected error while running task %s (%s)", task.task_id, task.task_type)
@@ -225,16 +225,19 @@ class ToolExecutor:
         finally:
             if listener is not None:  # the body itself blew up: still balance task_started
                 listener.task_finished(task, "ERROR", self._clock.monotonic() - started, "unexpected worker error")
-            self._forget(task)
+            self._forget(task, flight)
             if self._on_task_done is not None:
                 try:
                     self._on_task_done(task, outcome, self._clock.monotonic() - started)
                 except Exception:
                     log.exception("task-done hook failed")
 
-    def _forget(self, task: TaskRef) -> None:
+    def _forget(self, task: TaskRef, flight: Optional[_InFlight] = None) -> None:
+        """Drop the task from the in-flight set (only ``flight``'s entry, when given: after a
+        hand-back the same task id may already be running again as a new delivery)."""
         with self._lock:
-            self._in_flight.pop(task.task_id, None)
+            if flight is None or self._in_flight.get(task.task_id) is flight:
+                self._in_flight.pop(task.task_id, None)
             self._note_fullness()
             self._idle.notify_all()
 
