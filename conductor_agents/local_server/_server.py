@@ -14,13 +14,14 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from .._clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, LocalServerError
 from . import _http, _logs, _proc
 from ._jar import resolve_server_jar
 from ._java import JavaRuntime, find_java
+from ._redis import RedisServer, redis_server_properties
 
 _log = logging.getLogger("conductor_agents.local_server")
 
@@ -31,6 +32,9 @@ A 1 GB heap cap and the single-threaded serial collector keep one server near 42
 RSS (about 500-560 MB without them) at the same start time (about 15 s on 2 cores).
 Running out of heap ends the process at once instead of leaving it half alive.
 """
+
+BACKENDS: Tuple[str, ...] = ("sqlite", "redis")
+"""What :class:`LocalServer` can keep its data in (``backend=``)."""
 
 LOG_TAIL_LINES = 40
 _HEALTH_POLL_SECONDS = 0.25
@@ -51,6 +55,13 @@ class LocalServer:
     you pass is never deleted. Runs survive :meth:`restart` on the same data dir.
     Note: with SQLite the workflow message queue lives in the server's memory, so
     messages not yet consumed are lost when the server restarts.
+
+    ``backend="redis"`` keeps runs, task queues, the message queue and the execution
+    lock in Redis instead: the server starts its own ``redis-server`` (append-only file
+    in ``data_dir/redis``, a free loopback port) and stops it with itself, so queued
+    messages survive :meth:`restart`. ``redis_port`` points the server at a Redis that
+    runs already (how :class:`~conductor_agents.testing.LocalCluster` shares one Redis
+    between its nodes) instead of starting one.
 
     ``port`` None or 0 picks a free loopback port (kept across restarts). ``version``
     and ``jar`` choose the server (see :func:`resolve_server_jar`), ``java`` the runtime
@@ -89,6 +100,8 @@ class LocalServer:
         log_path: Optional[PathLike] = None,
         detached: bool = False,
         progress: bool = True,
+        backend: str = "sqlite",
+        redis_port: Optional[int] = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """Describe a server; nothing starts until :meth:`start`.
@@ -108,6 +121,13 @@ class LocalServer:
             raise ConfigurationError("env must map str to str")
         if detached and data_dir is None:
             raise ConfigurationError("a detached server needs an explicit data_dir")
+        if backend not in BACKENDS:
+            raise ConfigurationError(f"backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+        if redis_port is not None and backend != "redis":
+            raise ConfigurationError("redis_port needs backend='redis'")
+        self._backend = backend
+        self._redis_port = redis_port
+        self._redis: Optional[RedisServer] = None
         self._given_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else None
         self._version = version
         self._jar = Path(jar) if jar is not None else None
@@ -181,6 +201,21 @@ class LocalServer:
                 f"the Conductor server (pid {self._proc.pid}) was started by process {self._owner_pid}; this "
                 f"process ({os.getpid()}) is a fork of it and cannot stop, restart or start it: use it over "
                 f"HTTP ({self.url}) and leave its lifecycle to the process that started it")
+
+    def kill(self) -> None:
+        """SIGKILL the server at once, as a crash would (for fault tests). Idempotent.
+
+        Its own Redis (``backend="redis"``) keeps running; :meth:`start` starts the server again.
+        """
+        self._check_owner()
+        with self._lock:
+            proc = self._proc
+            if proc is not None:
+                _log.info("killing Conductor server (pid %d)", proc.pid)
+                proc.kill()
+                proc.wait(_KILL_WAIT_SECONDS)
+                self._proc = None
+                _unregister(self)
 
     def __enter__(self) -> "LocalServer":
         self._check_owner()
@@ -258,6 +293,16 @@ class LocalServer:
         return self._running_version
 
     @property
+    def backend(self) -> str:
+        """``"sqlite"`` or ``"redis"``."""
+        return self._backend
+
+    @property
+    def redis(self) -> Optional[RedisServer]:
+        """The Redis this server started for itself (``backend="redis"`` without ``redis_port``), else None."""
+        return self._redis
+
+    @property
     def detached(self) -> bool:
         """True when the server is meant to outlive this process."""
         return self._detached
@@ -280,6 +325,7 @@ class LocalServer:
         self._running_version = self._version or (match.group(1) if match else None)
         data_dir = self._prepare_data_dir()
         try:
+            redis_port = self._start_own_redis(data_dir)
             if self._port is None:
                 self._port = _proc.free_port()
             port = self._port
@@ -288,7 +334,7 @@ class LocalServer:
             log_path = self.log_path
             assert log_path is not None
             log_path.parent.mkdir(parents=True, exist_ok=True)
-            cmd = self._command(java, jar, data_dir, port)
+            cmd = self._command(java, jar, data_dir, port, redis_port)
             _log.info("starting Conductor server %s on port %d (data %s)", self._running_version, port, data_dir)
             began = self._clock.monotonic()
             lock_fd = _lock_data_dir(data_dir)
@@ -339,10 +385,30 @@ class LocalServer:
         except OSError as err:
             raise LocalServerError(f"cannot create the data directory: {err}") from err
 
-    def _command(self, java: Path, jar: Path, data_dir: Path, port: int) -> list[str]:
+    def _start_own_redis(self, data_dir: Path) -> Optional[int]:
+        """Start this server's own Redis when it needs one; return the Redis port to use (None: SQLite)."""
+        if self._backend != "redis":
+            return None
+        if self._redis_port is not None:
+            return self._redis_port
+        if self._redis is None:
+            self._redis = RedisServer(
+                data_dir / "redis", log_path=data_dir / "redis.log", detached=self._detached, clock=self._clock
+            )
+        if self._redis.pid is None:  # still running after kill()
+            self._redis.start()
+        return self._redis.port
+
+    def _command(self, java: Path, jar: Path, data_dir: Path, port: int, redis_port: Optional[int]) -> list[str]:
+        if redis_port is None:
+            backend = {
+                "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL"
+            }
+        else:
+            backend = redis_server_properties(redis_port)
         props = {
             "polyglot.engine.WarnInterpreterOnly": "false",
-            "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL",
+            **backend,
             "conductor.workflow-message-queue.enabled": "true",
             # A JOIN re-checks at a growing interval once it has waited a while, up to this
             # many seconds (default 30): a listener idle for minutes then took up to 30 s to act
@@ -385,6 +451,8 @@ class LocalServer:
             _terminate(proc, self._stop_timeout)
             self._proc = None
             _unregister(self)
+        if self._redis is not None:
+            self._redis.stop()
         if remove_owned_dir and self._owned_dir is not None:
             shutil.rmtree(self._owned_dir, ignore_errors=True)
             self._owned_dir = None
@@ -447,15 +515,15 @@ def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
 # --- never orphan: stop every attached server when this process exits ----------------
 
 _registry_lock = threading.Lock()
-_attached: "set[LocalServer]" = set()
+_attached: "set[Any]" = set()  # LocalServer and the helper processes (_aux.AuxProcess)
 
 
-def _register(server: LocalServer) -> None:
+def _register(server: Any) -> None:
     with _registry_lock:
         _attached.add(server)
 
 
-def _unregister(server: LocalServer) -> None:
+def _unregister(server: Any) -> None:
     with _registry_lock:
         _attached.discard(server)
 

@@ -1,0 +1,168 @@
+"""A helper process beside the Conductor server (Redis, the load balancer): start, wait ready, stop.
+
+The process is spawned like the server (see :mod:`._proc`): attached ones get
+``PR_SET_PDEATHSIG`` and are stopped by the ``atexit`` hook, detached ones start a new
+session. Its output is appended to one log file.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+from .._clock import SYSTEM_CLOCK, Clock
+from ..errors import LocalServerError
+from . import _logs, _proc
+
+_log = logging.getLogger("conductor_agents.local_server")
+
+_READY_POLL_SECONDS = 0.1
+_KILL_WAIT_SECONDS = 10.0
+_LOG_TAIL_LINES = 30
+
+
+def find_binary(name: str, package: str) -> str:
+    """Return the path of the executable ``name``.
+
+    Raises:
+        LocalServerError: it is not on PATH (the message names the package to install).
+    """
+    path = shutil.which(name)
+    if path is None:
+        raise LocalServerError(
+            f"{name} is not installed: install the package {package!r} "
+            f"(Debian/Ubuntu: apt-get install {package}; `make test` does it when run as root)"
+        )
+    return path
+
+
+class AuxProcess:
+    """One helper process: a command, a log file, a readiness check.
+
+    Thread-safety: :meth:`start`, :meth:`stop` and :meth:`kill` serialize on a lock.
+    """
+
+    def __init__(
+        self,
+        role: str,
+        *,
+        log_path: Path,
+        cwd: Path,
+        detached: bool,
+        ready: Callable[[], bool],
+        startup_timeout: float,
+        stop_timeout: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.role = role
+        self.log_path = log_path
+        self._cwd = cwd
+        self._detached = detached
+        self._ready = ready
+        self._startup_timeout = startup_timeout
+        self._stop_timeout = stop_timeout
+        self._clock = clock
+        self._lock = threading.RLock()
+        self._proc: Optional[subprocess.Popen[bytes]] = None
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The process id while it runs, else None."""
+        proc = self._proc
+        return proc.pid if proc is not None and proc.poll() is None else None
+
+    def start(self, cmd: Sequence[str]) -> None:
+        """Spawn ``cmd`` and wait until the readiness check passes.
+
+        Raises:
+            LocalServerError: already running, it exited, or it was not ready in time
+                (the process is then killed; the message holds the last log lines).
+        """
+        from ._server import _register  # the one atexit registry of attached processes
+
+        with self._lock:
+            if self.pid is not None:
+                raise LocalServerError(f"{self.role} is already running (pid {self.pid})")
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "a", encoding="utf-8") as log:
+                offset = log.tell()
+                log.write(f"--- conductor-agents: starting {self.role} at {time.strftime('%Y-%m-%d %H:%M:%S')}\n")
+                log.flush()
+                self._proc = _proc.spawn(cmd, env=_plain_env(), log_file=log, cwd=self._cwd, detached=self._detached)
+            if not self._detached:
+                _register(self)
+            try:
+                self._wait_ready(self._proc, offset)
+            except BaseException:
+                self._stop(self._stop_timeout)
+                raise
+
+    def stop(self) -> None:
+        """SIGTERM, then SIGKILL after the stop timeout. Idempotent."""
+        with self._lock:
+            self._stop(self._stop_timeout)
+
+    def kill(self) -> None:
+        """SIGKILL at once (a crash, for fault tests). Idempotent."""
+        with self._lock:
+            proc = self._proc
+            if proc is not None and proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            self._stop(0.0)
+
+    def _stop_at_exit(self) -> None:
+        if self._lock.acquire(timeout=self._stop_timeout):
+            try:
+                self._stop(self._stop_timeout)
+            finally:
+                self._lock.release()
+
+    def _stop(self, timeout: float) -> None:
+        from ._server import _unregister
+
+        proc = self._proc
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                _log.warning("%s pid %d ignored SIGTERM for %.0f s; killing it", self.role, proc.pid, timeout)
+                proc.kill()
+                try:
+                    proc.wait(_KILL_WAIT_SECONDS)
+                except subprocess.TimeoutExpired as err:
+                    raise LocalServerError(f"{self.role} pid {proc.pid} survived SIGKILL") from err
+        self._proc = None
+        _unregister(self)
+
+    def _wait_ready(self, proc: subprocess.Popen[bytes], offset: int) -> None:
+        deadline = self._clock.monotonic() + self._startup_timeout
+        while True:
+            try:
+                code = proc.wait(timeout=_READY_POLL_SECONDS)  # doubles as the poll interval
+            except subprocess.TimeoutExpired:
+                pass
+            else:
+                raise self._failure(f"{self.role} exited with code {code} during startup", offset)
+            if self._ready():
+                return
+            if self._clock.monotonic() >= deadline:
+                raise self._failure(f"{self.role} was not ready within {self._startup_timeout:.0f} s", offset)
+
+    def _failure(self, message: str, offset: int) -> LocalServerError:
+        tail = _logs.tail_lines(self.log_path, _LOG_TAIL_LINES, offset)
+        return LocalServerError(f"{message} (log: {self.log_path}); last lines:\n{tail}", log_tail=tail)
+
+
+def _plain_env() -> "dict[str, str]":
+    """Redis and HAProxy need no secrets: they get PATH and locale only."""
+    return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "TZ")}
