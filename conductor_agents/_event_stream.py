@@ -17,6 +17,14 @@ How the reader gets server events:
    stream was opened, the server's replay has a gap (it keeps the last 200 events), or the
    stream stays silent while the run has ended. Events already delivered by the stream
    are recognised by content and not repeated.
+
+Behind a load balancer the stream shows only what the node it reached emitted (the server
+keeps a run's stream state per node), so it may never carry ``done``. While a connection
+is open a second thread (``conductor-agents-events-<id>-quiet``, owned by the reader, joined
+when the connection ends) asks for the run's status after every ``idle_check_seconds``
+(1 s) without an event; once the run has ended it cuts the connection and the reader
+finishes from the task list, so the iterator ends within about that time of the run's end
+on any topology.
 """
 
 from __future__ import annotations
@@ -79,7 +87,7 @@ class _Reader:
 
     def __init__(self, api: Any, execution_id: str, emit: Callable[[Any], None], *, clock: Clock,
                  deadline: float, poll_interval: float, max_transient_errors: int,
-                 idle_check_seconds: float = 20.0, read_timeout: float = 45.0, max_reconnects: int = 5) -> None:
+                 idle_check_seconds: float = 1.0, read_timeout: float = 45.0, max_reconnects: int = 5) -> None:
         self._api = api
         self._execution_id = execution_id
         self._emit = emit
@@ -99,6 +107,8 @@ class _Reader:
         self._last_numeric: Optional[int] = None
         self._retry_seconds: Optional[float] = None
         self._got_event = False
+        self._activity = threading.Event()  # set by the reader on every chunk; the quiet watch clears it
+        self._ended_quietly = False
         self.last_event_id = ""
         self.mode = "stream"
 
@@ -191,6 +201,9 @@ class _Reader:
                                         timeout=(5.0, self._read_timeout))
         with self._lock:
             self._stream = stream
+        done = threading.Event()
+        watch = threading.Thread(target=self._watch_quiet, args=(stream, done),
+                                 name=f"conductor-agents-events-{self._execution_id}-quiet", daemon=True)
         try:
             if self._stop.is_set():
                 return _DROPPED
@@ -198,33 +211,50 @@ class _Reader:
             if "text/event-stream" not in content_type:
                 log.info("GET /agent/stream/%s answered %r, not an event stream", self._execution_id, content_type)
                 return _POLL
-            return self._read(stream)
+            self._ended_quietly = False
+            watch.start()
+            outcome = self._read(stream)
+            if outcome == _DROPPED and self._ended_quietly and not self._stop.is_set():
+                log.info("run %s ended but its stream did not say so (another node may have emitted the end); "
+                         "reading its task list", self._execution_id)
+                return _POLL
+            return outcome
         finally:
+            done.set()
             with self._lock:
                 self._stream = None
             stream.close()
+            if watch.ident is not None:
+                watch.join(15.0)  # at most one status request (10 s timeout) in flight
+
+    def _watch_quiet(self, stream: ByteStream, done: threading.Event) -> None:
+        """While the connection is open: after each quiet period ask whether the run ended; if so cut it."""
+        self._activity.clear()
+        while not done.wait(self._idle_check) and not self._stop.is_set():
+            if self._activity.is_set():
+                self._activity.clear()
+                continue
+            if done.is_set():
+                return
+            if self._run_has_ended():
+                self._ended_quietly = True
+                stream.abort()
+                return
 
     def _read(self, stream: ByteStream) -> str:
         decoder = SseDecoder(self.last_event_id)
-        quiet_since = self._clock.monotonic()
         try:
             for chunk in stream:
                 if self._stopped():
                     return _DROPPED
                 for message in decoder.feed(chunk):
-                    quiet_since = self._clock.monotonic()
+                    self._activity.set()  # an event, not a heartbeat: the stream is not quiet
                     self._got_event = True
                     outcome = self._on_message(message)
                     if outcome is not None:
                         return outcome
                 if decoder.retry_ms is not None:
                     self._retry_seconds = min(decoder.retry_ms / 1000.0, 30.0)
-                if self._clock.monotonic() - quiet_since >= self._idle_check:
-                    quiet_since = self._clock.monotonic()
-                    if self._run_has_ended():
-                        log.info("run %s ended but its stream did not say so; reading its task list",
-                                 self._execution_id)
-                        return _POLL
         except ServerUnavailableError as err:
             log.debug("event stream of %s broke: %s", self._execution_id, err)
         decoder.close()
@@ -333,7 +363,7 @@ class EventStream:
 
     def __init__(self, api: Any, execution_id: str, *, timeout: float, observer: Any = None,
                  clock: Clock = SYSTEM_CLOCK, poll_interval: float = 0.5, max_transient_errors: int = 3,
-                 idle_check_seconds: float = 20.0) -> None:
+                 idle_check_seconds: float = 1.0) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
         self.execution_id = execution_id

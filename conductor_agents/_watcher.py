@@ -12,6 +12,13 @@ came lately, so another is likely soon). It reads them with one ``GET /tasks/que
 (one query on the server whatever the number of runs), and queue by queue with
 ``GET /tasks/queue/sizes`` only when the server refuses that or knows so many queues that
 listing them costs more than asking for ours (which is one count per queue on the server).
+
+On a cluster the listing cannot be trusted: with Redis queues each node lists only the
+queues *it* has touched, so behind a round-robin balancer a queue holding our task may be
+missing from every answer of the node that did not schedule it. One server (SQLite or one
+Redis node) only ever adds queues to its listing; so the first time a queue of ours that a
+listing held is missing from a later one, the watcher knows it sees several views and asks
+queue by queue from then on (one O(1) count per queue on Redis).
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ class QueueWatcher:
         self._healthy = False
         self._list_all = True  # False for good once the server refuses /tasks/queue/all
         self._by_queue_until = 0.0  # ask queue by queue until then (the server knows too many queues)
+        self._listed: "set[str]" = set()  # our queue names some listing held (to tell a cluster's partial views)
         self._stop = threading.Event()
         # Daemon: if it dies with the interpreter, only the rings are lost (pollers fall back
         # to long polls when it is unhealthy; at exit they die too).
@@ -138,7 +146,7 @@ class QueueWatcher:
     def _round(self, pollers: List[DomainPoller], now: float, *, full: bool) -> None:
         sizes = None
         if self._list_all and now >= self._by_queue_until:
-            sizes = self._all_sizes(now, sum(len(p.queue_names()) for p in pollers))
+            sizes = self._all_sizes(now, {name for p in pollers for name in p.queue_names()})
         if sizes is None:
             # Queue by queue costs the server one count per queue: between full rounds ask
             # only for the pollers that expect work.
@@ -147,7 +155,7 @@ class QueueWatcher:
             if any((sizes.get(name) or 0) > 0 for name in poller.queue_names()):
                 poller.ring()
 
-    def _all_sizes(self, now: float, own: int) -> "Mapping[str, object] | None":
+    def _all_sizes(self, now: float, own: "set[str]") -> "Mapping[str, object] | None":
         """Every queue's size in one request, or None when asking queue by queue is the better way."""
         try:
             sizes = self._api.all_queue_sizes()
@@ -158,9 +166,16 @@ class QueueWatcher:
             log.info("the server does not list its queues (%s); asking queue by queue", err)
             self._list_all = False
             return None
-        if len(sizes) > max(_ALL_QUEUES_LIMIT, _ALL_PER_OWN * own):
+        listed = own.intersection(sizes)
+        if not self._listed.intersection(own) <= listed:
+            log.info("the server's queue listing lost a queue it held (several nodes behind a balancer, "
+                     "or a restarted Redis server); asking queue by queue from now on")
+            self._list_all = False
+            return None
+        self._listed = (self._listed & own) | listed
+        if len(sizes) > max(_ALL_QUEUES_LIMIT, _ALL_PER_OWN * len(own)):
             log.debug("the server lists %d queues; asking for our %d queue by queue for %.0fs",
-                      len(sizes), own, _SIZES_HOLD_SECONDS)
+                      len(sizes), len(own), _SIZES_HOLD_SECONDS)
             self._by_queue_until = now + _SIZES_HOLD_SECONDS
         return sizes
 

@@ -1,7 +1,8 @@
 """``conductor-agents server ...``: run a local Conductor server for development.
 
 ``start`` launches a detached server and records it (pid, port, data dir, log, version)
-in the state file; ``status``, ``logs`` and ``stop`` read that record. ``start
+in the state file; ``--backend redis`` keeps the data in its own Redis, and ``--nodes N``
+starts a local cluster (N nodes on one Redis behind HAProxy; the URL is the balancer's); ``status``, ``logs`` and ``stop`` read that record. ``start
 --foreground`` keeps the server attached until Ctrl-C. ``fetch`` and ``java`` check the
 prerequisites (the jar and a Java 21+ runtime).
 """
@@ -13,11 +14,11 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Iterator, List, Optional, Union
 
-from ..local_server import LocalServer, find_java, resolve_server_jar
+from ..local_server import BACKENDS, LocalCluster, LocalServer, find_java, resolve_server_jar
 from ..local_server import _dirs, _http, _logs, _proc, _state
-from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, error
+from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error
 
 DEFAULT_PORT = 8080
 _STOP_TIMEOUT = 20.0
@@ -44,6 +45,11 @@ def register(subparsers: Any) -> None:
     start.add_argument("--env", action="append", type=_env_item, default=[], metavar="KEY=VALUE",
                        help="environment for the server, e.g. OPENAI_API_KEY=... (repeatable)")
     start.add_argument("--startup-timeout", type=float, default=180.0, help="seconds to wait for health")
+    start.add_argument("--backend", choices=BACKENDS, default=None,
+                       help="where runs and queued messages live: sqlite (default; queued messages are lost "
+                       "on restart) or redis (a redis-server of its own, durable)")
+    start.add_argument("--nodes", type=int, default=1,
+                       help="with --backend redis: how many server nodes behind an HAProxy balancer (default 1)")
     start.set_defaults(handler=_start)
 
     stop = verbs.add_parser("stop", help="stop the recorded server")
@@ -87,6 +93,12 @@ def _start(args: argparse.Namespace) -> int:
         _state.remove(state)
     data_dir = args.data_dir or _dirs.default_data_dir()
     env: Dict[str, str] = dict(args.env)
+    backend = args.backend or ("redis" if args.nodes > 1 else "sqlite")
+    if args.nodes < 1 or (args.nodes > 1 and backend != "redis"):
+        error("--nodes N needs N >= 1, and more than one node needs --backend redis")
+        return EXIT_USAGE
+    if args.nodes > 1:
+        return _start_cluster(args, state, data_dir, env)
     server = LocalServer(
         data_dir,
         port=args.port,
@@ -94,10 +106,16 @@ def _start(args: argparse.Namespace) -> int:
         env=env,
         startup_timeout=args.startup_timeout,
         detached=not args.foreground,
+        backend=backend,
     )
-    print(f"Starting the Conductor server on port {args.port} (data in {data_dir}) ...", file=sys.stderr)
+    print(f"Starting the Conductor server on port {args.port} (data in {data_dir}, {backend}) ...", file=sys.stderr)
     server.start()
     assert server.pid is not None and server.port is not None and server.log_path is not None
+    redis = server.redis
+    members = (
+        (_state.MemberRecord.for_process("redis-server", redis.pid, redis.log_path),)
+        if redis is not None and redis.pid is not None else ()
+    )
     record = _state.ServerRecord.for_process(
         pid=server.pid,
         port=server.port,
@@ -105,17 +123,67 @@ def _start(args: argparse.Namespace) -> int:
         log_path=server.log_path,
         version=server.version,
         detached=not args.foreground,
+        backend=backend,
+        members=members,
     )
     _state.save(state, record)
     print(f"Conductor server {server.version or '(unknown version)'} running at {server.url} (pid {server.pid})")
     print(f"  data: {data_dir}\n  log:  {server.log_path}")
+    _say_durability(backend)
     if not args.foreground:
         return EXIT_OK
     print("Press Ctrl-C to stop it.", file=sys.stderr)
     return _run_in_foreground(server, state, record)
 
 
-def _run_in_foreground(server: LocalServer, state: Path, record: _state.ServerRecord) -> int:
+def _say_durability(backend: str) -> None:
+    if backend == "sqlite":
+        print("  note: on SQLite, messages queued for a run and not yet consumed are lost when the server "
+              "restarts (--backend redis keeps them)")
+    else:
+        print("  queued messages are kept in Redis (append-only file) and survive a restart")
+
+
+def _start_cluster(args: argparse.Namespace, state: Path, data_dir: Path, env: Dict[str, str]) -> int:
+    cluster = LocalCluster(
+        data_dir,
+        nodes=args.nodes,
+        port=args.port,
+        version=args.version,
+        env=env,
+        startup_timeout=args.startup_timeout,
+        detached=not args.foreground,
+    )
+    print(f"Starting a local cluster: Redis, {args.nodes} Conductor nodes and HAProxy on port {args.port} "
+          f"(data in {data_dir}) ...", file=sys.stderr)
+    cluster.start()
+    parts = cluster.processes()
+    balancer = parts[0]
+    assert balancer[0] == "haproxy" and cluster.port is not None
+    record = _state.ServerRecord.for_process(
+        pid=balancer[1],
+        port=cluster.port,
+        data_dir=data_dir,
+        log_path=balancer[2],
+        version=cluster.nodes[0].version,
+        detached=not args.foreground,
+        backend="redis",
+        members=tuple(_state.MemberRecord.for_process(role, pid, log) for role, pid, log in parts[1:]),
+    )
+    _state.save(state, record)
+    print(f"Conductor cluster ({args.nodes} nodes, {record.version or 'unknown version'}) running at "
+          f"{cluster.url} (HAProxy round-robin, pid {record.pid})")
+    for role, pid, log in parts[1:]:
+        print(f"  {role}: pid {pid}, log {log}")
+    print(f"  data: {data_dir}")
+    _say_durability("redis")
+    if not args.foreground:
+        return EXIT_OK
+    print("Press Ctrl-C to stop it.", file=sys.stderr)
+    return _run_in_foreground(cluster, state, record)
+
+
+def _run_in_foreground(server: Union[LocalServer, LocalCluster], state: Path, record: _state.ServerRecord) -> int:
     stop_requested = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop_requested.set()) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -127,7 +195,7 @@ def _run_in_foreground(server: LocalServer, state: Path, record: _state.ServerRe
             if _stopped_elsewhere(state, record):
                 print("The server was stopped.", file=sys.stderr)
                 return EXIT_OK
-            error(f"the server exited unexpectedly; see {server.log_path}")
+            error(f"the server exited unexpectedly; see {record.log_path}")
             return EXIT_ERROR
         print("Stopping the server ...", file=sys.stderr)
         return EXIT_OK
@@ -156,15 +224,27 @@ def _stop(args: argparse.Namespace) -> int:
         error("no server is running (none was started with `conductor-agents server start`)")
         return EXIT_NOT_FOUND
     if not record.is_alive():
+        _stop_processes(record, args.timeout)  # a cluster's other parts may outlive its balancer
         _state.remove(state)
         error(f"no server is running (removed the stale record of pid {record.pid})")
         return EXIT_NOT_FOUND
-    if not _proc.terminate(record.pid, args.timeout):
-        error(f"could not stop the server (pid {record.pid})")
+    stuck = _stop_processes(record, args.timeout)
+    if stuck:
+        error(f"could not stop the server (pid {', '.join(map(str, stuck))})")
         return EXIT_ERROR
     _state.remove(state)
-    print(f"Stopped the Conductor server at {record.url} (pid {record.pid}).")
+    others = f" and {len(record.members)} more processes" if record.members else ""
+    print(f"Stopped the Conductor server at {record.url} (pid {record.pid}{others}).")
     return EXIT_OK
+
+
+def _stop_processes(record: _state.ServerRecord, timeout: float) -> List[int]:
+    """Stop the recorded process, then its members in order; return the pids that survived."""
+    stuck = [] if not record.is_alive() or _proc.terminate(record.pid, timeout) else [record.pid]
+    for member in record.members:
+        if member.is_alive() and not _proc.terminate(member.pid, timeout):
+            stuck.append(member.pid)
+    return stuck
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -178,7 +258,11 @@ def _status(args: argparse.Namespace) -> int:
         print(f"not running (the recorded server, pid {record.pid}, is gone; record removed)")
         return EXIT_NOT_FOUND
     health = "healthy" if _http.probe_health(record.base_url) else "not answering /health"
-    print(f"running at {record.url} (pid {record.pid}, version {record.version or 'unknown'}, {health})")
+    print(f"running at {record.url} (pid {record.pid}, version {record.version or 'unknown'}, "
+          f"{record.backend}, {health})")
+    for member in record.members:
+        state_text = f"pid {member.pid}" if member.is_alive() else f"pid {member.pid} NOT RUNNING"
+        print(f"  {member.role}: {state_text}, log {member.log_path}")
     print(f"  data: {record.data_dir}\n  log:  {record.log_path}")
     return EXIT_OK
 
@@ -192,6 +276,13 @@ def _logs_verb(args: argparse.Namespace) -> int:
     if not path.is_file():
         error(f"no server log at {path}")
         return EXIT_NOT_FOUND
+    if record is not None and record.members and not args.follow:
+        for role, log in [("main", path), *((m.role, m.log_path) for m in record.members)]:
+            print(f"==> {role}: {log} <==")
+            text = _logs.tail_lines(log, args.lines)
+            if text:
+                print(text)
+        return EXIT_OK
     text = _logs.tail_lines(path, args.lines)
     if text:
         print(text)

@@ -30,6 +30,33 @@ def state_file(environ: Optional[Mapping[str, str]] = None) -> Path:
 
 
 @attrs.frozen
+class MemberRecord:
+    """One more process of a recorded server: its Redis, or a cluster's nodes and balancer."""
+
+    role: str
+    pid: int
+    log_path: Path = attrs.field(converter=Path)
+    start_ticks: Optional[int] = None
+
+    def is_alive(self) -> bool:
+        """True when the process still runs (and is the same process)."""
+        if not _proc.is_alive(self.pid):
+            return False
+        return self.start_ticks is None or _proc.start_ticks(self.pid) == self.start_ticks
+
+    @classmethod
+    def for_process(cls, role: str, pid: int, log_path: Path) -> "MemberRecord":
+        return cls(role=role, pid=pid, log_path=log_path, start_ticks=_proc.start_ticks(pid))
+
+    def to_dict(self) -> dict:
+        return {"role": self.role, "pid": self.pid, "log_path": str(self.log_path), "start_ticks": self.start_ticks}
+
+
+def _members(value: Any) -> "tuple[MemberRecord, ...]":
+    return tuple(m if isinstance(m, MemberRecord) else MemberRecord(**m) for m in value or ())
+
+
+@attrs.frozen
 class ServerRecord:
     """Where a CLI-started server runs. Immutable, so thread-safe."""
 
@@ -41,6 +68,9 @@ class ServerRecord:
     started_at: float = 0.0
     start_ticks: Optional[int] = None
     detached: bool = True
+    backend: str = "sqlite"
+    #: Every other process to stop with it, in stop order (a cluster: the balancer first, Redis last).
+    members: "tuple[MemberRecord, ...]" = attrs.field(default=(), converter=_members)
 
     @property
     def base_url(self) -> str:
@@ -60,10 +90,13 @@ class ServerRecord:
 
     @classmethod
     def for_process(
-        cls, *, pid: int, port: int, data_dir: Path, log_path: Path, version: Optional[str], detached: bool
+        cls, *, pid: int, port: int, data_dir: Path, log_path: Path, version: Optional[str], detached: bool,
+        backend: str = "sqlite", members: "tuple[MemberRecord, ...]" = (),
     ) -> "ServerRecord":
         """Build the record of a process that runs now."""
         return cls(
+            backend=backend,
+            members=members,
             pid=pid,
             port=port,
             data_dir=data_dir,
@@ -90,6 +123,8 @@ class ServerRecord:
             started_at=float(data.get("started_at", 0.0)),
             start_ticks=data.get("start_ticks"),
             detached=bool(data.get("detached", True)),
+            backend=str(data.get("backend", "sqlite")),
+            members=tuple(MemberRecord(**m) for m in data.get("members") or ()),
         )
 
     def to_dict(self) -> dict:
@@ -97,6 +132,7 @@ class ServerRecord:
         data = attrs.asdict(self)
         data["data_dir"] = str(self.data_dir)
         data["log_path"] = str(self.log_path)
+        data["members"] = [m.to_dict() for m in self.members]
         return data
 
 

@@ -15,6 +15,7 @@ __all__ = [
     # The fake model, and a real server wired to it
     "ScriptedLLM",
     "LocalStack",
+    "LocalCluster",
     # Writing scripts
     "Failure",
     "Reply",
@@ -34,3 +35,12 @@ __all__ = [
     "ScriptedLLMStateError",
     "ScriptedLLMTimeoutError",
 ]
+
+
+def __getattr__(name: str) -> object:
+    # LocalCluster lives in local_server (processes, ports); imported on first use only.
+    if name == "LocalCluster":
+        from conductor_agents.local_server import LocalCluster
+
+        return LocalCluster
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

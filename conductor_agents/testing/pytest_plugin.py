@@ -14,8 +14,17 @@ Fixtures:
     ``CONDUCTOR_AGENTS_TEST_SERVER_URL`` to use a server you started yourself instead
     (start it with ``OPENAI_BASE_URL=http://127.0.0.1:PORT/v1`` and run the tests with
     ``CONDUCTOR_AGENTS_TEST_LLM_PORT=PORT`` so the session's ScriptedLLM listens there).
+``conductor_cluster`` (session)
+    A :class:`~conductor_agents.testing.LocalCluster` (two nodes on one Redis behind
+    HAProxy) wired to ``scripted_llm``; started on first use, once per session.
+``topology``
+    ``"single"`` or ``"cluster"``. Tests marked ``both_topologies`` run once on each
+    (ids ``[single]`` and ``[cluster]``); ``--topology single|cluster|both`` (default
+    ``both``, or ``CONDUCTOR_AGENTS_TEST_TOPOLOGY``) chooses which. Other tests: ``"single"``.
+``topology_server``
+    The server of this test's topology: ``conductor_server`` or ``conductor_cluster``.
 ``agent_settings``
-    :class:`~conductor_agents.AgentSettings` for that server.
+    :class:`~conductor_agents.AgentSettings` for ``topology_server``.
 ``agent_runtime``
     An :class:`~conductor_agents.AgentRuntime` on that server, closed after the test.
 ``unique_name``
@@ -75,10 +84,69 @@ def conductor_server(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPat
         server.stop()
 
 
+TOPOLOGIES = ("single", "cluster")
+TOPOLOGY_MARKER = "both_topologies"
+_TOPOLOGY_ENV = "CONDUCTOR_AGENTS_TEST_TOPOLOGY"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("conductor-agents")
+    group.addoption(
+        "--topology",
+        choices=("both", *TOPOLOGIES),
+        default=None,
+        help=f"where tests marked {TOPOLOGY_MARKER} run: one SQLite node, the Redis cluster, or both "
+        f"(default: ${_TOPOLOGY_ENV} or both)",
+    )
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", f"{TOPOLOGY_MARKER}: runs on one SQLite node and on a Redis cluster behind a balancer"
+    )
+
+
+def _selected_topologies(config: pytest.Config) -> "list[str]":
+    choice = config.getoption("--topology") or os.environ.get(_TOPOLOGY_ENV) or "both"
+    return list(TOPOLOGIES) if choice == "both" else [choice]
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "topology" in metafunc.fixturenames and metafunc.definition.get_closest_marker(TOPOLOGY_MARKER):
+        metafunc.parametrize("topology", _selected_topologies(metafunc.config), indirect=True)
+
+
+@pytest.fixture(scope="session")
+def conductor_cluster(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """Two Conductor nodes on one Redis behind HAProxy for the session, wired to ``scripted_llm``."""
+    from ..local_server import LocalCluster
+
+    # Two JVMs start at once: on a small shared machine that can take minutes.
+    cluster = LocalCluster(tmp_path_factory.mktemp("conductor-cluster"), nodes=2, env=scripted_llm.server_env(),
+                           startup_timeout=600.0)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
 @pytest.fixture
-def agent_settings(conductor_server: object) -> AgentSettings:
-    """Settings pointing at the session's server, with short liveness checks."""
-    return AgentSettings.from_env(environ={}, server_url=getattr(conductor_server, "url"))
+def topology(request: pytest.FixtureRequest) -> str:
+    """``"single"`` or ``"cluster"``: where this test runs (see the module docstring)."""
+    return str(getattr(request, "param", "single"))
+
+
+@pytest.fixture
+def topology_server(topology: str, request: pytest.FixtureRequest) -> object:
+    """The session's server for this test's topology (started on first use)."""
+    return request.getfixturevalue("conductor_cluster" if topology == "cluster" else "conductor_server")
+
+
+@pytest.fixture
+def agent_settings(topology_server: object) -> AgentSettings:
+    """Settings pointing at the server of this test's topology."""
+    return AgentSettings.from_env(environ={}, server_url=getattr(topology_server, "url"))
 
 
 @pytest.fixture

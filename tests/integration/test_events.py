@@ -69,6 +69,7 @@ def raw_stream(base_url: str, execution_id: str) -> "list[tuple[str, str]]":
     return out
 
 
+@pytest.mark.both_topologies
 def test_seed_scenario_events_arrive_in_order(agent_runtime, scripted_llm, unique_name):
     """waiting → thinking → tool_call → tool_result → waiting → done, with the local tool events
     in between; the events of the ended run read again give the same story; stats count the tool."""

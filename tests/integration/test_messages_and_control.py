@@ -39,6 +39,7 @@ def test_messages_reach_the_model_in_their_normalised_form(agent_runtime, script
     assert seen[:3] == [{"k": [1, 2]}, {"message": "plain text"}, {"message": 42}]
 
 
+@pytest.mark.both_topologies
 def test_stop_wakes_a_blocked_wait_for_message(agent_runtime, scripted_llm, unique_name):
     """stop() ends a run blocked in wait_for_message, COMPLETED."""
     model = scripted_llm.script(policy=listener_policy())
@@ -51,6 +52,7 @@ def test_stop_wakes_a_blocked_wait_for_message(agent_runtime, scripted_llm, uniq
     assert handle.wait(timeout=1) is result  # a second wait is safe and returns at once
 
 
+@pytest.mark.both_topologies
 def test_cancel_terminates_at_once_and_late_messages_are_refused(agent_runtime, scripted_llm, unique_name):
     """cancel() → TERMINATED with the reason; a message after that is ExecutionNotRunningError."""
     model = scripted_llm.script(policy=listener_policy())

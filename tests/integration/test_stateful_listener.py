@@ -39,6 +39,7 @@ def act_on(payload: dict) -> ToolCall:
     return ToolCall("act", {"action": payload["action"], "tag": payload.get("tag", "")})
 
 
+@pytest.mark.both_topologies
 def test_seed_scenario_runs_the_tool_in_this_process(agent_runtime, scripted_llm, unique_name):
     """start → send_message → the tool runs here with that argument → stop → COMPLETED."""
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -59,6 +60,7 @@ def test_seed_scenario_runs_the_tool_in_this_process(agent_runtime, scripted_llm
     scripted_llm.assert_no_anomalies(model)
 
 
+@pytest.mark.both_topologies
 def test_two_runs_of_one_agent_at_once_never_cross(agent_runtime, scripted_llm, unique_name):
     """Two concurrent stateful runs of the same agent, 25 interleaved messages each: zero crossovers."""
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -102,6 +104,7 @@ CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.both_topologies
 def test_two_processes_each_get_only_their_own_messages(agent_runtime, agent_settings, scripted_llm,
                                                         unique_name):
     """One listener here, one in a child process, same agent, interleaved messages: zero crossovers."""

@@ -14,6 +14,7 @@ from ..helpers import sdk_threads
 pytestmark = pytest.mark.integration
 
 
+@pytest.mark.both_topologies
 def test_non_stateful_agent_with_two_tools_returns_the_scripted_text(agent_runtime, scripted_llm, unique_name):
     """run() with two plain tools: both run here, the model sees their outputs, the final text comes back."""
     add_name, mul_name = unique_name("add"), unique_name("mul")

@@ -109,6 +109,7 @@ def test_ten_crash_resume_cycles_lose_and_duplicate_nothing(agent_settings, scri
     assert sdk_threads() == before
 
 
+@pytest.mark.both_topologies
 def test_resume_reclaims_the_task_a_killed_worker_was_running(agent_settings, scripted_llm, unique_name, tmp_path):
     """SIGKILL inside a tool body: the task stays IN_PROGRESS on the server (for the tool's hour-long
     lease); resume() hands it back, the server delivers it again, and the new process runs it."""

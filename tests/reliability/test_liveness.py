@@ -157,6 +157,7 @@ class SlowTools:
 SHORT = dict(liveness_stall_seconds=1.0, liveness_check_interval_seconds=0.25)
 
 
+@pytest.mark.both_topologies
 def test_a_tool_running_three_times_the_threshold_is_no_stall(agent_settings, scripted_llm, unique_name):
     tools = SlowTools(3 * SHORT["liveness_stall_seconds"])
     model = scripted_llm.script([ToolCall("slow"), "done"])
@@ -166,6 +167,7 @@ def test_a_tool_running_three_times_the_threshold_is_no_stall(agent_settings, sc
     assert result.status is RunStatus.COMPLETED and tools.runs == 1
 
 
+@pytest.mark.both_topologies
 def test_waiting_three_times_the_threshold_for_a_message_is_no_stall(agent_settings, scripted_llm, unique_name):
     model = scripted_llm.script(policy=listener_policy(act_on))
     tools = ActionTools("patient")

@@ -164,7 +164,7 @@ PACKAGE_ALL = [
 ]
 
 TESTING_ALL = [
-    "ScriptedLLM", "LocalStack",
+    "ScriptedLLM", "LocalStack", "LocalCluster",
     "Failure", "Reply", "ToolCall", "Turn", "Usage",
     "Policy", "is_stop_signal", "listener_policy",
     "Anomaly", "LLMRequest", "ToolOutput",

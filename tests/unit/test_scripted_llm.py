@@ -216,7 +216,7 @@ def scripted_threads() -> List[threading.Thread]:
 def test_exports_are_pinned():
     """The testing namespace exports exactly the documented names."""
     assert sorted(testing.__all__) == sorted([
-        "Anomaly", "Failure", "LLMRequest", "LocalStack", "Policy", "Reply", "ScriptError", "ScriptedLLM",
+        "Anomaly", "Failure", "LLMRequest", "LocalCluster", "LocalStack", "Policy", "Reply", "ScriptError", "ScriptedLLM",
         "ScriptedLLMStateError", "ScriptedLLMTimeoutError", "ToolCall", "ToolOutput", "Turn",
         "Usage", "is_stop_signal", "listener_policy",
     ])

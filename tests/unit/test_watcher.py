@@ -186,3 +186,33 @@ def test_a_workerset_starts_a_fresh_watcher_after_the_last_one_stopped(http, api
     finally:
         workers.close()
     assert not second.is_alive
+
+
+def test_a_listing_that_loses_one_of_our_queues_switches_to_queue_by_queue(http, api):
+    """Behind a balancer each Redis node lists only the queues it touched: node A lists d1:act,
+    node B does not, while d1:act holds a task. The first answer without it tells the watcher
+    the listing is partial; from then on it asks for our queues by name and rings d1."""
+    pollers = [StubPoller("d1"), StubPoller("d2")]
+    http.get(ALL, json={"d1:act": 0, "d2:act": 0, "JOIN": 0})  # node A
+    http.get(ALL, json={"d2:act": 0, "JOIN": 0})  # node B, which never touched d1:act
+    http.get(SIZES, json={"d1:act": 1, "d2:act": 0})
+    watcher = watcher_over(api, pollers)
+    watcher._round(pollers, 0.0, full=True)
+    watcher._round(pollers, 0.25, full=True)
+    watcher._round(pollers, 0.5, full=True)
+    assert paths(http) == ["/tasks/queue/all", "/tasks/queue/all", "/tasks/queue/sizes", "/tasks/queue/sizes"]
+    assert [p.rings for p in pollers] == [2, 0]
+
+
+def test_a_listing_that_only_grows_is_trusted(http, api):
+    """One server only adds queues to its listing; a queue that is no longer ours may go."""
+    pollers = [StubPoller("d1"), StubPoller("d2")]
+    http.get(ALL, json={"d1:act": 0})
+    http.get(ALL, json={"d1:act": 0, "d2:act": 1})
+    watcher = watcher_over(api, pollers)
+    watcher._round(pollers, 0.0, full=True)
+    watcher._round(pollers, 0.25, full=True)
+    del pollers[0]  # d1's run ended
+    http.get(ALL, json={"d2:act": 0})
+    watcher._round(pollers, 0.5, full=True)
+    assert paths(http) == ["/tasks/queue/all"] * 3
