@@ -19,12 +19,15 @@ How the reader gets server events:
    are recognised by content and not repeated.
 
 Behind a load balancer the stream shows only what the node it reached emitted (the server
-keeps a run's stream state per node), so it may never carry ``done``. While a connection
-is open a second thread (``conductor-agents-events-<id>-quiet``, owned by the reader, joined
-when the connection ends) asks for the run's status after every ``idle_check_seconds``
-(1 s) without an event; once the run has ended it cuts the connection and the reader
-finishes from the task list, so the iterator ends within about that time of the run's end
-on any topology.
+keeps a run's stream state per node): events are missing, and ``done`` may never come.
+While a connection is open a second thread (``conductor-agents-events-<id>-quiet``, owned
+by the reader, joined when the connection ends) reads the run's task list after
+``idle_check_seconds`` (1 s) without an event, then every 2 s while it stays quiet. If the
+run has ended, or an event of the task list is still missing from the stream one check
+later (so it is not merely on its way), the stream is partial: it cuts the connection and
+the reader goes on from the task list. So the iterator ends within about two seconds of the
+run's end on any topology, and on a cluster it switches to the task list after the first
+missed event.
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ _END = object()
 _ENDED, _DROPPED, _POLL = "ended", "dropped", "poll"
 #: Event keys remembered to drop repeats (id, kind, timestamp).
 _SEEN_LIMIT = 4096
+#: Longest pause between two checks of a quiet stream against the task list.
+_QUIET_CHECK_MAX_SECONDS = 2.0
 
 
 class _Failure:
@@ -104,6 +109,7 @@ class _Reader:
         self._seen: Set[Tuple[str, str, Any]] = set()
         self._seen_order: Deque[Tuple[str, str, Any]] = collections.deque()
         self._delivered: "collections.Counter[Hashable]" = collections.Counter()
+        self._delivered_lock = threading.Lock()  # the quiet watch reads what the reader delivered
         self._last_numeric: Optional[int] = None
         self._retry_seconds: Optional[float] = None
         self._got_event = False
@@ -215,8 +221,6 @@ class _Reader:
             watch.start()
             outcome = self._read(stream)
             if outcome == _DROPPED and self._ended_quietly and not self._stop.is_set():
-                log.info("run %s ended but its stream did not say so (another node may have emitted the end); "
-                         "reading its task list", self._execution_id)
                 return _POLL
             return outcome
         finally:
@@ -228,18 +232,38 @@ class _Reader:
                 watch.join(15.0)  # at most one status request (10 s timeout) in flight
 
     def _watch_quiet(self, stream: ByteStream, done: threading.Event) -> None:
-        """While the connection is open: after each quiet period ask whether the run ended; if so cut it."""
+        """While the connection is open: check a quiet stream against the task list; cut it when partial."""
         self._activity.clear()
-        while not done.wait(self._idle_check) and not self._stop.is_set():
+        interval = self._idle_check
+        missing_before: "collections.Counter[Hashable]" = collections.Counter()
+        while not done.wait(interval) and not self._stop.is_set():
             if self._activity.is_set():
                 self._activity.clear()
+                interval, missing_before = self._idle_check, collections.Counter()
                 continue
-            if done.is_set():
-                return
-            if self._run_has_ended():
-                self._ended_quietly = True
-                stream.abort()
-                return
+            interval = min(max(interval * 2, self._idle_check), _QUIET_CHECK_MAX_SECONDS)
+            verdict, missing = self._compare_with_task_list()
+            if verdict is None and not (missing & missing_before):
+                missing_before = missing
+                continue
+            log.info("the event stream of %s %s; reading its task list instead", self._execution_id,
+                     verdict or "misses events another server node emitted (a load balancer in front)")
+            self._ended_quietly = True
+            stream.abort()
+            return
+
+    def _compare_with_task_list(self) -> "Tuple[Optional[str], collections.Counter[Hashable]]":
+        """("the run ended ...", _) when it has; else (None, the events the stream has not delivered)."""
+        try:
+            workflow = self._api.get_workflow(self._execution_id, include_tasks=True)
+        except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
+            log.debug("checking the quiet stream of %s failed: %s", self._execution_id, err)
+            return None, collections.Counter()
+        if RunStatus.parse(workflow.get("status")).is_terminal:
+            return "ended but its stream did not say so", collections.Counter()
+        listed = collections.Counter(signature(e) for e in events_from_workflow(workflow, self._execution_id))
+        with self._delivered_lock:
+            return None, listed - self._delivered
 
     def _read(self, stream: ByteStream) -> str:
         decoder = SseDecoder(self.last_event_id)
@@ -280,7 +304,8 @@ class _Reader:
             self.last_event_id = message.id
         if event is None:
             return None
-        self._delivered[signature(event)] += 1
+        with self._delivered_lock:
+            self._delivered[signature(event)] += 1
         self._emit(event)
         return _ENDED if event.ends_run else None
 
@@ -306,14 +331,6 @@ class _Reader:
                 self._pause(self._poll_interval)
         return None
 
-    def _run_has_ended(self) -> bool:
-        try:
-            status = self._api.agent_status(self._execution_id, timeout=10.0)
-        except (ServerUnavailableError, HttpError) as err:
-            log.debug("status check of %s failed: %s", self._execution_id, err)
-            return False
-        return RunStatus.parse(status.get("status")).is_terminal
-
     def _poll(self) -> bool:
         """Deliver the events rebuilt from the task list until the run's last one (True) or a stop."""
         self.mode = "poll"
@@ -338,8 +355,11 @@ class _Reader:
                         continue
                     emitted.add(event.id)
                     sig = signature(event)
-                    if self._delivered[sig] > 0:  # the stream delivered it before we switched
-                        self._delivered[sig] -= 1
+                    with self._delivered_lock:
+                        delivered = self._delivered[sig] > 0
+                        if delivered:  # the stream delivered it before we switched
+                            self._delivered[sig] -= 1
+                    if delivered:
                         continue
                     self._emit(event)
                     if event.ends_run:
