@@ -489,3 +489,29 @@ def test_open_stream_maps_error_statuses():
     with pytest.raises(HttpError) as caught:
         Transport(BASE_URL).open_stream("/agent/stream/wf-1")
     assert (caught.value.status, caught.value.server_message) == (404, "No such workflow")
+
+
+def test_a_stream_that_misses_events_of_a_running_run_switches_to_the_task_list():
+    """Behind a balancer the stream carries only its node's events: here the first two arrive, then
+    silence while the task list shows more. Two quiet checks later the rest comes from the task list,
+    once each, and the iterator ends with the run."""
+    api = FakeApi([FakeStream(SEED[:2], hold=True)], workflow=seed_workflow(status="RUNNING"))
+    stream = make(api, idle_check_seconds=0.05)
+    it = iter(stream)
+    first_two = [next(it), next(it)]
+    third = next(it)  # only the task list has it
+    assert stream.mode == "poll" and third.source == "poll"
+    api.workflow = seed_workflow()
+    assert kinds([*first_two, third, *it]) == SEED_KINDS
+
+
+def test_a_complete_quiet_stream_stays_a_stream():
+    """Quiet but complete (the task list has nothing the stream has not delivered): no switch."""
+    api = FakeApi([FakeStream(SEED[:2], hold=True)], workflow=seed_workflow(status="RUNNING"))
+    api.workflow["tasks"] = api.workflow["tasks"][:4]  # up to the first wait: what the stream delivered
+    stream = make(api, idle_check_seconds=0.05, timeout=1.0)
+    it = iter(stream)
+    assert kinds([next(it), next(it)]) == SEED_KINDS[:2]
+    with pytest.raises(WaitTimeoutError):
+        next(it)
+    assert stream.mode == "stream" and api.workflow_calls >= 2
