@@ -19,7 +19,7 @@ from typing import Callable, Optional, Sequence
 
 from .._clock import SYSTEM_CLOCK, Clock
 from ..errors import LocalServerError
-from . import _logs, _proc
+from . import _exit_registry, _logs, _proc
 
 _log = logging.getLogger("conductor_agents.local_server")
 
@@ -85,8 +85,6 @@ class AuxProcess:
             LocalServerError: already running, it exited, or it was not ready in time
                 (the process is then killed; the message holds the last log lines).
         """
-        from ._server import _register  # the one atexit registry of attached processes
-
         with self._lock:
             if self.pid is not None:
                 raise LocalServerError(f"{self.role} is already running (pid {self.pid})")
@@ -97,7 +95,7 @@ class AuxProcess:
                 log.flush()
                 self._proc = _proc.spawn(cmd, env=_plain_env(), log_file=log, cwd=self._cwd, detached=self._detached)
             if not self._detached:
-                _register(self)
+                _exit_registry.register(self)
             try:
                 self._wait_ready(self._proc, offset)
             except BaseException:
@@ -125,8 +123,6 @@ class AuxProcess:
                 self._lock.release()
 
     def _stop(self, timeout: float) -> None:
-        from ._server import _unregister
-
         proc = self._proc
         if proc is None:
             return
@@ -142,7 +138,7 @@ class AuxProcess:
                 except subprocess.TimeoutExpired as err:
                     raise LocalServerError(f"{self.role} pid {proc.pid} survived SIGKILL") from err
         self._proc = None
-        _unregister(self)
+        _exit_registry.unregister(self)
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], offset: int) -> None:
         deadline = self._clock.monotonic() + self._startup_timeout

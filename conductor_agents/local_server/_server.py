@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import atexit
 import fcntl
 import logging
 import os
@@ -14,13 +13,17 @@ import threading
 import time
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Dict, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Dict, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from .._clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, LocalServerError
 from . import _http, _logs, _proc
 from ._jar import resolve_server_jar
 from ._java import JavaRuntime, find_java
+from ._exit_registry import _attached  # noqa: F401  (tests inspect the registry through this module)
+from ._exit_registry import register as _register
+from ._exit_registry import stop_all_at_exit as _stop_all_at_exit  # noqa: F401
+from ._exit_registry import unregister as _unregister
 from ._redis import RedisServer, redis_server_properties
 
 _log = logging.getLogger("conductor_agents.local_server")
@@ -512,32 +515,6 @@ def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
         raise LocalServerError(f"server pid {proc.pid} survived SIGKILL") from err
 
 
-# --- never orphan: stop every attached server when this process exits ----------------
-
-_registry_lock = threading.Lock()
-_attached: "set[Any]" = set()  # LocalServer and the helper processes (_aux.AuxProcess)
-
-
-def _register(server: Any) -> None:
-    with _registry_lock:
-        _attached.add(server)
-
-
-def _unregister(server: Any) -> None:
-    with _registry_lock:
-        _attached.discard(server)
-
-
-def _forget_parent_servers() -> None:
-    """In a forked child: the parent's servers are not this process's to stop at exit."""
-    global _registry_lock
-    _registry_lock = threading.Lock()
-    _attached.clear()
-
-
-os.register_at_fork(after_in_child=_forget_parent_servers)
-
-
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -546,14 +523,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
-
-
-@atexit.register
-def _stop_all_at_exit() -> None:
-    with _registry_lock:
-        servers = list(_attached)
-    for server in servers:
-        try:
-            server._stop_at_exit()
-        except Exception:  # keep stopping the others
-            _log.exception("could not stop %r at exit", server)
