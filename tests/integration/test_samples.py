@@ -139,3 +139,12 @@ def test_notebook_sample_runs_cell_by_cell(remote_env: Dict[str, str], monkeypat
     printed = "".join(o.get("text", "") for o in code[2].outputs if o["output_type"] == "stream")
     assert printed.startswith("COMPLETED") and "generate_report" in printed
     assert "status=COMPLETED" in code[2].outputs[-1]["data"]["text/plain"]
+
+
+@pytest.mark.both_topologies
+def test_cluster_sample_runs_unchanged_on_either_topology(remote_env: Dict[str, str]) -> None:
+    """samples/cluster.py --remote against the session's server: one SQLite node or the cluster's balancer."""
+    result = run_sample(["samples/cluster.py", "--remote"], remote_env, timeout=300)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "run ended COMPLETED; reports made in this process: ['/reports/before.pdf', '/reports/after.pdf']" \
+        in result.stdout
