@@ -76,7 +76,8 @@ def conductor_server(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPat
     from ..local_server import LocalServer
 
     data_dir = tmp_path_factory.mktemp("conductor-server")
-    server = LocalServer(data_dir, env=scripted_llm.server_env())
+    # A generous startup bound: on a small machine shared with other servers the JVM alone can take minutes.
+    server = LocalServer(data_dir, env=scripted_llm.server_env(), startup_timeout=600.0)
     server.start()
     try:
         yield server
