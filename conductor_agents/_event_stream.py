@@ -22,12 +22,13 @@ Behind a load balancer the stream shows only what the node it reached emitted (t
 keeps a run's stream state per node): events are missing, and ``done`` may never come.
 While a connection is open a second thread (``conductor-agents-events-<id>-quiet``, owned
 by the reader, joined when the connection ends) reads the run's task list after
-``idle_check_seconds`` (1 s) without an event, then every 2 s while it stays quiet. If the
-run has ended, or an event of the task list is still missing from the stream one check
-later (so it is not merely on its way), the stream is partial: it cuts the connection and
-the reader goes on from the task list. So the iterator ends within about two seconds of the
-run's end on any topology, and on a cluster it switches to the task list after the first
-missed event.
+``idle_check_seconds`` (1 s) without an event, then every 2 s while it stays quiet. The stream is partial when
+the run has ended, when it delivered an event that the task list puts after one it never
+delivered (one node's stream is in order: the earlier one was emitted elsewhere), or when
+the same events stay missing for three checks (about 5 s: not merely on their way). Then it
+cuts the connection and the reader goes on from the task list. So the iterator ends within
+about two seconds of the run's end on any topology, and behind a balancer it switches to
+the task list soon after the first missed event.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ _ENDED, _DROPPED, _POLL = "ended", "dropped", "poll"
 _SEEN_LIMIT = 4096
 #: Longest pause between two checks of a quiet stream against the task list.
 _QUIET_CHECK_MAX_SECONDS = 2.0
+#: Checks in a row that must find the same event missing (about 5 s) before a stream counts as partial.
+_MISSING_CHECKS = 3
 
 
 class _Failure:
@@ -235,25 +238,28 @@ class _Reader:
         """While the connection is open: check a quiet stream against the task list; cut it when partial."""
         self._activity.clear()
         interval = self._idle_check
-        missing_before: "collections.Counter[Hashable]" = collections.Counter()
+        still_missing: "collections.Counter[Hashable]" = collections.Counter()
+        checks = 0
         while not done.wait(interval) and not self._stop.is_set():
             if self._activity.is_set():
                 self._activity.clear()
-                interval, missing_before = self._idle_check, collections.Counter()
+                interval, still_missing, checks = self._idle_check, collections.Counter(), 0
                 continue
             interval = min(max(interval * 2, self._idle_check), _QUIET_CHECK_MAX_SECONDS)
             verdict, missing = self._compare_with_task_list()
-            if verdict is None and not (missing & missing_before):
-                missing_before = missing
-                continue
-            log.info("the event stream of %s %s; reading its task list instead", self._execution_id,
-                     verdict or "misses events another server node emitted (a load balancer in front)")
+            if verdict is None:
+                still_missing = (still_missing & missing) if checks else missing
+                checks = checks + 1 if still_missing else 0
+                if checks < _MISSING_CHECKS:
+                    continue
+                verdict = "has lacked events of the task list for several seconds"
+            log.info("the event stream of %s %s; reading its task list instead", self._execution_id, verdict)
             self._ended_quietly = True
             stream.abort()
             return
 
     def _compare_with_task_list(self) -> "Tuple[Optional[str], collections.Counter[Hashable]]":
-        """("the run ended ...", _) when it has; else (None, the events the stream has not delivered)."""
+        """Why the stream is partial (None when it may not be), and the events it has not delivered."""
         try:
             workflow = self._api.get_workflow(self._execution_id, include_tasks=True)
         except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
@@ -261,9 +267,18 @@ class _Reader:
             return None, collections.Counter()
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return "ended but its stream did not say so", collections.Counter()
-        listed = collections.Counter(signature(e) for e in events_from_workflow(workflow, self._execution_id))
         with self._delivered_lock:
-            return None, listed - self._delivered
+            delivered = collections.Counter(self._delivered)
+        missing: "collections.Counter[Hashable]" = collections.Counter()
+        for event in events_from_workflow(workflow, self._execution_id):  # in the run's order
+            sig = signature(event)
+            if delivered[sig] > 0:
+                delivered[sig] -= 1
+                if missing:  # a later event came, an earlier one never will: another node emitted it
+                    return "misses events another server node emitted (a load balancer in front)", missing
+            else:
+                missing[sig] += 1
+        return None, missing
 
     def _read(self, stream: ByteStream) -> str:
         decoder = SseDecoder(self.last_event_id)

@@ -515,3 +515,17 @@ def test_a_complete_quiet_stream_stays_a_stream():
     with pytest.raises(WaitTimeoutError):
         next(it)
     assert stream.mode == "stream" and api.workflow_calls >= 2
+
+
+def test_a_stream_that_skipped_an_earlier_event_switches_at_the_first_check():
+    """The stream delivered the second `thinking` but never the `waiting` before it: one node's stream
+    is in order, so another node emitted it. One quiet check suffices."""
+    own_second = frame(2, "thinking", content="listener_llm__2")  # this node numbers its own events
+    api = FakeApi([FakeStream([SEED[0], own_second], hold=True)], workflow=seed_workflow(status="RUNNING"))
+    stream = make(api, idle_check_seconds=0.05)
+    it = iter(stream)
+    delivered = [next(it), next(it)]
+    third = next(it)
+    assert third.kind == "waiting" and third.source == "poll" and api.workflow_calls == 2  # one check, one poll
+    api.workflow = seed_workflow()
+    assert sorted(kinds([*delivered, third, *it])) == sorted(SEED_KINDS)
