@@ -136,7 +136,8 @@ def measure(topology: str, args: argparse.Namespace, llm: ScriptedLLM) -> Dict[s
     server.start()
     startup = time.monotonic() - began
     try:
-        settings = AgentSettings.from_env(environ={}, server_url=server.url)
+        # A long request timeout: the first requests to a JVM that just started are slow on a busy machine.
+        settings = AgentSettings.from_env(environ={}, server_url=server.url, http_timeout_seconds=120.0)
         with AgentRuntime(settings) as runtime:
             warm_up(runtime, llm, topology)
             seeds = [seed_once(runtime, llm, f"topo_seed_{topology}_{i}_{os.getpid()}") for i in range(args.seeds)]
