@@ -32,7 +32,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from conductor_agents import Agent, AgentRuntime, AgentSettings, RunStatus, WaitForMessageTool, tool  # noqa: E402
-from conductor_agents.errors import ServerUnavailableError  # noqa: E402
+from conductor_agents.errors import ConductorAgentsError, ServerUnavailableError  # noqa: E402
 from conductor_agents.local_server import LocalCluster, LocalServer  # noqa: E402
 from conductor_agents.testing import ScriptedLLM, ToolCall, listener_policy  # noqa: E402
 
@@ -140,15 +140,23 @@ def measure(topology: str, args: argparse.Namespace, llm: ScriptedLLM) -> Dict[s
         settings = AgentSettings.from_env(environ={}, server_url=server.url, http_timeout_seconds=120.0)
         with AgentRuntime(settings) as runtime:
             warm_up(runtime, llm, topology)
-            seeds = [seed_once(runtime, llm, f"topo_seed_{topology}_{i}_{os.getpid()}") for i in range(args.seeds)]
+            seeds, failed = [], 0
+            for i in range(args.seeds):
+                try:
+                    seeds.append(seed_once(runtime, llm, f"topo_seed_{topology}_{i}_{os.getpid()}"))
+                except (AssertionError, ConductorAgentsError) as err:  # printed and counted, not hidden
+                    failed += 1
+                    print(f"seed scenario {i} on {topology} failed: {err}", file=sys.stderr, flush=True)
             trips = round_trips(runtime, llm, f"topo_rt_{topology}_{os.getpid()}", args.messages, args.gap)
             pickup = runtime.stats().pickup_latency
     finally:
         server.stop()
+    nan = float("nan")
     return {
         "startup_s": startup,
-        "seed_s": statistics.median(s["seed_s"] for s in seeds),
-        "events_lag_s": max(s["events_lag_s"] for s in seeds),
+        "seed_s": statistics.median(s["seed_s"] for s in seeds) if seeds else nan,
+        "seeds_failed": failed,
+        "events_lag_s": max(s["events_lag_s"] for s in seeds) if seeds else nan,
         "rt_p50_s": statistics.median(trips) if trips else float("nan"),
         "rt_max_s": max(trips) if trips else float("nan"),
         "rt_lost": args.messages - len(trips),
@@ -160,6 +168,7 @@ def measure(topology: str, args: argparse.Namespace, llm: ScriptedLLM) -> Dict[s
 ROWS = [
     ("server start (s)", "startup_s", "{:.1f}"),
     ("seed scenario (s, median)", "seed_s", "{:.1f}"),
+    ("seed scenarios failed", "seeds_failed", "{}"),
     ("round trip p50 (s)", "rt_p50_s", "{:.2f}"),
     ("round trip max (s)", "rt_max_s", "{:.2f}"),
     ("round trips lost", "rt_lost", "{}"),
@@ -189,7 +198,7 @@ def main(argv: List[str]) -> int:
     for label, key, fmt in ROWS:
         cells = [fmt.format(results[t][key]) for t in topologies]
         ratio = ""
-        if len(topologies) == 2 and key != "rt_lost" and results["single"][key]:
+        if len(topologies) == 2 and key not in ("rt_lost", "seeds_failed") and results["single"][key]:
             ratio = f"  {results['cluster'][key] / results['single'][key]:.2f}x"
         print(f"{label:{width}}  " + "  ".join(f"{c:>18}" for c in cells) + ratio)
     return 0
