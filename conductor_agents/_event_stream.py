@@ -22,12 +22,12 @@ Behind a load balancer the stream shows only what the node it reached emitted (t
 keeps a run's stream state per node): events are missing, and ``done`` may never come.
 While a connection is open a second thread (``conductor-agents-events-<id>-quiet``, owned
 by the reader, joined when the connection ends) reads the run's task list after
-``idle_check_seconds`` (1 s) without an event, then every 2 s while it stays quiet. The stream is partial when
+``idle_check_seconds`` (1 s) without an event, and every second while it stays quiet. The stream is partial when
 the run has ended, when it delivered an event that the task list puts after one it never
 delivered (one node's stream is in order: the earlier one was emitted elsewhere), or when
-the same events stay missing for three checks (about 5 s: not merely on their way). Then it
+the same events stay missing for three checks (about 3 s: not merely on their way). Then it
 cuts the connection and the reader goes on from the task list. So the iterator ends within
-about two seconds of the run's end on any topology, and behind a balancer it switches to
+about a second of the run's end on any topology, and behind a balancer it switches to
 the task list soon after the first missed event.
 """
 
@@ -56,9 +56,9 @@ _END = object()
 _ENDED, _DROPPED, _POLL = "ended", "dropped", "poll"
 #: Event keys remembered to drop repeats (id, kind, timestamp).
 _SEEN_LIMIT = 4096
-#: Longest pause between two checks of a quiet stream against the task list.
-_QUIET_CHECK_MAX_SECONDS = 2.0
-#: Checks in a row that must find the same event missing (about 5 s) before a stream counts as partial.
+#: Longest pause between two checks of a quiet stream against the task list (bounds the end lag).
+_QUIET_CHECK_MAX_SECONDS = 1.0
+#: Checks in a row that must find the same event missing (about 3 s) before a stream counts as partial.
 _MISSING_CHECKS = 3
 
 
