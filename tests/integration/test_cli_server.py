@@ -237,17 +237,17 @@ def test_foreground_stops_cleanly_on_ctrl_c(fake_server_env: Dict[str, str], tmp
             proc.wait(timeout=10)
 
 
-def test_cluster_start_status_logs_stop_leaves_no_process(fake_server_env: Dict[str, str], tmp_path: Path) -> None:
-    """--backend redis --nodes 2: real redis-server and HAProxy, stand-in nodes; the URL printed is the
-    balancer's, status and logs name every part, and stop leaves none of them running."""
+def test_cluster_start_status_logs_stop_leaves_no_process(cli_env: Dict[str, str], tmp_path: Path) -> None:
+    """--backend redis --nodes 2: the real jar on two nodes, redis-server and HAProxy; the URL printed is
+    the balancer's and healthy, status and logs name every part, and stop leaves none of them running."""
     port = free_port()
     data_dir = tmp_path / "cluster"
-    start = cli(fake_server_env, "server", "start", "--backend", "redis", "--nodes", "2", "--port", str(port),
+    start = cli(cli_env, "server", "start", "--backend", "redis", "--nodes", "2", "--port", str(port),
                 "--data-dir", str(data_dir))
     assert start.returncode == 0, start.stderr
     assert f"running at http://127.0.0.1:{port}/api" in start.stdout
     assert "survive a restart" in start.stdout
-    saved = record(fake_server_env)
+    saved = record(cli_env)
     pids = [saved["pid"], *(m["pid"] for m in saved["members"])]
     assert [m["role"] for m in saved["members"]] == ["node-1", "node-2", "redis-server"]
     try:
@@ -257,17 +257,17 @@ def test_cluster_start_status_logs_stop_leaves_no_process(fake_server_env: Dict[
         cfg = (data_dir / "haproxy.cfg").read_text()
         assert "balance roundrobin" in cfg and "httpchk GET /health" in cfg and "bind 127.0.0.1:" in cfg
 
-        status = cli(fake_server_env, "server", "status")
+        status = cli(cli_env, "server", "status")
         assert status.returncode == 0 and "redis" in status.stdout and "healthy" in status.stdout
         assert "node-2: pid" in status.stdout and "redis-server: pid" in status.stdout
 
-        logs = cli(fake_server_env, "server", "logs", "-n", "3")
+        logs = cli(cli_env, "server", "logs", "-n", "3")
         assert logs.returncode == 0 and "==> node-1:" in logs.stdout and "==> redis-server:" in logs.stdout
 
-        stop = cli(fake_server_env, "server", "stop")
+        stop = cli(cli_env, "server", "stop")
         assert stop.returncode == 0, stop.stderr
         assert [pid for pid in pids if process_exists(pid)] == []
-        assert cli(fake_server_env, "server", "status").returncode == 3
+        assert cli(cli_env, "server", "status").returncode == 3
         assert (data_dir / "redis" / "appendonlydir").is_dir()
     finally:
         for pid in pids:
