@@ -14,11 +14,31 @@ from typing import Any, Dict, List, Optional
 
 import requests
 
-from conductor_agents.testing import LocalStack, ToolCall, listener_policy
+import _procs
+from conductor_agents.testing import ScriptedLLM, ToolCall, listener_policy
 from proxy import CountingProxy
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TERMINAL = {"COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"}
+
+#: ``--server`` choices: a SQLite node, one Redis-backed node, two Redis-backed nodes behind a balancer.
+SERVERS = ("sqlite", "redis", "cluster")
+
+
+def server_unavailable(kind: str) -> Optional[str]:
+    """Why ``--server kind`` cannot run with this checkout of conductor_agents (None when it can)."""
+    import inspect
+
+    from conductor_agents.local_server import LocalServer
+
+    if kind == "redis" and "backend" not in inspect.signature(LocalServer.__init__).parameters:
+        return "--server redis needs LocalServer(backend='redis'), which this checkout does not have"
+    if kind == "cluster":
+        try:
+            from conductor_agents.local_server import LocalCluster  # noqa: F401
+        except ImportError:
+            return "--server cluster needs conductor_agents.local_server.LocalCluster, which this checkout does not have"
+    return None
 
 
 def percentiles(values: List[float]) -> Dict[str, Optional[float]]:
@@ -110,44 +130,133 @@ class Driver:
         self._log.close()
 
 
+class MemoryGuard:
+    """Kills a driver's process group when its processes' summed PSS passes ``cap_mb``.
+
+    The driver checks the cap itself before each start; this is the hard stop for whatever
+    grows after that (a process per worker that keeps allocating), so that a benchmark never
+    takes the machine down. Samples every ``interval`` s on its own thread until :meth:`stop`.
+    """
+
+    def __init__(self, driver: "Driver", cap_mb: float, interval: float = 2.0) -> None:
+        self.driver = driver
+        self.cap_mb = cap_mb
+        self.interval = interval
+        self.killed_at_mb: Optional[float] = None
+        self.peak_mb = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="bench-memory-guard", daemon=True)
+
+    def start(self) -> "MemoryGuard":
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            pss = _procs.memory(_procs.tree(self.driver.pid))["pss_mb"]
+            self.peak_mb = max(self.peak_mb, pss)
+            if pss > self.cap_mb:
+                self.killed_at_mb = pss
+                try:
+                    os.killpg(self.driver.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                return
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(10)
+
+
 class Bench:
     """The shared stack, scripted models per SDK, and the calls the harness makes to the server."""
 
-    def __init__(self, workdir: str, ours_python: str, peer_python: str, *, pickup_turns: int) -> None:
+    def __init__(self, workdir: str, ours_python: str, peer_python: str, *, pickup_turns: int,
+                 server: str = "sqlite") -> None:
+        if server not in SERVERS:
+            raise ValueError(f"server must be one of {SERVERS}, got {server!r}")
         self.workdir = workdir
+        self.server_kind = server
         self.pythons = {"ours": ours_python, "peer": peer_python}
         self.scripts = {"ours": "driver_ours.py", "peer": "driver_peer.py"}
         self._pickup_turns = pickup_turns
-        self.stack = LocalStack(os.path.join(workdir, "server"))
+        self.llm = ScriptedLLM()
+        self.server: Any = None  # a LocalServer, or a LocalCluster for --server cluster
         self.http = requests.Session()
         self.models: Dict[str, Dict[str, str]] = {}
         self._count = 0
 
     def __enter__(self) -> "Bench":
-        self.stack.start()
+        self.llm.start()
+        try:
+            self.server = self._make_server()
+            self.server.start()
+        except BaseException:
+            self.llm.stop()
+            raise
         for sdk in ("ours", "peer"):
             self.models[sdk] = {
-                "pick": self.stack.llm.script(policy=_pickup_policy(f"bench_tool_{sdk}", self._pickup_turns)),
-                "warm": self.stack.llm.script(policy=_pickup_policy(f"bench_tool_{sdk}", 10)),
-                "listen": self.stack.llm.script(policy=listener_policy(_act_on(f"bench_act_{sdk}"))),
+                "pick": self.llm.script(policy=_pickup_policy(f"bench_tool_{sdk}", self._pickup_turns)),
+                "warm": self.llm.script(policy=_pickup_policy(f"bench_tool_{sdk}", 10)),
+                "listen": self.llm.script(policy=listener_policy(_act_on(f"bench_act_{sdk}"))),
             }
         return self
 
+    def _make_server(self) -> Any:
+        data_dir = os.path.join(self.workdir, "server")
+        env = self.llm.server_env()
+        if self.server_kind == "cluster":
+            from conductor_agents.local_server import LocalCluster
+
+            return LocalCluster(data_dir, nodes=2, env=env)
+        from conductor_agents.local_server import LocalServer
+
+        options = {"backend": "redis"} if self.server_kind == "redis" else {}
+        return LocalServer(data_dir, env=env, **options)
+
     def __exit__(self, *exc: Any) -> None:
         self.http.close()
-        self.stack.stop()
+        try:
+            if self.server is not None:
+                self.server.stop()
+        finally:
+            self.llm.stop()
 
     @property
     def url(self) -> str:
-        return self.stack.url
+        return str(self.server.url)
 
     @property
-    def server_pid(self) -> int:
-        return int(self.stack.server.pid)
+    def _nodes(self) -> List[Any]:
+        return list(getattr(self.server, "nodes", None) or [self.server])
+
+    @property
+    def server_pids(self) -> List[int]:
+        """The Conductor JVM(s): one for a node, one per node for a cluster."""
+        return [int(node.pid) for node in self._nodes if node.pid]
 
     @property
     def server_version(self) -> Optional[str]:
-        return self.stack.server.version
+        return self._nodes[0].version
+
+    def server_requests(self) -> Dict[str, int]:
+        """Requests each server node has answered so far, by method and URI template, summed over nodes.
+
+        Read from the server's own counters (``/actuator/prometheus``,
+        ``http_server_requests_seconds_count``): no proxy in the way, every client counted.
+        """
+        counts: Dict[str, int] = {}
+        for node in self._nodes:
+            root = str(node.url)[: -len("/api")] if str(node.url).endswith("/api") else str(node.url)
+            text = self.http.get(f"{root}/actuator/prometheus", timeout=30).text
+            for line in text.splitlines():
+                if not line.startswith("http_server_requests_seconds_count{"):
+                    continue
+                labels, _, value = line.rpartition(" ")
+                fields = dict(part.split("=", 1) for part in labels[labels.index("{") + 1:-1].split(",") if "=" in part)
+                key = f"{fields.get('method', '').strip(chr(34))} {fields.get('uri', '').strip(chr(34))}"
+                counts[key] = counts.get(key, 0) + int(float(value))
+        return counts
 
     def driver(self, sdk: str, scenario: str, **cfg: Any) -> Driver:
         self._count += 1

@@ -5,6 +5,10 @@ from __future__ import annotations
 from typing import Any, List, Optional
 
 
+_SERVER_LABEL = {"sqlite": "one SQLite node", "redis": "one Redis-backed node",
+                 "cluster": "two Redis-backed nodes behind a balancer"}
+
+
 def _num(value: Any, digits: int = 0) -> str:
     if value is None:
         return "—"
@@ -30,13 +34,25 @@ def _get(d: Any, *path: str) -> Any:
 
 
 def _pair_rows(block: dict, rows: "list[tuple[str, tuple, int]]") -> List[str]:
-    out = ["| | ours | peer | ours/peer |", "|---|---:|---:|---:|"]
+    repeated = isinstance(block.get("repeats"), list)
+    if repeated:
+        k = len(block["repeats"])
+        out = [f"| | ours (median of {k}) | peer (median of {k}) | ours/peer: median (min–max of {k}) |",
+               "|---|---:|---:|---:|"]
+    else:
+        out = ["| | ours | peer | ours/peer |", "|---|---:|---:|---:|"]
     for label, path, digits in rows:
         ours, peer = _get(block, "ours", *path), _get(block, "peer", *path)
-        out.append(f"| {label} | {_num(ours, digits)} | {_num(peer, digits)} | {_ratio(ours, peer)} |")
+        ratio = _ratio(ours, peer)
+        spread = _get(block, "ratios", *path) if repeated and len(path) == 1 else None
+        if isinstance(spread, dict):
+            ratio = f"{spread['median']:.2f} ({spread['min']:.2f}–{spread['max']:.2f})"
+        out.append(f"| {label} | {_num(ours, digits)} | {_num(peer, digits)} | {ratio} |")
     for sdk in ("ours", "peer"):
         if _get(block, sdk, "error"):
             out.append(f"\n{sdk}: error: {block[sdk]['error']}")
+    for err in block.get("errors") or ():
+        out.append(f"\n- a repeat failed: {err}")
     return out
 
 
@@ -45,8 +61,10 @@ def render(results: dict) -> str:
     lines = [
         "# conductor-agents vs the peer SDK (conductor-agent-sdk 0.4.4)",
         "",
-        f"{results.get('mode')} run, {env.get('started')}; server {env.get('server_version')} (SQLite, one LocalStack "
-        f"for both SDKs); {env.get('cores')} cores, load average {_load(env.get('loadavg_start'))} at start, "
+        f"{results.get('mode')} run, {env.get('started')}; server {env.get('server_version')} "
+        f"({_SERVER_LABEL.get(_get(results, 'settings', 'server') or 'sqlite')}, one for both SDKs); "
+        f"latency scenarios repeated {_get(results, 'settings', 'repeats') or 1} times, the SDKs interleaved; "
+        f"{env.get('cores')} cores, load average {_load(env.get('loadavg_start'))} at start, "
         f"{_load(env.get('loadavg_end'))} at end (the machine is shared: compare the ratios). "
         "Ratio = ours / peer (lower is better for latency, memory, CPU, requests).",
         "",
@@ -88,14 +106,17 @@ def _load(value: Any) -> str:
 def _live(live: dict) -> List[str]:
     lines = ["## Live stateful runs in one process (each cell: ours / peer)", "",
              "Idle window: client CPU is the driver process and its children (utime+stime), server CPU the Conductor "
-             "JVM; status = latency of `GET /agent/{id}/status` during the window. Answered = runs whose tool "
+             "JVM(s); idle req/s = requests per second per run the server answered in the window (its own counters, "
+             "`/actuator/prometheus`; the harness's status probes left out); status = latency of "
+             "`GET /agent/{id}/status` during the window. Answered = runs whose tool "
              "started within 2 s of their message; one message per run, sent round-robin at a fixed rate (see "
              "settings). Each answer is split on the server's clock: *server path* = message sent → the tool task "
              "scheduled (the server's message check, join and LLM turn: no SDK is involved), *pickup* = scheduled → "
              "started (the SDK).", "",
-             "| N | started | start all (s) | RSS MB | PSS MB | threads | processes | client CPU % | server CPU % | "
-             "status p50/max ms | answered ≤2 s | answer max s | server path p50/max s | pickup p50/p99/max ms |",
-             "|---:|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| N | started | start all (s) | RSS MB | PSS MB | threads | processes | client CPU % | idle req/s per run | "
+             "server CPU % | status p50/max ms | answered ≤2 s | answer max s | server path p50/max s | "
+             "pickup p50/p99/max ms |",
+             "|---:|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ns = sorted({int(n) for per in live.values() for n in per}, key=int)
     for n in ns:
         def cell(field: str, digits: int = 0) -> str:
@@ -127,6 +148,7 @@ def _live(live: dict) -> List[str]:
 
         lines.append(f"| {n} | {cell('started')} | {cell('start_s', 1)} | {cell('rss_mb')} | {cell('pss_mb')} | "
                      f"{cell('threads')} | {cell('processes')} | {cell('client_cpu_pct', 1)} | "
+                     f"{cell('idle_req_per_s_per_run', 3)} | "
                      f"{cell('server_cpu_pct', 1)} | {status()} | {cell('answered_2s')} | {cell('answer_max_s', 2)} | "
                      f"{split('server_path_p50_s', 'server_path_max_s', digits=2)} | "
                      f"{split('answer_pickup_p50_ms', 'answer_pickup_p99_ms', 'answer_pickup_max_ms')} |")
@@ -155,6 +177,26 @@ def _goals(results: dict) -> List[str]:
         p99 = _get(results, key, "ours", "p99")
         if isinstance(p99, (int, float)):
             check(f"pickup p99 < 100 ms ({name})", p99 < 100, f"{p99:.0f} ms")
+    for key, name in (("pickup_stateful", "stateful"),):
+        for field in ("p50", "p99"):
+            spread = _get(results, key, "ratios", field)
+            if isinstance(spread, dict):
+                check(f"{name} pickup {field} ratio ours/peer < 1.0 (median of {spread['n']} interleaved repeats)",
+                      spread["median"] < 1.0,
+                      f"median {spread['median']:.2f}, spread {spread['min']:.2f}–{spread['max']:.2f}")
+    r1000 = _get(results, "live", "ours", "1000")
+    if isinstance(r1000, dict) and not r1000.get("error") and not r1000.get("skipped"):
+        check("1000 runs: all started", r1000.get("started") == 1000, f"{r1000.get('started')}")
+        check("1000 runs: RSS < 200 MB", (r1000.get("rss_mb") or 1e9) < 200, f"{_num(r1000.get('rss_mb'))} MB")
+        check("1000 runs: threads < 1100", (r1000.get("threads") or 1e9) < 1100, f"{_num(r1000.get('threads'))}")
+        check("1000 runs: idle client CPU < 5% of a core", (r1000.get("client_cpu_pct") or 1e9) < 5,
+              f"{_num(r1000.get('client_cpu_pct'), 1)}%")
+        check("1000 runs: idle requests ≤ 0.1/s per run", (r1000.get("idle_req_per_s_per_run") or 1e9) <= 0.1,
+              f"{_num(r1000.get('idle_req_per_s_per_run'), 3)}/s")
+    peer_n = [int(n) for n, r in (_get(results, "live", "peer") or {}).items()
+              if isinstance(r, dict) and r.get("started") and not r.get("skipped")]
+    if peer_n:
+        lines.append(f"- the peer's largest N measured: {max(peer_n)}")
     r200 = _get(results, "live", "ours", "200")
     if isinstance(r200, dict) and not r200.get("error"):
         check("200 runs: RSS < 300 MB", r200.get("rss_mb", 1e9) < 300, f"{_num(r200.get('rss_mb'))} MB")

@@ -7,6 +7,7 @@ import logging as _logging
 
 from ._version import __version__
 from ._context import CancelReason, ToolContext, current_tool_context
+from ._delivery import MessageDelivery
 from .agent import Agent
 from .errors import (
     AgentDefinitionError,
@@ -19,6 +20,7 @@ from .errors import (
     JarDownloadError,
     JavaNotFoundError,
     LocalServerError,
+    MessageLostError,
     MessageQueueDisabledError,
     MessageQueueFullError,
     PayloadError,
@@ -61,6 +63,7 @@ __all__ = [
     "RunStatus",
     "TokenUsage",
     "ToolCallRecord",
+    "MessageDelivery",
     # A real server on this machine
     "LocalServer",
     # Errors
@@ -74,6 +77,7 @@ __all__ = [
     "JarDownloadError",
     "JavaNotFoundError",
     "LocalServerError",
+    "MessageLostError",
     "MessageQueueDisabledError",
     "MessageQueueFullError",
     "PayloadError",

@@ -169,6 +169,27 @@ class WaitTimeoutError(ConductorAgentsError, TimeoutError):
         self.timeout = timeout
 
 
+class MessageLostError(ConductorAgentsError, LookupError):
+    """A message the server accepted can no longer reach its run.
+
+    Raised by ``wait_delivered()``. ``reason`` says how it is known:
+    :attr:`RUN_ENDED`: the run ended (``run_status``) and never pulled the message;
+    :attr:`NOT_IN_QUEUE`: the run waited for messages with the message neither pulled nor in
+    its queue (the queue is in memory on a SQLite server and a restart empties it).
+    """
+
+    RUN_ENDED = "run_ended"
+    NOT_IN_QUEUE = "not_in_queue"
+
+    def __init__(self, message: str, *, execution_id: str, message_id: str, reason: str,
+                 run_status: Optional[str] = None) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+        self.message_id = message_id
+        self.reason = reason
+        self.run_status = run_status
+
+
 class WorkerStallError(ConductorAgentsError):
     """A task routed to this run's domain has not been polled by any worker.
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Optional
 
 from ._api import ConductorApi
 from ._clock import Clock
+from ._delivery import MessageDelivery, wait_for_delivery
 from ._event_stream import EventStream
 from ._payload import message_payload
 from ._transport import HttpError
@@ -77,6 +78,7 @@ class AgentHandle:
         self._lock = threading.Lock()
         if liveness is not None:
             liveness.add_listener(self._stalled)
+        self._pause = lambda seconds: threading.Event().wait(seconds)  # between delivery samples
 
     def __repr__(self) -> str:
         status = self._last_status.value if self._last_status else "unknown"
@@ -245,6 +247,33 @@ class AgentHandle:
     def send_message(self, payload: Any) -> str:
         """Push a message into the run's queue (see :meth:`AgentRuntime.send_message`)."""
         return self._api.push_message(self.execution_id, message_payload(payload))
+
+    def wait_delivered(self, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
+        """Block until the run has pulled message ``message_id``; never longer than ``timeout``.
+
+        Returns where it went (the wait-for-message task that pulled it). Samples the run's
+        task list every ``status_poll_interval_seconds`` (0.5 s).
+
+        Raises:
+            MessageLostError: the message can no longer arrive: the run ended without it
+                (``reason == MessageLostError.RUN_ENDED``), or the run waited on an empty queue
+                after it was accepted (``NOT_IN_QUEUE``: the server lost it, e.g. a SQLite
+                server restarted). Send it again if it matters.
+            WaitTimeoutError: the deadline passed (default 600 s) with nothing known; the
+                message may still arrive.
+            ValueError: ``message_id`` is blank or ``timeout`` is not positive.
+            ExecutionNotFoundError, ServerUnavailableError, ServerError: as :meth:`wait`.
+        """
+        limit = self._settings.wait_timeout_seconds if timeout is None else float(timeout)
+        if limit <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        if not isinstance(message_id, str) or not message_id.strip():
+            raise ValueError(f"message_id must be a message id returned by send_message, got {message_id!r}")
+        return wait_for_delivery(
+            self._api, self.execution_id, message_id.strip(), timeout=limit,
+            interval=self._settings.status_poll_interval_seconds,
+            max_transient_errors=self._settings.max_transient_errors, clock=self._clock, pause=self._pause,
+        )
 
     def stop(self) -> None:
         """Ask the run to finish gracefully: it ends after the current turn, COMPLETED.

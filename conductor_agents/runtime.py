@@ -14,6 +14,7 @@ from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._fork import rebuild_after_fork
 from ._observer import TaskObserver
+from ._delivery import MessageDelivery
 from ._payload import message_payload
 from ._starting import start_run
 from ._takeover import find_live_poller, freshness_window
@@ -222,6 +223,16 @@ class AgentRuntime:
         body = message_payload(payload)
         self._check_open()
         return self._api.push_message(str(execution_id), body)
+
+    def wait_delivered(self, execution_id: str, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
+        """Block until run ``execution_id`` has pulled message ``message_id`` (see
+        :meth:`AgentHandle.wait_delivered`); one request every 0.5 s, no workers.
+
+        Raises: as :meth:`AgentHandle.wait_delivered`, and RuntimeClosedError.
+        """
+        self._check_open()
+        handle = self._handle(str(execution_id), "", None, None, workers=False, monitor=False)
+        return handle.wait_delivered(message_id, timeout=timeout)
 
     def attach(self, execution_id: str) -> AgentHandle:
         """A handle on an existing run that registers no workers (dashboards, other processes).

@@ -29,6 +29,7 @@ from ..errors import (
     ConfigurationError,
     ExecutionNotFoundError,
     ExecutionNotRunningError,
+    MessageLostError,
     ServerUnavailableError,
     WaitTimeoutError,
     WorkerStallError,
@@ -42,10 +43,11 @@ from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error
 from ._progress import ProgressDisplay, RunWatcher
 from ._target import TargetError, TargetImportError, load_agent
 
-__all__ = ["EXIT_TIMED_OUT", "EXIT_UNREACHABLE", "register"]
+__all__ = ["EXIT_MESSAGE_LOST", "EXIT_TIMED_OUT", "EXIT_UNREACHABLE", "register"]
 
 EXIT_UNREACHABLE = 4
 EXIT_TIMED_OUT = 5
+EXIT_MESSAGE_LOST = 6
 
 EXIT_CODES = """\
 exit codes:
@@ -54,7 +56,8 @@ exit codes:
   2  usage or configuration error (bad arguments, MODULE:AGENT not found)
   3  unknown execution, or it is not running (send)
   4  the Conductor server cannot be reached
-  5  the wait timed out (the run goes on on the server)"""
+  5  the wait timed out (the run goes on on the server)
+  6  send --wait-delivered: the message can no longer reach the run (it ended, or the server lost it)"""
 
 _WAIT_TIMEOUT = 600.0
 _STOP_GRACE = 30.0
@@ -110,6 +113,11 @@ def register(subparsers: Any) -> None:
     send.add_argument("execution_id", metavar="EXECUTION_ID")
     send.add_argument("message", metavar="MESSAGE", help="JSON or text")
     send.add_argument("--text", action="store_true", help="send MESSAGE as text even if it parses as JSON")
+    send.add_argument("--wait-delivered", action="store_true",
+                      help="after printing the id, wait until the run has pulled the message; exit 6 if it "
+                           "can no longer arrive")
+    send.add_argument("--timeout", type=_positive, default=_WAIT_TIMEOUT, metavar="SECONDS",
+                      help=f"with --wait-delivered: give up after SECONDS (default {_WAIT_TIMEOUT:g}); exit 5")
 
     status = add("status", _status, "print an execution's status",
                  "Print the run's status (exit 0 whatever it is, 3 when the execution is unknown).")
@@ -257,7 +265,20 @@ def _send(args: argparse.Namespace) -> int:
     payload = _parse_message(args.message, as_text=args.text)
     with AgentRuntime(_settings(args)) as runtime:
         message_id = runtime.send_message(args.execution_id, payload)
-    print(message_id)
+        print(message_id, flush=True)
+        if not args.wait_delivered:
+            return EXIT_OK
+        try:
+            delivery = runtime.wait_delivered(args.execution_id, message_id, timeout=args.timeout)
+        except MessageLostError as err:
+            error(str(err))
+            return EXIT_MESSAGE_LOST
+        except WaitTimeoutError:
+            error(f"message {message_id} was not pulled by run {args.execution_id} within {args.timeout:g}s; "
+                  "it may still arrive")
+            return EXIT_TIMED_OUT
+    _note(f"delivered: pulled by {delivery.task_reference_name}"
+          + (f" with {delivery.batch_count - 1} other message(s)" if delivery.batch_count > 1 else ""))
     return EXIT_OK
 
 

@@ -1,0 +1,88 @@
+"""Messages queued while the server restarts: lost on SQLite (and reported), delivered on Redis.
+
+A listener is busy in a held tool while two messages are sent (both accepted, each with an id);
+then the server restarts on the same data directory and the tool is released. On a SQLite
+server the message queue is in the server's memory: the run never sees the two messages, and
+``wait_delivered`` must say so (``MessageLostError``, reason ``NOT_IN_QUEUE``) instead of waiting
+for ever. On a Redis-backed server (``LocalServer(backend="redis")``, its own redis-server with
+an append-only file, kept across the restart) the same two messages are delivered. Either way
+the run goes on: a message sent afterwards is delivered and acted on.
+
+Each case has its own server (restarting the session's would disturb every other test).
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from conductor_agents import AgentRuntime, AgentSettings, LocalServer, MessageLostError, RunStatus
+from conductor_agents.testing import listener_policy
+
+from ..helpers import eventually, listener, sdk_threads
+from ..integration.test_message_delivery import HeldTools, act_on
+from .support import quiescent, run_summary
+
+pytestmark = pytest.mark.reliability
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def restarting_server(request, scripted_llm, tmp_path):
+    options = {"backend": "redis"} if request.param == "redis" else {}  # SQLite is the default
+    # A generous start-up budget: six servers share two cores on the machine these tests run on.
+    server = LocalServer(tmp_path / f"{request.param}-server", env=scripted_llm.server_env(), startup_timeout=420,
+                         **options)
+    server.start()
+    try:
+        yield request.param, server
+    finally:
+        server.stop()
+
+
+def test_messages_queued_across_a_restart(restarting_server, scripted_llm, unique_name):
+    backend, server = restarting_server
+    base = server.url
+    durable = backend == "redis"
+    tools = HeldTools()
+    before = sdk_threads()
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    with AgentRuntime(AgentSettings.from_env(environ={}, server_url=base)) as runtime:
+        handle = runtime.start(listener(unique_name(f"restart-{backend}"), model, tools), "Start listening.")
+        handle.send_message({"action": "hold"})
+        assert tools.holding.wait(60), "the held tool never started"
+        queued = [handle.send_message({"action": f"queued-{n}"}) for n in (1, 2)]
+        assert all(queued)
+
+        restarted_at = time.monotonic()
+        server.restart()  # same data dir and port
+        print(f"\n{backend} server restarted in {time.monotonic() - restarted_at:.1f}s")
+        tools.gate.set()
+
+        # The run comes back to waiting for messages (the server re-evaluates the join after the
+        # tool only when the old process's system-task lease times out: 30-60 s seen).
+        if durable:
+            deliveries = [handle.wait_delivered(message_id, timeout=240) for message_id in queued]
+            assert [d.message_id for d in deliveries] == queued
+            eventually(lambda: tools.actions == ["hold", "queued-1", "queued-2"], timeout=60,
+                       message="the queued messages acted on")
+        else:
+            for message_id in queued:
+                with pytest.raises(MessageLostError) as info:
+                    handle.wait_delivered(message_id, timeout=240)
+                err = info.value
+                assert (err.reason, err.message_id, err.execution_id) == (
+                    MessageLostError.NOT_IN_QUEUE, message_id, handle.execution_id), run_summary(base, handle.execution_id)
+                assert "restart" in str(err)
+            assert tools.actions == ["hold"]
+
+        # The run goes on: a message sent now is delivered and acted on here.
+        eventually(lambda: quiescent(base, handle.execution_id), timeout=150, interval=0.2, message="waiting again")
+        after = handle.send_message({"action": "after"})
+        assert handle.wait_delivered(after, timeout=60).message_id == after
+        eventually(lambda: tools.actions[-1:] == ["after"], timeout=60, message="the action after the restart")
+        handle.stop()
+        result = handle.wait(timeout=60)
+    assert result.status is RunStatus.COMPLETED
+    assert sdk_threads() == before
+
