@@ -60,8 +60,10 @@ def run_scenario(settings: AgentSettings, model: str) -> int:
         handle = runtime.start(agent, "Start listening.")
         print(f"started {handle!r}")
 
-        runtime.send_message(handle.execution_id, {"action": "generate-report"})
+        message_id = runtime.send_message(handle.execution_id, {"action": "generate-report"})
         print("sent {'action': 'generate-report'}")
+        delivery = handle.wait_delivered(message_id, timeout=60)  # MessageLostError if it can never arrive
+        print(f"delivered: pulled by {delivery.task_reference_name}")
         deadline = time.monotonic() + 60
         while not tools.reports and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -47,7 +47,9 @@ def test_messages_queued_across_a_restart(restarting_server, scripted_llm, uniqu
     tools = HeldTools()
     before = sdk_threads()
     model = scripted_llm.script(policy=listener_policy(act_on))
-    with AgentRuntime(AgentSettings.from_env(environ={}, server_url=base)) as runtime:
+    # A fresh server compiles its first agent slowly on a loaded machine (a 30 s read timeout was seen).
+    settings = AgentSettings.from_env(environ={}, server_url=base, http_timeout_seconds=120)
+    with AgentRuntime(settings) as runtime:
         handle = runtime.start(listener(unique_name(f"restart-{backend}"), model, tools), "Start listening.")
         handle.send_message({"action": "hold"})
         assert tools.holding.wait(60), "the held tool never started"
