@@ -54,6 +54,10 @@ def parse_args(argv: "list[str]") -> argparse.Namespace:
     p.add_argument("--kinds", default=",".join(KINDS), help=f"comma-separated subset of {','.join(KINDS)}")
     p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
                    help="a server -D property (repeatable), e.g. conductor.app.systemTaskWorkerThreadCount=2")
+    p.add_argument("--server-url", help="use this running server (its OpenAI provider pointed at --llm-port) "
+                                        "instead of starting one; needs --server-pid")
+    p.add_argument("--server-pid", type=int, help="with --server-url: the server JVM's pid (for its CPU)")
+    p.add_argument("--llm-port", type=int, default=0, help="with --server-url: where the ScriptedLLM listens")
     p.add_argument("--out", default=os.path.join(HERE, "results-server-cost.json"))
     return p.parse_args(argv)
 
@@ -94,6 +98,29 @@ KINDS: Dict[str, "tuple[Callable[[requests.Session, Target], None], bool]"] = {
     "poll_long_1s": (_get(f"/tasks/poll/batch/{ACT}", workerid="cost", count=1, timeout=1000, domain="{domain}"),
                      True),
 }
+
+
+#: request type -> the URI template the server's own metrics count it under
+URIS = {"status": "/api/agent/{executionId}/status", "workflow": "/api/workflow/{workflowId}",
+        "workflow_tasks": "/api/workflow/{workflowId}", "queue_all": "/api/tasks/queue/all",
+        "queue_sizes_1": "/api/tasks/queue/sizes", "poll_empty": "/api/tasks/poll/batch/{tasktype}",
+        "poll_long_1s": "/api/tasks/poll/batch/{tasktype}"}
+
+
+def server_timers(root: str) -> Dict[str, "tuple[float, float]"]:
+    """URI template -> (requests answered, seconds spent answering them), from the server's own metrics."""
+    out: Dict[str, "tuple[float, float]"] = {}
+    text = requests.get(f"{root}/actuator/prometheus", timeout=30).text
+    for line in text.splitlines():
+        for suffix, index in (("_count{", 0), ("_sum{", 1)):
+            head = "http_server_requests_seconds" + suffix
+            if line.startswith(head) and 'uri="' in line:
+                uri = line.split('uri="', 1)[1].split('"', 1)[0]
+                value = float(line.rsplit(" ", 1)[1])
+                pair = list(out.get(uri, (0.0, 0.0)))
+                pair[index] += value
+                out[uri] = (pair[0], pair[1])
+    return out
 
 
 def server_cpu(pid: int) -> float:
@@ -149,6 +176,24 @@ def paced(kind: str, target: Target, rate: float) -> Callable[[threading.Event],
     return drive
 
 
+class _External:
+    """A server started elsewhere, and a ScriptedLLM on the port its OpenAI provider points at."""
+
+    def __init__(self, url: str, pid: int, llm_port: int) -> None:
+        from conductor_agents.testing import ScriptedLLM
+
+        self.url = url.rstrip("/")
+        self.server = type("Server", (), {"pid": pid})()
+        self.llm = ScriptedLLM(port=llm_port)
+
+    def __enter__(self) -> "_External":
+        self.llm.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.llm.stop()
+
+
 def main(argv: "list[str]") -> int:
     args = parse_args(argv)
     kinds = [k.strip() for k in args.kinds.split(",") if k.strip()]
@@ -160,10 +205,17 @@ def main(argv: "list[str]") -> int:
     workdir = tempfile.mkdtemp(prefix="conductor-agents-server-cost-")
     results: dict = {"n": args.n, "rate": args.rate, "seconds": args.seconds, "properties": properties,
                      "loadavg_start": os.getloadavg(), "kinds": {}}
-    with LocalStack(os.path.join(workdir, "server"), properties=properties) as stack:
+    if args.server_url and (args.server_pid is None or properties):
+        print("--server-url needs --server-pid and takes no --property (the server runs already)", file=sys.stderr)
+        return 2
+    stack = _External(args.server_url, args.server_pid, args.llm_port) if args.server_url else \
+        LocalStack(os.path.join(workdir, "server"), properties=properties)
+    with stack:
         pid = int(stack.server.pid)
+        url = stack.url
+        root = url[: -len("/api")]
         model = stack.llm.script(policy=listener_policy(lambda payload: ToolCall(ACT, {"key": "x"})))
-        settings = AgentSettings.from_env(server_url=stack.url, auto_start_workers=False)
+        settings = AgentSettings.from_env(server_url=url, auto_start_workers=False)
         with AgentRuntime(settings) as runtime:
             receive = WaitForMessageTool.create(name="wait_for_message")
             began = time.monotonic()
@@ -171,23 +223,29 @@ def main(argv: "list[str]") -> int:
                                            tools=[receive, act], instructions="Wait for messages."), "Listen.")
                        for _ in range(args.n)]
             results["start_s"] = time.monotonic() - began
-            target = Target(stack.url, [h.execution_id for h in handles], [str(h.run_id) for h in handles])
+            target = Target(url, [h.execution_id for h in handles], [str(h.run_id) for h in handles])
             time.sleep(10.0)  # every run reaches its wait-for-message task
             idle = []
             for kind in kinds:
                 base = window(pid, args.seconds)
+                m0 = server_timers(root)
                 driven = window(pid, args.seconds, paced(kind, target, args.rate))
+                m1 = server_timers(root)
+                uri = URIS[kind]
+                answered = m1.get(uri, (0.0, 0.0))[0] - m0.get(uri, (0.0, 0.0))[0]
+                spent = m1.get(uri, (0.0, 0.0))[1] - m0.get(uri, (0.0, 0.0))[1]
                 idle.append(base)
                 extra = driven["cpu_s"] - base["cpu_s"] * driven["wall_s"] / base["wall_s"]
                 row = {"idle_cpu_pct": 100.0 * base["cpu_s"] / base["wall_s"],
                        "driven_cpu_pct": 100.0 * driven["cpu_s"] / driven["wall_s"],
                        "requests": driven["requests"], "req_per_s": driven["requests"] / driven["wall_s"],
                        "cpu_ms_per_request": 1000.0 * extra / max(1, driven["requests"]),
-                       "latency_p50_ms": driven["latency_ms"]["p50"], "latency_p99_ms": driven["latency_ms"]["p99"]}
+                       "latency_p50_ms": driven["latency_ms"]["p50"], "latency_p99_ms": driven["latency_ms"]["p99"],
+                       "server_ms_per_request": 1000.0 * spent / answered if answered else None}
                 results["kinds"][kind] = row
                 print(f"{kind:>15}: {row['cpu_ms_per_request']:6.2f} ms CPU/request at {row['req_per_s']:5.1f}/s "
                       f"(server {row['idle_cpu_pct']:5.1f}% idle -> {row['driven_cpu_pct']:5.1f}%), "
-                      f"p50 {row['latency_p50_ms']} ms", flush=True)
+                      f"server time {row['server_ms_per_request']} ms, p50 {row['latency_p50_ms']} ms", flush=True)
             cpu = sum(w["cpu_s"] for w in idle)
             wall = sum(w["wall_s"] for w in idle)
             results["idle_server_cpu_pct"] = 100.0 * cpu / wall
