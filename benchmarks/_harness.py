@@ -23,6 +23,8 @@ TERMINAL = {"COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"}
 
 #: ``--server`` choices: a SQLite node, one Redis-backed node, two Redis-backed nodes behind a balancer.
 SERVERS = ("sqlite", "redis", "cluster")
+#: Seconds a server may take to start: on a shared 2-core machine start-ups of over 6 minutes were seen.
+_STARTUP_TIMEOUT = 900.0
 
 
 def server_unavailable(kind: str) -> Optional[str]:
@@ -208,11 +210,11 @@ class Bench:
         if self.server_kind == "cluster":
             from conductor_agents.local_server import LocalCluster
 
-            return LocalCluster(data_dir, nodes=2, env=env)
+            return LocalCluster(data_dir, nodes=2, env=env, startup_timeout=_STARTUP_TIMEOUT)
         from conductor_agents.local_server import LocalServer
 
         options = {"backend": "redis"} if self.server_kind == "redis" else {}
-        return LocalServer(data_dir, env=env, **options)
+        return LocalServer(data_dir, env=env, startup_timeout=_STARTUP_TIMEOUT, **options)
 
     def __exit__(self, *exc: Any) -> None:
         self.http.close()

@@ -209,7 +209,7 @@ def main(argv: "list[str]") -> int:
         print("--server-url needs --server-pid and takes no --property (the server runs already)", file=sys.stderr)
         return 2
     stack = _External(args.server_url, args.server_pid, args.llm_port) if args.server_url else \
-        LocalStack(os.path.join(workdir, "server"), properties=properties)
+        LocalStack(os.path.join(workdir, "server"), properties=properties, startup_timeout=900)
     with stack:
         pid = int(stack.server.pid)
         url = stack.url

@@ -41,7 +41,7 @@ class HeldTools:
         """Carry out an action requested by an external message."""
         if action == "hold":
             self.holding.set()
-            if not self.gate.wait(120):  # bounded: every test opens it
+            if not self.gate.wait(900):  # bounded: every test opens it (one after a server restart)
                 raise TimeoutError("the gate was never opened")
         with self.lock:
             self.actions.append(action)

@@ -54,7 +54,7 @@ def test_messages_queued_across_a_restart(restarting_server, scripted_llm, uniqu
     with AgentRuntime(settings) as runtime:
         handle = runtime.start(listener(unique_name(f"restart-{backend}"), model, tools), "Start listening.")
         handle.send_message({"action": "hold"})
-        assert tools.holding.wait(60), "the held tool never started"
+        assert tools.holding.wait(240), "the held tool never started"  # three LLM turns on a fresh server
         queued = [handle.send_message({"action": f"queued-{n}"}) for n in (1, 2)]
         assert all(queued)
 
