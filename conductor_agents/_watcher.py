@@ -147,10 +147,18 @@ class QueueWatcher:
         sizes = None
         if self._list_all and now >= self._by_queue_until:
             sizes = self._all_sizes(now, {name for p in pollers for name in p.queue_names()})
+        wanted = [name for p in pollers if full or p.is_active(now) for name in p.queue_names()]
         if sizes is None:
             # Queue by queue costs the server one count per queue: between full rounds ask
             # only for the pollers that expect work.
-            sizes = self._sizes_of([name for p in pollers if full or p.is_active(now) for name in p.queue_names()])
+            sizes = self._sizes_of(wanted)
+        else:
+            # A listing says nothing of a queue it lacks: a Redis node lists only the queues it
+            # touched, so a task on a queue the answering node never saw would wait unrung.
+            # Ask for those by name (on SQLite the start-up poll creates every row: none lack).
+            unlisted = [name for name in wanted if name not in sizes]
+            if unlisted:
+                sizes = {**sizes, **self._sizes_of(unlisted)}
         for poller in pollers:
             if any((sizes.get(name) or 0) > 0 for name in poller.queue_names()):
                 poller.ring()

@@ -405,7 +405,7 @@ class LocalServer:
     def _command(self, java: Path, jar: Path, data_dir: Path, port: int, redis_port: Optional[int]) -> list[str]:
         if redis_port is None:
             backend = {
-                "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL"
+                "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL&transaction_mode=IMMEDIATE"
             }
         else:
             backend = redis_server_properties(redis_port)

@@ -23,7 +23,7 @@ import pytest
 import requests
 
 from conductor_agents.errors import ConfigurationError, LocalServerError
-from conductor_agents.local_server import LocalServer
+from conductor_agents.local_server import LocalServer, _proc
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
@@ -314,10 +314,18 @@ class TestLifecycleWithFakeJava:
         finally:
             srv.stop()
 
-        def spawner_gone() -> bool:
+        # The spawner thread is shared by every attached server this process started from a
+        # thread (the session's LocalCluster starts its nodes from a pool): it lets go of this
+        # server, and ends once none of its servers is left.
+        def spawner_done() -> bool:
+            children = list(_proc._Spawner._children)
+            if any(child.pid == pid for child in children):
+                return False
+            if any(child.poll() is None for child in children):
+                return True
             return not any(t.name == "conductor-agents-local-server-spawner" for t in threading.enumerate())
 
-        assert eventually(spawner_gone, timeout=10, message="spawner thread ended")
+        assert eventually(spawner_done, timeout=10, message="spawner thread let go of the server")
 
     def _child(self, tmp_path: Path, fake_java: Path, fake_jar: Path, body: str) -> subprocess.Popen:
         script = tmp_path / "child.py"

@@ -59,10 +59,24 @@ def paths(http):
 
 def test_one_listing_rings_exactly_the_pollers_with_waiting_tasks(http, api):
     pollers = [StubPoller(f"d{i}") for i in range(50)]
-    http.get(ALL, json={"d3:act": 1, "d7:act": 0, "other:act": 5, "JOIN": 200})
+    listing = {f"d{i}:act": 0 for i in range(50)}  # a SQLite server lists every queue it ever had
+    listing.update({"d3:act": 1, "other:act": 5, "JOIN": 200})
+    http.get(ALL, json=listing)
     watcher_over(api, pollers)._round(pollers, 0.0, full=True)
     assert paths(http) == ["/tasks/queue/all"]
     assert [p.domain for p in pollers if p.rings] == ["d3"]
+
+
+def test_queues_a_listing_lacks_are_asked_for_by_name(http, api):
+    """A Redis node lists only the queues it touched: a task on a queue it never saw still rings."""
+    seen, unseen = StubPoller("seen"), StubPoller("unseen")
+    http.get(ALL, json={"seen:act": 0, "JOIN": 3})
+    http.get(SIZES, json={"unseen:act": 1})
+    watcher_over(api, [seen, unseen])._round([seen, unseen], 0.0, full=True)
+    assert paths(http) == ["/tasks/queue/all", "/tasks/queue/sizes"]
+    asked = http.calls[1].request.url
+    assert "unseen%3Aact" in asked and "seen%3Aact" not in asked.replace("unseen%3Aact", "")
+    assert (seen.rings, unseen.rings) == (0, 1)
 
 
 def test_a_refused_listing_switches_to_asking_queue_by_queue_for_good(http, api):
@@ -208,6 +222,7 @@ def test_a_listing_that_only_grows_is_trusted(http, api):
     """One server only adds queues to its listing; a queue that is no longer ours may go."""
     pollers = [StubPoller("d1"), StubPoller("d2")]
     http.get(ALL, json={"d1:act": 0})
+    http.get(SIZES, json={"d2:act": 0})  # not listed yet: asked for by name this once
     http.get(ALL, json={"d1:act": 0, "d2:act": 1})
     watcher = watcher_over(api, pollers)
     watcher._round(pollers, 0.0, full=True)
@@ -215,4 +230,4 @@ def test_a_listing_that_only_grows_is_trusted(http, api):
     del pollers[0]  # d1's run ended
     http.get(ALL, json={"d2:act": 0})
     watcher._round(pollers, 0.5, full=True)
-    assert paths(http) == ["/tasks/queue/all"] * 3
+    assert paths(http) == ["/tasks/queue/all", "/tasks/queue/sizes"] + ["/tasks/queue/all"] * 2
