@@ -17,6 +17,14 @@ domain and its pool was full within the stall threshold (``is_busy``), and a sta
 from another process is dismissed when the server's poll data shows the domain polled within
 the threshold (a busy process keeps polling with ``count=0``, see ``_poller``).
 
+**Idle runs cost little.** A served stateful run whose queues the runtime's queue watcher has
+just read empty has no task waiting, so it cannot be stalled: its sample is skipped (no
+request), except one every ``IDLE_SAMPLE_INTERVALS`` intervals (30 s by default) for the
+end-of-run check. A run
+with a task in a queue, one not served here, or any run while the watcher is not healthy is
+sampled every interval. So a thousand idle listeners cost the server about 0.03 requests per
+second each for the watchdog instead of 0.1.
+
 Runs are sampled one at a time, each at most once per ``interval`` (a heap of due times);
 a thousand runs cost one thread. The thread starts with the first watched run and ends when
 none is left (an idle runtime sends nothing); the next :meth:`RunWatchdog.watch` starts a new one.
@@ -40,6 +48,9 @@ __all__ = ["RunWatch", "RunWatchdog"]
 
 log = logging.getLogger("conductor_agents.liveness")
 
+#: An idle run (its queues read empty by the watcher) is sampled once per this many intervals.
+IDLE_SAMPLE_INTERVALS = 3
+
 #: Called with the stall error, from the watchdog thread.
 StallListener = Callable[[WorkerStallError], None]
 
@@ -55,6 +66,7 @@ class RunWatch:
         self.execution_id = execution_id
         self.domain: Optional[str] = None  # the run's domain when its liveness is watched
         self.served = False  # this process serves the run's tools: release them when it ends
+        self.served_domain: Optional[str] = None  # the domain this process polls for the run's tools
         self._stall: Optional[WorkerStallError] = None
         self._listeners: List[StallListener] = []
         self._lock = threading.Lock()
@@ -62,6 +74,8 @@ class RunWatch:
         self.first_seen: dict = {}
         self.due = 0.0
         self.samples = 0
+        self.skipped = 0  # samples skipped because the run's queues were seen empty
+        self.last_sampled = 0.0  # monotonic time of the last request for this run (set by watch())
 
     def __repr__(self) -> str:
         return f"RunWatch(execution_id={self.execution_id!r}, domain={self.domain!r}, stalled={self._stall is not None})"
@@ -100,6 +114,10 @@ class RunWatchdog:
         on_ended: told the execution id of a served run a sample found ended.
         is_busy: whether this process serves ``domain`` and its tool pool was full lately.
         ring: told a domain that has a task waiting unpolled (a ring its poller may have missed).
+        queues_empty: whether the queue watcher read every queue this process polls on
+            ``domain`` empty just now (the run is idle: no sample needed for liveness).
+        idle_sample_seconds: an idle run is still sampled this often (end of run); default
+            ``IDLE_SAMPLE_INTERVALS`` intervals.
     """
 
     def __init__(
@@ -111,6 +129,8 @@ class RunWatchdog:
         on_ended: Callable[[str], None],
         is_busy: Callable[[str], bool] = lambda domain: False,
         ring: Callable[[str], None] = lambda domain: None,
+        queues_empty: Callable[[str], bool] = lambda domain: False,
+        idle_sample_seconds: Optional[float] = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._api = api
@@ -119,6 +139,9 @@ class RunWatchdog:
         self._on_ended = on_ended
         self._is_busy = is_busy
         self._ring = ring
+        self._queues_empty = queues_empty
+        self._idle_sample = max(interval, idle_sample_seconds if idle_sample_seconds is not None
+                                else IDLE_SAMPLE_INTERVALS * interval)
         self._clock = clock
         self._lock = threading.Lock()
         self._runs: Dict[str, RunWatch] = {}
@@ -132,11 +155,13 @@ class RunWatchdog:
 
     # -- registration -----------------------------------------------------------------
 
-    def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False) -> RunWatch:
+    def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
+              served_domain: Optional[str] = None) -> RunWatch:
         """Sample ``execution_id`` from now on (first sample one interval from now); its RunWatch.
 
         ``domain``: watch the run's liveness on that domain. ``served``: this process serves the
-        run's tools (``on_ended`` when a sample finds it ended). Watching a run again merges both.
+        run's tools (``on_ended`` when a sample finds it ended), on ``served_domain`` (None: the
+        shared poller). Watching a run again merges them.
         """
         with self._lock:
             run = self._runs.get(execution_id)
@@ -145,9 +170,11 @@ class RunWatchdog:
                 if self._closed:
                     return run  # never sampled: the runtime is closing
                 self._runs[execution_id] = run
+                run.last_sampled = self._clock.monotonic()
                 self._schedule(run, self._clock.monotonic() + self._interval)
             run.domain = domain or run.domain
             run.served = served or run.served
+            run.served_domain = served_domain or run.served_domain
             if self._thread is None:
                 self._start_thread()
         self._wake.set()
@@ -268,8 +295,23 @@ class RunWatchdog:
         except Exception:
             log.exception("sampling run %s failed", run.execution_id)
 
+    def _idle(self, run: RunWatch) -> bool:
+        """Whether this sample can be skipped: the run's queues were just read empty (no task of
+        its domain waits, so it cannot be stalled) and its last sample is recent enough."""
+        if not run.served or run.served_domain is None:
+            return False
+        if self._clock.monotonic() - run.last_sampled >= self._idle_sample - self._interval / 2:
+            return False  # time for the end-of-run check
+        return bool(self._queues_empty(run.served_domain))
+
     def _sample(self, run: RunWatch) -> None:
+        if self._idle(run):
+            run.skipped += 1
+            run.first_seen.clear()
+            run._set_stall(None)
+            return
         run.samples += 1
+        run.last_sampled = self._clock.monotonic()
         domain = run.domain
         if domain is None:
             workflow: Any = self._api.get_workflow(run.execution_id)  # status only: the cheap sample

@@ -8,10 +8,12 @@ runs answering within 2 s with 200 idle runs).
 
 Instead the watcher reads the queue sizes and rings the pollers whose queues are not empty:
 every ``slow`` seconds for all of them, every ``fast`` seconds while one is active (a task
-came lately, so another is likely soon). It reads them with one ``GET /tasks/queue/all``
-(one query on the server whatever the number of runs), and queue by queue with
-``GET /tasks/queue/sizes`` only when the server refuses that or knows so many queues that
-listing them costs more than asking for ours (which is one count per queue on the server).
+came lately, so another is likely soon). A full round reads them with one
+``GET /tasks/queue/all`` (one request whatever the number of runs), and queue by queue with
+``GET /tasks/queue/sizes`` when the server refuses that or knows so many queues that listing
+them costs more than asking for ours (one count per queue on the server). A fast round asks
+only for the active pollers' queues, by name: the listing's cost grows with every queue the
+server knows, and at the fast rate it loaded a cluster's nodes more than the runs did.
 
 On a cluster the listing cannot be trusted: with Redis queues each node lists only the
 queues *it* has touched, so behind a round-robin balancer a queue holding our task may be
@@ -71,6 +73,9 @@ class QueueWatcher:
         self._list_all = True  # False for good once the server refuses /tasks/queue/all
         self._by_queue_until = 0.0  # ask queue by queue until then (the server knows too many queues)
         self._listed: "set[str]" = set()  # our queue names some listing held (to tell a cluster's partial views)
+        # Our queue names -> when a round last read them empty (dropped when read non-empty);
+        # replaced whole by the watcher thread, read by the runtime's watchdog (see is_empty).
+        self._empty_at: Dict[str, float] = {}
         self._stop = threading.Event()
         # Daemon: if it dies with the interpreter, only the rings are lost (pollers fall back
         # to long polls when it is unhealthy; at exit they die too).
@@ -145,13 +150,16 @@ class QueueWatcher:
 
     def _round(self, pollers: List[DomainPoller], now: float, *, full: bool) -> None:
         sizes = None
-        if self._list_all and now >= self._by_queue_until:
+        # The listing only in full rounds: its cost on the server grows with every queue the
+        # server knows (a Redis node counts each one: 18 ms for 528 queues), and the fast rounds
+        # (every 15 ms while a run is active) need only the active pollers' few queues.
+        if full and self._list_all and now >= self._by_queue_until:
             sizes = self._all_sizes(now, {name for p in pollers for name in p.queue_names()})
         wanted = [name for p in pollers if full or p.is_active(now) for name in p.queue_names()]
         if sizes is None:
             # Queue by queue costs the server one count per queue: between full rounds ask
             # only for the pollers that expect work.
-            sizes = self._sizes_of(wanted)
+            sizes = self._sizes_of(wanted) if wanted else {}
         else:
             # A listing says nothing of a queue it lacks: a Redis node lists only the queues it
             # touched, so a task on a queue the answering node never saw would wait unrung.
@@ -159,9 +167,33 @@ class QueueWatcher:
             unlisted = [name for name in wanted if name not in sizes]
             if unlisted:
                 sizes = {**sizes, **self._sizes_of(unlisted)}
+        empty_at = dict(self._empty_at)
         for poller in pollers:
-            if any((sizes.get(name) or 0) > 0 for name in poller.queue_names()):
+            names = poller.queue_names()
+            if any((sizes.get(name) or 0) > 0 for name in names):
                 poller.ring()
+            for name in names:
+                if name not in sizes:
+                    continue
+                if sizes.get(name):
+                    empty_at.pop(name, None)
+                else:
+                    empty_at[name] = now
+        own = {name for p in pollers for name in p.queue_names()}
+        self._empty_at = {name: at for name, at in empty_at.items() if name in own}
+
+    def is_empty(self, names: "tuple[str, ...]", *, within: float) -> bool:
+        """Whether every queue of ``names`` was read empty by a round of the last ``within`` seconds.
+
+        False when the watcher is not healthy, or has not read one of them lately: the caller
+        must then ask the server itself. The runtime's watchdog uses it to skip sampling an idle
+        run (a task waiting in one of its queues would have been counted here).
+        """
+        if not self._healthy or not names:
+            return False
+        empty_at = self._empty_at
+        oldest = self._clock.monotonic() - within
+        return all(empty_at.get(name, float("-inf")) >= oldest for name in names)
 
     def _all_sizes(self, now: float, own: "set[str]") -> "Mapping[str, object] | None":
         """Every queue's size in one request, or None when asking queue by queue is the better way."""

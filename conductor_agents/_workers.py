@@ -34,6 +34,8 @@ log = logging.getLogger("conductor_agents.worker")
 #: A poller whose tool pool is full still polls (``count=0``) this often, per stall threshold,
 #: so the server's poll data shows its domain alive to other processes' watchdogs.
 _KEEPALIVES_PER_STALL = 3.0
+#: The watchdog skips a run's sample when the watcher read all its queues empty this recently.
+_QUEUES_READ_WITHIN_SECONDS = 2.0
 
 
 class Reservation:
@@ -56,7 +58,8 @@ class Reservation:
             self.poller.add_execution(execution_id, self.tools)
             old.cancel_reservation()
             self._workers.retire_if_idle(old)
-        self._workers.watch(execution_id, served=True)  # released when a sample finds it ended
+        # Released when a sample finds it ended.
+        self._workers.watch(execution_id, served=True, served_domain=self.poller.domain)
 
     def cancel(self) -> None:
         """The run did not start: stop serving its tools."""
@@ -181,19 +184,21 @@ class WorkerSet:
 
     # -- the watchdog -----------------------------------------------------------------
 
-    def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False) -> RunWatch:
+    def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
+              served_domain: Optional[str] = None) -> RunWatch:
         """Have the runtime's watchdog sample ``execution_id`` (see :meth:`RunWatchdog.watch`)."""
         with self._lock:
             if self._watchdog is None:
                 self._watchdog = RunWatchdog(
                     self._api, interval=self._settings.liveness_check_interval_seconds,
                     stall_seconds=self._settings.liveness_stall_seconds, on_ended=self.execution_ended,
-                    is_busy=self._is_busy, ring=self._ring, clock=self._clock,
+                    is_busy=self._is_busy, ring=self._ring, queues_empty=self._queues_empty,
+                    clock=self._clock,
                 )
                 if self._closed:
                     self._watchdog.close()
             watchdog = self._watchdog
-        return watchdog.watch(execution_id, domain=domain, served=served)
+        return watchdog.watch(execution_id, domain=domain, served=served, served_domain=served_domain)
 
     def unwatch(self, execution_id: str) -> None:
         """Stop sampling ``execution_id`` (this process no longer serves or watches it)."""
@@ -215,6 +220,15 @@ class WorkerSet:
         if poller is None or poller.retired or not poller.is_alive or executor is None:
             return False
         return executor.full_within(self._settings.liveness_stall_seconds)
+
+    def _queues_empty(self, domain: str) -> bool:
+        """Whether the queue watcher just read every queue this process polls on ``domain`` empty."""
+        with self._lock:
+            poller = self._pollers.get(domain)
+            watcher = self._watcher
+        if poller is None or poller.retired or not poller.is_alive or watcher is None:
+            return False
+        return watcher.is_empty(poller.queue_names(), within=_QUEUES_READ_WITHIN_SECONDS)
 
     def _ring(self, domain: str) -> None:
         with self._lock:

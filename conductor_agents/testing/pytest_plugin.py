@@ -29,7 +29,9 @@ Fixtures:
     An :class:`~conductor_agents.AgentRuntime` on that server, closed after the test.
 ``unique_name``
     ``unique_name("listener")`` gives a name no other test uses, so tests never see
-    each other's runs or task queues.
+    each other's runs or task queues. After the test, runs of those names still running on
+    the session's servers are terminated: a listener left waiting costs a server task
+    evaluations every second, and a suite that leaves dozens slows every later test.
 """
 
 from __future__ import annotations
@@ -45,6 +47,10 @@ import pytest
 from ..runtime import AgentRuntime
 from ..settings import AgentSettings
 from ._scripted_llm import ScriptedLLM
+
+
+#: URLs of the session's servers while they run (ended leftovers are looked for there).
+_SESSION_SERVER_URLS: "list[str]" = []
 
 
 class _ExternalServer:
@@ -71,7 +77,11 @@ def conductor_server(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPat
     """A real Conductor server for the session, wired to ``scripted_llm``."""
     external = os.environ.get("CONDUCTOR_AGENTS_TEST_SERVER_URL")
     if external:
-        yield _ExternalServer(external)
+        _SESSION_SERVER_URLS.append(external.rstrip("/"))
+        try:
+            yield _ExternalServer(external)
+        finally:
+            _SESSION_SERVER_URLS.remove(external.rstrip("/"))
         return
     from ..local_server import LocalServer
 
@@ -79,9 +89,11 @@ def conductor_server(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPat
     # A generous startup bound: on a small machine shared with other servers the JVM alone can take minutes.
     server = LocalServer(data_dir, env=scripted_llm.server_env(), startup_timeout=600.0)
     server.start()
+    _SESSION_SERVER_URLS.append(server.url)
     try:
         yield server
     finally:
+        _SESSION_SERVER_URLS.remove(server.url)
         server.stop()
 
 
@@ -126,9 +138,11 @@ def conductor_cluster(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPa
     cluster = LocalCluster(tmp_path_factory.mktemp("conductor-cluster"), nodes=2, env=scripted_llm.server_env(),
                            startup_timeout=600.0)
     cluster.start()
+    _SESSION_SERVER_URLS.append(cluster.url)
     try:
         yield cluster
     finally:
+        _SESSION_SERVER_URLS.remove(cluster.url)
         cluster.stop()
 
 
@@ -161,15 +175,57 @@ def agent_runtime(agent_settings: AgentSettings) -> Iterator[AgentRuntime]:
 
 
 @pytest.fixture
-def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
-    """``unique_name(base)`` → ``base_<test>_<random>``: an agent or tool name of this test only."""
+def unique_name(request: pytest.FixtureRequest) -> Iterator[Callable[[str], str]]:
+    """``unique_name(base)`` → ``base_<test>_<random>``: an agent or tool name of this test only.
+
+    After the test, runs of the names it gave out that are still running on the session's
+    servers are terminated (see the module docstring).
+    """
     test = re.sub(r"[^A-Za-z0-9]", "_", request.node.name)[-40:].strip("_") or "test"
     salt = uuid.uuid4().hex[:6]
     counter = itertools.count()
+    issued: "list[str]" = []
 
     def make(base: str = "agent") -> str:
-        return f"{base}_{test}_{salt}{next(counter)}"[:64]
+        name = f"{base}_{test}_{salt}{next(counter)}"[:64]
+        issued.append(name)
+        return name
 
-    return make
+    yield make
+    ended = _end_leftover_runs(issued, list(_SESSION_SERVER_URLS))
+    if ended:
+        request.config.stash[_LEFTOVERS] = request.config.stash.get(_LEFTOVERS, 0) + ended
+
+
+_LEFTOVERS = pytest.StashKey[int]()
+
+
+def _end_leftover_runs(names: "list[str]", urls: "list[str]") -> int:
+    """Terminate the runs of ``names`` still running on ``urls``; how many were ended."""
+    import requests
+
+    ended = 0
+    for url in urls:
+        for name in names:
+            try:
+                response = requests.get(f"{url}/workflow/running/{name}", timeout=10)
+                ids = response.json() if response.ok else []
+            except (requests.RequestException, ValueError):
+                continue  # a server that is down or restarting holds nothing to clean now
+            for execution_id in ids if isinstance(ids, list) else []:
+                try:
+                    requests.delete(f"{url}/workflow/{execution_id}",
+                                    params={"reason": "left running by a test"}, timeout=10)
+                    ended += 1
+                except requests.RequestException:
+                    pass
+    return ended
+
+
+def pytest_terminal_summary(terminalreporter: "pytest.TerminalReporter", exitstatus: int,
+                            config: pytest.Config) -> None:
+    ended = config.stash.get(_LEFTOVERS, 0)
+    if ended:
+        terminalreporter.write_line(f"conductor-agents: terminated {ended} run(s) that tests left running")
 
 

@@ -14,6 +14,8 @@ import pytest
 from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, WorkerStallError, tool
 from conductor_agents.testing import ToolCall, listener_policy
 
+from conductor_agents._watchdog import IDLE_SAMPLE_INTERVALS
+
 from ..helpers import eventually, listener, sdk_threads
 from ..integration.test_stateful_listener import ActionTools, act_on
 from ..proxy import LoopbackProxy
@@ -123,11 +125,12 @@ def test_a_run_ended_elsewhere_releases_its_poller(agent_settings, scripted_llm,
     assert sdk_threads() == before
 
 
-def test_idle_runs_cost_at_most_one_request_each_per_interval(agent_settings, scripted_llm, unique_name,
-                                                               conductor_server):
+def test_idle_runs_cost_one_request_each_per_three_intervals(agent_settings, scripted_llm, unique_name,
+                                                             conductor_server):
     """20 idle listeners behind a counting proxy: in a window, each run's samples (the requests naming
-    its execution id: end of run and liveness in one) are at most one per liveness interval, and the
-    polls of its domain at most its poller's safety polls (one a minute)."""
+    its execution id: end of run and liveness in one) are one per three liveness intervals (the queue
+    watcher reads their queues empty, so no task can be stalled), and the polls of its domain at
+    most its poller's safety polls (one a minute)."""
     n, interval = 20, 2.0
     settings = attrs.evolve(agent_settings, liveness_check_interval_seconds=interval)
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -142,13 +145,14 @@ def test_idle_runs_cost_at_most_one_request_each_per_interval(agent_settings, sc
                     for h in handles]
 
         first, started = per_run(), time.monotonic()
-        threading.Event().wait(3 * interval + 0.5)  # the window (its true length is measured below)
+        threading.Event().wait(2 * IDLE_SAMPLE_INTERVALS * interval + 0.5)  # the window (its length is measured)
         last, elapsed = per_run(), time.monotonic() - started
         for h in handles:
             h.cancel()
     samples = [b[0] - a[0] for a, b in zip(first, last)]
     polls = [b[1] - a[1] for a, b in zip(first, last)]
-    sample_bound, poll_bound = int(elapsed // interval) + 1, int(elapsed // SAFETY_POLL_SECONDS) + 1
+    sample_bound = int(elapsed // (IDLE_SAMPLE_INTERVALS * interval)) + 1
+    poll_bound = int(elapsed // SAFETY_POLL_SECONDS) + 1
     print(f"\n{n} idle runs, {elapsed:.1f}s window, interval {interval}s: samples per run {samples} "
           f"(bound {sample_bound}), domain polls per run {polls} (bound {poll_bound}); "
           f"{(sum(samples) + sum(polls)) / n / elapsed:.3f} requests/s per run")

@@ -423,3 +423,53 @@ def test_on_stall_must_be_callable():
     with pytest.raises(AgentTypeError) as info:
         AgentRuntime(AgentSettings(server_url=BASE_URL), on_stall="log it")
     assert ("on_stall", "log it") == (info.value.field, info.value.value)
+
+
+# --- idle runs ---------------------------------------------------------------------------------
+
+
+def test_an_idle_served_run_is_sampled_only_for_its_end(no_thread):
+    """While the watcher reads its queues empty, a served run costs one sample per 30 s, not per 10 s."""
+    empty = {DOMAIN}
+    watchdog, api, clock, _ = make(queues_empty=lambda d: d in empty)
+    watch = watchdog.watch(EXEC, domain=DOMAIN, served=True, served_domain=DOMAIN)
+    for _ in range(12):  # 120 s; an idle run is sampled every IDLE_SAMPLE_INTERVALS (3) intervals
+        tick(watchdog, clock)
+    assert (4, 8) == (api.count("tasks"), watch.skipped)
+
+
+def test_a_queued_task_brings_back_a_sample_every_interval(no_thread):
+    """As soon as the watcher sees a task in the run's queue, every interval samples (and finds the stall)."""
+    empty = {DOMAIN}
+    watchdog, api, clock, _ = make(queues_empty=lambda d: d in empty)
+    api.answer(EXEC, running(task("late", age=45)))
+    watch = watchdog.watch(EXEC, domain=DOMAIN, served=True, served_domain=DOMAIN)
+    tick(watchdog, clock)
+    skipped_while_empty = api.count("tasks")
+    empty.clear()  # the watcher now counts a task in the run's queue
+    tick(watchdog, clock)
+    assert (0, 1) == (skipped_while_empty, api.count("tasks"))
+    assert isinstance(watch.stall, WorkerStallError)
+
+
+def test_a_run_seen_idle_again_has_its_stall_cleared(no_thread):
+    """A stalled run whose queue the watcher then reads empty (the task was taken) is no longer stalled."""
+    empty = set()
+    watchdog, api, clock, _ = make(queues_empty=lambda d: d in empty)
+    api.answer(EXEC, running(task("late", age=45)))
+    watch = watchdog.watch(EXEC, domain=DOMAIN, served=True, served_domain=DOMAIN)
+    tick(watchdog, clock)
+    stalled = watch.stall is not None
+    empty.add(DOMAIN)
+    tick(watchdog, clock)
+    assert (True, None, 1) == (stalled, watch.stall, api.count("tasks"))
+
+
+def test_runs_not_served_here_or_on_the_shared_poller_are_never_skipped(no_thread):
+    """Only a run this process polls on its own domain can be known idle from the watcher's counts."""
+    watchdog, api, clock, _ = make(queues_empty=lambda d: True)
+    watchdog.watch("observed", domain=DOMAIN)
+    watchdog.watch("shared", served=True)
+    for _ in range(3):
+        tick(watchdog, clock)
+    assert (3, 3) == (api.count("tasks", "observed"), api.count("status", "shared"))

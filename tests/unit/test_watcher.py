@@ -231,3 +231,43 @@ def test_a_listing_that_only_grows_is_trusted(http, api):
     http.get(ALL, json={"d2:act": 0})
     watcher._round(pollers, 0.5, full=True)
     assert paths(http) == ["/tasks/queue/all", "/tasks/queue/sizes"] + ["/tasks/queue/all"] * 2
+
+
+def test_is_empty_reports_queues_read_empty_lately_and_only_while_healthy(http, api):
+    """The watchdog may skip an idle run's sample only on a fresh, healthy reading of all its queues."""
+    idle, busy = StubPoller("idle"), StubPoller("busy")
+    http.get(ALL, json={"idle:act": 0, "busy:act": 2})
+    clock = FakeClock()
+    watcher = watcher_over(api, [idle, busy], clock=clock)
+    watcher._healthy = True
+    watcher._round([idle, busy], clock.monotonic(), full=True)
+    fresh = (watcher.is_empty(("idle:act",), within=2.0), watcher.is_empty(("busy:act",), within=2.0),
+             watcher.is_empty(("idle:act", "busy:act"), within=2.0), watcher.is_empty(("never:act",), within=2.0))
+    clock.advance(3.0)
+    stale = watcher.is_empty(("idle:act",), within=2.0)
+    watcher._round([idle, busy], clock.monotonic(), full=True)
+    watcher._healthy = False
+    unhealthy = watcher.is_empty(("idle:act",), within=2.0)
+    assert (True, False, False, False) == fresh
+    assert (False, False) == (stale, unhealthy)
+
+
+def test_fast_rounds_ask_for_the_active_pollers_queues_by_name_not_the_listing(http, api):
+    """The listing costs the server a count per queue it knows: only full rounds (4 a second) read it;
+    the fast rounds (every 15 ms while a run is active) ask for the active pollers' queues only."""
+    busy, idle = StubPoller("busy", active=True), StubPoller("idle")
+    http.get(ALL, json={"busy:act": 0, "idle:act": 0, **{f"q{i}": 0 for i in range(500)}})
+    http.get(SIZES, json={"busy:act": 1})
+    watcher = watcher_over(api, [busy, idle])
+    watcher._round([busy, idle], 0.0, full=True)
+    for step in range(1, 4):
+        watcher._round([busy, idle], step * 0.015, full=False)
+    assert paths(http) == ["/tasks/queue/all"] + ["/tasks/queue/sizes"] * 3
+    assert all("busy%3Aact" in c.request.url and "idle%3Aact" not in c.request.url for c in http.calls[1:])
+    assert (busy.rings, idle.rings) == (3, 0)
+
+
+def test_a_fast_round_with_no_active_poller_sends_nothing(http, api):
+    idle = StubPoller("idle")
+    watcher_over(api, [idle])._round([idle], 0.0, full=False)
+    assert paths(http) == []
