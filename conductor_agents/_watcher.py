@@ -8,19 +8,20 @@ runs answering within 2 s with 200 idle runs).
 
 Instead the watcher reads the queue sizes and rings the pollers whose queues are not empty:
 every ``slow`` seconds for all of them, every ``fast`` seconds while one is active (a task
-came lately, so another is likely soon). A full round reads them with one
-``GET /tasks/queue/all`` (one request whatever the number of runs), and queue by queue with
-``GET /tasks/queue/sizes`` when the server refuses that or knows so many queues that listing
-them costs more than asking for ours (one count per queue on the server). A fast round asks
-only for the active pollers' queues, by name: the listing's cost grows with every queue the
-server knows, and at the fast rate it loaded a cluster's nodes more than the runs did.
+came lately, so another is likely soon). It reads them with one ``GET /tasks/queue/all``
+(one request whatever the number of runs), and queue by queue with ``GET /tasks/queue/sizes``
+when the server refuses that or knows so many queues that listing them costs more than
+asking for ours (one count per queue on the server). The listing is preferred on one server
+because it is what a poll would take: the SQL servers' per-queue size also counts the tasks
+already taken and not yet finished, so asking by name there rings pollers for nothing.
 
-On a cluster the listing cannot be trusted: with Redis queues each node lists only the
-queues *it* has touched, so behind a round-robin balancer a queue holding our task may be
-missing from every answer of the node that did not schedule it. One server (SQLite or one
-Redis node) only ever adds queues to its listing; so the first time a queue of ours that a
-listing held is missing from a later one, the watcher knows it sees several views and asks
-queue by queue from then on (one O(1) count per queue on Redis).
+On a Redis-backed server the listing cannot be trusted, and costs more: each node lists only
+the queues *it* has touched lately (a cache that forgets idle ones), and counts each of them
+for every listing (measured: 18 ms with 528 queues). Behind a round-robin balancer a queue
+holding our task may be missing from every answer of the node that did not schedule it. A
+SQL server's listing only ever grows (its queues are rows that stay); so the first time any
+queue a listing held is missing from a later one, the watcher knows it sees several views (or
+a forgetful node) and asks queue by queue from then on (one O(1) count per queue on Redis).
 """
 
 from __future__ import annotations
@@ -72,7 +73,7 @@ class QueueWatcher:
         self._healthy = False
         self._list_all = True  # False for good once the server refuses /tasks/queue/all
         self._by_queue_until = 0.0  # ask queue by queue until then (the server knows too many queues)
-        self._listed: "set[str]" = set()  # our queue names some listing held (to tell a cluster's partial views)
+        self._listed: "set[str]" = set()  # the queues the last listing held (to tell a cluster's partial views)
         # Our queue names -> when a round last read them empty (dropped when read non-empty);
         # replaced whole by the watcher thread, read by the runtime's watchdog (see is_empty).
         self._empty_at: Dict[str, float] = {}
@@ -150,10 +151,7 @@ class QueueWatcher:
 
     def _round(self, pollers: List[DomainPoller], now: float, *, full: bool) -> None:
         sizes = None
-        # The listing only in full rounds: its cost on the server grows with every queue the
-        # server knows (a Redis node counts each one: 18 ms for 528 queues), and the fast rounds
-        # (every 15 ms while a run is active) need only the active pollers' few queues.
-        if full and self._list_all and now >= self._by_queue_until:
+        if self._list_all and now >= self._by_queue_until:
             sizes = self._all_sizes(now, {name for p in pollers for name in p.queue_names()})
         wanted = [name for p in pollers if full or p.is_active(now) for name in p.queue_names()]
         if sizes is None:
@@ -206,13 +204,14 @@ class QueueWatcher:
             log.info("the server does not list its queues (%s); asking queue by queue", err)
             self._list_all = False
             return None
-        listed = own.intersection(sizes)
-        if not self._listed.intersection(own) <= listed:
+        listed = set(sizes)
+        if not self._listed <= listed:
             log.info("the server's queue listing lost a queue it held (several nodes behind a balancer, "
-                     "or a restarted Redis server); asking queue by queue from now on")
+                     "or a Redis-backed node that forgets idle queues); asking queue by queue from now on")
             self._list_all = False
+            self._listed = set()
             return None
-        self._listed = (self._listed & own) | listed
+        self._listed = listed
         if len(sizes) > max(_ALL_QUEUES_LIMIT, _ALL_PER_OWN * len(own)):
             log.debug("the server lists %d queues; asking for our %d queue by queue for %.0fs",
                       len(sizes), len(own), _SIZES_HOLD_SECONDS)

@@ -162,3 +162,61 @@ class AuxProcess:
 def _plain_env() -> "dict[str, str]":
     """Redis and HAProxy need no secrets: they get PATH and locale only."""
     return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "TZ")}
+
+
+class AuxService:
+    """What Redis and the balancer share: a data directory, a port kept across restarts, one
+    :class:`AuxProcess`. Subclasses give the command (:meth:`_launch`) and the readiness check."""
+
+    #: The binary, the Debian package that has it, and how errors name the service.
+    binary = ""
+    package = ""
+    label = ""
+
+    def __init__(self, data_dir: Path, *, port: Optional[int], log_path: Path, detached: bool,
+                 startup_timeout: float, stop_timeout: float, clock: Clock = SYSTEM_CLOCK) -> None:
+        self.data_dir = data_dir
+        self._port = port or None
+        self._process = AuxProcess(
+            self.binary, log_path=log_path, cwd=data_dir, detached=detached, ready=self._ready,
+            startup_timeout=startup_timeout, stop_timeout=stop_timeout, clock=clock,
+        )
+
+    @property
+    def port(self) -> Optional[int]:
+        """The TCP port on 127.0.0.1; None before the first start when picked automatically."""
+        return self._port
+
+    @property
+    def pid(self) -> Optional[int]:
+        """The process id while it runs, else None."""
+        return self._process.pid
+
+    @property
+    def log_path(self) -> Path:
+        """Where the process's output is appended."""
+        return self._process.log_path
+
+    def _start_process(self, args: Callable[[str, int], Sequence[str]]) -> None:
+        """Find the binary, claim the port, spawn ``args(binary, port)`` and wait until ready.
+
+        Raises:
+            LocalServerError: the binary is missing, the port is taken, or it did not start.
+        """
+        binary = find_binary(self.binary, self.package)
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        if self._port is None:
+            self._port = _proc.free_port()
+        if not _proc.port_is_free(self._port):
+            raise LocalServerError(f"port {self._port} on 127.0.0.1 is already in use ({self.label})")
+        self._process.start(args(binary, self._port))
+
+    def stop(self) -> None:
+        """Stop the process (SIGTERM, then SIGKILL after the stop timeout). Idempotent."""
+        self._process.stop()
+
+    def _ready(self) -> bool:
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} port={self._port} pid={self.pid} dir={self.data_dir}>"

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from .._clock import SYSTEM_CLOCK, Clock
-from ..errors import LocalServerError
-from . import _http, _proc
-from ._aux import AuxProcess, find_binary
+from . import _http
+from ._aux import AuxService
 
 HAPROXY_PACKAGE = "haproxy"
 _HEALTH_PROBE_TIMEOUT = 2.0
@@ -53,11 +52,13 @@ backend nodes
 """
 
 
-class Balancer:
+class Balancer(AuxService):
     """An ``haproxy`` child process; the port is kept across restarts.
 
     Thread-safety: start/stop serialize on the underlying process lock.
     """
+
+    binary, package, label = "haproxy", HAPROXY_PACKAGE, "balancer"
 
     def __init__(
         self,
@@ -69,33 +70,8 @@ class Balancer:
         stop_timeout: float = 20.0,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.data_dir = data_dir
-        self._port = port or None
-        self._process = AuxProcess(
-            "haproxy",
-            log_path=data_dir / "haproxy.log",
-            cwd=data_dir,
-            detached=detached,
-            ready=self._healthy,
-            startup_timeout=startup_timeout,
-            stop_timeout=stop_timeout,
-            clock=clock,
-        )
-
-    @property
-    def port(self) -> Optional[int]:
-        """The balancer's TCP port; None before the first start when picked automatically."""
-        return self._port
-
-    @property
-    def pid(self) -> Optional[int]:
-        """The process id while it runs, else None."""
-        return self._process.pid
-
-    @property
-    def log_path(self) -> Path:
-        """Where HAProxy's output (server up/down events) is appended."""
-        return self._process.log_path
+        super().__init__(data_dir, port=port, log_path=data_dir / "haproxy.log", detached=detached,
+                         startup_timeout=startup_timeout, stop_timeout=stop_timeout, clock=clock)
 
     @property
     def config_path(self) -> Path:
@@ -108,23 +84,13 @@ class Balancer:
         Raises:
             LocalServerError: haproxy is missing, the port is taken or it did not start.
         """
-        binary = find_binary("haproxy", HAPROXY_PACKAGE)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        if self._port is None:
-            self._port = _proc.free_port()
-        if not _proc.port_is_free(self._port):
-            raise LocalServerError(f"port {self._port} on 127.0.0.1 is already in use (balancer)")
-        self.config_path.write_text(haproxy_config(self._port, node_ports), encoding="utf-8")
-        # -db: stay in the foreground (we own the process); -f: our configuration only.
-        self._process.start([binary, "-db", "-f", str(self.config_path)])
+        def args(binary: str, port: int) -> "list[str]":
+            self.config_path.write_text(haproxy_config(port, node_ports), encoding="utf-8")
+            # -db: stay in the foreground (we own the process); -f: our configuration only.
+            return [binary, "-db", "-f", str(self.config_path)]
+
+        self._start_process(args)
         return self
 
-    def stop(self) -> None:
-        """Stop HAProxy. Idempotent."""
-        self._process.stop()
-
-    def _healthy(self) -> bool:
+    def _ready(self) -> bool:
         return self._port is not None and _http.probe_health(f"http://127.0.0.1:{self._port}", _HEALTH_PROBE_TIMEOUT)
-
-    def __repr__(self) -> str:
-        return f"<Balancer port={self._port} pid={self.pid}>"

@@ -18,7 +18,6 @@ from __future__ import annotations
 import concurrent.futures
 import logging
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from types import TracebackType
@@ -27,6 +26,7 @@ from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Type
 from ..errors import ConfigurationError, LocalServerError
 from ._balancer import Balancer
 from ._java import JavaRuntime
+from ._dirs import run_data_dir
 from ._redis import RedisServer
 from ._server import LocalServer, PathLike
 
@@ -287,15 +287,10 @@ class LocalCluster:
             raise errors[0]
 
     def _prepare_data_dir(self) -> Path:
-        try:
-            if self._given_dir is not None:
-                self._given_dir.mkdir(parents=True, exist_ok=True)
-                return self._given_dir
-            if self._owned_dir is None:
-                self._owned_dir = Path(tempfile.mkdtemp(prefix="conductor-agents-cluster-")).resolve()
-            return self._owned_dir
-        except OSError as err:
-            raise LocalServerError(f"cannot create the data directory: {err}") from err
+        path = run_data_dir(self._given_dir, self._owned_dir, "conductor-agents-cluster-")
+        if self._given_dir is None:
+            self._owned_dir = path
+        return path
 
 
 def _all_or_nothing(starts: Sequence[Callable[[], Any]], timeout: float) -> None:

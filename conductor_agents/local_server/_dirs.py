@@ -8,8 +8,11 @@ home directory.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Mapping, Optional
+
+from ..errors import LocalServerError
 
 _APP = "conductor-agents"
 
@@ -55,3 +58,19 @@ def default_data_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
     """Return the CLI's default server data directory (SQLite database and log)."""
     env = _environ(environ)
     return _xdg(env, "XDG_DATA_HOME", ".local/share") / _APP / "server"
+
+
+def run_data_dir(given: Optional[Path], owned: Optional[Path], prefix: str) -> Path:
+    """The data directory of a local server or cluster: ``given`` (created when missing), else the
+    one it created before (``owned``), else a new temporary directory named ``prefix...``.
+
+    Raises:
+        LocalServerError: the directory cannot be created.
+    """
+    try:
+        if given is not None:
+            given.mkdir(parents=True, exist_ok=True)
+            return given
+        return owned if owned is not None else Path(tempfile.mkdtemp(prefix=prefix)).resolve()
+    except OSError as err:
+        raise LocalServerError(f"cannot create the data directory: {err}") from err

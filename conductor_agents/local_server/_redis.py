@@ -13,9 +13,7 @@ from pathlib import Path
 from typing import Dict, Optional
 
 from .._clock import SYSTEM_CLOCK, Clock
-from ..errors import LocalServerError
-from . import _proc
-from ._aux import AuxProcess, find_binary
+from ._aux import AuxService
 
 REDIS_PACKAGE = "redis-server"
 _PING_TIMEOUT = 1.0
@@ -45,11 +43,14 @@ def redis_server_properties(port: int) -> Dict[str, str]:
     }
 
 
-class RedisServer:
-    """A ``redis-server`` child process on 127.0.0.1; the port is kept across restarts.
+class RedisServer(AuxService):
+    """A ``redis-server`` child process on 127.0.0.1; the port is kept across restarts. A stop is
+    graceful (Redis flushes its append-only file); :meth:`kill` is a crash.
 
     Thread-safety: start/stop/kill serialize on the underlying process lock.
     """
+
+    binary, package, label = "redis-server", REDIS_PACKAGE, "Redis"
 
     def __init__(
         self,
@@ -62,33 +63,8 @@ class RedisServer:
         stop_timeout: float = 20.0,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        self.data_dir = data_dir
-        self._port = port or None
-        self._process = AuxProcess(
-            "redis-server",
-            log_path=log_path or data_dir / "redis.log",
-            cwd=data_dir,
-            detached=detached,
-            ready=self._answers_ping,
-            startup_timeout=startup_timeout,
-            stop_timeout=stop_timeout,
-            clock=clock,
-        )
-
-    @property
-    def port(self) -> Optional[int]:
-        """The TCP port; None before the first start when picked automatically."""
-        return self._port
-
-    @property
-    def pid(self) -> Optional[int]:
-        """The process id while it runs, else None."""
-        return self._process.pid
-
-    @property
-    def log_path(self) -> Path:
-        """Where the Redis output is appended."""
-        return self._process.log_path
+        super().__init__(data_dir, port=port, log_path=log_path or data_dir / "redis.log", detached=detached,
+                         startup_timeout=startup_timeout, stop_timeout=stop_timeout, clock=clock)
 
     def start(self) -> "RedisServer":
         """Start Redis and wait until it answers PING (after loading its append-only file).
@@ -96,15 +72,9 @@ class RedisServer:
         Raises:
             LocalServerError: redis-server is missing, the port is taken, or it did not start.
         """
-        binary = find_binary("redis-server", REDIS_PACKAGE)
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        if self._port is None:
-            self._port = _proc.free_port()
-        if not _proc.port_is_free(self._port):
-            raise LocalServerError(f"port {self._port} on 127.0.0.1 is already in use (Redis)")
-        cmd = [
+        self._start_process(lambda binary, port: [
             binary,
-            "--port", str(self._port),
+            "--port", str(port),
             "--bind", "127.0.0.1",
             "--protected-mode", "yes",
             "--dir", str(self.data_dir),
@@ -113,13 +83,8 @@ class RedisServer:
             "--save", "",  # the append-only file is the persistence; no RDB snapshots
             "--daemonize", "no",
             "--logfile", "",  # to stdout, i.e. our log file
-        ]
-        self._process.start(cmd)
+        ])
         return self
-
-    def stop(self) -> None:
-        """Stop gracefully (Redis flushes its append-only file). Idempotent."""
-        self._process.stop()
 
     def kill(self) -> None:
         """SIGKILL (a crash). Idempotent."""
@@ -130,7 +95,7 @@ class RedisServer:
         self.stop()
         return self.start()
 
-    def _answers_ping(self) -> bool:
+    def _ready(self) -> bool:
         port = self._port
         if port is None:
             return False
@@ -140,6 +105,3 @@ class RedisServer:
                 return sock.recv(64).startswith(b"+PONG")  # "-LOADING ..." while it reads the AOF
         except OSError:
             return False
-
-    def __repr__(self) -> str:
-        return f"<RedisServer port={self._port} pid={self.pid} dir={self.data_dir}>"

@@ -8,7 +8,6 @@ import os
 import re
 import shutil
 import subprocess
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -24,6 +23,7 @@ from ._exit_registry import _attached  # noqa: F401  (tests inspect the registry
 from ._exit_registry import register as _register
 from ._exit_registry import stop_all_at_exit as _stop_all_at_exit  # noqa: F401
 from ._exit_registry import unregister as _unregister
+from ._dirs import run_data_dir
 from ._redis import RedisServer, redis_server_properties
 
 _log = logging.getLogger("conductor_agents.local_server")
@@ -378,15 +378,10 @@ class LocalServer:
         return Path(self._java)
 
     def _prepare_data_dir(self) -> Path:
-        try:
-            if self._given_dir is not None:
-                self._given_dir.mkdir(parents=True, exist_ok=True)
-                return self._given_dir
-            if self._owned_dir is None:
-                self._owned_dir = Path(tempfile.mkdtemp(prefix="conductor-agents-server-")).resolve()
-            return self._owned_dir
-        except OSError as err:
-            raise LocalServerError(f"cannot create the data directory: {err}") from err
+        path = run_data_dir(self._given_dir, self._owned_dir, "conductor-agents-server-")
+        if self._given_dir is None:
+            self._owned_dir = path
+        return path
 
     def _start_own_redis(self, data_dir: Path) -> Optional[int]:
         """Start this server's own Redis when it needs one; return the Redis port to use (None: SQLite)."""
