@@ -400,7 +400,12 @@ class LocalServer:
     def _command(self, java: Path, jar: Path, data_dir: Path, port: int, redis_port: Optional[int]) -> list[str]:
         if redis_port is None:
             backend = {
-                "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL&transaction_mode=IMMEDIATE"
+                "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL",
+                # One connection: SQLite has one writer anyway, and concurrent transactions that read
+                # then write fail with SQLITE_BUSY_SNAPSHOT (a 500 to 1 of 50 concurrent starts), which
+                # the server's own retries do not cover on every path. transaction_mode=IMMEDIATE also
+                # avoids it but puts every read behind the busy handler's sleeps: tool pickup p95/p99
+                # went from 113/203 ms to 1062/2546 ms (benchmarks/run.py --scenarios pickup).
             }
         else:
             backend = redis_server_properties(redis_port)
