@@ -47,6 +47,8 @@ _SIZES_QUERY_CHARS = 3000
 _ALL_QUEUES_LIMIT = 2000
 _ALL_PER_OWN = 4
 _SIZES_HOLD_SECONDS = 60.0
+#: A queue of ours that the listing lacks and that was empty when asked by name is asked again after this.
+_UNLISTED_RECHECK_SECONDS = 1.0
 _MAX_BACKOFF = 5.0
 
 
@@ -74,6 +76,7 @@ class QueueWatcher:
         self._list_all = True  # False for good once the server refuses /tasks/queue/all
         self._by_queue_until = 0.0  # ask queue by queue until then (the server knows too many queues)
         self._listed: "set[str]" = set()  # the queues the last listing held (to tell a cluster's partial views)
+        self._unlisted_next: Dict[str, float] = {}  # our unlisted queues found empty -> when to ask again
         # Our queue names -> when a round last read them empty (dropped when read non-empty);
         # replaced whole by the watcher thread, read by the runtime's watchdog (see is_empty).
         self._empty_at: Dict[str, float] = {}
@@ -162,9 +165,20 @@ class QueueWatcher:
             # A listing says nothing of a queue it lacks: a Redis node lists only the queues it
             # touched, so a task on a queue the answering node never saw would wait unrung.
             # Ask for those by name (on SQLite the start-up poll creates every row: none lack).
+            # On a SQL server an unlisted queue never had a task (its row comes with the first
+            # one): an idle listener's queue stays unlisted, so one found empty is asked again
+            # only after _UNLISTED_RECHECK_SECONDS, not in every round (4 a second).
             unlisted = [name for name in wanted if name not in sizes]
-            if unlisted:
-                sizes = {**sizes, **self._sizes_of(unlisted)}
+            due = [name for name in unlisted if self._unlisted_next.get(name, 0.0) <= now]
+            self._unlisted_next = {name: at for name, at in self._unlisted_next.items() if name in unlisted}
+            if due:
+                asked = self._sizes_of(due)
+                for name in due:
+                    if asked.get(name):
+                        self._unlisted_next.pop(name, None)
+                    else:
+                        self._unlisted_next[name] = now + _UNLISTED_RECHECK_SECONDS
+                sizes = {**sizes, **asked}
         empty_at = dict(self._empty_at)
         for poller in pollers:
             names = poller.queue_names()

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import List
 
 import pytest
+import responses
 
 from conductor_agents._api import ConductorApi
 from conductor_agents._transport import HttpError, Transport
@@ -264,3 +265,18 @@ def test_a_listing_that_loses_any_queue_switches_to_queue_by_queue(http, api):
         watcher._round(pollers, step * 0.25, full=True)
     assert paths(http) == ["/tasks/queue/all", "/tasks/queue/all", "/tasks/queue/sizes", "/tasks/queue/sizes"]
     assert pollers[0].rings == 2
+
+
+def test_an_unlisted_empty_queue_is_asked_for_once_a_second_not_every_round(http, api):
+    """An idle listener's queue on a SQL server is unlisted until its first task: asked by name when
+    first missing, then (while empty) once a second; a task found there rings at once."""
+    idle = StubPoller("idle")
+    http.get(ALL, json={"JOIN": 0})
+    http.get(SIZES, json={"idle:act": 0})
+    watcher = watcher_over(api, [idle])
+    for step in range(8):  # 2 s of full rounds, every 0.25 s
+        watcher._round([idle], step * 0.25, full=True)
+    assert paths(http).count("/tasks/queue/sizes") == 2  # at 0 s and 1 s
+    http.replace(responses.GET, SIZES, json={"idle:act": 1})
+    watcher._round([idle], 2.0, full=True)
+    assert idle.rings == 1
