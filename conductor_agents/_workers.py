@@ -212,23 +212,26 @@ class WorkerSet:
         """The watchdog, once a run was watched."""
         return self._watchdog
 
-    def _is_busy(self, domain: str) -> bool:
-        """Whether this process polls ``domain`` but its tool pool was full within the stall threshold."""
+    def _serving(self, domain: str) -> "tuple[Optional[DomainPoller], Optional[ToolExecutor], Optional[QueueWatcher]]":
+        """The live poller of ``domain`` (None when this process does not poll it), the executor, the watcher."""
         with self._lock:
             poller = self._pollers.get(domain)
-            executor = self._executor
-        if poller is None or poller.retired or not poller.is_alive or executor is None:
-            return False
-        return executor.full_within(self._settings.liveness_stall_seconds)
+            executor, watcher = self._executor, self._watcher
+        if poller is None or poller.retired or not poller.is_alive:
+            poller = None
+        return poller, executor, watcher
+
+    def _is_busy(self, domain: str) -> bool:
+        """Whether this process polls ``domain`` but its tool pool was full within the stall threshold."""
+        poller, executor, _ = self._serving(domain)
+        return poller is not None and executor is not None and \
+            executor.full_within(self._settings.liveness_stall_seconds)
 
     def _queues_empty(self, domain: str) -> bool:
         """Whether the queue watcher just read every queue this process polls on ``domain`` empty."""
-        with self._lock:
-            poller = self._pollers.get(domain)
-            watcher = self._watcher
-        if poller is None or poller.retired or not poller.is_alive or watcher is None:
-            return False
-        return watcher.is_empty(poller.queue_names(), within=_QUEUES_READ_WITHIN_SECONDS)
+        poller, _, watcher = self._serving(domain)
+        return poller is not None and watcher is not None and \
+            watcher.is_empty(poller.queue_names(), within=_QUEUES_READ_WITHIN_SECONDS)
 
     def _ring(self, domain: str) -> None:
         with self._lock:
