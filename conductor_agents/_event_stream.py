@@ -28,7 +28,9 @@ delivered (one node's stream is in order: the earlier one was emitted elsewhere)
 the same events stay missing for ten checks (about 10 s: not merely late). Then it
 cuts the connection and the reader goes on from the task list. So the iterator ends within
 about a second of the run's end on any topology, and behind a balancer it switches to
-the task list soon after the first missed event.
+the task list soon after the first missed event. When the stream's last event (``done``)
+comes before the quiet check noticed a gap, the task list is read once and what the stream
+missed is delivered before it.
 """
 
 from __future__ import annotations
@@ -316,10 +318,37 @@ class _Reader:
             self.last_event_id = message.id
         if event is None:
             return None
+        if event.ends_run:
+            self._deliver_missing_before_end()
         with self._delivered_lock:
             self._delivered[signature(event)] += 1
         self._emit(event)
         return _ENDED if event.ends_run else None
+
+    def _deliver_missing_before_end(self) -> None:
+        """Before the stream's last event: deliver what the task list has and the stream never did.
+
+        Behind a load balancer the node that streams ``done`` may not have emitted the events
+        before it; the run has ended, so its task list is complete. On one node nothing is missing
+        and this costs one request. A failed read is logged and the end delivered as it is."""
+        try:
+            workflow = self._api.get_workflow(self._execution_id, include_tasks=True)
+        except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
+            log.info("could not read the task list of %s to check its stream was complete: %s",
+                     self._execution_id, err)
+            return
+        with self._delivered_lock:
+            delivered = collections.Counter(self._delivered)
+        for event in events_from_workflow(workflow, self._execution_id):  # in the run's order
+            if event.ends_run:
+                continue
+            sig = signature(event)
+            if delivered[sig] > 0:
+                delivered[sig] -= 1
+                continue
+            with self._delivered_lock:
+                self._delivered[sig] += 1
+            self._emit(event)
 
     def _remember(self, key: Tuple[str, str, Any]) -> None:
         self._seen.add(key)

@@ -406,6 +406,9 @@ class LocalServer:
                 # the server's own retries do not cover on every path. transaction_mode=IMMEDIATE also
                 # avoids it but puts every read behind the busy handler's sleeps: tool pickup p95/p99
                 # went from 113/203 ms to 1062/2546 ms (benchmarks/run.py --scenarios pickup).
+                # The server nests a connection inside a transaction only where it removes a task's
+                # index rows (a workflow removal, which the SDK never asks for).
+                "spring.datasource.hikari.maximum-pool-size": "1",
             }
         else:
             backend = redis_server_properties(redis_port)

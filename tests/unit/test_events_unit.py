@@ -529,3 +529,23 @@ def test_a_stream_that_skipped_an_earlier_event_switches_at_the_first_check():
     assert third.kind == "waiting" and third.source == "poll" and api.workflow_calls == 2  # one check, one poll
     api.workflow = seed_workflow()
     assert sorted(kinds([*delivered, third, *it])) == sorted(SEED_KINDS)
+
+
+def test_a_stream_that_ends_with_events_missing_delivers_them_from_the_task_list_before_done():
+    """The node streaming ``done`` emitted only some events (the others went to another node) and
+    ``done`` came before any quiet check: the task list fills the gap, every event once, ``done`` last."""
+    own = [SEED[0], SEED[1], frame(3, "thinking", content="listener_llm__2"),
+           frame(4, "thinking", content="listener_llm__3"), frame(5, "waiting", **SEED_SPECS[6][1]),
+           frame(6, "done", **SEED_SPECS[7][1])]
+    api = FakeApi([FakeStream(own, hold=True)], workflow=seed_workflow())
+    events = collect(make(api, idle_check_seconds=30.0))
+    assert sorted(kinds(events)) == sorted(SEED_KINDS) and events[-1].kind == "done"
+    assert {e.source for e in events if e.kind in ("tool_call", "tool_result")} == {"poll"}
+    assert events[-1].source == "stream" and api.workflow_calls == 1
+
+
+def test_a_complete_stream_costs_one_task_list_read_at_its_end_and_stays_a_stream():
+    api = FakeApi([FakeStream(SEED, hold=True)], workflow=seed_workflow())
+    events = collect(make(api, idle_check_seconds=30.0))
+    assert kinds(events) == SEED_KINDS and {e.source for e in events} == {"stream"}
+    assert api.workflow_calls == 1
