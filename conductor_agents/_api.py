@@ -116,6 +116,19 @@ class ConductorApi:
             raise ServerError(f"GET /workflow/{execution_id} returned a malformed body")
         return result, headers.get("Date")
 
+    def running_workflow_ids(self, workflow_name: str, version: Optional[int] = None) -> "list[str]":
+        """``GET /workflow/running/{name}`` → the ids of the runs of that workflow not yet ended.
+
+        One indexed read on the server (SQL ``workflow_pending``, a Redis set) whatever the number
+        of runs; the SQL and Redis stores list every version of the name.
+        """
+        params = {"version": str(version)} if version is not None else None
+        result = self.transport.request("GET", f"/workflow/running/{_seg(workflow_name)}", params=params,
+                                        timeout=(5.0, 10.0))
+        if not isinstance(result, list):
+            raise ServerError(f"GET /workflow/running/{workflow_name} returned a malformed body")
+        return [str(item) for item in result]
+
     def push_message(self, execution_id: str, payload: Mapping[str, Any]) -> str:
         """``POST /workflow/{id}/messages`` → the message id.
 

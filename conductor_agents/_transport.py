@@ -167,7 +167,7 @@ class Transport:
         self._clock = clock
         self._owns_session = session is None
         self._pool_size = pool_size
-        self._session = session if session is not None else self._new_session(pool_size)
+        self._session = session if session is not None else self._new_session(self.base_url, pool_size)
         self._token: Optional[str] = None
         self._token_at = 0.0
         self._token_lock = threading.Lock()
@@ -184,15 +184,24 @@ class Transport:
         if self._owns_session and not self._closed:
             # Dropped, not closed: closing takes the pool's locks, which a parent thread may hold.
             # The child's copies of the parent's sockets are closed when they are collected.
-            self._session = self._new_session(self._pool_size)
+            self._session = self._new_session(self.base_url, self._pool_size)
 
     def __repr__(self) -> str:
         auth = "token" if self._auth_key else "none"
         return f"Transport({self.base_url!r}, auth={auth})"
 
     @staticmethod
-    def _new_session(pool_size: int) -> requests.Session:
+    def _new_session(base_url: str, pool_size: int) -> requests.Session:
         session = requests.Session()
+        # The environment's proxy and CA-bundle settings are read once, here, not on every request
+        # (requests re-reads them, and ~/.netrc, per call: a sixth of a small request's client CPU,
+        # which a thousand idle listeners' background requests add up). ~/.netrc is not used:
+        # Conductor's auth is the X-Authorization token.
+        session.trust_env = False
+        session.proxies.update(requests.utils.get_environ_proxies(base_url))
+        bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
+        if bundle:
+            session.verify = bundle
         retry = Retry(total=None, connect=2, read=0, status=0, other=0, redirect=0,
                       backoff_factor=0.2, raise_on_status=False)
         adapter = HTTPAdapter(max_retries=retry, pool_connections=4, pool_maxsize=pool_size)

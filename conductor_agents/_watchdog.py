@@ -20,10 +20,12 @@ the threshold (a busy process keeps polling with ``count=0``, see ``_poller``).
 **Idle runs cost little.** A served stateful run whose queues the runtime's queue watcher has
 just read empty has no task waiting, so it cannot be stalled: its sample is skipped (no
 request), except one every ``IDLE_SAMPLE_INTERVALS`` intervals (30 s by default) for the
-end-of-run check. A run
-with a task in a queue, one not served here, or any run while the watcher is not healthy is
-sampled every interval. So a thousand idle listeners cost the server about 0.03 requests per
-second each for the watchdog instead of 0.1.
+end-of-run check. Once a sample has told the run's workflow name, that check is answered by
+the list of the name's running ids (``GET /workflow/running/{name}``), fetched at most once an
+interval and shared by every idle run of the name: a thousand idle listeners of one agent cost
+the watchdog about one request per interval, not one per run. A run missing from the list is
+sampled itself (it may have ended). A run with a task in a queue, one not served here, or any
+run while the watcher is not healthy is sampled every interval.
 
 Runs are sampled one at a time, each at most once per ``interval`` (a heap of due times);
 a thousand runs cost one thread. The thread starts with the first watched run and ends when
@@ -41,6 +43,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._liveness import Stall, find_stall, server_time_from_date, stall_error
+from ._transport import HttpError
 from .errors import ConductorAgentsError, ExecutionNotFoundError, WorkerStallError
 from .result import RunStatus
 
@@ -75,6 +78,9 @@ class RunWatch:
         self.due = 0.0
         self.samples = 0
         self.skipped = 0  # samples skipped because the run's queues were seen empty
+        self.listed = 0  # end-of-run checks answered by its workflow's running list
+        self.workflow_name: Optional[str] = None  # told by the first sample
+        self.workflow_version: Optional[int] = None
         self.last_sampled = 0.0  # monotonic time of the last request for this run (set by watch())
 
     def __repr__(self) -> str:
@@ -152,6 +158,9 @@ class RunWatchdog:
         self._previous: Optional[threading.Thread] = None  # one that is ending, joined by close()
         self._closed = False
         self.threads_started = 0
+        # workflow name -> (when fetched, its running ids); only the watchdog thread touches it
+        self._running: Dict[str, Tuple[float, frozenset]] = {}
+        self._running_refused = False  # the server does not list running ids: sample each run
 
     # -- registration -----------------------------------------------------------------
 
@@ -296,20 +305,46 @@ class RunWatchdog:
             log.exception("sampling run %s failed", run.execution_id)
 
     def _idle(self, run: RunWatch) -> bool:
-        """Whether this sample can be skipped: the run's queues were just read empty (no task of
-        its domain waits, so it cannot be stalled) and its last sample is recent enough."""
+        """Whether the run's queues were just read empty: no task of its domain waits, so it
+        cannot be stalled (only runs this process polls on their own domain can be known so)."""
         if not run.served or run.served_domain is None:
             return False
-        if self._clock.monotonic() - run.last_sampled >= self._idle_sample - self._interval / 2:
-            return False  # time for the end-of-run check
         return bool(self._queues_empty(run.served_domain))
+
+    def _still_running(self, run: RunWatch) -> bool:
+        """Whether the running list of the run's workflow (at most one interval old) holds it."""
+        if run.workflow_name is None or self._running_refused:
+            return False
+        now = self._clock.monotonic()
+        fetched = self._running.get(run.workflow_name)
+        if fetched is None or now - fetched[0] >= self._interval:
+            try:
+                ids = frozenset(self._api.running_workflow_ids(run.workflow_name, run.workflow_version))
+            except HttpError as err:
+                if not err.transient:
+                    log.info("the server does not list running workflows (%s); sampling idle runs one by one", err)
+                    self._running_refused = True
+                return False
+            except ConductorAgentsError as err:
+                log.debug("listing the running runs of %s failed: %s", run.workflow_name, err)
+                return False
+            with self._lock:
+                names = {r.workflow_name for r in self._runs.values()}
+            self._running = {name: entry for name, entry in self._running.items() if name in names}
+            fetched = self._running[run.workflow_name] = (now, ids)
+        return run.execution_id in fetched[1]
 
     def _sample(self, run: RunWatch) -> None:
         if self._idle(run):
-            run.skipped += 1
-            run.first_seen.clear()
-            run._set_stall(None)
-            return
+            recent = self._clock.monotonic() - run.last_sampled < self._idle_sample - self._interval / 2
+            if recent or self._still_running(run):
+                if not recent:  # the end-of-run check, answered by the running list
+                    run.listed += 1
+                    run.last_sampled = self._clock.monotonic()
+                run.skipped += 1
+                run.first_seen.clear()
+                run._set_stall(None)
+                return
         run.samples += 1
         run.last_sampled = self._clock.monotonic()
         domain = run.domain
@@ -319,6 +354,10 @@ class RunWatchdog:
         else:
             workflow, date = self._api.sample_workflow(run.execution_id)
             server_now = server_time_from_date(date)
+        if run.workflow_name is None and isinstance(workflow.get("workflowName"), str):
+            run.workflow_name = workflow["workflowName"]
+            version = workflow.get("workflowVersion")
+            run.workflow_version = version if isinstance(version, int) else None
         if RunStatus.parse(workflow.get("status")).is_terminal:
             log.debug("run %s ended (%s)", run.execution_id, workflow.get("status"))
             self._ended(run)

@@ -47,8 +47,11 @@ _SIZES_QUERY_CHARS = 3000
 _ALL_QUEUES_LIMIT = 2000
 _ALL_PER_OWN = 4
 _SIZES_HOLD_SECONDS = 60.0
-#: A queue of ours that the listing lacks and that was empty when asked by name is asked again after this.
+#: A queue of ours that the listing lacks and that was empty when asked by name is asked again after
+#: this, then at doubling intervals up to the maximum (it counts as empty in between).
 _UNLISTED_RECHECK_SECONDS = 1.0
+_UNLISTED_RECHECK_MAX_SECONDS = 30.0
+_UNREAD = object()
 _MAX_BACKOFF = 5.0
 
 
@@ -76,7 +79,8 @@ class QueueWatcher:
         self._list_all = True  # False for good once the server refuses /tasks/queue/all
         self._by_queue_until = 0.0  # ask queue by queue until then (the server knows too many queues)
         self._listed: "set[str]" = set()  # the queues the last listing held (to tell a cluster's partial views)
-        self._unlisted_next: Dict[str, float] = {}  # our unlisted queues found empty -> when to ask again
+        # our unlisted queues found empty -> (when to ask again, the delay that gave it)
+        self._unlisted_next: Dict[str, "tuple[float, float]"] = {}
         # Our queue names -> when a round last read them empty (dropped when read non-empty);
         # replaced whole by the watcher thread, read by the runtime's watchdog (see is_empty).
         self._empty_at: Dict[str, float] = {}
@@ -153,46 +157,71 @@ class QueueWatcher:
     # -- one round --------------------------------------------------------------------
 
     def _round(self, pollers: List[DomainPoller], now: float, *, full: bool) -> None:
-        sizes = None
+        listing = None
         if self._list_all and now >= self._by_queue_until:
-            sizes = self._all_sizes(now, {name for p in pollers for name in p.queue_names()})
+            listing = self._all_sizes(now, sum(len(p.queue_names()) for p in pollers))
         wanted = [name for p in pollers if full or p.is_active(now) for name in p.queue_names()]
-        if sizes is None:
+        if listing is None:
             # Queue by queue costs the server one count per queue: between full rounds ask
             # only for the pollers that expect work.
-            sizes = self._sizes_of(wanted) if wanted else {}
+            sizes: Mapping[str, object] = self._sizes_of(wanted) if wanted else {}
+            unlisted: Dict[str, object] = {}
         else:
-            # A listing says nothing of a queue it lacks: a Redis node lists only the queues it
-            # touched, so a task on a queue the answering node never saw would wait unrung.
-            # Ask for those by name (on SQLite the start-up poll creates every row: none lack).
-            # On a SQL server an unlisted queue never had a task (its row comes with the first
-            # one): an idle listener's queue stays unlisted, so one found empty is asked again
-            # only after _UNLISTED_RECHECK_SECONDS, not in every round (4 a second).
-            unlisted = [name for name in wanted if name not in sizes]
-            due = [name for name in unlisted if self._unlisted_next.get(name, 0.0) <= now]
-            self._unlisted_next = {name: at for name, at in self._unlisted_next.items() if name in unlisted}
-            if due:
-                asked = self._sizes_of(due)
-                for name in due:
-                    if asked.get(name):
-                        self._unlisted_next.pop(name, None)
-                    else:
-                        self._unlisted_next[name] = now + _UNLISTED_RECHECK_SECONDS
-                sizes = {**sizes, **asked}
-        empty_at = dict(self._empty_at)
+            sizes = listing
+            unlisted = self._unlisted_sizes(wanted, listing, now)
+        empty_at = self._empty_at  # updated in place: the watchdog's reads see each name's latest
         for poller in pollers:
             names = poller.queue_names()
-            if any((sizes.get(name) or 0) > 0 for name in names):
-                poller.ring()
+            rung = False
             for name in names:
-                if name not in sizes:
+                size = unlisted[name] if name in unlisted else sizes.get(name, _UNREAD)
+                if size is _UNREAD:
                     continue
-                if sizes.get(name):
+                if size:
                     empty_at.pop(name, None)
+                    if not rung:
+                        poller.ring()
+                        rung = True
                 else:
                     empty_at[name] = now
-        own = {name for p in pollers for name in p.queue_names()}
-        self._empty_at = {name: at for name, at in empty_at.items() if name in own}
+        if full and len(empty_at) > sum(len(p.queue_names()) for p in pollers):
+            own = {name for p in pollers for name in p.queue_names()}
+            for name in [name for name in empty_at if name not in own]:
+                empty_at.pop(name, None)
+
+    def _unlisted_sizes(self, wanted: List[str], listing: Mapping[str, object], now: float) -> Dict[str, object]:
+        """The sizes of the wanted queues a listing lacks: asked by name when due, else known empty.
+
+        A listing says nothing of a queue it lacks: a Redis node lists only the queues it touched,
+        so a task on a queue the answering node never saw would wait unrung. Asking for it by name
+        touches it there (that node lists it from then on, and a later listing without it switches
+        the watcher to queue by queue). On a SQL server an unlisted queue never had a task (its row
+        comes with the first one), so an idle listener's queue stays unlisted: one found empty is
+        asked again after 1 s, then at doubling intervals up to _UNLISTED_RECHECK_MAX_SECONDS, and
+        counts as empty in between.
+        """
+        missing = [name for name in wanted if name not in listing]
+        tracked = self._unlisted_next
+        if len(tracked) > len(missing):  # forget the queues listed again or no longer ours
+            missing_set = set(missing)
+            for name in [name for name in tracked if name not in missing_set]:
+                del tracked[name]
+        due = [name for name in missing if tracked.get(name, (0.0, 0.0))[0] <= now]
+        asked = self._sizes_of(due) if due else {}
+        result: Dict[str, object] = {}
+        for name in missing:
+            if name in asked:
+                size = asked[name]
+                if size:
+                    tracked.pop(name, None)
+                else:
+                    delay = min(_UNLISTED_RECHECK_MAX_SECONDS, 2 * tracked[name][1]) if name in tracked \
+                        else _UNLISTED_RECHECK_SECONDS
+                    tracked[name] = (now + delay, delay)
+                result[name] = size
+            elif name in tracked:
+                result[name] = 0  # found empty when asked; asked again when due
+        return result
 
     def is_empty(self, names: "tuple[str, ...]", *, within: float) -> bool:
         """Whether every queue of ``names`` was read empty by a round of the last ``within`` seconds.
@@ -207,7 +236,7 @@ class QueueWatcher:
         oldest = self._clock.monotonic() - within
         return all(empty_at.get(name, float("-inf")) >= oldest for name in names)
 
-    def _all_sizes(self, now: float, own: "set[str]") -> "Mapping[str, object] | None":
+    def _all_sizes(self, now: float, own: int) -> "Mapping[str, object] | None":
         """Every queue's size in one request, or None when asking queue by queue is the better way."""
         try:
             sizes = self._api.all_queue_sizes()
@@ -218,17 +247,18 @@ class QueueWatcher:
             log.info("the server does not list its queues (%s); asking queue by queue", err)
             self._list_all = False
             return None
-        listed = set(sizes)
+        listed = sizes.keys()
         if not self._listed <= listed:
             log.info("the server's queue listing lost a queue it held (several nodes behind a balancer, "
                      "or a Redis-backed node that forgets idle queues); asking queue by queue from now on")
             self._list_all = False
             self._listed = set()
             return None
-        self._listed = listed
-        if len(sizes) > max(_ALL_QUEUES_LIMIT, _ALL_PER_OWN * len(own)):
+        if len(listed) != len(self._listed):
+            self._listed = set(listed)
+        if len(sizes) > max(_ALL_QUEUES_LIMIT, _ALL_PER_OWN * own):
             log.debug("the server lists %d queues; asking for our %d queue by queue for %.0fs",
-                      len(sizes), len(own), _SIZES_HOLD_SECONDS)
+                      len(sizes), own, _SIZES_HOLD_SECONDS)
             self._by_queue_until = now + _SIZES_HOLD_SECONDS
         return sizes
 

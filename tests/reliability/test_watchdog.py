@@ -127,38 +127,47 @@ def test_a_run_ended_elsewhere_releases_its_poller(agent_settings, scripted_llm,
 
 def test_idle_runs_cost_one_request_each_per_three_intervals(agent_settings, scripted_llm, unique_name,
                                                              conductor_server):
-    """20 idle listeners behind a counting proxy: in a window, each run's samples (the requests naming
-    its execution id: end of run and liveness in one) are one per three liveness intervals (the queue
-    watcher reads their queues empty, so no task can be stalled), and the polls of its domain at
+    """20 idle listeners of one agent behind a counting proxy: in a window, each run's own samples
+    (the requests naming its execution id) are at most one per three liveness intervals (the queue
+    watcher reads their queues empty, so no task can be stalled), their end-of-run checks share one
+    running list of the agent per interval, every run is checked, and the polls of its domain are at
     most its poller's safety polls (one a minute)."""
     n, interval = 20, 2.0
     settings = attrs.evolve(agent_settings, liveness_check_interval_seconds=interval)
     model = scripted_llm.script(policy=listener_policy(act_on))
+    agent = listener(unique_name("idle"), model, ActionTools())
     with LoopbackProxy(conductor_server.url) as proxy, \
             AgentRuntime(attrs.evolve(settings, server_url=proxy.url)) as runtime:
-        handles = [runtime.start(listener(unique_name("idle"), model, ActionTools()), "Listen.") for _ in range(n)]
+        handles = [runtime.start(agent, "Listen.") for _ in range(n)]
         eventually(lambda: all(_waiting_for_message(agent_settings.server_url, h.execution_id) for h in handles),
                    timeout=120, message="every listener waiting for a message")
+        watches = [runtime._workers.watch(h.execution_id) for h in handles]  # the watchdog's RunWatch of each
+        eventually(lambda: all(w.workflow_name for w in watches), timeout=30,
+                   message="a first sample of each run (it tells the run's workflow name)")
 
-        def per_run() -> "list[tuple[int, int]]":
-            return [(len(proxy.requests_to(h.execution_id)), len(proxy.requests_to(f"domain={h.run_id}")))
-                    for h in handles]
+        def per_run() -> "list[tuple[int, int, int]]":
+            return [(len(proxy.requests_to(h.execution_id)), len(proxy.requests_to(f"domain={h.run_id}")),
+                     w.listed) for h, w in zip(handles, watches)]
 
-        first, started = per_run(), time.monotonic()
+        first, lists_before, started = per_run(), len(proxy.requests_to("/workflow/running/")), time.monotonic()
         threading.Event().wait(2 * IDLE_SAMPLE_INTERVALS * interval + 0.5)  # the window (its length is measured)
         last, elapsed = per_run(), time.monotonic() - started
+        lists = len(proxy.requests_to("/workflow/running/")) - lists_before
         for h in handles:
             h.cancel()
     samples = [b[0] - a[0] for a, b in zip(first, last)]
     polls = [b[1] - a[1] for a, b in zip(first, last)]
+    checks = [b[0] - a[0] + b[2] - a[2] for a, b in zip(first, last)]
     sample_bound = int(elapsed // (IDLE_SAMPLE_INTERVALS * interval)) + 1
     poll_bound = int(elapsed // SAFETY_POLL_SECONDS) + 1
-    print(f"\n{n} idle runs, {elapsed:.1f}s window, interval {interval}s: samples per run {samples} "
-          f"(bound {sample_bound}), domain polls per run {polls} (bound {poll_bound}); "
-          f"{(sum(samples) + sum(polls)) / n / elapsed:.3f} requests/s per run")
+    print(f"\n{n} idle runs, {elapsed:.1f}s window, interval {interval}s: own samples per run {samples} "
+          f"(bound {sample_bound}), running lists {lists}, domain polls per run {polls} (bound {poll_bound}); "
+          f"{(sum(samples) + sum(polls) + lists) / n / elapsed:.3f} requests/s per run")
     assert max(samples) <= sample_bound, samples
     assert max(polls) <= poll_bound, polls
-    assert min(samples) >= 1, samples  # every run is sampled: the end-of-run check runs while idle
+    assert lists <= int(elapsed // interval) + 1, lists
+    assert min(checks) >= 1, checks  # every run's end is checked while idle (its own sample or the list)
+    assert sum(samples) < n, samples  # most checks were answered by the shared list
 
 
 def _waiting_for_message(base_url: str, execution_id: str) -> bool:

@@ -394,3 +394,15 @@ def test_get_workflow_with_tasks_asks_for_them(http, api):
     api.get_workflow(EXEC, include_tasks=True)
     api.get_workflow(EXEC)
     assert ["includeTasks=true", "includeTasks=false"] == [c.request.url.split("?")[1] for c in http.calls]
+
+
+def test_the_environment_proxy_is_read_once_at_construction(monkeypatch):
+    """Proxy variables still apply (read when the transport is built, not on every request),
+    NO_PROXY included; requests' per-call environment lookups are off."""
+    monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
+    monkeypatch.setenv("NO_PROXY", "internal.example")
+    proxied = Transport("http://conductor.example:8080")
+    bypassed = Transport("http://internal.example:8080")
+    assert proxied._session.proxies.get("http") == "http://proxy.example:3128"
+    assert "http" not in bypassed._session.proxies
+    assert proxied._session.trust_env is False

@@ -69,6 +69,15 @@ class FakeApi:
         self.calls.append(("polldata", task_type))
         return list(self.poll_rows)
 
+    running_ids = None  # workflow name -> ids (or an exception to raise); None: the method is missing
+
+    def running_workflow_ids(self, workflow_name, version=None):
+        self.calls.append(("running", workflow_name))
+        answer = (self.running_ids or {}).get(workflow_name, [])
+        if isinstance(answer, Exception):
+            raise answer
+        return list(answer)
+
     def count(self, kind, execution_id=None):
         return sum(1 for k, e in self.calls if k == kind and (execution_id is None or e == execution_id))
 
@@ -473,3 +482,53 @@ def test_runs_not_served_here_or_on_the_shared_poller_are_never_skipped(no_threa
     for _ in range(3):
         tick(watchdog, clock)
     assert (3, 3) == (api.count("tasks", "observed"), api.count("status", "shared"))
+
+
+def named(name="listener", status="RUNNING"):
+    return {"status": status, "workflowName": name, "workflowVersion": 1, "tasks": []}
+
+
+def test_idle_runs_of_one_workflow_share_one_running_list_for_their_end_checks(no_thread):
+    """After a first sample tells each run's workflow name, the end-of-run checks of idle runs of that
+    name are answered by one running list per interval, not one request per run."""
+    watchdog, api, clock, _ = make(queues_empty=lambda d: True)
+    runs = [f"wf-{i}" for i in range(5)]
+    api.running_ids = {"listener": runs}
+    watches = []
+    for i, execution_id in enumerate(runs):
+        api.answer(execution_id, named())
+        watches.append(watchdog.watch(execution_id, domain=DOMAIN, served=True, served_domain=f"d{i}"))
+    for _ in range(3):  # the first end check: each run sampled itself (its name is not known yet)
+        tick(watchdog, clock)
+    first = (api.count("tasks"), api.count("running"))
+    for _ in range(9):  # three more end checks each, all answered by the list
+        tick(watchdog, clock)
+    assert first == (5, 0)
+    assert (5, 3) == (api.count("tasks"), api.count("running"))
+    assert [w.listed for w in watches] == [3] * 5
+
+
+def test_an_idle_run_missing_from_the_running_list_is_sampled_and_released(no_thread):
+    watchdog, api, clock, host = make(queues_empty=lambda d: True)
+    api.running_ids = {"listener": [EXEC]}
+    api.answer(EXEC, named(), named(status="TERMINATED"))
+    watchdog.watch(EXEC, domain=DOMAIN, served=True, served_domain=DOMAIN)
+    for _ in range(6):
+        tick(watchdog, clock)
+    assert (1, 1, []) == (api.count("tasks"), api.count("running"), host.ended)
+    api.running_ids = {"listener": []}  # cancelled from another process
+    for _ in range(3):
+        tick(watchdog, clock)
+    assert (2, 2, [EXEC]) == (api.count("tasks"), api.count("running"), host.ended)
+
+
+def test_a_server_without_the_running_list_gets_one_sample_per_idle_run(no_thread):
+    from conductor_agents._transport import HttpError
+
+    watchdog, api, clock, _ = make(queues_empty=lambda d: True)
+    api.running_ids = {"listener": HttpError("no", status=404, server_message="", method="GET", path="/x")}
+    api.answer(EXEC, named())
+    watchdog.watch(EXEC, domain=DOMAIN, served=True, served_domain=DOMAIN)
+    for _ in range(12):
+        tick(watchdog, clock)
+    assert (4, 1) == (api.count("tasks"), api.count("running"))

@@ -267,16 +267,37 @@ def test_a_listing_that_loses_any_queue_switches_to_queue_by_queue(http, api):
     assert pollers[0].rings == 2
 
 
-def test_an_unlisted_empty_queue_is_asked_for_once_a_second_not_every_round(http, api):
+def test_an_unlisted_empty_queue_is_asked_for_at_doubling_intervals_not_every_round(http, api):
     """An idle listener's queue on a SQL server is unlisted until its first task: asked by name when
-    first missing, then (while empty) once a second; a task found there rings at once."""
+    first missing, then (while empty) after 1 s, 2 s, 4 s... (30 s at most), counted empty in between
+    (the watchdog may skip the run); a task found there rings at once."""
     idle = StubPoller("idle")
     http.get(ALL, json={"JOIN": 0})
     http.get(SIZES, json={"idle:act": 0})
     watcher = watcher_over(api, [idle])
-    for step in range(8):  # 2 s of full rounds, every 0.25 s
+    asked_at = []
+    for step in range(33):  # 8 s of full rounds, every 0.25 s
+        before = paths(http).count("/tasks/queue/sizes")
         watcher._round([idle], step * 0.25, full=True)
-    assert paths(http).count("/tasks/queue/sizes") == 2  # at 0 s and 1 s
+        if paths(http).count("/tasks/queue/sizes") > before:
+            asked_at.append(step * 0.25)
+        assert watcher._empty_at.get("idle:act") == step * 0.25  # read (or known) empty in every round
+    assert asked_at == [0.0, 1.0, 3.0, 7.0]
     http.replace(responses.GET, SIZES, json={"idle:act": 1})
-    watcher._round([idle], 2.0, full=True)
-    assert idle.rings == 1
+    for step in range(33, 61):
+        watcher._round([idle], step * 0.25, full=True)
+    assert idle.rings == 1 and "idle:act" not in watcher._empty_at  # asked at 15 s
+    watcher._round([idle], 15.25, full=True)
+    assert idle.rings == 2  # a non-empty queue is asked for again in the next round
+
+
+def test_the_unlisted_recheck_interval_stops_doubling_at_thirty_seconds(http, api):
+    idle = StubPoller("idle")
+    http.get(ALL, json={"JOIN": 0})
+    http.get(SIZES, json={"idle:act": 0})
+    watcher = watcher_over(api, [idle])
+    now = 0.0
+    while now < 200.0:
+        watcher._round([idle], now, full=True)
+        now += 0.25
+    assert watcher._unlisted_next["idle:act"][1] == 30.0
