@@ -20,15 +20,16 @@ the threshold (a busy process keeps polling with ``count=0``, see ``_poller``).
 **Idle runs cost little.** A served stateful run whose queues the runtime's queue watcher has
 just read empty has no task waiting, so it cannot be stalled: its sample is skipped (no
 request), except one every ``IDLE_SAMPLE_INTERVALS`` intervals (30 s by default) for the
-end-of-run check. Once a sample has told the run's workflow name, that check is answered by
-the list of the name's running ids (``GET /workflow/running/{name}``), fetched at most once an
-interval and shared by every idle run of the name: a thousand idle listeners of one agent cost
-the watchdog about one request per interval, not one per run. A run missing from the list is
-sampled itself (it may have ended). A run with a task in a queue, one not served here, or any
+end-of-run check. That check is answered by the list of the run's workflow's running ids
+(``GET /workflow/running/{name}``; the name is the agent's, or what a sample told), fetched at
+most once an interval and shared by every idle run of the name: a thousand idle listeners of
+one agent cost the watchdog about one request per interval, not one per run. A run missing from
+the list is sampled itself (it may have ended, or its name was not the agent's). A run with a task in a queue, one not served here, or any
 run while the watcher is not healthy is sampled every interval.
 
-Runs are sampled one at a time, each at most once per ``interval`` (a heap of due times);
-a thousand runs cost one thread. The thread starts with the first watched run and ends when
+Runs are sampled one at a time, each at most once per ``interval`` (a heap of due times; the
+thread wakes a tenth of the interval, one second at most, after the next due time and samples
+every run due by then); a thousand runs cost one thread. The thread starts with the first watched run and ends when
 none is left (an idle runtime sends nothing); the next :meth:`RunWatchdog.watch` starts a new one.
 """
 
@@ -53,6 +54,9 @@ log = logging.getLogger("conductor_agents.liveness")
 
 #: An idle run (its queues read empty by the watcher) is sampled once per this many intervals.
 IDLE_SAMPLE_INTERVALS = 3
+
+#: The most a sample is taken late so that runs due close together are sampled at one wake-up.
+_MAX_SLACK_SECONDS = 1.0
 
 #: Called with the stall error, from the watchdog thread.
 StallListener = Callable[[WorkerStallError], None]
@@ -79,7 +83,7 @@ class RunWatch:
         self.samples = 0
         self.skipped = 0  # samples skipped because the run's queues were seen empty
         self.listed = 0  # end-of-run checks answered by its workflow's running list
-        self.workflow_name: Optional[str] = None  # told by the first sample
+        self.workflow_name: Optional[str] = None  # the agent's name, then what a sample tells
         self.workflow_version: Optional[int] = None
         self.last_sampled = 0.0  # monotonic time of the last request for this run (set by watch())
 
@@ -148,6 +152,10 @@ class RunWatchdog:
         self._queues_empty = queues_empty
         self._idle_sample = max(interval, idle_sample_seconds if idle_sample_seconds is not None
                                 else IDLE_SAMPLE_INTERVALS * interval)
+        # The thread sleeps this long past the next due time, then samples every run due by then:
+        # a thousand runs wake it about once a second instead of a hundred times (never early, so
+        # two samples of a run are always at least an interval apart).
+        self._slack = min(_MAX_SLACK_SECONDS, interval / 10)
         self._clock = clock
         self._lock = threading.Lock()
         self._runs: Dict[str, RunWatch] = {}
@@ -165,12 +173,14 @@ class RunWatchdog:
     # -- registration -----------------------------------------------------------------
 
     def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
-              served_domain: Optional[str] = None) -> RunWatch:
+              served_domain: Optional[str] = None, workflow_name: Optional[str] = None) -> RunWatch:
         """Sample ``execution_id`` from now on (first sample one interval from now); its RunWatch.
 
         ``domain``: watch the run's liveness on that domain. ``served``: this process serves the
         run's tools (``on_ended`` when a sample finds it ended), on ``served_domain`` (None: the
-        shared poller). Watching a run again merges them.
+        shared poller). ``workflow_name``: the run's workflow name if known (the agent's name):
+        its end checks can use the name's running list without a first sample (a wrong name costs
+        one sample, which tells the right one). Watching a run again merges them.
         """
         with self._lock:
             run = self._runs.get(execution_id)
@@ -184,6 +194,7 @@ class RunWatchdog:
             run.domain = domain or run.domain
             run.served = served or run.served
             run.served_domain = served_domain or run.served_domain
+            run.workflow_name = run.workflow_name or workflow_name
             if self._thread is None:
                 self._start_thread()
         self._wake.set()
@@ -251,7 +262,7 @@ class RunWatchdog:
                     continue
                 delay = due - self._clock.monotonic()
                 if delay > 0:
-                    return None, delay
+                    return None, delay + self._slack  # late by the slack: the runs due by then together
                 heapq.heappop(self._due)
                 # Rescheduled before sampling: the next sample is one interval after this one starts.
                 self._schedule(run, self._clock.monotonic() + self._interval)
@@ -354,8 +365,8 @@ class RunWatchdog:
         else:
             workflow, date = self._api.sample_workflow(run.execution_id)
             server_now = server_time_from_date(date)
-        if run.workflow_name is None and isinstance(workflow.get("workflowName"), str):
-            run.workflow_name = workflow["workflowName"]
+        if isinstance(workflow.get("workflowName"), str) and run.workflow_version is None:
+            run.workflow_name = workflow["workflowName"]  # the server's word over the agent's name
             version = workflow.get("workflowVersion")
             run.workflow_version = version if isinstance(version, int) else None
         if RunStatus.parse(workflow.get("status")).is_terminal:

@@ -168,7 +168,7 @@ class QueueWatcher:
             unlisted: Dict[str, object] = {}
         else:
             sizes = listing
-            unlisted = self._unlisted_sizes(wanted, listing, now)
+            unlisted = self._unlisted_sizes(wanted, listing, now, full=full)
         empty_at = self._empty_at  # updated in place: the watchdog's reads see each name's latest
         for poller in pollers:
             names = poller.queue_names()
@@ -189,7 +189,8 @@ class QueueWatcher:
             for name in [name for name in empty_at if name not in own]:
                 empty_at.pop(name, None)
 
-    def _unlisted_sizes(self, wanted: List[str], listing: Mapping[str, object], now: float) -> Dict[str, object]:
+    def _unlisted_sizes(self, wanted: List[str], listing: Mapping[str, object], now: float, *,
+                        full: bool) -> Dict[str, object]:
         """The sizes of the wanted queues a listing lacks: asked by name when due, else known empty.
 
         A listing says nothing of a queue it lacks: a Redis node lists only the queues it touched,
@@ -202,7 +203,7 @@ class QueueWatcher:
         """
         missing = [name for name in wanted if name not in listing]
         tracked = self._unlisted_next
-        if len(tracked) > len(missing):  # forget the queues listed again or no longer ours
+        if full and len(tracked) > len(missing):  # forget the queues listed again or no longer ours
             missing_set = set(missing)
             for name in [name for name in tracked if name not in missing_set]:
                 del tracked[name]

@@ -41,10 +41,12 @@ _QUEUES_READ_WITHIN_SECONDS = 2.0
 class Reservation:
     """A run's tools registered on a poller, before and after the run exists."""
 
-    def __init__(self, workers: "WorkerSet", poller: DomainPoller, tools: "dict[str, ToolDef]") -> None:
+    def __init__(self, workers: "WorkerSet", poller: DomainPoller, tools: "dict[str, ToolDef]",
+                 agent_name: Optional[str] = None) -> None:
         self._workers = workers
         self.poller = poller
         self.tools = tools
+        self.agent_name = agent_name  # the run's workflow name, as the server compiles agents
         self.execution_id: Optional[str] = None
 
     def commit(self, execution_id: str, *, domain: Optional[str]) -> None:
@@ -59,7 +61,8 @@ class Reservation:
             old.cancel_reservation()
             self._workers.retire_if_idle(old)
         # Released when a sample finds it ended.
-        self._workers.watch(execution_id, served=True, served_domain=self.poller.domain)
+        self._workers.watch(execution_id, served=True, served_domain=self.poller.domain,
+                            workflow_name=self.agent_name)
 
     def cancel(self) -> None:
         """The run did not start: stop serving its tools."""
@@ -102,7 +105,7 @@ class WorkerSet:
         """Serve ``agent``'s worker tools on ``domain`` (None: the shared poller) from now on."""
         tools = {t.name: t for t in agent.worker_tools}
         poller = self.poller_for(domain, reserve=tools)
-        return Reservation(self, poller, tools)
+        return Reservation(self, poller, tools, agent.name)
 
     def poller_for(self, domain: Optional[str], *, reserve: Optional[dict] = None) -> DomainPoller:
         """The live poller of ``domain``, started if needed."""
@@ -185,7 +188,7 @@ class WorkerSet:
     # -- the watchdog -----------------------------------------------------------------
 
     def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
-              served_domain: Optional[str] = None) -> RunWatch:
+              served_domain: Optional[str] = None, workflow_name: Optional[str] = None) -> RunWatch:
         """Have the runtime's watchdog sample ``execution_id`` (see :meth:`RunWatchdog.watch`)."""
         with self._lock:
             if self._watchdog is None:
@@ -198,7 +201,8 @@ class WorkerSet:
                 if self._closed:
                     self._watchdog.close()
             watchdog = self._watchdog
-        return watchdog.watch(execution_id, domain=domain, served=served, served_domain=served_domain)
+        return watchdog.watch(execution_id, domain=domain, served=served, served_domain=served_domain,
+                              workflow_name=workflow_name)
 
     def unwatch(self, execution_id: str) -> None:
         """Stop sampling ``execution_id`` (this process no longer serves or watches it)."""

@@ -237,9 +237,12 @@ def test_foreground_stops_cleanly_on_ctrl_c(fake_server_env: Dict[str, str], tmp
             proc.wait(timeout=10)
 
 
-def test_cluster_start_status_logs_stop_leaves_no_process(cli_env: Dict[str, str], tmp_path: Path) -> None:
-    """--backend redis --nodes 2: the real jar on two nodes, redis-server and HAProxy; the URL printed is
-    the balancer's and healthy, status and logs name every part, and stop leaves none of them running."""
+def test_cluster_start_status_logs_stop_leaves_no_process(fake_server_env: Dict[str, str], tmp_path: Path) -> None:
+    """--backend redis --nodes 2: two nodes, redis-server and HAProxy (real ones; the nodes are the
+    stand-in java, which answers the balancer's health checks: LocalCluster with the real jar is what
+    the tests under tests/cluster run on); the URL printed is the balancer's and healthy, status and
+    logs name every part, and stop leaves none of them running."""
+    cli_env = fake_server_env
     port = free_port()
     data_dir = tmp_path / "cluster"
     start = cli(cli_env, "server", "start", "--backend", "redis", "--nodes", "2", "--port", str(port),

@@ -69,15 +69,11 @@ def listening_addresses(port: int) -> List[str]:
 # --- the real server ----------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalServer]:
-    """One real server for the module, on a caller-given data dir."""
-    srv = LocalServer(tmp_path_factory.mktemp("local-server-data"))
-    srv.start()
-    try:
-        yield srv
-    finally:
-        srv.stop()
+@pytest.fixture
+def server(restartable_servers) -> LocalServer:
+    """A real server on a caller-given data dir that these tests may restart and stop (shared with
+    the other restart tests: each JVM start costs 20-50 s here)."""
+    return restartable_servers.get("sqlite")
 
 
 WORKFLOW = {
@@ -233,6 +229,21 @@ def fake_jar(tmp_path: Path) -> Path:
 
 
 class TestLifecycleWithFakeJava:
+    def test_redis_backend_stop_leaves_neither_process(self, tmp_path: Path, fake_java: Path,
+                                                       fake_jar: Path) -> None:
+        """backend="redis": start() starts a real redis-server of the server's own before the node;
+        stop() leaves neither process, and the append-only file stays in the data dir."""
+        server = LocalServer(tmp_path / "data", backend="redis", java=fake_java, jar=fake_jar)
+        server.start()
+        try:
+            assert server.redis is not None and server.redis.pid is not None
+            pids = [server.pid, server.redis.pid]
+            assert all(process_exists(pid) for pid in pids)
+        finally:
+            server.stop()
+        assert [pid for pid in pids if process_exists(pid)] == []
+        assert (tmp_path / "data" / "redis" / "appendonlydir").is_dir()
+
     def test_temp_dir_lifecycle(self, fake_java: Path, fake_jar: Path) -> None:
         """Without data_dir the server owns a temp dir and deletes it on stop; stop is idempotent."""
         srv = LocalServer(java=fake_java, jar=fake_jar)
@@ -387,31 +398,28 @@ class TestLifecycleWithFakeJava:
 COLD_SERVER_TIMEOUT = 60
 
 
-def test_redis_backend_keeps_runs_across_a_restart_and_stops_its_redis(tmp_path: Path) -> None:
+def test_redis_backend_keeps_runs_across_a_restart(restartable_servers) -> None:
     """backend="redis": the server runs on a redis-server of its own (append-only file in the data dir);
-    restart() restarts both and the completed run is still there; stop() leaves neither process."""
-    server = LocalServer(tmp_path / "data", backend="redis", startup_timeout=600)
-    server.start()
-    try:
-        assert server.redis is not None and server.redis.pid is not None
-        redis_pid, java_pid = server.redis.pid, server.pid
-        assert "-Dconductor.db.type=redis_standalone" in server.log_path.read_text()
-        response = requests.post(f"{server.url}/metadata/workflow", json=WORKFLOW, timeout=COLD_SERVER_TIMEOUT)
-        assert response.status_code in (200, 204), response.text
-        workflow_id = requests.post(f"{server.url}/workflow/{WORKFLOW['name']}", json={}, timeout=COLD_SERVER_TIMEOUT).text
+    restart() restarts both and the completed run is still there. (That stop() leaves neither process
+    is checked with the stand-in java and a real redis-server in TestLifecycleWithFakeJava.)"""
+    server = restartable_servers.get("redis")
+    # (shared with the other restart tests: left running)
+    assert server.redis is not None and server.redis.pid is not None
+    redis_pid, java_pid = server.redis.pid, server.pid
+    assert "-Dconductor.db.type=redis_standalone" in server.log_path.read_text()
+    response = requests.post(f"{server.url}/metadata/workflow", json=WORKFLOW, timeout=COLD_SERVER_TIMEOUT)
+    assert response.status_code in (200, 204), response.text
+    workflow_id = requests.post(f"{server.url}/workflow/{WORKFLOW['name']}", json={}, timeout=COLD_SERVER_TIMEOUT).text
 
-        def status() -> str:
-            run = requests.get(f"{server.url}/workflow/{workflow_id}", timeout=COLD_SERVER_TIMEOUT).json()
-            return run["status"] if run["status"] != "RUNNING" else ""
-
-        assert eventually(status, timeout=60, interval=0.2, message="workflow done") == "COMPLETED"
-        server.restart()
-        assert server.redis.pid not in (None, redis_pid) and not process_exists(redis_pid)
-        assert not process_exists(java_pid)
+    def status() -> str:
         run = requests.get(f"{server.url}/workflow/{workflow_id}", timeout=COLD_SERVER_TIMEOUT).json()
-        assert run["status"] == "COMPLETED" and run["output"] == {"answer": 42}
-        assert (tmp_path / "data" / "redis" / "appendonlydir").is_dir()
-        pids = [server.pid, server.redis.pid]
-    finally:
-        server.stop()
-    assert [pid for pid in pids if process_exists(pid)] == []
+        return run["status"] if run["status"] != "RUNNING" else ""
+
+    assert eventually(status, timeout=60, interval=0.2, message="workflow done") == "COMPLETED"
+    server.restart()
+    assert server.redis.pid not in (None, redis_pid) and not process_exists(redis_pid)
+    assert not process_exists(java_pid)
+    run = requests.get(f"{server.url}/workflow/{workflow_id}", timeout=COLD_SERVER_TIMEOUT).json()
+    assert run["status"] == "COMPLETED" and run["output"] == {"answer": 42}
+    assert server.data_dir is not None and (server.data_dir / "redis" / "appendonlydir").is_dir()
+

@@ -14,20 +14,26 @@ import threading
 import pytest
 import requests
 
-from conductor_agents import Agent, AgentRuntime, WaitForMessageTool, tool
-from conductor_agents.testing import LocalStack, ToolCall, listener_policy
+from conductor_agents import Agent, AgentRuntime, AgentSettings, WaitForMessageTool, tool
+from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually
 
 pytestmark = pytest.mark.integration
 
-BACKOFF_AT_ONCE = {"conductor.app.systemTaskPostponeThreshold": "0"}
+class Stack:
+    def __init__(self, server, llm) -> None:
+        self.url, self.llm = server.url, llm
+        self.settings = AgentSettings.from_env(environ={}, server_url=server.url)
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory):
-    with LocalStack(tmp_path_factory.mktemp("long-wait-server"), properties=BACKOFF_AT_ONCE) as s:
-        yield s
+@pytest.fixture
+def stack(restartable_servers, scripted_llm) -> Stack:
+    """A server started with ``conductor.app.systemTaskPostponeThreshold=0`` (the restart tests'
+    shared one: each JVM start costs 20-50 s here)."""
+    server = restartable_servers.get("sqlite")
+    assert "-Dconductor.app.systemTaskPostponeThreshold=0" in server.log_path.read_text()
+    return Stack(server, scripted_llm)
 
 
 def test_the_join_after_a_long_wait_never_backs_off_past_one_second(stack):

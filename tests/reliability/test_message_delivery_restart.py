@@ -8,7 +8,8 @@ for ever. On a Redis-backed server (``LocalServer(backend="redis")``, its own re
 an append-only file, kept across the restart) the same two messages are delivered. Either way
 the run goes on: a message sent afterwards is delivered and acted on.
 
-Each case has its own server (restarting the session's would disturb every other test).
+Each case restarts a server of its own backend, not the session's (that would disturb every other
+test); the restart tests share them (``restartable_servers`` in tests/conftest.py).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ import time
 
 import pytest
 
-from conductor_agents import AgentRuntime, AgentSettings, LocalServer, MessageLostError, RunStatus
+from conductor_agents import AgentRuntime, AgentSettings, MessageLostError, RunStatus
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener, sdk_threads
@@ -28,17 +29,12 @@ pytestmark = pytest.mark.reliability
 
 
 @pytest.fixture(params=["sqlite", "redis"])
-def restarting_server(request, scripted_llm, tmp_path):
-    options = {"backend": "redis"} if request.param == "redis" else {}  # SQLite is the default
-    # Generous budgets: six servers share two cores on the machine these tests run on (start-ups of
-    # 390 s and the server's own 4 s limit on its agent-loop scripts were both seen to run out).
-    env = {**scripted_llm.server_env(), "CONDUCTOR_SCRIPT_MAX_EXECUTION_SECONDS": "60"}
-    server = LocalServer(tmp_path / f"{request.param}-server", env=env, startup_timeout=600, **options)
-    server.start()
-    try:
-        yield request.param, server
-    finally:
-        server.stop()
+def restarting_server(request, restartable_servers):
+    # SQLite is the default backend. The servers are shared with the other restart tests (each JVM
+    # start costs 20-50 s here); their budgets are generous: six servers share two cores on the
+    # machine these tests run on (start-ups of 390 s and the server's own 4 s limit on its
+    # agent-loop scripts were both seen to run out).
+    return request.param, restartable_servers.get(request.param)
 
 
 def test_messages_queued_across_a_restart(restarting_server, scripted_llm, unique_name):

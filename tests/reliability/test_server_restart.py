@@ -1,7 +1,7 @@
 """The Conductor server restarts while a stateful run is in progress and one of its tools runs.
 
-The test has its own LocalServer (restarting the session's would disturb every other test),
-wired to the session's ScriptedLLM. A tool body is held inside while the server is stopped
+The test restarts a LocalServer of its own (restarting the session's would disturb every other
+test; the restart tests share it), wired to the session's ScriptedLLM. A tool body is held inside while the server is stopped
 and started again on the same data directory; it is released while the server is *down*, so
 its result cannot be posted at first. The executor must keep retrying until the server is
 back, the server must accept the result, and the domain poller must recover by itself: a
@@ -65,13 +65,9 @@ def refuses_connections(server: LocalServer) -> bool:
 
 
 @pytest.fixture
-def own_server(scripted_llm, tmp_path):
-    server = LocalServer(tmp_path / "restarting-server", env=scripted_llm.server_env())
-    server.start()
-    try:
-        yield server
-    finally:
-        server.stop()
+def own_server(restartable_servers) -> LocalServer:
+    """A server of this test's (shared with the other restart tests), never the session's."""
+    return restartable_servers.get("sqlite")
 
 
 def test_a_run_survives_a_server_restart_during_a_tool(own_server, scripted_llm, unique_name, caplog):

@@ -532,3 +532,30 @@ def test_a_server_without_the_running_list_gets_one_sample_per_idle_run(no_threa
     for _ in range(12):
         tick(watchdog, clock)
     assert (4, 1) == (api.count("tasks"), api.count("running"))
+
+
+def test_the_agent_name_given_at_watch_spares_the_first_sample(no_thread):
+    """Watched with its workflow name (the agent's), an idle run's end checks use the running list at
+    once; under a wrong name it is missing from that list, sampled once, and listed under the right one."""
+    watchdog, api, clock, _ = make(queues_empty=lambda d: True)
+    api.running_ids = {"listener": ["wf-a", "wf-b"]}
+    api.answer("wf-b", named("listener"))
+    a = watchdog.watch("wf-a", domain=DOMAIN, served=True, served_domain="da", workflow_name="listener")
+    b = watchdog.watch("wf-b", domain=DOMAIN, served=True, served_domain="db", workflow_name="renamed")
+    for _ in range(6):
+        tick(watchdog, clock)
+    assert (0, 1) == (api.count("tasks", "wf-a"), api.count("tasks", "wf-b"))
+    assert (a.listed, b.listed, b.workflow_name) == (2, 1, "listener")
+
+
+def test_the_thread_sleeps_past_the_next_due_time_so_runs_due_together_share_a_wake_up(no_thread):
+    """A tenth of the interval (1 s at most) late: three runs due within 0.6 s are sampled at one wake-up."""
+    watchdog, api, clock, _ = make()
+    for i in range(3):
+        watchdog.watch(f"run-{i}", domain=DOMAIN)
+        clock.advance(0.3)
+    clock.advance(INTERVAL - 0.9 - 0.5)  # the first is due in 0.5 s
+    run, wait = watchdog._next_due()
+    assert run is None and wait == pytest.approx(0.5 + 1.0)
+    clock.advance(wait)
+    assert 3 == watchdog.run_due()

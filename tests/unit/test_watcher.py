@@ -301,3 +301,17 @@ def test_the_unlisted_recheck_interval_stops_doubling_at_thirty_seconds(http, ap
         watcher._round([idle], now, full=True)
         now += 0.25
     assert watcher._unlisted_next["idle:act"][1] == 30.0
+
+
+def test_fast_rounds_for_an_active_poller_do_not_reset_the_others_unlisted_backoff(http, api):
+    """Fast rounds ask only for the active pollers' queues: the idle ones keep their recheck interval."""
+    idle, busy = StubPoller("idle"), StubPoller("busy")
+    http.get(ALL, json={"JOIN": 0, "busy:act": 0})
+    http.get(SIZES, json={"idle:act": 0})
+    watcher = watcher_over(api, [idle, busy])
+    watcher._round([idle, busy], 0.0, full=True)
+    watcher._round([idle, busy], 1.0, full=True)  # asked again after 1 s: next after 2 s more
+    busy.active = True
+    for step in range(1, 60):
+        watcher._round([idle, busy], 1.0 + step * 0.015, full=False)
+    assert watcher._unlisted_next["idle:act"] == (3.0, 2.0)
