@@ -27,6 +27,7 @@ a forgetful node) and asks queue by queue from then on (one O(1) count per queue
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from typing import Callable, Dict, List, Mapping, Optional
 
@@ -53,6 +54,13 @@ _UNLISTED_RECHECK_SECONDS = 1.0
 _UNLISTED_RECHECK_MAX_SECONDS = 30.0
 _UNREAD = object()
 _MAX_BACKOFF = 5.0
+
+
+def _on_grid(at: float, delay: float) -> float:
+    """``at`` rounded up to a multiple of a fifth of ``delay`` (whole seconds from 5 s on): the
+    queues whose rechecks fall due close together are asked for in one request."""
+    step = float(int(delay / 5)) if delay >= 5 else 0.0
+    return math.ceil(at / step) * step if step else at
 
 
 class QueueWatcher:
@@ -198,8 +206,9 @@ class QueueWatcher:
         touches it there (that node lists it from then on, and a later listing without it switches
         the watcher to queue by queue). On a SQL server an unlisted queue never had a task (its row
         comes with the first one), so an idle listener's queue stays unlisted: one found empty is
-        asked again after 1 s, then at doubling intervals up to _UNLISTED_RECHECK_MAX_SECONDS, and
-        counts as empty in between.
+        asked again after 1 s, then at doubling intervals up to _UNLISTED_RECHECK_MAX_SECONDS (on a
+        grid, so that many come due in the same round and go in one request), and counts as empty
+        in between.
         """
         missing = [name for name in wanted if name not in listing]
         tracked = self._unlisted_next
@@ -218,7 +227,7 @@ class QueueWatcher:
                 else:
                     delay = min(_UNLISTED_RECHECK_MAX_SECONDS, 2 * tracked[name][1]) if name in tracked \
                         else _UNLISTED_RECHECK_SECONDS
-                    tracked[name] = (now + delay, delay)
+                    tracked[name] = (_on_grid(now + delay, delay), delay)
                 result[name] = size
             elif name in tracked:
                 result[name] = 0  # found empty when asked; asked again when due

@@ -315,3 +315,19 @@ def test_fast_rounds_for_an_active_poller_do_not_reset_the_others_unlisted_backo
     for step in range(1, 60):
         watcher._round([idle, busy], 1.0 + step * 0.015, full=False)
     assert watcher._unlisted_next["idle:act"] == (3.0, 2.0)
+
+
+def test_unlisted_rechecks_that_fall_due_close_together_go_in_one_request(http, api):
+    """Queues first seen at different moments come due on a common grid once their interval is long."""
+    first, second = StubPoller("first"), StubPoller("second")
+    http.get(ALL, json={"JOIN": 0})
+    http.get(SIZES, json={"first:act": 0, "second:act": 0})
+    watcher = watcher_over(api, [first])
+    now = 0.0
+    while now < 2.6:
+        watcher._round([first], now, full=True)
+        now += 0.25
+    while now < 120.0:
+        watcher._round([first, second], now, full=True)
+        now += 0.25
+    assert watcher._unlisted_next["first:act"][0] == watcher._unlisted_next["second:act"][0]
