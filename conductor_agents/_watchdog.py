@@ -24,13 +24,15 @@ end-of-run check. That check is answered by the list of the run's workflow's run
 (``GET /workflow/running/{name}``; the name is the agent's, or what a sample told), fetched at
 most once an interval and shared by every idle run of the name: a thousand idle listeners of
 one agent cost the watchdog about one request per interval, not one per run. A run missing from
-the list is sampled itself (it may have ended, or its name was not the agent's). A run with a task in a queue, one not served here, or any
-run while the watcher is not healthy is sampled every interval.
+the list is sampled itself (it may have ended, or its name was not the agent's). A run with a
+task in a queue, one not served here, or any run while the watcher is not healthy is sampled
+every interval.
 
 Runs are sampled one at a time, each at most once per ``interval`` (a heap of due times; the
 thread wakes a tenth of the interval, one second at most, after the next due time and samples
-every run due by then); a thousand runs cost one thread. The thread starts with the first watched run and ends when
-none is left (an idle runtime sends nothing); the next :meth:`RunWatchdog.watch` starts a new one.
+every run due by then); a thousand runs cost one thread. The thread starts with the first
+watched run and ends when none is left (an idle runtime sends nothing); the next
+:meth:`RunWatchdog.watch` starts a new one.
 """
 
 from __future__ import annotations

@@ -90,7 +90,7 @@ class QueueWatcher:
         # our unlisted queues found empty -> (when to ask again, the delay that gave it)
         self._unlisted_next: Dict[str, "tuple[float, float]"] = {}
         # Our queue names -> when a round last read them empty (dropped when read non-empty);
-        # replaced whole by the watcher thread, read by the runtime's watchdog (see is_empty).
+        # updated in place by the watcher thread, read name by name by the watchdog (see is_empty).
         self._empty_at: Dict[str, float] = {}
         self._stop = threading.Event()
         # Daemon: if it dies with the interpreter, only the rings are lost (pollers fall back
