@@ -34,7 +34,8 @@ _SAFETY_POLL_SECONDS = 60.0
 _ACTIVE_SECONDS = 5.0
 #: After this many rings in a row that found nothing (e.g. a retry not due yet: the queue
 #: counts it), rings are ignored for ``_RING_QUIET_SECONDS``. One empty ring is normal: the
-#: watcher may count a task this poller has just taken.
+#: watcher may count a task this poller has just taken, or (behind a balancer) the poll reached a
+#: node whose peer had fetched the task ahead: the first empty answer to a ring is retried at once.
 _EMPTY_RINGS = 5
 _RING_QUIET_SECONDS = 1.0
 
@@ -322,6 +323,11 @@ class DomainPoller:
                 self._executor.submit(task, tool_def)
         if short_only and (got or rung):  # drain and safety polls say nothing about rings
             self._empty_rings = 0 if got else self._empty_rings + 1
+            if self._empty_rings == 1 and not self._stop.is_set():
+                # Ask once more at once: behind a load balancer the task may sit in another node's
+                # prefetch buffer (a Redis-backed node fetches ahead for its own pollers), and the
+                # next request goes to another node.
+                self._rung = True
             if self._empty_rings >= _EMPTY_RINGS:
                 self._empty_rings = 0
                 self._quiet_until = self._clock.monotonic() + _RING_QUIET_SECONDS

@@ -59,3 +59,15 @@ def test_the_shared_poller_sends_no_keepalive():
     made, api, _ = poller(domain=None)
     made._poll_round(("lookup",), 0.0)
     assert [] == api.polls
+
+
+def test_the_first_empty_answer_to_a_ring_is_asked_again_at_once_the_second_is_not():
+    """Behind a balancer a rung poll may reach the node that did not fetch the task ahead: the first
+    empty answer sets the ring again (the next poll goes to another node); a second one does not."""
+    made, api, _ = poller(slots=3)
+    made._poll_round(("lookup",), 0.0, short_only=True, rung=True)
+    again_after_first = made._rung
+    made._rung = False
+    made._poll_round(("lookup",), 0.0, short_only=True, rung=True)
+    assert (again_after_first, made._rung) == (True, False)
+    assert [count for _, _, count, _ in api.polls] == [3, 3]
