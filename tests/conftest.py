@@ -42,11 +42,36 @@ class RestartableServers:
             server.stop()
 
 
+_RESTARTABLE = "restartable_servers"
+_open: "list[RestartableServers]" = []
+
+
 @pytest.fixture(scope="session")
 def restartable_servers(scripted_llm: ScriptedLLM,
                         tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestartableServers]:
     servers = RestartableServers(scripted_llm, tmp_path_factory)
+    _open.append(servers)
     try:
         yield servers
     finally:
         servers.stop()
+        _open.remove(servers)
+
+
+def _uses_restartable(item: "pytest.Item | None") -> bool:
+    return item is not None and _RESTARTABLE in getattr(item, "fixturenames", ())
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: "list[pytest.Item]") -> None:
+    """The tests on the restartable servers run first, one after the other, in their own order: their
+    servers are then stopped (below) instead of idling beside the session's for the rest of the run
+    (an idle Conductor JVM takes a fifth of a core here)."""
+    first = [item for item in items if _uses_restartable(item)]
+    first.sort(key=lambda item: item.name == "test_stop_leaves_no_process")  # it stops one: last (stable)
+    items[:] = first + [item for item in items if not _uses_restartable(item)]
+
+
+def pytest_runtest_teardown(item: pytest.Item, nextitem: "pytest.Item | None") -> None:
+    if _uses_restartable(item) and not _uses_restartable(nextitem):
+        for servers in _open:
+            servers.stop()  # a later test asking for one starts it again
