@@ -40,7 +40,7 @@ import json
 import logging
 import queue
 import threading
-from typing import Any, Callable, Deque, Hashable, Optional, Set, Tuple
+from typing import Any, Callable, Deque, Hashable, Iterator, Optional, Set, Tuple
 
 from ._clock import SYSTEM_CLOCK, Clock
 from ._event_polling import events_from_workflow
@@ -259,25 +259,38 @@ class _Reader:
 
     def _compare_with_task_list(self) -> "Tuple[Optional[str], collections.Counter[Hashable]]":
         """Why the stream is partial (None when it may not be), and the events it has not delivered."""
-        try:
-            workflow = self._api.get_workflow(self._execution_id, include_tasks=True)
-        except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
-            log.debug("checking the quiet stream of %s failed: %s", self._execution_id, err)
+        workflow = self._task_list(logging.DEBUG, "checking the quiet stream of %s failed: %s")
+        if workflow is None:
             return None, collections.Counter()
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return "ended but its stream did not say so", collections.Counter()
+        missing: "collections.Counter[Hashable]" = collections.Counter()
+        for event, delivered in self._against_delivered(workflow):
+            if not delivered:
+                missing[signature(event)] += 1
+            elif missing:  # a later event came, an earlier one never will: another node emitted it
+                return "misses events another server node emitted (a load balancer in front)", missing
+        return None, missing
+
+    def _task_list(self, level: int, failure: str) -> Optional[dict]:
+        """The run with its tasks, or None (logged at ``level`` with ``failure``) when unreadable."""
+        try:
+            return self._api.get_workflow(self._execution_id, include_tasks=True)
+        except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
+            log.log(level, failure, self._execution_id, err)
+            return None
+
+    def _against_delivered(self, workflow: dict) -> "Iterator[Tuple[AgentEvent, bool]]":
+        """The run's events in order, each with whether the stream delivered it (counted by signature)."""
         with self._delivered_lock:
             delivered = collections.Counter(self._delivered)
-        missing: "collections.Counter[Hashable]" = collections.Counter()
-        for event in events_from_workflow(workflow, self._execution_id):  # in the run's order
+        for event in events_from_workflow(workflow, self._execution_id):
             sig = signature(event)
             if delivered[sig] > 0:
                 delivered[sig] -= 1
-                if missing:  # a later event came, an earlier one never will: another node emitted it
-                    return "misses events another server node emitted (a load balancer in front)", missing
+                yield event, True
             else:
-                missing[sig] += 1
-        return None, missing
+                yield event, False
 
     def _read(self, stream: ByteStream) -> str:
         decoder = SseDecoder(self.last_event_id)
@@ -331,23 +344,15 @@ class _Reader:
         Behind a load balancer the node that streams ``done`` may not have emitted the events
         before it; the run has ended, so its task list is complete. On one node nothing is missing
         and this costs one request. A failed read is logged and the end delivered as it is."""
-        try:
-            workflow = self._api.get_workflow(self._execution_id, include_tasks=True)
-        except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
-            log.info("could not read the task list of %s to check its stream was complete: %s",
-                     self._execution_id, err)
+        workflow = self._task_list(logging.INFO,
+                                   "could not read the task list of %s to check its stream was complete: %s")
+        if workflow is None:
             return
-        with self._delivered_lock:
-            delivered = collections.Counter(self._delivered)
-        for event in events_from_workflow(workflow, self._execution_id):  # in the run's order
-            if event.ends_run:
-                continue
-            sig = signature(event)
-            if delivered[sig] > 0:
-                delivered[sig] -= 1
+        for event, delivered in self._against_delivered(workflow):
+            if delivered or event.ends_run:
                 continue
             with self._delivered_lock:
-                self._delivered[sig] += 1
+                self._delivered[signature(event)] += 1
             self._emit(event)
 
     def _remember(self, key: Tuple[str, str, Any]) -> None:

@@ -166,8 +166,9 @@ class QueueWatcher:
 
     def _round(self, pollers: List[DomainPoller], now: float, *, full: bool) -> None:
         listing = None
+        queue_count = sum(len(p.queue_names()) for p in pollers)
         if self._list_all and now >= self._by_queue_until:
-            listing = self._all_sizes(now, sum(len(p.queue_names()) for p in pollers))
+            listing = self._all_sizes(now, queue_count)
         wanted = [name for p in pollers if full or p.is_active(now) for name in p.queue_names()]
         if listing is None:
             # Queue by queue costs the server one count per queue: between full rounds ask
@@ -192,7 +193,7 @@ class QueueWatcher:
                         rung = True
                 else:
                     empty_at[name] = now
-        if full and len(empty_at) > sum(len(p.queue_names()) for p in pollers):
+        if full and len(empty_at) > queue_count:
             own = {name for p in pollers for name in p.queue_names()}
             for name in [name for name in empty_at if name not in own]:
                 empty_at.pop(name, None)

@@ -6,6 +6,8 @@ acts on it with a tool, and waits again, until it is told to stop.
 
 from __future__ import annotations
 
+import collections
+import logging
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -18,7 +20,11 @@ __all__ = ["is_stop_signal", "listener_policy"]
 OnMessage = Callable[[Any], Any]
 """payload → ``None`` (ignore it), a ``ToolCall`` or list of them (act on it), or ``str`` (end the run)."""
 
+_log = logging.getLogger("conductor_agents.testing")
+
 _MISSING = object()
+#: How many answered wait calls a policy remembers (per policy object, all its runs).
+_ANSWERED_LIMIT = 4096
 
 
 def is_stop_signal(payload: Any) -> bool:
@@ -49,6 +55,11 @@ def listener_policy(
     It remembers, per delivered batch, how a batch ends until the next turn; if it is asked
     about a batch it has not seen (a new policy object mid-run) it calls ``on_message``
     again, so ``on_message`` should be a pure function of the payload. Thread-safe.
+    - A request whose last tool output is a wait it already answered with actions (the same
+      call) is a history one turn behind: a Conductor cluster on Redis sometimes builds a turn
+      before the previous one is in it. The policy answers it as the turn after those actions
+      instead of asking for them again. A message delivered again by a *new* wait call is acted
+      on again, so a duplicate delivery stays visible to the test.
     """
     return _ListenerPolicy(
         on_message=on_message,
@@ -83,12 +94,19 @@ class _ListenerPolicy:
         self._lock = threading.Lock()
         #: batch key → how that batch ends (text or None), kept until the turn after it.
         self._endings: Dict[Tuple[str, ...], Optional[str]] = {}
+        #: the wait calls answered with actions, most recent last (bounded).
+        self._answered: "collections.OrderedDict[Tuple[str, ...], None]" = collections.OrderedDict()
 
     def __call__(self, request: LLMRequest) -> Turn:
         turns = request.tool_output_turns
         if not turns:
             return self._wait_call
         waits = self._waits(turns[-1])
+        if waits and self._was_answered(waits):  # the history lags one turn: the actions ran
+            _log.info("listener_policy: turn %d shows wait %s again, already acted on (history one turn "
+                      "behind)", request.turn_index, ",".join(_call_key(waits)))
+            ending = self._ending_of(waits)
+            return ending if ending is not None else self._wait_call
         if waits:
             return self._answer_batch(waits)
         if len(turns) >= 2 and self._waits(turns[-2]):
@@ -105,8 +123,15 @@ class _ListenerPolicy:
         if calls:
             with self._lock:
                 self._endings[_batch_key(waits)] = ending
+                self._answered[_call_key(waits)] = None
+                if len(self._answered) > _ANSWERED_LIMIT:
+                    self._answered.popitem(last=False)
             return list(calls)
         return ending if ending is not None else self._wait_call
+
+    def _was_answered(self, waits: Sequence[ToolOutput]) -> bool:
+        with self._lock:
+            return _call_key(waits) in self._answered
 
     def _ending_of(self, waits: Sequence[ToolOutput]) -> Optional[str]:
         with self._lock:
@@ -146,3 +171,8 @@ def _batch_key(waits: Sequence[ToolOutput]) -> Tuple[str, ...]:
         ids = [str(e.get("id")) for e in envelopes if isinstance(e, Mapping) and e.get("id")]
         key.extend(ids or [wait.call_id])
     return tuple(key)
+
+
+def _call_key(waits: Sequence[ToolOutput]) -> Tuple[str, ...]:
+    """Identify the wait calls themselves (a message delivered again comes in a new call)."""
+    return tuple(wait.call_id for wait in waits)

@@ -12,6 +12,7 @@ import pytest
 import requests
 
 import conductor_agents.testing as testing
+from conductor_agents.testing import _policies
 from conductor_agents.errors import ConductorAgentsError
 from conductor_agents.testing import (
     Failure,
@@ -663,3 +664,52 @@ def test_context_manager_stops_even_on_error():
             raise RuntimeError("boom")
     assert not fake.is_running
     assert [t for t in scripted_threads() if t not in before] == []
+
+
+def _wait_turn_body(*waits: "tuple[str, str]") -> Dict[str, Any]:
+    """A request whose history is the given (call id, message id) waits, each acted on before the
+    last one, with the last wait's output the latest turn."""
+    items: List[Dict[str, Any]] = [{"type": "message", "role": "user", "content": "go"}]
+    for index, (call_id, message_id) in enumerate(waits):
+        output = {"messages": [{"id": message_id, "workflowId": "wf", "payload": {"action": message_id}}], "count": 1}
+        items += [{"type": "function_call", "call_id": call_id, "name": "wait_for_message",
+                   "arguments": '{"method":"wait_for_message"}'},
+                  {"type": "function_call_output", "call_id": call_id, "output": json.dumps(output)}]
+        if index < len(waits) - 1:
+            items += [{"type": "function_call", "call_id": f"act_{call_id}", "name": "act",
+                       "arguments": json.dumps({"method": "act", "action": message_id})},
+                      {"type": "function_call_output", "call_id": f"act_{call_id}", "output": "{}"}]
+    return {"model": "m", "input": items}
+
+
+def test_listener_policy_does_not_act_twice_on_a_history_one_turn_behind():
+    """Seen on a two-node cluster: the turn after an action was built from the history before it,
+    so the last output was again the wait just acted on. Acting again would run the tool twice."""
+    policy = listener_policy(lambda p: ToolCall("act", {"action": p["action"]}))
+    first = policy(parsed(_wait_turn_body(("w1", "m1"))))
+    assert [call.name for call in first] == ["act"]
+    lagging = policy(parsed(_wait_turn_body(("w1", "m1"))))
+    assert lagging.name == "wait_for_message"
+    # The same message delivered again by a new wait call is acted on again: a duplicate
+    # delivery by the server stays visible to the test that sent it.
+    again = policy(parsed(_wait_turn_body(("w1", "m1"), ("w2", "m1"))))
+    assert [(call.name, call.arguments) for call in again] == [("act", {"action": "m1"})]
+
+
+def test_listener_policy_ends_on_the_lagging_turn_when_the_batch_said_stop():
+    """[action, stop]: the actions run, and a lagging turn ends the run as the turn after would."""
+    policy = listener_policy(lambda p: ToolCall("act", {"action": p["action"]}), stop_text="bye",
+                             is_stop=lambda p: p.get("action") == "stop-me")
+    body = _wait_turn_body(("w1", "m1"))
+    output = json.loads(body["input"][2]["output"])
+    output["messages"].append({"id": "m2", "workflowId": "wf", "payload": {"action": "stop-me"}})
+    body["input"][2]["output"] = json.dumps(output)
+    assert [call.name for call in policy(parsed(body))] == ["act"]
+    assert policy(parsed(body)) == "bye"
+
+
+def test_listener_policy_remembers_a_bounded_number_of_answered_waits():
+    policy = listener_policy(lambda p: ToolCall("act", {"action": p["action"]}))
+    for index in range(_policies._ANSWERED_LIMIT + 10):
+        policy(parsed(_wait_turn_body((f"w{index}", f"m{index}"))))
+    assert len(policy._answered) == _policies._ANSWERED_LIMIT
