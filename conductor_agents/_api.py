@@ -179,8 +179,8 @@ class ConductorApi:
         params: dict[str, Any] = {"workerid": worker_id, "count": count, "timeout": timeout_ms}
         if domain:
             params["domain"] = domain
-        result = self.transport.request(
-            "GET", f"/tasks/poll/batch/{_seg(task_type)}", params=params, timeout=(5.0, http_timeout)
+        result = self.transport.get_json(
+            f"/tasks/poll/batch/{_seg(task_type)}", params=params, timeout=(5.0, http_timeout)
         )
         return result if isinstance(result, list) else []
 
@@ -197,8 +197,8 @@ class ConductorApi:
 
     def queue_sizes(self, queue_names: "list[str]") -> dict:
         """``GET /tasks/queue/sizes?taskType=...`` → ``{queue name: messages}``, one count per name."""
-        result = self.transport.request(
-            "GET", "/tasks/queue/sizes", params={"taskType": list(queue_names)}, timeout=(5.0, 10.0))
+        result = self.transport.get_json(
+            "/tasks/queue/sizes", params={"taskType": list(queue_names)}, timeout=(5.0, 10.0))
         if not isinstance(result, dict):
             raise ServerError("GET /tasks/queue/sizes returned a malformed body")
         return result
@@ -209,7 +209,7 @@ class ConductorApi:
         One query on the server whatever the number of queues asked about; queues that never
         held a message are absent (their size is 0).
         """
-        result = self.transport.request("GET", "/tasks/queue/all", timeout=(5.0, 10.0))
+        result = self.transport.get_json("/tasks/queue/all", timeout=(5.0, 10.0))
         if not isinstance(result, dict):
             raise ServerError("GET /tasks/queue/all returned a malformed body")
         return result

@@ -94,7 +94,8 @@ class DomainPoller:
         self._empty_rings = 0
         self._next_safety = 0.0
         self.keepalives = 0
-        self._last_activity = clock.monotonic()
+        self._last_activity = 0.0
+        self._active_now()
         self._polled_cond = threading.Condition(self._lock)
         self.polls = 0
         self.poll_errors = 0
@@ -116,7 +117,7 @@ class DomainPoller:
         with self._lock:
             self._pending += 1
             self._merge(tools)
-        self._last_activity = self._clock.monotonic()
+        self._active_now()
         self._wake.set()
 
     def add_execution(self, execution_id: str, tools: Mapping[str, ToolDef], *, reserved: bool = False) -> None:
@@ -126,7 +127,7 @@ class DomainPoller:
                 self._pending -= 1
             self._executions[execution_id] = dict(tools)
             self._merge(tools)
-        self._last_activity = self._clock.monotonic()
+        self._active_now()
         self._wake.set()
 
     def cancel_reservation(self) -> None:
@@ -176,6 +177,12 @@ class DomainPoller:
     def queue_names(self) -> "tuple[str, ...]":
         """The server's names of the queues this poller serves (``domain:type``, or ``type``)."""
         return self._queue_names
+
+    def _active_now(self) -> None:
+        """A task came, or a run was added: tell the watcher too (it reads faster for a while)."""
+        self._last_activity = now = self._clock.monotonic()
+        if self._watcher is not None:
+            self._watcher.note_activity(now)
 
     def is_active(self, now: float) -> bool:
         """Whether a task came (or a run was added) lately, so another one is likely soon."""
@@ -307,7 +314,7 @@ class DomainPoller:
                 continue  # the server gives nothing to a poll for none
             got += len(tasks)
             if tasks:
-                self._last_activity = self._clock.monotonic()
+                self._active_now()
                 self._draining.add(task_type)
             else:
                 self._draining.discard(task_type)

@@ -331,3 +331,37 @@ def test_unlisted_rechecks_that_fall_due_close_together_go_in_one_request(http, 
         watcher._round([first, second], now, full=True)
         now += 0.25
     assert watcher._unlisted_next["first:act"][0] == watcher._unlisted_next["second:act"][0]
+
+
+def test_the_idle_interval_grows_with_the_queues_a_round_reads(http, api):
+    """Each idle round is a pass over every queue: a thousand runs' queues are read every 0.5 s
+    instead of every 0.25 s (at most every 1 s), a few hundred as before."""
+    http.get(ALL, json={"JOIN": 0})
+    http.get(SIZES, json={})
+    intervals = []
+    for count in (10, 500, 1000, 5000):
+        pollers = [StubPoller(f"d{i}") for i in range(count)]
+        watcher = watcher_over(api, pollers)
+        assert watcher.idle_interval() == 0.25  # before the first round
+        watcher._round(pollers, 0.0, full=True)
+        intervals.append(watcher.idle_interval())
+    assert intervals == [0.25, 0.25, 0.5, 1.0]
+
+
+def test_a_pollers_activity_reaches_its_watcher_without_a_pass_over_the_pollers(api):
+    """A new run or a task noted by a poller keeps the watcher on fast rounds for a while; the
+    watcher no longer asks each poller every round."""
+    from conductor_agents._poller import DomainPoller
+    from tests.unit.fakes import FakeClock
+
+    clock = FakeClock()
+    watcher = QueueWatcher(api, lambda: [], clock=clock)
+    assert watcher._activity_at == float("-inf")
+    poller = DomainPoller(api, object(), domain="d", worker_id="w", long_poll_ms=1000, poll_interval_ms=1,
+                          clock=clock, watcher=watcher)
+    assert watcher._activity_at == clock.monotonic()  # a new poller is active
+    clock.advance(10.0)
+    poller.reserve({})
+    assert watcher._activity_at == clock.monotonic()
+    watcher.note_activity(clock.monotonic() - 5.0)  # an older note never moves it back
+    assert watcher._activity_at == clock.monotonic()
