@@ -73,8 +73,9 @@ class _DirectGets:
             if verify is False:
                 tls = {"cert_reqs": "CERT_NONE"}
             else:
+                bundle = verify if isinstance(verify, str) else requests.certs.where()
                 tls = {"cert_reqs": "CERT_REQUIRED",
-                       "ca_certs": verify if isinstance(verify, str) else requests.certs.where()}
+                       "ca_cert_dir" if os.path.isdir(bundle) else "ca_certs": bundle}
         self._pool = urllib3.connection_from_url(base_url, maxsize=pool_size, block=False, **tls)
 
     def get(self, path: str, params: Optional[Mapping[str, Any]], headers: Mapping[str, str],

@@ -174,3 +174,20 @@ def test_a_new_process_gets_a_new_pool_and_a_closed_transport_sends_nothing(tran
     transport.close()
     with pytest.raises(ServerUnavailableError):
         transport.get_json("/ok")
+
+
+def test_https_verifies_with_the_bundle_requests_would_use(monkeypatch, tmp_path):
+    """TLS as on the requests path: certifi's bundle, or REQUESTS_CA_BUNDLE (a file or a directory)."""
+    monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
+    monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
+    default = Transport("https://conductor.example:8443/api")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(tmp_path))
+    from_dir = Transport("https://conductor.example:8443/api")
+    try:
+        pool = default._direct._pool
+        assert (pool.host, pool.port, pool.cert_reqs, pool.ca_certs) == (
+            "conductor.example", 8443, "CERT_REQUIRED", requests.certs.where())
+        assert from_dir._direct._pool.ca_cert_dir == str(tmp_path)
+    finally:
+        default.close()
+        from_dir.close()
