@@ -7,7 +7,9 @@ acts on it with a tool, and waits again, until it is told to stop.
 from __future__ import annotations
 
 import collections
+import json
 import logging
+import re
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -23,6 +25,8 @@ OnMessage = Callable[[Any], Any]
 _log = logging.getLogger("conductor_agents.testing")
 
 _MISSING = object()
+#: The server's digest of the run's tool results at the head of the prompt (a JSON list).
+_DIGEST_BODY = re.compile(r"\[TOOL RESULTS\]\s*(.*?)\s*\[/TOOL RESULTS\]", re.DOTALL)
 #: How many answered wait calls a policy remembers (per policy object, all its runs).
 _ANSWERED_LIMIT = 4096
 
@@ -56,10 +60,11 @@ def listener_policy(
     about a batch it has not seen (a new policy object mid-run) it calls ``on_message``
     again, so ``on_message`` should be a pure function of the payload. Thread-safe.
     - A request whose last tool output is a wait it already answered with actions (the same
-      call) is a history one turn behind: a Conductor cluster on Redis sometimes builds a turn
-      before the previous one is in it. The policy answers it as the turn after those actions
-      instead of asking for them again. A message delivered again by a *new* wait call is acted
-      on again, so a duplicate delivery stays visible to the test.
+      call) is the same turn asked again (a retried model task: answered the same way), or, when
+      the prompt's tool-results digest lists results after that wait's, a history one turn behind
+      (a Conductor cluster on Redis sometimes builds one): answered as the turn after those actions
+      instead of asking for them again. A message delivered again by a *new* wait call is acted on
+      again, so a duplicate delivery stays visible to the test.
     """
     return _ListenerPolicy(
         on_message=on_message,
@@ -102,7 +107,8 @@ class _ListenerPolicy:
         if not turns:
             return self._wait_call
         waits = self._waits(turns[-1])
-        if waits and self._was_answered(waits):  # the history lags one turn: the actions ran
+        if waits and self._was_answered(waits) and self._acted_after_last_wait(request):
+            # The history lags one turn: the actions asked for last time ran (the digest says so).
             _log.info("listener_policy: turn %d shows wait %s again, already acted on (history one turn "
                       "behind)", request.turn_index, ",".join(_call_key(waits)))
             ending = self._ending_of(waits)
@@ -128,6 +134,27 @@ class _ListenerPolicy:
                     self._answered.popitem(last=False)
             return list(calls)
         return ending if ending is not None else self._wait_call
+
+    def _acted_after_last_wait(self, request: LLMRequest) -> bool:
+        """Whether the prompt's tool-results digest (the run's results so far, kept by the server in
+        the run's variables) lists results after the last wait's: then the actions answered for that
+        wait ran, and a request showing the wait as its latest output was built from a history one
+        turn behind. Without that proof (no digest, or the wait's entry is its last) the same turn is
+        being asked again, as when the server retries the model's task: it gets the same answer."""
+        match = _DIGEST_BODY.search(request.user_text)
+        if match is None:
+            return False
+        try:
+            entries = json.loads(match.group(1))
+        except ValueError:
+            return False  # cut short by the server's size limit: no proof
+        if not isinstance(entries, list):
+            return False
+        names = [e.get("name") if isinstance(e, Mapping) else None for e in entries]
+        if self._wait_tool not in names:
+            return False
+        last_wait = len(names) - 1 - names[::-1].index(self._wait_tool)
+        return last_wait < len(names) - 1
 
     def _was_answered(self, waits: Sequence[ToolOutput]) -> bool:
         with self._lock:

@@ -666,10 +666,18 @@ def test_context_manager_stops_even_on_error():
     assert [t for t in scripted_threads() if t not in before] == []
 
 
-def _wait_turn_body(*waits: "tuple[str, str]") -> Dict[str, Any]:
+def _wait_turn_body(*waits: "tuple[str, str]", acted_on_last: bool = False) -> Dict[str, Any]:
     """A request whose history is the given (call id, message id) waits, each acted on before the
-    last one, with the last wait's output the latest turn."""
-    items: List[Dict[str, Any]] = [{"type": "message", "role": "user", "content": "go"}]
+    last one, with the last wait's output the latest turn. The prompt's digest of the run's tool
+    results lists each wait and action; with ``acted_on_last`` also an action after the last wait
+    (the server's variables are a turn ahead of the history it sent)."""
+    digest: List[Dict[str, Any]] = []
+    for index, (_call_id, message_id) in enumerate(waits):
+        digest.append({"output": {"messages": [{"id": message_id}], "count": 1}, "name": "wait_for_message"})
+        if index < len(waits) - 1 or acted_on_last:
+            digest.append({"output": {}, "name": "act"})
+    content = f"[TOOL RESULTS]\n{json.dumps(digest)}\n[/TOOL RESULTS]\n\ngo"
+    items: List[Dict[str, Any]] = [{"type": "message", "role": "user", "content": content}]
     for index, (call_id, message_id) in enumerate(waits):
         output = {"messages": [{"id": message_id, "workflowId": "wf", "payload": {"action": message_id}}], "count": 1}
         items += [{"type": "function_call", "call_id": call_id, "name": "wait_for_message",
@@ -688,7 +696,7 @@ def test_listener_policy_does_not_act_twice_on_a_history_one_turn_behind():
     policy = listener_policy(lambda p: ToolCall("act", {"action": p["action"]}))
     first = policy(parsed(_wait_turn_body(("w1", "m1"))))
     assert [call.name for call in first] == ["act"]
-    lagging = policy(parsed(_wait_turn_body(("w1", "m1"))))
+    lagging = policy(parsed(_wait_turn_body(("w1", "m1"), acted_on_last=True)))
     assert lagging.name == "wait_for_message"
     # The same message delivered again by a new wait call is acted on again: a duplicate
     # delivery by the server stays visible to the test that sent it.
@@ -700,12 +708,28 @@ def test_listener_policy_ends_on_the_lagging_turn_when_the_batch_said_stop():
     """[action, stop]: the actions run, and a lagging turn ends the run as the turn after would."""
     policy = listener_policy(lambda p: ToolCall("act", {"action": p["action"]}), stop_text="bye",
                              is_stop=lambda p: p.get("action") == "stop-me")
+    def body(acted: bool) -> Dict[str, Any]:
+        made = _wait_turn_body(("w1", "m1"), acted_on_last=acted)
+        output = json.loads(made["input"][2]["output"])
+        output["messages"].append({"id": "m2", "workflowId": "wf", "payload": {"action": "stop-me"}})
+        made["input"][2]["output"] = json.dumps(output)
+        return made
+
+    assert [call.name for call in policy(parsed(body(False)))] == ["act"]
+    assert policy(parsed(body(True))) == "bye"
+
+
+def test_listener_policy_answers_a_turn_asked_again_the_same_way():
+    """The server may ask the same turn twice (a retried model task: the first answer's actions never
+    ran, and the digest has no result after the wait): the actions are asked for again. Seen in the
+    crash/resume test when a first version of the lag rule lost a message's action."""
+    policy = listener_policy(lambda p: ToolCall("act", {"action": p["action"]}))
     body = _wait_turn_body(("w1", "m1"))
-    output = json.loads(body["input"][2]["output"])
-    output["messages"].append({"id": "m2", "workflowId": "wf", "payload": {"action": "stop-me"}})
-    body["input"][2]["output"] = json.dumps(output)
     assert [call.name for call in policy(parsed(body))] == ["act"]
-    assert policy(parsed(body)) == "bye"
+    assert [(call.name, call.arguments) for call in policy(parsed(body))] == [("act", {"action": "m1"})]
+    no_digest = _wait_turn_body(("w1", "m1"), acted_on_last=True)
+    no_digest["input"][0]["content"] = "go"
+    assert [call.name for call in policy(parsed(no_digest))] == ["act"]  # no proof the actions ran
 
 
 def test_listener_policy_remembers_a_bounded_number_of_answered_waits():
