@@ -2,7 +2,9 @@
 
 It owns the :class:`requests.Session` (and closes only one it created), the retry
 policy, the auth token, and turns every ``requests`` exception and HTTP error status
-into a :mod:`conductor_agents.errors` type with ``raise ... from err``.
+into a :mod:`conductor_agents.errors` type with ``raise ... from err``. The small GETs that
+every live run makes in the background (polls, queue sizes) go on a urllib3 pool of its own
+when it may (:class:`_DirectGets`, :meth:`Transport.get_json`), with the same errors.
 
 Retry policy (urllib3 ``Retry`` on the mounted adapter): only failures to *establish* a
 connection are retried, twice with a short backoff, for every method. Nothing has reached
