@@ -21,7 +21,7 @@ import attrs
 
 __all__ = ["LLMRequest", "ToolOutput", "is_message_batch"]
 
-_DIGEST = re.compile(r"\A\[TOOL RESULTS\].*?\[/TOOL RESULTS\]\s*", re.DOTALL)
+_DIGEST = re.compile(r"\A\[TOOL RESULTS\](.*?)\[/TOOL RESULTS\]\s*", re.DOTALL)
 
 
 @attrs.frozen
@@ -219,9 +219,26 @@ class LLMRequest:
     @property
     def prompt(self) -> str:
         """The run's prompt: the first user message without the server's tool-results digest."""
+        return _DIGEST.sub("", self._first_user_text(), count=1)
+
+    @property
+    def tool_results_digest(self) -> Optional[List[Any]]:
+        """The server's digest of the run's tool results at the head of the first user message
+        (``[{"output": ..., "name": ...}, ...]``, kept from the run's variables), or None when
+        there is none or it does not parse (the server cuts a long one short)."""
+        match = _DIGEST.match(self._first_user_text())
+        if match is None:
+            return None
+        try:
+            entries = json.loads(match.group(1))
+        except ValueError:
+            return None
+        return entries if isinstance(entries, list) else None
+
+    def _first_user_text(self) -> str:
         for item in self.input:
             if isinstance(item, Mapping) and item.get("type", "message") == "message" and item.get("role") == "user":
-                return _DIGEST.sub("", _text_of(item.get("content")), count=1)
+                return _text_of(item.get("content"))
         return ""
 
     def _calls_by_id(self) -> dict:

@@ -7,9 +7,7 @@ acts on it with a tool, and waits again, until it is told to stop.
 from __future__ import annotations
 
 import collections
-import json
 import logging
-import re
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
@@ -25,8 +23,6 @@ OnMessage = Callable[[Any], Any]
 _log = logging.getLogger("conductor_agents.testing")
 
 _MISSING = object()
-#: The server's digest of the run's tool results at the head of the prompt (a JSON list).
-_DIGEST_BODY = re.compile(r"\[TOOL RESULTS\]\s*(.*?)\s*\[/TOOL RESULTS\]", re.DOTALL)
 #: How many answered wait calls a policy remembers (per policy object, all its runs).
 _ANSWERED_LIMIT = 4096
 
@@ -141,20 +137,11 @@ class _ListenerPolicy:
         wait ran, and a request showing the wait as its latest output was built from a history one
         turn behind. Without that proof (no digest, or the wait's entry is its last) the same turn is
         being asked again, as when the server retries the model's task: it gets the same answer."""
-        match = _DIGEST_BODY.search(request.user_text)
-        if match is None:
-            return False
-        try:
-            entries = json.loads(match.group(1))
-        except ValueError:
-            return False  # cut short by the server's size limit: no proof
-        if not isinstance(entries, list):
+        entries = request.tool_results_digest
+        if not entries:
             return False
         names = [e.get("name") if isinstance(e, Mapping) else None for e in entries]
-        if self._wait_tool not in names:
-            return False
-        last_wait = len(names) - 1 - names[::-1].index(self._wait_tool)
-        return last_wait < len(names) - 1
+        return self._wait_tool in names and names[-1] != self._wait_tool
 
     def _was_answered(self, waits: Sequence[ToolOutput]) -> bool:
         with self._lock:

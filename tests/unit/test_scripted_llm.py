@@ -737,3 +737,12 @@ def test_listener_policy_remembers_a_bounded_number_of_answered_waits():
     for index in range(_policies._ANSWERED_LIMIT + 10):
         policy(parsed(_wait_turn_body((f"w{index}", f"m{index}"))))
     assert len(policy._answered) == _policies._ANSWERED_LIMIT
+
+
+def test_parse_tool_results_digest():
+    """The digest at the head of the first user message, parsed; None when absent or cut short."""
+    assert parsed(WAIT_TURN_BODY).tool_results_digest is None  # "[...]" is not JSON
+    assert parsed(FIRST_TURN_BODY).tool_results_digest is None
+    body = _wait_turn_body(("w1", "m1"), acted_on_last=True)
+    assert [e["name"] for e in parsed(body).tool_results_digest] == ["wait_for_message", "act"]
+    assert parsed(body).prompt == "go"
