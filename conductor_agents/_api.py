@@ -11,6 +11,8 @@ from typing import Any, Iterator, Mapping, Optional
 from contextlib import contextmanager
 from urllib.parse import quote
 
+import attrs
+
 from ._transport import ByteStream, HttpError, Transport
 from .errors import (
     ExecutionNotFoundError,
@@ -20,7 +22,16 @@ from .errors import (
     ServerError,
 )
 
-__all__ = ["ConductorApi"]
+__all__ = ["ConductorApi", "TaskPage"]
+
+
+@attrs.frozen
+class TaskPage:
+    """A page of a run's task list: the tasks, how many matched in all, the server's ``Date``."""
+
+    total: int
+    tasks: list
+    date: Optional[str] = None
 
 
 def _seg(value: str) -> str:
@@ -106,15 +117,48 @@ class ConductorApi:
             raise ServerError(f"GET /workflow/{execution_id} returned a malformed body")
         return result
 
-    def sample_workflow(self, execution_id: str) -> "tuple[dict, Optional[str]]":
-        """``GET /workflow/{id}?includeTasks=true`` plus the server's ``Date`` header."""
+    def workflow_status(self, execution_id: str, *, include_variables: bool = False) -> dict:
+        """``GET /workflow/{id}/status`` → ``{workflowId, correlationId, status[, variables]}``.
+
+        The smallest read of a run (no tasks, no definition, no input); ``include_variables`` adds
+        the run's variables (its tool-results digest and state).
+        """
+        params = {"includeVariables": "true"} if include_variables else None
+        with _not_found_is_unknown_execution(execution_id):
+            result = self.transport.request("GET", f"/workflow/{_seg(execution_id)}/status", params=params,
+                                            timeout=(5.0, 10.0))
+        if not isinstance(result, dict) or "status" not in result:
+            raise ServerError(f"GET /workflow/{execution_id}/status returned a malformed body")
+        return result
+
+    def workflow_tasks(self, execution_id: str, *, start: int = 0, count: int = 15,
+                       statuses: "tuple[str, ...]" = ()) -> "TaskPage":
+        """``GET /workflow/{id}/tasks?start=&count=&status=``: one page of a run's tasks, in order.
+
+        The server still loads the whole run, but sends only the page: reads of a long run that
+        need a few of its tasks cost the network (and this process) what those tasks weigh.
+        """
+        params: dict[str, Any] = {"start": int(start), "count": int(count)}
+        if statuses:
+            params["status"] = list(statuses)
         with _not_found_is_unknown_execution(execution_id):
             result, headers = self.transport.request_with_headers(
-                "GET", f"/workflow/{_seg(execution_id)}", params={"includeTasks": "true"}
-            )
-        if not isinstance(result, dict):
-            raise ServerError(f"GET /workflow/{execution_id} returned a malformed body")
-        return result, headers.get("Date")
+                "GET", f"/workflow/{_seg(execution_id)}/tasks", params=params)
+        if not isinstance(result, dict) or not isinstance(result.get("results"), list):
+            raise ServerError(f"GET /workflow/{execution_id}/tasks returned a malformed body")
+        total = result.get("totalHits")
+        return TaskPage(total=int(total) if isinstance(total, (int, float)) else len(result["results"]),
+                        tasks=result["results"], date=headers.get("Date"))
+
+    def liveness_sample(self, execution_id: str) -> "tuple[dict, Optional[str]]":
+        """The run's status and its SCHEDULED tasks (``{status, tasks}``) plus the server's ``Date``.
+
+        Two small reads whatever the run's age (``/workflow/{id}/status`` and one page of
+        ``/workflow/{id}/tasks?status=SCHEDULED``) instead of the whole task list.
+        """
+        status = self.workflow_status(execution_id)
+        page = self.workflow_tasks(execution_id, statuses=("SCHEDULED",), count=100)
+        return {"status": status.get("status"), "tasks": page.tasks}, page.date
 
     def running_workflow_ids(self, workflow_name: str, version: Optional[int] = None) -> "list[str]":
         """``GET /workflow/running/{name}`` → the ids of the runs of that workflow not yet ended.

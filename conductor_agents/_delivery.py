@@ -31,7 +31,10 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 import attrs
 
 from ._api import ConductorApi
+from ._carryover import pulled_message_ids
+from ._chain_directory import Chain, ChainDirectory, Link
 from ._clock import Clock
+from ._switch import read_commit
 from ._transport import HttpError
 from .errors import MessageLostError, ServerUnavailableError, WaitTimeoutError
 
@@ -79,11 +82,13 @@ def find_delivery(workflow: Mapping[str, Any], execution_id: str, message_id: st
 
 
 class DeliveryCheck:
-    """Reads successive samples of one run (``GET /workflow/{id}?includeTasks=true``) for one message.
+    """Reads successive samples of one run for one message. Every sample must be taken after the
+    server accepted the message. :meth:`observe` returns the delivery, raises
+    :class:`MessageLostError`, or returns None (not known yet). Not thread-safe: one waiter owns it.
 
-    Every sample must be taken after the server accepted the message. :meth:`observe` returns
-    the delivery, raises :class:`MessageLostError`, or returns None (not known yet). Not
-    thread-safe: one waiter owns it.
+    A sample is what the cheap reads give (``_sample``): the run's status, its tool-results digest
+    (which lists every message the run pulled up to its last turn) and its unfinished tasks, plus
+    the tasks after its last turn once it has ended; ``find`` locates the task that pulled a message.
     """
 
     def __init__(self, execution_id: str, message_id: str) -> None:
@@ -93,7 +98,8 @@ class DeliveryCheck:
         self._suspect = False
 
     def observe(self, workflow: Mapping[str, Any]) -> Optional[MessageDelivery]:
-        """One sample. Raises MessageLostError when the message can no longer arrive."""
+        """One sample (a workflow-shaped mapping: ``status``, ``tasks``). Raises MessageLostError when
+        the message can no longer arrive."""
         delivery = find_delivery(workflow, self.execution_id, self.message_id)
         if delivery is not None:
             return delivery
@@ -131,9 +137,79 @@ class DeliveryCheck:
         return False
 
 
+#: Tasks read from the end of an ended run (the wait-for-message tasks after its last merged turn).
+_TAIL = 30
+
+
+def _sample(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[str, Any]:
+    """A workflow-shaped sample from cheap reads: the PULL task that pulled ``message_id`` (located
+    only once the digest says it was pulled), the unfinished tasks, and the tail of an ended run."""
+    status = api.workflow_status(execution_id, include_variables=True)
+    variables = status.get("variables") or {}
+    run_status = str(status.get("status") or "")
+    sample: dict = {"status": run_status, "tasks": []}
+    if message_id in pulled_message_ids(variables, ()):
+        located = _locate(api, execution_id, message_id)
+        sample["tasks"] = [located] if located is not None else [_placeholder(execution_id, message_id)]
+        return sample
+    if run_status in _TERMINAL_RUN:
+        total = api.workflow_tasks(execution_id, start=0, count=1).total
+        sample["tasks"] = api.workflow_tasks(execution_id, start=max(0, total - _TAIL), count=_TAIL).tasks
+        return sample
+    sample["tasks"] = api.workflow_tasks(execution_id, statuses=("IN_PROGRESS",), start=1, count=20).tasks
+    return sample
+
+
+def _locate(api: ConductorApi, execution_id: str, message_id: str) -> Optional[Mapping[str, Any]]:
+    """The wait-for-message task that pulled ``message_id``: pages of finished tasks, newest first."""
+    total = api.workflow_tasks(execution_id, statuses=("COMPLETED",), start=0, count=1).total
+    start = total
+    while start > 0:
+        start = max(0, start - 50)
+        for task in api.workflow_tasks(execution_id, statuses=("COMPLETED",), start=start, count=50).tasks:
+            if task.get("taskType") == PULL_TASK_TYPE and find_delivery({"tasks": [task]}, execution_id, message_id):
+                return task
+    return None
+
+
+def _placeholder(execution_id: str, message_id: str) -> dict:
+    # The digest says the run pulled it, but the task is not found (cannot happen on a sound server).
+    return {"taskType": PULL_TASK_TYPE, "referenceTaskName": "", "taskId": "",
+            "outputData": {"messages": [{"id": message_id, "workflowId": execution_id}]}}
+
+
+def _continued_verdict(api: ConductorApi, chain: Chain, link: Link, message_id: str) -> Optional[MessageDelivery]:
+    """For a link that was continued: the message's delivery per the switch's record; raises
+    MessageLostError when the switch dropped it; None while the switch is not committed."""
+    successor = chain.link(link.number + 1)
+    record, open_ = read_commit(api, successor)
+    if record is None:
+        if open_:
+            return None
+        raise MessageLostError(
+            f"message {message_id} was not delivered: run {link.execution_id} ended without pulling it",
+            execution_id=chain.execution_id, message_id=message_id, reason=MessageLostError.RUN_ENDED,
+            run_status="TERMINATED")
+    if message_id in {str(p.get("id")) for p in record.pending}:
+        return MessageDelivery(execution_id=successor.execution_id, message_id=message_id,
+                               task_reference_name="carried over", task_id="", batch_count=len(record.pending))
+    if message_id in record.pulled:
+        located = _locate(api, link.execution_id, message_id)
+        found = find_delivery({"tasks": [located]}, link.execution_id, message_id) if located else None
+        return found or MessageDelivery(execution_id=link.execution_id, message_id=message_id,
+                                        task_reference_name="", task_id="")
+    raise MessageLostError(
+        f"message {message_id} was not delivered: run {link.execution_id} was continued as "
+        f"{successor.execution_id} before it pulled the message (a run's queue is deleted when it ends); send it "
+        "again (send_message does that itself for the messages it sends)",
+        execution_id=chain.execution_id, message_id=message_id, reason=MessageLostError.RUN_ENDED,
+        run_status="TERMINATED")
+
+
 def wait_for_delivery(
     api: ConductorApi,
-    execution_id: str,
+    directory: ChainDirectory,
+    chain: Chain,
     message_id: str,
     *,
     timeout: float,
@@ -142,8 +218,10 @@ def wait_for_delivery(
     clock: Clock,
     pause: Callable[[float], Any],
 ) -> MessageDelivery:
-    """Sample the run every ``interval`` seconds until ``message_id`` is delivered or lost.
+    """Sample the listener every ``interval`` seconds until ``message_id`` is delivered or lost.
 
+    The run that accepted the message is known when this process sent it; otherwise the listener's
+    newest run is watched (and the one before it is looked at for the message once).
     ``pause(seconds)`` waits between samples (an Event's ``wait``). Transient errors are
     tolerated up to ``max_transient_errors`` in a row, as ``wait()`` does.
 
@@ -153,12 +231,23 @@ def wait_for_delivery(
         ExecutionNotFoundError: the server does not know the execution.
         ServerUnavailableError, ServerError: too many transient errors, or another one.
     """
-    check = DeliveryCheck(execution_id, message_id)
+    link = directory.accepted_by(message_id)
+    if link is None:
+        link = directory.refresh(chain) if chain.continuable else directory.newest(chain)
+        if link.number > chain.first:  # sent by another process just before a switch?
+            earlier = chain.link(link.number - 1)
+            try:
+                verdict = _continued_verdict(api, chain, earlier, message_id)
+                if verdict is not None:
+                    return verdict
+            except MessageLostError:
+                pass  # not pulled by the earlier run: look in the newest
+    check = DeliveryCheck(link.execution_id, message_id)
     deadline = clock.monotonic() + timeout
     errors = 0
     while True:
         try:
-            workflow = api.get_workflow(execution_id, include_tasks=True)
+            sample: Optional[Mapping[str, Any]] = _sample(api, link.execution_id, message_id)
             errors = 0
         except (ServerUnavailableError, HttpError) as err:
             if isinstance(err, HttpError) and not err.transient:
@@ -166,17 +255,24 @@ def wait_for_delivery(
             errors += 1
             if errors > max_transient_errors:
                 raise
-            log.info("sampling run %s failed (%s); %d consecutive transient errors", execution_id, err, errors)
-            workflow = None
-        if workflow is not None:
-            delivery = check.observe(workflow)
-            if delivery is not None:
-                return delivery
+            log.info("sampling run %s failed (%s); %d consecutive transient errors", link.execution_id, err, errors)
+            sample = None
+        if sample is not None:
+            if sample.get("status") in _TERMINAL_RUN and chain.continuable \
+                    and find_delivery(sample, link.execution_id, message_id) is None \
+                    and directory.exists(chain, link.number + 1):
+                verdict = _continued_verdict(api, chain, link, message_id)
+                if verdict is not None:
+                    return verdict
+            else:
+                delivery = check.observe(sample)
+                if delivery is not None:
+                    return delivery
         remaining = deadline - clock.monotonic()
         if remaining <= 0:
             raise WaitTimeoutError(
-                f"message {message_id} was not pulled by run {execution_id} within {timeout:g}s; it may "
+                f"message {message_id} was not pulled by run {link.execution_id} within {timeout:g}s; it may "
                 "still arrive (the run has not waited for messages since, or not long enough to tell)",
-                execution_id=execution_id, timeout=timeout,
+                execution_id=chain.execution_id, timeout=timeout,
             )
         pause(min(interval, remaining))

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any, List, Mapping, Tuple
 
+from ._chain import INTERNAL_TASK_TYPES
 from .events import (
     SOURCE_POLL,
     AgentEvent,
@@ -57,7 +58,7 @@ def _seconds(ms: float) -> "float | None":
 def is_tool_task(task: Mapping[str, Any]) -> bool:
     """Whether the server reports this task as a tool call (a worker tool, not machinery)."""
     task_type = str(task.get("taskType") or "")
-    if not task_type or task_type in _SYSTEM_TYPES:
+    if not task_type or task_type in _SYSTEM_TYPES or task_type in INTERNAL_TASK_TYPES:
         return False
     return task_type == "SIMPLE" or bool(task.get("taskDefinition"))
 

@@ -164,6 +164,12 @@ class ToolExecutor:
             self._last_full = self._clock.monotonic()
         self._full = full
 
+    def runs_tools_of(self, execution_id: str, *, except_types: "frozenset[str]" = frozenset()) -> bool:
+        """Whether a tool of ``execution_id`` (other than ``except_types``) is running or queued here."""
+        with self._lock:
+            return any(f.task.workflow_id == execution_id and f.task.task_type not in except_types
+                       for f in self._in_flight.values())
+
     @property
     def in_flight_count(self) -> int:
         with self._lock:

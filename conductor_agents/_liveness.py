@@ -57,11 +57,13 @@ def find_stall(
     server_now: Optional[float],
     first_seen: dict,
     client_now: float,
+    grace: Optional[Mapping[str, float]] = None,
 ) -> Optional[Stall]:
     """The longest-waiting stalled task among ``tasks``, or None.
 
     ``first_seen`` maps task ids to the client monotonic time they were first seen
     unpolled; it is updated in place and used only when ``server_now`` is unknown.
+    ``grace`` gives task types extra seconds before they count (see the watchdog).
     """
     worst: Optional[Stall] = None
     live_ids = set()
@@ -78,7 +80,8 @@ def find_stall(
             waited = server_now - scheduled_ms / 1000.0
         else:
             waited = client_now - first_seen[task_id]
-        if waited > stall_seconds and (worst is None or waited > worst.waited_seconds):
+        allowed = stall_seconds + (grace or {}).get(str(task.get("taskType") or ""), 0.0)
+        if waited > allowed and (worst is None or waited > worst.waited_seconds):
             worst = Stall(
                 task_reference_name=str(task.get("referenceTaskName") or ""),
                 task_type=str(task.get("taskType") or ""),

@@ -14,6 +14,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Protocol
 
+from ._chain import INTERNAL_TASK_TYPES
 from ._clock import SYSTEM_CLOCK, Clock
 from ._fork import rebuild_after_fork
 from .errors import ConductorAgentsError, RuntimeClosedError
@@ -93,6 +94,7 @@ class TaskObserver:
         self._lock = threading.Lock()
         self._total = _Counters(self._window)
         self._runs: "collections.OrderedDict[str, _Counters]" = collections.OrderedDict()
+        self._aliases: "collections.OrderedDict[str, str]" = collections.OrderedDict()
         self._subscribers: Dict[str, List[Subscriber]] = {}
         self._streams: "set[Any]" = set()
         self._polls = 0
@@ -113,8 +115,20 @@ class TaskObserver:
 
     # -- TaskListener -----------------------------------------------------------------
 
+    def alias(self, execution_id: str, as_execution_id: str) -> None:
+        """Count the tools of run ``execution_id`` as ``as_execution_id``'s (a continued listener's
+        later runs count as the listener's first)."""
+        if execution_id == as_execution_id:
+            return
+        with self._lock:
+            self._aliases[execution_id] = as_execution_id
+            while len(self._aliases) > _MAX_RUNS:
+                self._aliases.popitem(last=False)
+
     def task_started(self, task: "TaskRef") -> None:
         """A tool body starts on a pool thread."""
+        if task.task_type in INTERNAL_TASK_TYPES:
+            return
         try:
             with self._lock:
                 self._total.in_flight += 1
@@ -128,6 +142,8 @@ class TaskObserver:
 
     def task_finished(self, task: "TaskRef", status: str, seconds: float, error: Optional[str]) -> None:
         """A tool body returned or raised after ``seconds``; ``status`` goes to the server."""
+        if task.task_type in INTERNAL_TASK_TYPES:
+            return
         try:
             failed = status != "COMPLETED"
             with self._lock:
@@ -150,6 +166,8 @@ class TaskObserver:
         """A poll succeeded; sample each task's ``startTime - scheduledTime`` (server clock)."""
         samples = []
         for task in tasks or ():
+            if task.get("taskType") in INTERNAL_TASK_TYPES:
+                continue
             scheduled, started = task.get("scheduledTime"), task.get("startTime")
             if isinstance(scheduled, (int, float)) and isinstance(started, (int, float)) and scheduled > 0 \
                     and started > 0:
@@ -244,6 +262,7 @@ class TaskObserver:
 
     def _run(self, execution_id: str) -> _Counters:
         """The counters of one run (call with the lock held)."""
+        execution_id = self._aliases.get(execution_id, execution_id)
         counters = self._runs.get(execution_id)
         if counters is None:
             counters = self._runs[execution_id] = _Counters(self._window)

@@ -87,6 +87,7 @@ class RunWatch:
         self.listed = 0  # end-of-run checks answered by its workflow's running list
         self.workflow_name: Optional[str] = None  # the agent's name, then what a sample tells
         self.workflow_version: Optional[int] = None
+        self.name_checked = False  # the server told the workflow name (read once, at the first full sample)
         self.last_sampled = 0.0  # monotonic time of the last request for this run (set by watch())
 
     def __repr__(self) -> str:
@@ -130,6 +131,8 @@ class RunWatchdog:
             ``domain`` empty just now (the run is idle: no sample needed for liveness).
         idle_sample_seconds: an idle run is still sampled this often (end of run); default
             ``IDLE_SAMPLE_INTERVALS`` intervals.
+        grace: extra seconds a task of a given type may wait unpolled (a continued listener's new
+            run waits for its switch to be committed: its carry task is never polled).
     """
 
     def __init__(
@@ -143,9 +146,11 @@ class RunWatchdog:
         ring: Callable[[str], None] = lambda domain: None,
         queues_empty: Callable[[str], bool] = lambda domain: False,
         idle_sample_seconds: Optional[float] = None,
+        grace: Optional[Dict[str, float]] = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._api = api
+        self._grace = dict(grace or {})
         self._interval = interval
         self._stall_seconds = stall_seconds
         self._on_ended = on_ended
@@ -361,16 +366,16 @@ class RunWatchdog:
         run.samples += 1
         run.last_sampled = self._clock.monotonic()
         domain = run.domain
+        if not run.name_checked:  # once: the server's name of the run's workflow (for the running list)
+            self._check_name(run)
+        # Small reads whatever the run's age: its status, and for liveness the tasks still SCHEDULED
+        # (a domain's worker task is SCHEDULED until a worker polls it; the poll moves it on).
         if domain is None:
-            workflow: Any = self._api.get_workflow(run.execution_id)  # status only: the cheap sample
+            workflow: Any = self._api.workflow_status(run.execution_id)
             server_now = None
         else:
-            workflow, date = self._api.sample_workflow(run.execution_id)
+            workflow, date = self._api.liveness_sample(run.execution_id)
             server_now = server_time_from_date(date)
-        if isinstance(workflow.get("workflowName"), str) and run.workflow_version is None:
-            run.workflow_name = workflow["workflowName"]  # the server's word over the agent's name
-            version = workflow.get("workflowVersion")
-            run.workflow_version = version if isinstance(version, int) else None
         if RunStatus.parse(workflow.get("status")).is_terminal:
             log.debug("run %s ended (%s)", run.execution_id, workflow.get("status"))
             self._ended(run)
@@ -380,6 +385,7 @@ class RunWatchdog:
         stall = find_stall(
             workflow.get("tasks") or (), domain=domain, stall_seconds=self._stall_seconds,
             server_now=server_now, first_seen=run.first_seen, client_now=self._clock.monotonic(),
+            grace=self._grace,
         )
         if run.first_seen and run.served:
             self._ring(domain)  # a task of ours waits unpolled: our poller may have missed its ring
@@ -392,6 +398,20 @@ class RunWatchdog:
                         run.execution_id, error.task_reference_name, error.domain, error.waited_seconds)
             for listener in listeners:
                 self._tell(listener, error)
+
+    def _check_name(self, run: RunWatch) -> None:
+        """Learn the run's workflow name and version from the server (the agent's name given at watch()
+        is right unless the run is not this agent's); a failure leaves it for the next sample."""
+        try:
+            named: Any = self._api.get_workflow(run.execution_id)
+        except ConductorAgentsError as err:
+            log.debug("reading the workflow name of run %s failed: %s", run.execution_id, err)
+            return
+        run.name_checked = True
+        if isinstance(named.get("workflowName"), str):
+            run.workflow_name = named["workflowName"]  # the server's word over the agent's name
+            version = named.get("workflowVersion")
+            run.workflow_version = version if isinstance(version, int) else None
 
     def _excused(self, run: RunWatch, stall: Stall, server_now: Optional[float]) -> bool:
         """Whether an unpolled task is explained by a busy, live worker rather than a dead one."""

@@ -15,12 +15,16 @@ import threading
 from typing import Optional
 
 from ._api import ConductorApi
+from ._chain import CARRY_TASK, INTERNAL_TASK_TYPES, TURN_TASK
+from ._chain_directory import Chain, ChainDirectory, Link
 from ._clock import SYSTEM_CLOCK, Clock
+from ._continuation import ChainTracker, ContinuationDriver
 from ._executor import ToolExecutor
 from ._observer import TaskObserver
 from ._poller import DomainPoller
 from ._task_watch import hand_back
 from ._watchdog import RunWatch, RunWatchdog
+from ._switch import LinkSpec
 from ._watcher import QueueWatcher
 from .agent import Agent
 from .errors import ConductorAgentsError, WorkerStartupError
@@ -34,6 +38,8 @@ log = logging.getLogger("conductor_agents.worker")
 #: A poller whose tool pool is full still polls (``count=0``) this often, per stall threshold,
 #: so the server's poll data shows its domain alive to other processes' watchdogs.
 _KEEPALIVES_PER_STALL = 3.0
+#: The SDK's own tasks of a continued listener: they never keep it from being at rest.
+_INTERNAL_TASKS = INTERNAL_TASK_TYPES
 #: The watchdog skips a run's sample when the watcher read all its queues empty this recently.
 _QUEUES_READ_WITHIN_SECONDS = 2.0
 
@@ -64,6 +70,19 @@ class Reservation:
         self._workers.watch(execution_id, served=True, served_domain=self.poller.domain,
                             workflow_name=self.agent_name)
 
+    def handle_link(self, add: bool, execution_id: str) -> Optional[RunWatch]:
+        """Serve (``add``) or stop serving one more run of this reservation's listener: a link of its
+        chain (same domain, same tools). Returns the link's watch when liveness is on."""
+        if not add:
+            self._workers.execution_ended(execution_id)
+            return None
+        self.poller.add_execution(execution_id, self.tools)
+        if self.execution_id is not None:
+            self._workers.observer.alias(execution_id, self.execution_id)
+        return self._workers.watch(execution_id, served=True, served_domain=self.poller.domain,
+                                   workflow_name=self.agent_name,
+                                   domain=self.poller.domain if self._workers.liveness_enabled else None)
+
     def cancel(self) -> None:
         """The run did not start: stop serving its tools."""
         self.poller.cancel_reservation()
@@ -83,8 +102,11 @@ class WorkerSet:
     """Pollers and the tool executor of one runtime. Thread-safe."""
 
     def __init__(self, api: ConductorApi, settings: AgentSettings, *, worker_id: str,
-                 clock: Clock = SYSTEM_CLOCK, observer: Optional[TaskObserver] = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, observer: Optional[TaskObserver] = None,
+                 directory: Optional[ChainDirectory] = None) -> None:
         self._api = api
+        self.directory = directory if directory is not None else ChainDirectory(api)
+        self._driver: Optional[ContinuationDriver] = None
         self._settings = settings
         self._worker_id = worker_id
         self._clock = clock
@@ -101,9 +123,16 @@ class WorkerSet:
 
     # -- registration -----------------------------------------------------------------
 
-    def reserve(self, domain: Optional[str], agent: Agent) -> Reservation:
-        """Serve ``agent``'s worker tools on ``domain`` (None: the shared poller) from now on."""
+    @property
+    def liveness_enabled(self) -> bool:
+        return self._settings.liveness_enabled
+
+    def reserve(self, domain: Optional[str], agent: Agent, *, continued: bool = False) -> Reservation:
+        """Serve ``agent``'s worker tools on ``domain`` (None: the shared poller) from now on;
+        ``continued``: the run is a continued listener's (its turn task is served too)."""
         tools = {t.name: t for t in agent.worker_tools}
+        if continued:
+            tools[TURN_TASK] = self.driver.turn_tool
         poller = self.poller_for(domain, reserve=tools)
         return Reservation(self, poller, tools, agent.name)
 
@@ -178,12 +207,47 @@ class WorkerSet:
         with self._lock:
             pollers = [p for p in self._pollers.values() if execution_id in p.executions]
             executor = self._executor
+            driver = self._driver
+        if driver is not None:
+            driver.link_ended(execution_id)
         if executor is not None:
             executor.run_ended(execution_id)
         for poller in pollers:
             poller.remove_execution(execution_id)
             self.retire_if_idle(poller)
         self.unwatch(execution_id)
+
+    # -- continued listeners ----------------------------------------------------------
+
+    @property
+    def driver(self) -> ContinuationDriver:
+        """The continuation driver (created on first use)."""
+        with self._lock:
+            if self._driver is None:
+                self._driver = ContinuationDriver(
+                    self._api, self.directory, worker_id=self._worker_id, clock=self._clock,
+                    locally_busy=self._runs_tools_of,
+                    drain_seconds=self._settings.continuation_drain_seconds)
+                if self._closed:
+                    self._driver.close()
+            return self._driver
+
+    def serve_chain(self, reservation: Reservation, chain: Chain, spec: LinkSpec, current: Link, *,
+                    turns_before: int, pending_from: Optional[Link] = None) -> ChainTracker:
+        """Continue ``chain`` from here: its links are served on ``reservation``'s poller."""
+        return self.driver.serve(chain, spec, current, turns_before=turns_before,
+                                 handle_link=reservation.handle_link, pending_from=pending_from)
+
+    def chain_tracker(self, run_id: Optional[str]) -> Optional[ChainTracker]:
+        """The tracker of the continued listener on ``run_id`` this process serves, if any."""
+        with self._lock:
+            driver = self._driver
+        return driver.tracker(run_id) if driver is not None else None
+
+    def _runs_tools_of(self, execution_id: str) -> bool:
+        with self._lock:
+            executor = self._executor
+        return executor is not None and executor.runs_tools_of(execution_id, except_types=_INTERNAL_TASKS)
 
     # -- the watchdog -----------------------------------------------------------------
 
@@ -196,7 +260,7 @@ class WorkerSet:
                     self._api, interval=self._settings.liveness_check_interval_seconds,
                     stall_seconds=self._settings.liveness_stall_seconds, on_ended=self.execution_ended,
                     is_busy=self._is_busy, ring=self._ring, queues_empty=self._queues_empty,
-                    clock=self._clock,
+                    grace={CARRY_TASK: self._settings.continuation_drain_seconds + 30.0}, clock=self._clock,
                 )
                 if self._closed:
                     self._watchdog.close()
@@ -326,6 +390,9 @@ class WorkerSet:
             watchers = [w for w in (self._watcher, *self._stopped_watchers) if w is not None]
             self._stopped_watchers = []
             watchdog = self._watchdog
+            driver = self._driver
+        if driver is not None:
+            driver.close()
         if watchdog is not None:
             watchdog.close()
         for watcher in watchers:

@@ -7,6 +7,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import attrs
 
+from .continuation import Continuation
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
 
@@ -118,6 +119,12 @@ def _check_optional_number(instance: Any, attribute: "attrs.Attribute[Any]", val
         )
 
 
+def _check_continuation(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None and not isinstance(value, Continuation):
+        raise AgentTypeError(f"Agent.continuation must be a Continuation or None, got {value!r}",
+                             field="continuation", value=value)
+
+
 @attrs.frozen
 class Agent:
     """An agent: a model, instructions, tools and a turn limit.
@@ -144,6 +151,8 @@ class Agent:
         kw_only=True, default=None, validator=attrs.validators.optional(_check_int(1))
     )
     metadata: Mapping[str, Any] = attrs.field(kw_only=True, factory=dict, converter=_to_metadata)
+    #: When a long-lived listener is continued as a fresh run (None: the runtime's settings).
+    continuation: Optional[Continuation] = attrs.field(kw_only=True, default=None, validator=_check_continuation)
 
     @property
     def is_stateful(self) -> bool:
@@ -154,6 +163,11 @@ class Agent:
     def worker_tools(self) -> "tuple[ToolDef, ...]":
         """The tools whose bodies run in this process (not the server's own tools)."""
         return tuple(t for t in self.tools if t.is_worker)
+
+    @property
+    def is_listener(self) -> bool:
+        """Whether runs are stateful and wait for messages: such runs are continued when they grow."""
+        return self.is_stateful and self.needs_message_queue
 
     @property
     def needs_message_queue(self) -> bool:

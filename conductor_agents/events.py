@@ -19,6 +19,7 @@ kind                   class                      when
 ``guardrail_pass``     :class:`GuardrailEvent`    a guardrail passed
 ``guardrail_fail``     :class:`GuardrailEvent`    a guardrail failed
 ``context_condensed``  :class:`ContextCondensedEvent`  the conversation was condensed
+``continued``          :class:`ContinuedEvent`    the listener moved to a fresh run (a continuation)
 ``tool_started``       :class:`ToolStartedEvent`  (local) a tool body started in this process
 ``tool_finished``      :class:`ToolFinishedEvent` (local) it returned or raised
 =====================  =========================  ============================================
@@ -38,6 +39,7 @@ from .result import SERVER_INPUT_KEYS
 __all__ = [
     "AgentEvent",
     "ContextCondensedEvent",
+    "ContinuedEvent",
     "DoneEvent",
     "ErrorEvent",
     "GuardrailEvent",
@@ -165,6 +167,17 @@ class DoneEvent(AgentEvent):
     @property
     def ends_run(self) -> bool:
         return True
+
+
+@attrs.frozen(kw_only=True)
+class ContinuedEvent(AgentEvent):
+    """The listener was continued: ``execution_id`` (the run that ended) goes on as
+    ``next_execution_id``, its run number ``run`` (2 for the first continuation). The events of
+    the new run follow. See ``docs/concepts.md``."""
+
+    kind: str = attrs.field(default="continued", init=False)
+    next_execution_id: str = ""
+    run: int = 2
 
 
 @attrs.frozen(kw_only=True)

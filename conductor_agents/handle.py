@@ -6,11 +6,16 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Optional
 
+import attrs
+
 from ._api import ConductorApi
+from ._chain_directory import Chain, ChainDirectory, Link
+from ._chained_events import ChainedEvents
 from ._clock import Clock
 from ._delivery import MessageDelivery, wait_for_delivery
-from ._event_stream import EventStream
+from ._following import current_status, live_links
 from ._payload import message_payload
+from ._sending import send_to_listener
 from ._transport import HttpError
 from .errors import (
     ConductorAgentsError,
@@ -42,6 +47,10 @@ class AgentHandle:
     Returned by :meth:`AgentRuntime.start`, ``resume`` and ``attach``. Thread-safe: any
     thread may call ``status``, ``send_message``, ``stop`` or ``cancel`` while another
     waits. The handle does not own the run: dropping it neither stops nor cancels it.
+
+    A long-lived listener is continued as fresh runs (``docs/concepts.md``); the handle keeps
+    :attr:`execution_id`, the id it was made with, and every call reaches the listener's current
+    run (:attr:`current_execution_id`; :attr:`runs` counts them).
     """
 
     def __init__(
@@ -59,8 +68,12 @@ class AgentHandle:
         on_stop: Optional[Any] = None,
         workers_attached: bool = False,
         observer: Optional[Any] = None,  # the runtime's TaskObserver: local events and stats
+        directory: Optional[ChainDirectory] = None,
+        chain: Optional[Chain] = None,
     ) -> None:
         self._api = api
+        self._directory = directory if directory is not None else ChainDirectory(api)
+        self._chain_known = chain
         self._observer = observer
         self.execution_id = execution_id
         self.agent_name = agent_name
@@ -80,11 +93,41 @@ class AgentHandle:
             liveness.add_listener(self._stalled)
         self._pause = lambda seconds: threading.Event().wait(seconds)  # between delivery samples
 
+    # -- which run ----------------------------------------------------------------------
+
+    def _chain(self) -> Chain:
+        if self._chain_known is None:
+            self._chain_known = self._directory.chain(self.execution_id)
+        return self._chain_known
+
+    def _link(self) -> Link:
+        """The newest run of the listener this process knows of (no request)."""
+        chain = self._chain_known
+        if chain is None:
+            return Link(0, self.execution_id)
+        link = self._directory.newest(chain)
+        current = getattr(self._liveness, "current", None)
+        return current if isinstance(current, Link) and current.number > link.number else link
+
+    @property
+    def current_execution_id(self) -> str:
+        """The execution id of the listener's current run (the same as :attr:`execution_id` until
+        it was first continued). As last learned; :meth:`status` and :meth:`wait` refresh it."""
+        return self._link().execution_id
+
+    @property
+    def runs(self) -> int:
+        """How many runs the listener has had so far (1 until it was first continued)."""
+        chain = self._chain_known
+        return 1 if chain is None else self._link().number - chain.first + 1
+
     def __repr__(self) -> str:
         status = self._last_status.value if self._last_status else "unknown"
         parts = [f"execution_id={self.execution_id!r}", f"agent={self.agent_name!r}"]
         if self.run_id:
             parts.append(f"run_id={self.run_id!r}")
+        if self.runs > 1:
+            parts.append(f"runs={self.runs}")
         parts.append(f"status={status}")
         parts.append("workers=local" if self.workers_attached else "workers=none")
         return f"AgentHandle({', '.join(parts)})"
@@ -104,11 +147,16 @@ class AgentHandle:
             ExecutionNotFoundError: the server does not know the execution.
             ServerUnavailableError, ServerError: the request failed.
         """
-        status = AgentStatus.from_dict(self._api.agent_status(self.execution_id))
+        link, status = current_status(self._api, self._directory, self._chain())
+        status = self._as_listener(status, link)
         self._last_status = status.status
         if status.is_terminal:
             self._terminal()
         return status
+
+    def _as_listener(self, status: AgentStatus, link: Link) -> AgentStatus:
+        return attrs.evolve(status, execution_id=self.execution_id, current_execution_id=link.execution_id,
+                            runs=link.number - self._chain().first + 1)
 
     def wait(self, timeout: Optional[float] = None) -> AgentResult:
         """Block until the run ends and return its result; never longer than ``timeout``.
@@ -140,9 +188,10 @@ class AgentHandle:
             self._raise_if_stalled()
             remaining = deadline - self._clock.monotonic()
             try:
-                status = AgentStatus.from_dict(self._api.agent_status(
-                    self.execution_id, timeout=max(1.0, min(self._settings.http_timeout_seconds, remaining))
-                ))
+                link, status = current_status(
+                    self._api, self._directory, self._chain(),
+                    timeout=max(1.0, min(self._settings.http_timeout_seconds, remaining)))
+                status = self._as_listener(status, link)
                 errors = 0
             except (ServerUnavailableError, HttpError) as err:
                 if isinstance(err, HttpError) and not err.transient:
@@ -156,7 +205,7 @@ class AgentHandle:
             if status is not None:
                 self._last_status = status.status
                 if status.is_terminal:
-                    return self._finish(status)
+                    return self._finish(status, link)
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 raise WaitTimeoutError(
@@ -178,22 +227,27 @@ class AgentHandle:
             domain=stall.domain, waited_seconds=stall.waited_seconds,
         )
 
-    def _finish(self, status: AgentStatus) -> AgentResult:
+    def _finish(self, status: AgentStatus, link: Link) -> AgentResult:
         detail: dict = {}
         tasks: list = []
         try:
-            detail = self._api.agent_execution(self.execution_id)
-            tasks = self._api.get_workflow(self.execution_id, include_tasks=True).get("tasks") or []
+            detail = self._api.agent_execution(link.execution_id)
+            tasks = self._api.get_workflow(link.execution_id, include_tasks=True).get("tasks") or []
         except ConductorAgentsError as err:
-            log.warning("run %s ended but its details could not be read: %s", self.execution_id, err)
+            log.warning("run %s ended but its details could not be read: %s", link.execution_id, err)
         result = AgentResult.from_server(status, detail, tasks)
+        result = attrs.evolve(result, execution_id=self.execution_id, current_execution_id=link.execution_id,
+                              runs=status.runs)
         self._result = result
         self._terminal()
         return result
 
     def _terminal(self) -> None:
-        if self._on_terminal is not None:
-            self._on_terminal(self.execution_id)
+        if self._on_terminal is None:
+            return
+        ids = {self.execution_id, self._link().execution_id}
+        for execution_id in ids:
+            self._on_terminal(execution_id)
 
     # -- liveness ---------------------------------------------------------------------
 
@@ -213,7 +267,7 @@ class AgentHandle:
 
     # -- watching ---------------------------------------------------------------------
 
-    def events(self, timeout: Optional[float] = None) -> EventStream:
+    def events(self, timeout: Optional[float] = None) -> ChainedEvents:
         """An iterator of the run's events, in order, ending after its last one (``done``).
 
         Server events come from the server's event stream (reconnecting with
@@ -230,8 +284,8 @@ class AgentHandle:
                 ``wait_timeout_seconds`` (600 s); the run goes on.
         """
         limit = self._settings.wait_timeout_seconds if timeout is None else float(timeout)
-        return EventStream(
-            self._api, self.execution_id, timeout=limit, observer=self._observer, clock=self._clock,
+        return ChainedEvents(
+            self._api, self._directory, self._chain(), timeout=limit, observer=self._observer, clock=self._clock,
             poll_interval=self._settings.status_poll_interval_seconds,
             max_transient_errors=self._settings.max_transient_errors,
         )
@@ -246,7 +300,10 @@ class AgentHandle:
 
     def send_message(self, payload: Any) -> str:
         """Push a message into the run's queue (see :meth:`AgentRuntime.send_message`)."""
-        return self._api.push_message(self.execution_id, message_payload(payload))
+        return send_to_listener(
+            self._api, self._directory, self.execution_id, message_payload(payload),
+            switch_wait=self._settings.switch_wait_seconds, clock=self._clock, pause=self._pause,
+            on_accepted=self._directory.note_accepted)
 
     def wait_delivered(self, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
         """Block until the run has pulled message ``message_id``; never longer than ``timeout``.
@@ -270,7 +327,7 @@ class AgentHandle:
         if not isinstance(message_id, str) or not message_id.strip():
             raise ValueError(f"message_id must be a message id returned by send_message, got {message_id!r}")
         return wait_for_delivery(
-            self._api, self.execution_id, message_id.strip(), timeout=limit,
+            self._api, self._directory, self._chain(), message_id.strip(), timeout=limit,
             interval=self._settings.status_poll_interval_seconds,
             max_transient_errors=self._settings.max_transient_errors, clock=self._clock, pause=self._pause,
         )
@@ -284,18 +341,21 @@ class AgentHandle:
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
         """
-        try:
-            self._api.stop_agent(self.execution_id)
-        except HttpError as err:
-            if err.status != 409:
-                raise
+        stopped = False
+        for link in live_links(self._api, self._directory, self._chain()):
+            try:
+                self._api.stop_agent(link.execution_id)
+            except HttpError as err:
+                if err.status != 409:
+                    raise
+                continue
+            stopped = True
+            if self._on_stop is not None:  # this process's running tools see ctx.stop_requested at once
+                self._on_stop(link.execution_id)
+        if not stopped or (self.agent is not None and not self.agent.needs_message_queue):
             return
-        if self._on_stop is not None:  # this process's running tools see ctx.stop_requested at once
-            self._on_stop(self.execution_id)
-        if self.agent is not None and not self.agent.needs_message_queue:
-            return
         try:
-            self._api.push_message(self.execution_id, STOP_SIGNAL)
+            self.send_message(STOP_SIGNAL)
         except (ExecutionNotRunningError, MessageQueueDisabledError) as err:
             log.debug("no stop signal pushed to %s: %s", self.execution_id, err)
 
@@ -306,12 +366,23 @@ class AgentHandle:
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
         """
-        try:
-            self._api.cancel_agent(self.execution_id, reason)
-        except HttpError as err:
-            if err.status != 409:
-                raise
-        self._terminal()  # the run has ended: its tools running here see ctx.cancelled at once
+        chain = self._chain()
+        cancelled: set = set()
+        for _ in range(3):  # a switch racing the cancel starts a newer link: end it too
+            links = [link for link in live_links(self._api, self._directory, chain)
+                     if link.execution_id not in cancelled]
+            if not links:
+                break
+            for link in links:
+                try:
+                    self._api.cancel_agent(link.execution_id, reason)
+                except HttpError as err:
+                    if err.status != 409:
+                        raise
+                cancelled.add(link.execution_id)
+                if self._on_terminal is not None:  # its tools running here see ctx.cancelled at once
+                    self._on_terminal(link.execution_id)
+        self._terminal()
         self._wake.set()
 
     # -- context manager --------------------------------------------------------------

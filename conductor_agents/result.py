@@ -7,6 +7,8 @@ from typing import Any, Mapping, Optional, Sequence
 
 import attrs
 
+from ._chain import INTERNAL_TASK_TYPES
+
 __all__ = ["AgentResult", "AgentStatus", "RunStatus", "TokenUsage", "ToolCallRecord"]
 
 #: Input keys the server adds to every tool task; they are not the model's arguments.
@@ -16,7 +18,7 @@ SERVER_INPUT_KEYS = frozenset({"method", "_agent_state", "_agent_tool_name"})
 _TOOL_TASK_TYPES_EXCLUDED = frozenset({
     "INLINE", "SET_VARIABLE", "DO_WHILE", "LLM_CHAT_COMPLETE", "SWITCH", "FORK", "FORK_JOIN_DYNAMIC",
     "JOIN", "DYNAMIC", "SUB_WORKFLOW", "TERMINATE", "EXCLUSIVE_JOIN", "JSON_JQ_TRANSFORM",
-})
+}) | INTERNAL_TASK_TYPES
 
 
 class RunStatus(str, enum.Enum):
@@ -104,6 +106,9 @@ class AgentStatus:
     pending_tool: Optional[Mapping[str, Any]] = None
     output: Optional[Mapping[str, Any]] = None
     reason: Optional[str] = None
+    #: The listener's current run (``execution_id`` until it was first continued) and how many it has had.
+    current_execution_id: Optional[str] = None
+    runs: int = 1
 
     @property
     def is_terminal(self) -> bool:
@@ -133,6 +138,10 @@ class AgentResult:
     token_usage: TokenUsage = attrs.field(factory=TokenUsage)
     tool_calls: "tuple[ToolCallRecord, ...]" = ()
     raw_output: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
+    #: A continued listener: the run it ended in (its last), and how many runs it had. ``tool_calls``
+    #: and ``token_usage`` are that last run's.
+    current_execution_id: Optional[str] = None
+    runs: int = 1
 
     @property
     def ok(self) -> bool:

@@ -11,12 +11,17 @@ import uuid
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from ._api import ConductorApi
+from ._chain import link_key
+from ._chain_directory import Chain, ChainDirectory, Link
 from ._clock import SYSTEM_CLOCK, Clock
+from ._following import current_status
 from ._fork import rebuild_after_fork
 from ._observer import TaskObserver
 from ._delivery import MessageDelivery
 from ._payload import message_payload
+from ._sending import send_to_listener
 from ._starting import start_run
+from ._switch import LinkSpec, link_start_body, pending_switch, read_commit
 from ._takeover import find_live_poller, freshness_window
 from ._transport import Transport
 from ._workers import Reservation, WorkerSet
@@ -93,6 +98,8 @@ class AgentRuntime:
             clock=clock,
         )
         self._api = ConductorApi(self._transport)
+        #: Which runs belong to which continued listener (shared by every handle of this runtime).
+        self._directory = ChainDirectory(self._api)
         #: Counts and local events; survives a fork (reset in the child) so handles keep theirs.
         self._observer = TaskObserver(clock=clock)
         self._closed = False
@@ -108,7 +115,7 @@ class AgentRuntime:
         self._lock = threading.Lock()
         self.worker_id = f"{socket.gethostname()}-{self._pid}-{uuid.uuid4().hex[:6]}"
         self._workers = WorkerSet(self._api, self.settings, worker_id=self.worker_id, clock=self._clock,
-                                  observer=self._observer)
+                                  observer=self._observer, directory=self._directory)
 
     def _after_fork_in_child(self) -> None:
         """In a forked child (only its forking thread runs): forget the parent's workers, whose
@@ -175,13 +182,19 @@ class AgentRuntime:
             raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
         _check_prompt(prompt)
         run_id = uuid.uuid4().hex if agent.is_stateful else None
-        body: dict[str, Any] = {"agentConfig": agent.to_config(), "prompt": prompt}
-        if run_id:
-            body["runId"] = run_id
-        if idempotency_key is not None:
-            body["idempotencyKey"] = str(idempotency_key)
-        serve = self.settings.auto_start_workers and bool(agent.worker_tools)
-        reservation = self._workers.reserve(run_id, agent) if serve else None
+        spec = LinkSpec(agent, prompt, self.settings.continuation_for(agent)) if agent.is_listener else None
+        if spec is not None:
+            assert run_id is not None
+            key = str(idempotency_key) if idempotency_key is not None else link_key(run_id, 0, agent.name)
+            body = link_start_body(spec, run_id, key, number=0, turns_before=0)
+        else:
+            body = {"agentConfig": agent.to_config(), "prompt": prompt}
+            if run_id:
+                body["runId"] = run_id
+            if idempotency_key is not None:
+                body["idempotencyKey"] = str(idempotency_key)
+        serve = self.settings.auto_start_workers and (bool(agent.worker_tools) or spec is not None)
+        reservation = self._workers.reserve(run_id, agent, continued=spec is not None) if serve else None
         try:
             started = start_run(self._api, body, pause=self._closing.wait)
         except BaseException:
@@ -189,14 +202,21 @@ class AgentRuntime:
                 reservation.cancel()
             raise
         execution_id = str(started["executionId"])
+        tracker = None
         with self._released_on_failure(reservation, execution_id):
             if run_id and idempotency_key is not None:
                 run_id = self._domain_of_existing(execution_id, run_id)
             if reservation is not None:
                 reservation.commit(execution_id, domain=run_id)
                 self._workers.confirm_polling(reservation)
+            if spec is not None:
+                chain = Chain(execution_id, run_id, agent.name, 0)
+                self._directory.remember(chain, newest=Link(0, execution_id))
+                if reservation is not None:
+                    tracker = self._serve_chain(reservation, chain, spec)
         log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")
-        return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None)
+        return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None,
+                            tracker=tracker)
 
     def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0,
             idempotency_key: Optional[str] = None) -> AgentResult:
@@ -222,7 +242,9 @@ class AgentRuntime:
         """
         body = message_payload(payload)
         self._check_open()
-        return self._api.push_message(str(execution_id), body)
+        return send_to_listener(self._api, self._directory, str(execution_id), body,
+                                switch_wait=self.settings.switch_wait_seconds, clock=self._clock,
+                                pause=self._closing.wait, on_accepted=self._directory.note_accepted)
 
     def wait_delivered(self, execution_id: str, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
         """Block until run ``execution_id`` has pulled message ``message_id`` (see
@@ -243,6 +265,9 @@ class AgentRuntime:
         self._check_open()
         workflow = self._api.get_workflow(str(execution_id))
         domain = _single_domain(workflow, str(execution_id), required=False)
+        chain = self._directory.chain(str(execution_id))
+        if chain.continuable:
+            self._directory.refresh(chain)
         return self._handle(str(execution_id), str(workflow.get("workflowName") or ""), domain, None,
                             workers=False, monitor=False)
 
@@ -274,9 +299,12 @@ class AgentRuntime:
         if not isinstance(agent, Agent):
             raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
         execution_id = str(execution_id)
-        workflow = self._api.get_workflow(execution_id, include_tasks=True)
-        needs_domain = agent.is_stateful and bool(agent.worker_tools)
+        workflow = self._api.get_workflow(execution_id)  # no tasks: the ones to reclaim are read by status
+        needs_domain = agent.is_stateful and (bool(agent.worker_tools) or agent.is_listener)
         domain = _single_domain(workflow, execution_id, required=needs_domain)
+        chain = self._directory.chain(execution_id) if agent.is_listener else None
+        if chain is not None and chain.continuable:
+            return self._resume_listener(chain, agent, force=force)
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
         serve = self.settings.auto_start_workers and bool(agent.worker_tools)
@@ -288,9 +316,57 @@ class AgentRuntime:
                 reservation.commit(execution_id, domain=domain)
                 self._workers.confirm_polling(reservation)
             if domain:
-                self._workers.reclaim_orphans(workflow, domain)
+                self._reclaim(execution_id, domain)
         log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
         return self._handle(execution_id, agent.name, domain, agent, workers=serve)
+
+    def _resume_listener(self, chain: Chain, agent: Agent, *, force: bool) -> AgentHandle:
+        """``resume()`` of a continued listener: serve its current run (and finish a switch a dead
+        process left half done), whichever id of it the caller holds."""
+        newest = self._directory.refresh(chain)
+        link, status = current_status(self._api, self._directory, chain)
+        domain = chain.run_id
+        if status.is_terminal:
+            return self._handle(chain.execution_id, agent.name, domain, agent, workers=False, monitor=False)
+        serve = self.settings.auto_start_workers
+        tracker = None
+        if serve:
+            if not force:
+                self._refuse_if_served(chain.execution_id, agent, domain)
+            workflow = self._api.get_workflow(newest.execution_id)
+            prompt = str((workflow.get("input") or {}).get("prompt") or "")
+            spec = LinkSpec(agent, prompt or "Continue.", self.settings.continuation_for(agent))
+            reservation = self._workers.reserve(domain, agent, continued=True)
+            with self._released_on_failure(reservation, chain.execution_id):
+                reservation.commit(newest.execution_id, domain=domain)
+                self._workers.confirm_polling(reservation)
+                tracker = self._serve_chain(reservation, chain, spec, newest=newest)
+            for live in {newest.execution_id, link.execution_id}:
+                self._reclaim(live, domain)
+        log.info("resumed %s listener %s (run %d: %s)", agent.name, chain.execution_id,
+                 newest.number - chain.first + 1, newest.execution_id)
+        return self._handle(chain.execution_id, agent.name, domain, agent, workers=serve, tracker=tracker)
+
+    def _serve_chain(self, reservation: Reservation, chain: Chain, spec: LinkSpec, *,
+                     newest: Optional[Link] = None) -> Any:
+        """Serve the continued listener ``chain`` on ``reservation`` from its newest link, finishing a switch
+        left half done; the chain's tracker."""
+        newest = newest if newest is not None else self._directory.refresh(chain)
+        pending = pending_switch(self._api, chain, newest)
+        turns_before = 0
+        if pending is None and newest.number > chain.first:
+            record, _ = read_commit(self._api, newest)
+            turns_before = record.turns if record is not None else 0
+        if pending is not None:
+            log.info("listener %s: finishing the switch from %s to %s that another process began",
+                     chain.execution_id, pending.execution_id, newest.execution_id)
+        return self._workers.serve_chain(reservation, chain, spec, newest, turns_before=turns_before,
+                                         pending_from=pending)
+
+    def _reclaim(self, execution_id: str, domain: str) -> None:
+        """Hand back the tasks of ``domain`` in run ``execution_id`` that a dead worker had taken."""
+        page = self._api.workflow_tasks(execution_id, statuses=("IN_PROGRESS",), start=0, count=200)
+        self._workers.reclaim_orphans({"tasks": page.tasks}, domain)
 
     def stats(self) -> RuntimeStats:
         """Counts and timings of the tools this runtime ran, and the runs it serves now.
@@ -349,15 +425,17 @@ class AgentRuntime:
         return minted
 
     def _handle(self, execution_id: str, agent_name: str, run_id: Optional[str], agent: Optional[Agent],
-                *, workers: bool, monitor: bool = True) -> AgentHandle:
-        watch = None
+                *, workers: bool, monitor: bool = True, tracker: Any = None,
+                chain: Optional[Chain] = None) -> AgentHandle:
+        watch: Any = None
         if monitor and run_id and self.settings.liveness_enabled:
-            watch = self._workers.watch(execution_id, domain=run_id)
+            watch = tracker if tracker is not None else self._workers.watch(execution_id, domain=run_id)
         handle = AgentHandle(
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
             settings=self.settings, clock=self._clock, agent=agent, liveness=watch,
             on_terminal=self._execution_ended, on_stop=self._stop_requested, workers_attached=workers,
-            observer=self._observer,
+            observer=self._observer, directory=self._directory,
+            chain=self._directory.known(execution_id) if chain is None else chain,
         )
         on_stall = self._on_stall
         if watch is not None and on_stall is not None:

@@ -16,6 +16,7 @@ from urllib.parse import urlparse
 
 import attrs
 
+from .continuation import DEFAULT_MAX_BYTES, DEFAULT_MAX_TURNS, Continuation
 from .errors import ConfigurationError
 
 __all__ = ["AgentSettings", "ENV_VARS", "OTHER_KNOWN_VARS", "unknown_variables"]
@@ -38,6 +39,16 @@ def _parse_positive_int(raw: str) -> int:
     if value < 1:
         raise ValueError("expected an integer >= 1")
     return value
+
+
+def _parse_int_at_least(minimum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        value = int(raw.strip())
+        if value < minimum:
+            raise ValueError(f"expected an integer >= {minimum}")
+        return value
+
+    return parse
 
 
 def _parse_positive_float(raw: str) -> float:
@@ -76,6 +87,9 @@ ENV_VARS: Mapping[str, "tuple[str, Callable[[str], Any]]"] = {
         _parse_positive_float,
     ),
     "CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": ("liveness_stall_seconds", _parse_positive_float),
+    "CONDUCTOR_AGENT_CONTINUATION_ENABLED": ("continuation_enabled", _parse_bool),
+    "CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS": ("continue_after_turns", _parse_int_at_least(2)),
+    "CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES": ("continue_after_bytes", _parse_int_at_least(100_000)),
 }
 
 
@@ -198,6 +212,16 @@ class AgentSettings:
     worker_startup_timeout_seconds: float = attrs.field(default=10.0, validator=_positive)
     #: How long ``close()`` lets running tool bodies finish.
     shutdown_grace_seconds: float = attrs.field(default=10.0, validator=_positive)
+    #: Continue long-lived listeners as fresh runs (agents without a ``continuation`` of their own).
+    continuation_enabled: bool = attrs.field(default=True, validator=_is_bool)
+    #: A listener's run is continued after this many model turns...
+    continue_after_turns: int = attrs.field(default=DEFAULT_MAX_TURNS, validator=_whole(2))
+    #: ... or once it is estimated to store this many bytes on the server.
+    continue_after_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=_whole(100_000))
+    #: Longest a switch waits for the old run to come to rest (messages from non-SDK senders).
+    continuation_drain_seconds: float = attrs.field(default=60.0, validator=_positive)
+    #: Longest ``send_message`` waits for a switch its message was caught in to be committed.
+    switch_wait_seconds: float = attrs.field(default=60.0, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if (self.auth_key is None) != (self.auth_secret is None):
@@ -205,6 +229,15 @@ class AgentSettings:
                 "CONDUCTOR_AUTH_KEY and CONDUCTOR_AUTH_SECRET must be set together",
                 variable="CONDUCTOR_AUTH_KEY" if self.auth_key is None else "CONDUCTOR_AUTH_SECRET",
             )
+
+    def continuation_for(self, agent: Any) -> Continuation:
+        """The agent's own :class:`~conductor_agents.Continuation`, or the one these settings give."""
+        own = getattr(agent, "continuation", None)
+        if own is not None:
+            return own
+        if not self.continuation_enabled:
+            return Continuation.disabled()
+        return Continuation(max_turns=self.continue_after_turns, max_bytes=self.continue_after_bytes)
 
     @property
     def has_auth(self) -> bool:

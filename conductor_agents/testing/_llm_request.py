@@ -19,6 +19,12 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import attrs
 
+from conductor_agents._carryover import PENDING_CLOSE, PENDING_OPEN
+from conductor_agents._chain import CARRY_TASK
+
+#: How the server heads the carried-over conversation in a continued run's system prompt.
+CARRY_HEADING = f"## {CARRY_TASK}"
+
 __all__ = ["LLMRequest", "ToolOutput", "is_message_batch"]
 
 _DIGEST = re.compile(r"\A\[TOOL RESULTS\](.*?)\[/TOOL RESULTS\]\s*", re.DOTALL)
@@ -234,6 +240,29 @@ class LLMRequest:
         except ValueError:
             return None
         return entries if isinstance(entries, list) else None
+
+    @property
+    def carried_over(self) -> Optional[ToolOutput]:
+        """The messages a continued listener's run was handed over unanswered (see
+        ``docs/concepts.md``, *Long-lived listeners*), as a wait-for-message output, or None.
+
+        They sit in the system prompt of every turn of that run, between the SDK's markers; a
+        model acts on them in the run's first turn, as if its wait tool had just returned them.
+        """
+        text = self.instructions or ""
+        start, end = text.find(PENDING_OPEN), text.find(PENDING_CLOSE)
+        if start < 0 or end < start:
+            return None
+        batch = _loads(text[start + len(PENDING_OPEN):end].strip())
+        if not is_message_batch(batch):
+            return None
+        ids = [str(m.get("id")) for m in batch["messages"] if isinstance(m, Mapping)]
+        return ToolOutput(name=None, call_id="carried:" + ",".join(ids), arguments={}, output=batch)
+
+    @property
+    def is_continuation(self) -> bool:
+        """Whether this run continues an earlier run of a listener (its system prompt says so)."""
+        return CARRY_HEADING in (self.instructions or "")
 
     def _first_user_text(self) -> str:
         for item in self.input:

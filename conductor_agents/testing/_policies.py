@@ -11,6 +11,8 @@ import logging
 import threading
 from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import attrs
+
 from conductor_agents.testing._errors import ScriptError
 from conductor_agents.testing._llm_request import LLMRequest, ToolOutput
 from conductor_agents.testing._turns import Failure, Reply, ToolCall, Turn, to_outcome
@@ -101,7 +103,16 @@ class _ListenerPolicy:
     def __call__(self, request: LLMRequest) -> Turn:
         turns = request.tool_output_turns
         if not turns:
+            carried = request.carried_over  # a continued run begins with the messages handed over to it
+            if carried is not None:
+                return self._answer_batch([attrs.evolve(carried, name=self._wait_tool)])
             return self._wait_call
+        if len(turns) == 1 and not self._waits(turns[0]):
+            carried = request.carried_over  # the turn after acting on handed-over messages
+            if carried is not None:
+                ending = self._ending_of([attrs.evolve(carried, name=self._wait_tool)])
+                if ending is not None:
+                    return ending
         waits = self._waits(turns[-1])
         if waits and self._was_answered(waits) and self._acted_after_last_wait(request):
             # The history lags one turn: the actions asked for last time ran (the digest says so).

@@ -9,6 +9,7 @@ import math
 
 import pytest
 
+from conductor_agents._chain_directory import Chain
 from conductor_agents._api import ConductorApi
 from conductor_agents._transport import Transport
 from conductor_agents.cli._foreground import wait_in_foreground
@@ -67,7 +68,7 @@ def test_wait_without_deadline_outlasts_the_old_hour_and_returns_the_result(http
     http.add("GET", f"{BASE_URL}/agent/execution/{EXEC}", json={})
     http.add("GET", f"{BASE_URL}/workflow/{EXEC}", json={"status": "COMPLETED", "tasks": []})
     clock = FakeClock()
-    handle = AgentHandle(api=ConductorApi(Transport(BASE_URL, clock=clock)), execution_id=EXEC,
+    handle = AgentHandle(chain=Chain(EXEC), api=ConductorApi(Transport(BASE_URL, clock=clock)), execution_id=EXEC,
                          agent_name="listener", run_id=None, clock=clock,
                          settings=AgentSettings(server_url=BASE_URL, status_poll_interval_seconds=72.0))
     handle._wake = FakeEvent(clock)  # wait() sleeps on _wake; the fake moves the clock instead

@@ -12,6 +12,7 @@ import responses
 
 from conductor_agents import MessageDelivery, MessageLostError
 from conductor_agents._api import ConductorApi
+from conductor_agents._chain_directory import Chain
 from conductor_agents._delivery import DeliveryCheck
 from conductor_agents._transport import Transport
 from conductor_agents.errors import ExecutionNotFoundError, ServerUnavailableError, WaitTimeoutError
@@ -114,46 +115,62 @@ def make_handle(**settings):
     clock = FakeClock()
     handle = AgentHandle(api=ConductorApi(Transport(BASE_URL, clock=clock)), execution_id=EXEC,
                          agent_name="listener", run_id=None, settings=AgentSettings(server_url=BASE_URL, **settings),
-                         clock=clock)
+                         clock=clock, chain=Chain(EXEC))
     pauses = FakeEvent(clock)
     handle._pause = pauses.wait
     return handle, pauses
 
 
+def status(run_status="RUNNING", *pulled):
+    """``GET /workflow/{id}/status?includeVariables=true``: the digest lists the messages pulled so far."""
+    digest = [{"name": "wait_for_message", "output": {"messages": [{"id": m} for m in pulled], "count": len(pulled)}}]
+    return {"workflowId": EXEC, "status": run_status, "variables": {"_last_tool_results": digest if pulled else []}}
+
+
+def page(*tasks, total=None):
+    return {"totalHits": len(tasks) if total is None else total, "results": list(tasks)}
+
+
 def test_wait_delivered_returns_once_pulled(http):
-    http.add("GET", WORKFLOW, json=flow("RUNNING", pull("w__1", "IN_PROGRESS", 1)))
-    http.add("GET", WORKFLOW, json=flow("RUNNING", pull("w__1", "COMPLETED", 2, MID)))
+    """Two small reads per sample; once the digest lists it, the task that pulled it is looked up once."""
+    http.add("GET", f"{WORKFLOW}/status", json=status("RUNNING"))
+    http.add("GET", f"{WORKFLOW}/status", json=status("RUNNING", MID))
+    http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "IN_PROGRESS", 1)))
+    http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "COMPLETED", 2, MID), total=1))
+    http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "COMPLETED", 2, MID)))
     handle, pauses = make_handle()
     assert handle.wait_delivered(MID, timeout=5).task_reference_name == "w__1"
     assert pauses.waits == [0.5]
-    assert "includeTasks=true" in http.calls[0].request.url
+    assert not any("includeTasks=true" in call.request.url for call in http.calls)
 
 
 def test_wait_delivered_times_out_while_the_run_is_busy(http):
-    http.add("GET", WORKFLOW, json=flow("RUNNING"))
+    http.add("GET", f"{WORKFLOW}/status", json=status("RUNNING"))
+    http.add("GET", f"{WORKFLOW}/tasks", json=page())
     handle, pauses = make_handle()
     with pytest.raises(WaitTimeoutError) as info:
         handle.wait_delivered(MID, timeout=2)
-    assert info.value.timeout == 2 and len(http.calls) == 5 and sum(pauses.waits) == 2
+    assert info.value.timeout == 2 and len(http.calls) == 10 and sum(pauses.waits) == 2
 
 
 def test_wait_delivered_tolerates_transient_errors_like_wait(http):
-    http.add("GET", WORKFLOW, body=requests.ConnectionError("refused"))
-    http.add("GET", WORKFLOW, status=503, json={"message": "down"})
-    http.add("GET", WORKFLOW, json=flow("RUNNING", pull("w__1", "COMPLETED", 2, MID)))
+    http.add("GET", f"{WORKFLOW}/status", body=requests.ConnectionError("refused"))
+    http.add("GET", f"{WORKFLOW}/status", status=503, json={"message": "down"})
+    http.add("GET", f"{WORKFLOW}/status", json=status("RUNNING", MID))
+    http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "COMPLETED", 2, MID)))
     handle, _ = make_handle()
     assert handle.wait_delivered(MID, timeout=10).message_id == MID
 
 
 def test_wait_delivered_gives_up_after_too_many_transient_errors(http):
-    http.add("GET", WORKFLOW, body=requests.ConnectionError("refused"))
+    http.add("GET", f"{WORKFLOW}/status", body=requests.ConnectionError("refused"))
     handle, _ = make_handle(max_transient_errors=1)
     with pytest.raises(ServerUnavailableError):
         handle.wait_delivered(MID, timeout=10)
 
 
 def test_wait_delivered_on_an_unknown_run_raises_at_once(http):
-    http.add("GET", WORKFLOW, status=404, json={"message": "no such workflow"})
+    http.add("GET", f"{WORKFLOW}/status", status=404, json={"message": "no such workflow"})
     handle, pauses = make_handle()
     with pytest.raises(ExecutionNotFoundError):
         handle.wait_delivered(MID, timeout=10)

@@ -6,6 +6,7 @@ import decimal
 import pytest
 import responses
 
+from conductor_agents._chain_directory import Chain
 from conductor_agents._api import ConductorApi
 from conductor_agents._payload import ToolOutputError, message_payload, tool_output
 from conductor_agents._transport import Transport
@@ -105,7 +106,7 @@ def http():
 @pytest.mark.parametrize("payload", [object(), {"x": NAN}, {1: "a"}])
 def test_handle_send_message_sends_nothing_for_a_bad_payload(http, payload):
     """AgentHandle.send_message raises PayloadError before any request is made."""
-    handle = AgentHandle(api=ConductorApi(Transport(BASE_URL)), execution_id="wf-1", agent_name="a",
+    handle = AgentHandle(chain=Chain("wf-1"), api=ConductorApi(Transport(BASE_URL)), execution_id="wf-1", agent_name="a",
                          run_id=None, settings=AgentSettings(server_url=BASE_URL), clock=FakeClock())
     with pytest.raises(PayloadError):
         handle.send_message(payload)
@@ -123,9 +124,11 @@ def test_runtime_send_message_sends_nothing_for_a_bad_payload(http, payload):
 
 def test_send_message_wraps_a_string(http):
     """A string sent through the runtime arrives as {"message": s}."""
+    http.add("GET", f"{BASE_URL}/workflow/wf-1/status", json={"workflowId": "wf-1", "status": "RUNNING"})
+    http.add("GET", f"{BASE_URL}/workflow/wf-1", json={"workflowId": "wf-1", "status": "RUNNING"})  # not stateful
     with AgentRuntime(AgentSettings(server_url=BASE_URL), clock=FakeClock()) as runtime:
         assert "m-1" == runtime.send_message("wf-1", "hello")
-    assert b'{"message": "hello"}' == http.calls[0].request.body
+    assert b'{"message": "hello"}' == http.calls[-1].request.body
 
 
 # --- tool_output ------------------------------------------------------------------------------

@@ -19,6 +19,9 @@ GOOD = {
     "CONDUCTOR_AGENT_LIVENESS_ENABLED": ("OFF", "liveness_enabled", False),
     "CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS": ("2.5", "liveness_check_interval_seconds", 2.5),
     "CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": ("45", "liveness_stall_seconds", 45.0),
+    "CONDUCTOR_AGENT_CONTINUATION_ENABLED": ("no", "continuation_enabled", False),
+    "CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS": ("12", "continue_after_turns", 12),
+    "CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES": ("500000", "continue_after_bytes", 500_000),
 }
 
 #: Malformed values of every variable that has a format (key and secret are free text).
@@ -41,6 +44,11 @@ BAD = [
     ("CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS", "inf"),
     ("CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS", "30s"),
     ("CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS", "0.0"),
+    ("CONDUCTOR_AGENT_CONTINUATION_ENABLED", "sometimes"),
+    ("CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS", "1"),
+    ("CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS", "ten"),
+    ("CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES", "99999"),
+    ("CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES", "1MB"),
 ]
 
 

@@ -354,7 +354,9 @@ def test_status_without_status_field_is_server_error(http, api):
     lambda api: api.cancel_agent(EXEC, "why"),
     lambda api: api.get_workflow(EXEC),
     lambda api: api.agent_execution(EXEC),
-    lambda api: api.sample_workflow(EXEC),
+    lambda api: api.liveness_sample(EXEC),
+    lambda api: api.workflow_status(EXEC),
+    lambda api: api.workflow_tasks(EXEC),
 ])
 def test_404_on_execution_endpoints_is_unknown_execution(http, api, call):
     """Every per-execution endpoint turns 404 into ExecutionNotFoundError."""
@@ -362,6 +364,8 @@ def test_404_on_execution_endpoints_is_unknown_execution(http, api, call):
     http.add("DELETE", f"{BASE_URL}/agent/{EXEC}/cancel", status=404)
     http.add("GET", WORKFLOW, status=404)
     http.add("GET", f"{BASE_URL}/agent/execution/{EXEC}", status=404)
+    http.add("GET", f"{WORKFLOW}/status", status=404)
+    http.add("GET", f"{WORKFLOW}/tasks", status=404)
     with pytest.raises(ExecutionNotFoundError):
         call(api)
 
@@ -380,12 +384,22 @@ def test_start_agent_without_execution_id_is_server_error(http, api):
         api.start_agent({"agentConfig": {}})
 
 
-def test_sample_workflow_returns_the_date_header(http, api):
-    """sample_workflow asks for tasks and returns the server's Date header."""
+def test_liveness_sample_reads_the_status_and_the_scheduled_tasks_with_the_date_header(http, api):
+    """liveness_sample asks for the status and only the SCHEDULED tasks, and returns the server's Date."""
     date = "Tue, 14 Nov 2023 22:13:20 GMT"
-    http.add("GET", WORKFLOW, json={"status": "RUNNING", "tasks": []}, headers={"Date": date})
-    assert ({"status": "RUNNING", "tasks": []}, date) == api.sample_workflow(EXEC)
-    assert http.calls[0].request.url.endswith("?includeTasks=true")
+    scheduled = [{"taskId": "t", "status": "SCHEDULED"}]
+    http.add("GET", f"{WORKFLOW}/status", json={"workflowId": EXEC, "status": "RUNNING"})
+    http.add("GET", f"{WORKFLOW}/tasks", json={"totalHits": 1, "results": scheduled}, headers={"Date": date})
+    assert ({"status": "RUNNING", "tasks": scheduled}, date) == api.liveness_sample(EXEC)
+    assert http.calls[1].request.url.endswith("/tasks?start=0&count=100&status=SCHEDULED")
+
+
+def test_workflow_tasks_pages_and_filters(http, api):
+    """workflow_tasks sends start, count and each status; it returns the page and the total."""
+    http.add("GET", f"{WORKFLOW}/tasks", json={"totalHits": 40, "results": [{"taskId": "a"}]})
+    page = api.workflow_tasks(EXEC, start=5, count=1, statuses=("IN_PROGRESS", "SCHEDULED"))
+    assert (40, [{"taskId": "a"}]) == (page.total, page.tasks)
+    assert http.calls[0].request.url.endswith("/tasks?start=5&count=1&status=IN_PROGRESS&status=SCHEDULED")
 
 
 def test_get_workflow_with_tasks_asks_for_them(http, api):

@@ -4,6 +4,7 @@ import pytest
 import requests
 import responses
 
+from conductor_agents._chain_directory import Chain
 from conductor_agents._api import ConductorApi
 from conductor_agents._liveness import Stall, stall_error
 from conductor_agents._transport import HttpError, Transport
@@ -60,7 +61,7 @@ def make_handle(*, liveness=None, on_terminal=None, **settings):
     """A handle on EXEC whose sleeps advance a fake clock instead of blocking."""
     clock = FakeClock()
     handle = AgentHandle(
-        api=ConductorApi(Transport(BASE_URL, clock=clock)), execution_id=EXEC, agent_name="listener",
+        chain=Chain(EXEC), api=ConductorApi(Transport(BASE_URL, clock=clock)), execution_id=EXEC, agent_name="listener",
         run_id=RUN_ID, settings=AgentSettings(server_url=BASE_URL, **settings), clock=clock,
         liveness=liveness, on_terminal=on_terminal,
     )

@@ -1,0 +1,118 @@
+"""How the runs of one continued listener are named on the server (pure; no I/O).
+
+A listener continued as fresh runs is a *chain*: the first run (link 0, the id callers hold) and
+links 1, 2, ... each started by ``POST /agent/start`` with the same ``runId`` (so the same task
+domain) and an idempotency key that names the chain and the link::
+
+    conductor-agents/<run id>/<link>/<agent name>
+
+The server derives an idempotent run's execution id from the agent's name and the key
+(``UUID.nameUUIDFromBytes("agent:" + name + ":" + key)``, a version-3 UUID: read in
+``WorkflowExecutorOps.agentIdempotencyWorkflowId``, and checked against the server by the tests), so:
+
+- every process can compute link *n*'s id from the chain's run id and agent name, and learn whether
+  it exists with one small request (``GET /workflow/{id}/status``);
+- starting a link is create-once: two processes (or one retrying after a crash) that start link *n*
+  get the same run, never a second one;
+- a link's ``correlationId`` (the key) tells its chain, number and agent without another request.
+
+A link ended by a continuation is TERMINATED with a reason starting with :data:`CONTINUED_REASON`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import uuid
+from typing import Optional
+
+import attrs
+
+__all__ = [
+    "ABANDONED_REASON",
+    "CARRY_TASK",
+    "CONTINUED_REASON",
+    "INTERNAL_TASK_TYPES",
+    "LinkKey",
+    "TURN_TASK",
+    "continued_reason",
+    "is_abandoned",
+    "is_continued",
+    "link_id",
+    "link_key",
+    "parse_link_key",
+]
+
+#: The prefill task that holds a new link until the switch is committed; its output is the commit
+#: record (first writer wins: the server ignores updates to a finished task).
+CARRY_TASK = "conductor_agents_carry"
+#: The worker task the SDK adds before each model call of a continued listener (a ``before_model``
+#: callback): it tells the serving process that a turn began, and which, without any polling.
+TURN_TASK = "conductor_agents_turn"
+#: The task types the SDK adds to a listener's runs for itself: never a tool call of the model's.
+INTERNAL_TASK_TYPES = frozenset({CARRY_TASK, TURN_TASK})
+#: The termination reason of a link that was continued (followed by " as <next id>").
+CONTINUED_REASON = "conductor-agents: continued"
+#: The termination reason of a link started for a switch that could not happen (the old run ended
+#: on its own, or was cancelled, while the switch was under way).
+ABANDONED_REASON = "conductor-agents: continuation abandoned"
+
+_PREFIX = "conductor-agents"
+_KEY = re.compile(r"^conductor-agents/([0-9a-f]{32})/(\d+)/([A-Za-z_][A-Za-z0-9_-]{0,127})$")
+
+
+@attrs.frozen
+class LinkKey:
+    """A link's place in its chain, as its idempotency key (and ``correlationId``) says."""
+
+    run_id: str
+    number: int
+    agent_name: str
+
+    @property
+    def key(self) -> str:
+        return link_key(self.run_id, self.number, self.agent_name)
+
+    @property
+    def execution_id(self) -> str:
+        return link_id(self.agent_name, self.key)
+
+
+def link_key(run_id: str, number: int, agent_name: str) -> str:
+    """The idempotency key of link ``number`` of the chain on ``run_id``."""
+    return f"{_PREFIX}/{run_id}/{int(number)}/{agent_name}"
+
+
+def parse_link_key(value: Optional[str]) -> Optional[LinkKey]:
+    """The link a ``correlationId`` names, or None when it is not one of ours."""
+    match = _KEY.match(value or "")
+    if match is None:
+        return None
+    return LinkKey(run_id=match.group(1), number=int(match.group(2)), agent_name=match.group(3))
+
+
+def link_id(agent_name: str, key: str) -> str:
+    """The execution id the server gives an agent run started with idempotency key ``key``.
+
+    Java's ``UUID.nameUUIDFromBytes``: the MD5 of the name's UTF-8 bytes with the version (3) and
+    the IETF variant bits set.
+    """
+    digest = bytearray(hashlib.md5(f"agent:{agent_name}:{key}".encode("utf-8")).digest())  # noqa: S324 (an id, not a secret)
+    digest[6] = (digest[6] & 0x0F) | 0x30
+    digest[8] = (digest[8] & 0x3F) | 0x80
+    return str(uuid.UUID(bytes=bytes(digest)))
+
+
+def continued_reason(next_execution_id: str) -> str:
+    """The reason a link is terminated with when ``next_execution_id`` continues it."""
+    return f"{CONTINUED_REASON} as {next_execution_id}"
+
+
+def is_continued(reason: Optional[str]) -> bool:
+    """Whether a run's ``reasonForIncompletion`` says it was continued by a newer link."""
+    return bool(reason) and str(reason).startswith(CONTINUED_REASON)
+
+
+def is_abandoned(reason: Optional[str]) -> bool:
+    """Whether a link was given up because its switch could not happen."""
+    return bool(reason) and str(reason).startswith(ABANDONED_REASON)

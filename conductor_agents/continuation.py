@@ -1,0 +1,103 @@
+""":class:`Continuation`: how a long-lived listener is continued as a fresh run before it grows too big.
+
+A Conductor run keeps every turn it ever took: each model call stores the whole conversation so far,
+each loop iteration keeps its outputs, and the run's tool-results digest grows with every result
+(``docs/concepts.md``, *Long-lived listeners*). A listener left to itself fails after a few dozen
+messages (a task payload over the server's 10 MB limit). So a stateful agent that waits for messages
+is *continued*: at a safe point (waiting for a message, no tool running) the serving process starts a
+fresh run of the same agent on the same task domain, carries the conversation over, and ends the old
+run. Callers keep the first execution id; the SDK finds the current run from it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Optional
+
+import attrs
+
+from .errors import AgentDefinitionError, AgentTypeError
+
+__all__ = ["Continuation", "CarryOver"]
+
+#: The defaults, chosen from measurement (``benchmarks/results.md``, *Long-lived listeners*): a run of
+#: the seed agent stores about 64 KB per turn plus about six copies of its tool-results digest, so a
+#: megabyte is 10-15 turns of small messages and a handful of few-KB ones; far below the server's
+#: 3 MB (external storage) and 10 MB (failure) payload limits and the 2 MB the project allows a run.
+DEFAULT_MAX_TURNS = 40
+DEFAULT_MAX_BYTES = 1_000_000
+DEFAULT_KEEP_EXCHANGES = 5
+DEFAULT_RECORD_CHARS = 4_000
+
+
+def _check_count(minimum: int) -> Any:
+    def check(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise AgentTypeError(f"Continuation.{attribute.name} must be an int, got {value!r}",
+                                 field=attribute.name, value=value)
+        if value < minimum:
+            raise AgentDefinitionError(f"Continuation.{attribute.name} must be >= {minimum}, got {value!r}",
+                                       field=attribute.name, value=value)
+
+    return check
+
+
+def _check_carry(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None and not callable(value):
+        raise AgentTypeError(f"Continuation.carry must be callable or None, got {value!r}",
+                             field="carry", value=value)
+
+
+@attrs.frozen
+class CarryOver:
+    """What a continued run is told about the runs before it; handed to :attr:`Continuation.carry`.
+
+    ``exchanges`` are the conversation's items, oldest first, each a dict with ``role``
+    (``"assistant"``, ``"tool_call"``, ``"tool"``) and ``text`` (what the model said, or the tool
+    call / result as JSON), ``kept`` of them at the end to be shown verbatim; ``pending`` are messages
+    that reached the old run but not its model (act on them first); ``runs`` is how many runs the
+    listener has had (this one included), ``turns`` how many model turns it has taken in all.
+    """
+
+    prompt: str
+    exchanges: "tuple[dict, ...]"
+    kept: int
+    pending: "tuple[Any, ...]"
+    runs: int
+    turns: int
+    messages_handled: int
+
+
+@attrs.frozen
+class Continuation:
+    """When a listener is continued as a fresh run, and what the new run is told.
+
+    Immutable. Set it on the agent (``Agent(..., continuation=Continuation(max_turns=20))``); an
+    agent without one uses the runtime's settings (``CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS``,
+    ``CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES``). Only stateful agents with a
+    :class:`~conductor_agents.WaitForMessageTool` are continued.
+
+    Args:
+        max_turns: continue once a run has taken this many model turns.
+        max_bytes: continue once a run's stored size (its task list, as the server returns it) is
+            estimated at this many bytes.
+        keep_exchanges: how many of the last conversation items the new run sees verbatim; the
+            ones before are summarised in a compact record (at most ``record_chars`` characters).
+        record_chars: the compact record's size.
+        carry: ``carry(CarryOver) -> str`` replaces the default text the new run is given (see
+            ``docs/concepts.md``); it must be a pure function of its argument (several processes
+            may compute it).
+        enabled: ``False`` never continues (a run then grows until the server refuses it).
+    """
+
+    max_turns: int = attrs.field(default=DEFAULT_MAX_TURNS, validator=_check_count(2))
+    max_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=_check_count(100_000))
+    keep_exchanges: int = attrs.field(default=DEFAULT_KEEP_EXCHANGES, validator=_check_count(0))
+    record_chars: int = attrs.field(default=DEFAULT_RECORD_CHARS, validator=_check_count(0))
+    carry: Optional[Callable[[CarryOver], str]] = attrs.field(default=None, validator=_check_carry,
+                                                              eq=False, repr=False)
+    enabled: bool = attrs.field(default=True)
+
+    @classmethod
+    def disabled(cls) -> "Continuation":
+        """A continuation that never happens."""
+        return cls(enabled=False)
