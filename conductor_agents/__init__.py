@@ -9,6 +9,7 @@ from ._version import __version__
 from ._context import CancelReason, ToolContext, current_tool_context
 from ._delivery import MessageDelivery
 from .agent import Agent
+from .continuation import CarryOver, Continuation
 from .errors import (
     AgentDefinitionError,
     AgentTypeError,
@@ -44,6 +45,8 @@ from .tools import ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool
 __all__ = [
     # Defining agents
     "Agent",
+    "Continuation",
+    "CarryOver",
     "ToolDef",
     "ToolRegistry",
     "WaitForMessageTool",

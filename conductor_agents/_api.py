@@ -125,8 +125,7 @@ class ConductorApi:
         """
         params = {"includeVariables": "true"} if include_variables else None
         with _not_found_is_unknown_execution(execution_id):
-            result = self.transport.request("GET", f"/workflow/{_seg(execution_id)}/status", params=params,
-                                            timeout=(5.0, 10.0))
+            result = self.transport.request("GET", f"/workflow/{_seg(execution_id)}/status", params=params)
         if not isinstance(result, dict) or "status" not in result:
             raise ServerError(f"GET /workflow/{execution_id}/status returned a malformed body")
         return result

@@ -40,6 +40,7 @@ __all__ = [
     "is_continued",
     "link_id",
     "link_key",
+    "run_id_for_key",
     "parse_link_key",
 ]
 
@@ -101,6 +102,12 @@ def link_id(agent_name: str, key: str) -> str:
     digest[6] = (digest[6] & 0x0F) | 0x30
     digest[8] = (digest[8] & 0x3F) | 0x80
     return str(uuid.UUID(bytes=bytes(digest)))
+
+
+def run_id_for_key(agent_name: str, idempotency_key: str) -> str:
+    """The run id (task domain) of a listener started with the caller's ``idempotency_key``: derived from
+    it, so starting again with the same key names the same chain, hence the same first run."""
+    return hashlib.sha256(f"{agent_name}\0{idempotency_key}".encode("utf-8")).hexdigest()[:32]
 
 
 def continued_reason(next_execution_id: str) -> str:

@@ -1,8 +1,7 @@
 """Finding the current run of a continued listener from any id of it (see :mod:`._chain`).
 
 :class:`ChainDirectory` answers, for an execution id a caller holds, which chain it belongs to
-(once per id and process: one small request, two for a run started with the caller's own
-idempotency key) and which link is the newest. The newest link it knows is cached per chain; a
+(once per id and process: one small request) and which link is the newest. The newest link it knows is cached per chain; a
 caller that needs the truth asks :meth:`ChainDirectory.refresh`, which probes the links after it
 (``GET /workflow/{id}/status``, a few hundred bytes each): one probe when nothing changed, and
 about ``2 log2(n)`` for a process that last looked ``n`` links ago (links are never removed by the
@@ -113,16 +112,13 @@ class ChainDirectory:
                 self._advance_locked(chain, newest)
 
     def _lookup(self, execution_id: str) -> Chain:
+        # Every run of a listener this SDK started carries its link key; any other run is its own
+        # only link (not stateful, not a listener, or started by another SDK): never continued.
         status = self._api.workflow_status(execution_id)
         key = parse_link_key(status.get("correlationId"))
-        if key is not None:
-            return Chain(execution_id, key.run_id, key.agent_name, key.number)
-        workflow = self._api.get_workflow(execution_id)
-        domains = {str(d) for d in (workflow.get("taskToDomain") or {}).values() if d}
-        name = workflow.get("workflowName")
-        if len(domains) != 1 or not isinstance(name, str):
+        if key is None:
             return Chain(execution_id)
-        return Chain(execution_id, domains.pop(), name, 0)
+        return Chain(execution_id, key.run_id, key.agent_name, key.number)
 
     # -- which link took a message -------------------------------------------------------
 

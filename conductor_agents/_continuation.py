@@ -37,6 +37,9 @@ __all__ = ["ChainTracker", "ContinuationDriver"]
 log = logging.getLogger("conductor_agents.continuation")
 
 _ITERATION = re.compile(r"__(\d+)$")
+#: A switch step that failed (the server unreachable, a 5xx) is tried again after these pauses.
+_RETRY_FIRST = 0.5
+_RETRY_MAX = 15.0
 #: Turns are counted from the link's own numbering; the budget is checked again after about half
 #: the turns it had left at the last check (at least every turn near the end).
 _RECHECK_FRACTION = 0.5
@@ -108,6 +111,7 @@ class _Served:
         self.handle_link = handle_link  # (add: bool, execution_id) -> RunWatch or None
         self.tracker = tracker
         self.next_check = 1  # the link turn at which the budget is read next
+        self.missed_turn = 0  # a turn of the current link reported while a job ran
         self.switch: Optional[Switch] = None  # a switch under way (steps 2-4 left)
         self.thread: Optional[threading.Thread] = None
         self.disabled = False
@@ -216,9 +220,10 @@ class ContinuationDriver:
                 return
             if served.current.execution_id != execution_id:
                 return  # the old link of a switch under way
-            if served.thread is not None and served.thread.is_alive():
-                return
             if served.switch is None and turn < served.next_check:
+                return
+            if served.thread is not None and served.thread.is_alive():
+                served.missed_turn = turn  # the running job looks at it when it is done
                 return
         self._start_job(served, turn=turn)
 
@@ -235,17 +240,30 @@ class ContinuationDriver:
         thread.start()
 
     def _job(self, served: _Served, turn: int) -> None:
-        try:
-            if served.switch is not None:
-                self._finish(served)
-                return
-            if self._due(served, turn):
-                self._begin(served)
-        except ConductorAgentsError as err:
-            log.warning("listener %s: continuation step failed (%s); it is tried again at the next turn",
-                        served.chain.execution_id, err)
-        except Exception:
-            log.exception("listener %s: continuation failed", served.chain.execution_id)
+        retry = _RETRY_FIRST
+        while True:
+            try:
+                if served.switch is not None:
+                    self._finish(served)
+                elif self._due(served, turn):
+                    self._begin(served)
+            except ConductorAgentsError as err:
+                if served.switch is None:
+                    log.warning("listener %s: could not decide on a continuation (%s); it is looked at again at "
+                                "the next turn", served.chain.execution_id, err)
+                else:  # a switch under way waits for no turn (its new run takes none): try again soon
+                    log.warning("listener %s: a step of its switch to run %d failed (%s); trying again in %.0fs",
+                                served.chain.execution_id, served.switch.new.number + 1, err, retry)
+                    if not self._closing.wait(retry):
+                        retry = min(_RETRY_MAX, retry * 2)
+                        continue
+                    return
+            except Exception:
+                log.exception("listener %s: continuation failed", served.chain.execution_id)
+            with self._lock:  # a turn reported meanwhile (of the current link) is looked at now
+                turn, served.missed_turn = served.missed_turn, 0
+                if not turn or self._closing.is_set() or served.disabled or turn < served.next_check:
+                    return
 
     # -- deciding ---------------------------------------------------------------------
 
@@ -268,15 +286,18 @@ class ContinuationDriver:
             log.debug("listener %s: a run of %s stores %.0f bytes per task", served.chain.execution_id,
                       served.spec.agent.name, per_task or 0)
         estimate = self._sizes.estimate(served.agent_key, size)
-        projected = estimate * (turn + 2) / max(1, turn)  # the turns a switch takes to come to rest
-        if projected >= continuation.max_bytes:
+        left = self._sizes.turns_until(served.agent_key, size, continuation.max_bytes)
+        if left < 2:  # a switch takes a turn or two to come to rest
             log.debug("listener %s: link %d at turn %d is about %d bytes: continuing it", served.chain.execution_id,
                       served.current.number, turn, estimate)
             return True
-        left = self._sizes.turns_until(served.agent_key, size, continuation.max_bytes)
+        # Read again after half the turns left, but at least as often as the turns so far (messages can
+        # grow at any time: a check at turns 1, 2, 4, 8... never misses more than a doubling).
+        step = max(1, int(min(left * _RECHECK_FRACTION, turn)))
         with self._lock:
-            served.next_check = min(continuation.max_turns, turn + max(1, int(left * _RECHECK_FRACTION)))
+            served.next_check = min(continuation.max_turns, turn + step)
         return False
+
 
     # -- switching --------------------------------------------------------------------
 
@@ -328,6 +349,7 @@ class ContinuationDriver:
             served.current = switch.new
             served.turns_before = outcome.record.turns
             served.next_check = 1
+            served.missed_turn = 0
             self.switches += 1
         served.tracker.moved_to(switch.new)
         self._directory.advance(served.chain, switch.new)

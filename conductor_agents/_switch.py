@@ -61,10 +61,11 @@ _EVALUATIONS = 2
 #: after it (the margin covers the clocks of a cluster's nodes, which stamp the two times).
 _SCHEDULED_AFTER_MARGIN_MS = 250
 #: Pause between two reads of link n while draining it.
-_DRAIN_PAUSE = 0.4
+_DRAIN_PAUSE = 0.25
 #: After link n is terminated, how long before its final state is read: a wait-for-message task that
-#: was being evaluated when the run ended writes its output a moment later.
-_SETTLE_SECONDS = 0.5
+#: was being evaluated when the run ended writes its output a moment later (what it popped then is
+#: not in the record, so an SDK sender sends it again; this only narrows that window).
+_SETTLE_SECONDS = 0.1
 #: How many tasks are read from the end of link n to find its last model turn (more pages if needed).
 _TAIL_PAGE = 40
 _PULL = "PULL_WORKFLOW_MESSAGES"
@@ -168,9 +169,16 @@ class Switch:
                  self.new.execution_id, self.old.execution_id)
 
     def drain(self) -> "tuple[str, Optional[str]]":
-        """Step 2: ``("quiet", None)``, ``("timeout", None)``, ``("ended", status)`` or ``("stopping", None)``."""
-        deadline = self._clock.monotonic() + self._drain_seconds
+        """Step 2: ``("quiet", None)``, ``("timeout", None)``, ``("ended", status)`` or ``("stopping", None)``.
+
+        The bound counts from the last sign of progress (link n took a turn): a backlog in its queue
+        is worked off however long it takes; only a link that makes no progress for ``drain_seconds``
+        (or keeps busy ten times that long: a sender that bypasses the SDK never stops) is cut short.
+        """
+        now = self._clock.monotonic()
+        deadline, hard_deadline = now + self._drain_seconds, now + 10 * self._drain_seconds
         pull_id: Optional[str] = None
+        seen: Optional[str] = None
         first_count = 0
         while True:
             status = self._api.agent_status(self.old.execution_id)
@@ -180,6 +188,10 @@ class Switch:
                 return ("quiet", None) if is_continued(reason) else ("ended", run_status.value)
             page = self._api.workflow_tasks(self.old.execution_id, statuses=("IN_PROGRESS", "SCHEDULED"),
                                             start=1, count=50)  # start=1: the loop, first and big
+            pulls = [t for t in page.tasks if t.get("taskType") == _PULL]
+            if pulls and pulls[-1].get("taskId") != seen:  # a new wait: the link took a turn
+                seen = str(pulls[-1].get("taskId"))
+                deadline = max(deadline, self._clock.monotonic() + self._drain_seconds)
             pull = _is_waiting(page.tasks)
             if pull is not None and self._locally_idle(self.old.execution_id):
                 count = int(pull.get("pollCount") or 0)
@@ -191,7 +203,7 @@ class Switch:
                     return "quiet", None
             else:
                 pull_id = None  # it is acting on a message: start counting again at its next wait
-            if self._clock.monotonic() >= deadline:
+            if self._clock.monotonic() >= min(deadline, hard_deadline):
                 return "timeout", None
             if self._pause(_DRAIN_PAUSE):
                 return "stopping", None
@@ -260,21 +272,34 @@ class Switch:
 
     def finish(self) -> Optional[SwitchOutcome]:
         """Steps 2-4 (a switch another process began, found by :func:`pending_switch`, or this one)."""
+        began = self._clock.monotonic()
         state, ended = self.drain()
+        drained = self._clock.monotonic()
         if state == "stopping":
             return None
         if state == "ended":
             self.abandon(str(ended).lower())
             return SwitchOutcome(self.new, abandoned_because=ended)
         if state == "timeout":
-            log.warning("listener %s: link %s did not come to rest within %.0fs (messages keep arriving from a "
-                        "sender that does not use this SDK?); continuing it anyway", self.chain.execution_id,
+            log.warning("listener %s: link %s did not come to rest (no progress for %.0fs, or busy for ten times "
+                        "that: messages keep arriving from a sender that does not use this SDK?); continuing it "
+                        "anyway: messages still in its queue are dropped", self.chain.execution_id,
                         self.old.execution_id, self._drain_seconds)
         ended = self.terminate_old()
         if ended is not None:
             self.abandon(ended.lower())
             return SwitchOutcome(self.new, abandoned_because=ended)
-        return SwitchOutcome(self.new, record=self.commit())
+        terminated = self._clock.monotonic()
+        new_status = RunStatus.parse(self._api.workflow_status(self.new.execution_id).get("status"))
+        if new_status.is_terminal:  # the listener was cancelled meanwhile (its new run with it)
+            log.info("listener %s: link %d ended (%s) before its switch was committed", self.chain.execution_id,
+                     self.new.number, new_status.value)
+            return SwitchOutcome(self.new, abandoned_because=new_status.value)
+        record = self.commit()
+        log.debug("listener %s: link %d drained in %.2fs, terminated in %.2fs, committed in %.2fs",
+                  self.chain.execution_id, self.new.number, drained - began, terminated - drained,
+                  self._clock.monotonic() - terminated)
+        return SwitchOutcome(self.new, record=record)
 
     # -- reading link n ---------------------------------------------------------------
 

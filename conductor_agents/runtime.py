@@ -11,7 +11,7 @@ import uuid
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from ._api import ConductorApi
-from ._chain import link_key
+from ._chain import link_key, run_id_for_key
 from ._chain_directory import Chain, ChainDirectory, Link
 from ._clock import SYSTEM_CLOCK, Clock
 from ._following import current_status
@@ -184,9 +184,12 @@ class AgentRuntime:
         run_id = uuid.uuid4().hex if agent.is_stateful else None
         spec = LinkSpec(agent, prompt, self.settings.continuation_for(agent)) if agent.is_listener else None
         if spec is not None:
+            # A listener's first run carries the SDK's key (its chain's name: see _chain); the caller's
+            # idempotency key picks the run id, so the same key still gives the same run.
+            if idempotency_key is not None:
+                run_id = run_id_for_key(agent.name, str(idempotency_key))
             assert run_id is not None
-            key = str(idempotency_key) if idempotency_key is not None else link_key(run_id, 0, agent.name)
-            body = link_start_body(spec, run_id, key, number=0, turns_before=0)
+            body = link_start_body(spec, run_id, link_key(run_id, 0, agent.name), number=0, turns_before=0)
         else:
             body = {"agentConfig": agent.to_config(), "prompt": prompt}
             if run_id:
@@ -214,6 +217,8 @@ class AgentRuntime:
                 self._directory.remember(chain, newest=Link(0, execution_id))
                 if reservation is not None:
                     tracker = self._serve_chain(reservation, chain, spec)
+            else:
+                self._directory.remember(Chain(execution_id))  # never continued: sends need no lookup
         log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")
         return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None,
                             tracker=tracker)

@@ -218,10 +218,11 @@ class AgentSettings:
     continue_after_turns: int = attrs.field(default=DEFAULT_MAX_TURNS, validator=_whole(2))
     #: ... or once it is estimated to store this many bytes on the server.
     continue_after_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=_whole(100_000))
-    #: Longest a switch waits for the old run to come to rest (messages from non-SDK senders).
+    #: Longest a switch waits, without progress, for the old run to come to rest.
     continuation_drain_seconds: float = attrs.field(default=60.0, validator=_positive)
-    #: Longest ``send_message`` waits for a switch its message was caught in to be committed.
-    switch_wait_seconds: float = attrs.field(default=60.0, validator=_positive)
+    #: Longest ``send_message`` waits for a switch its message was caught in to be committed (the
+    #: old run first works off what its queue held: a backlog takes a turn per message or batch).
+    switch_wait_seconds: float = attrs.field(default=300.0, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if (self.auth_key is None) != (self.auth_secret is None):

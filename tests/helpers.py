@@ -6,7 +6,7 @@ import threading
 import time
 from typing import Callable, TypeVar
 
-from conductor_agents import Agent, ToolRegistry, WaitForMessageTool
+from conductor_agents import Agent, Continuation, ToolRegistry, WaitForMessageTool
 
 T = TypeVar("T")
 
@@ -30,7 +30,8 @@ def sdk_threads() -> "list[str]":
                   and not t.name.startswith("conductor-agents-scripted-llm"))
 
 
-def listener(name: str, model: str, tools: object, *, batch_size: int = 1) -> Agent:
+def listener(name: str, model: str, tools: object, *, batch_size: int = 1,
+             continuation: "Continuation | None" = None) -> Agent:
     """A stateful listener: wait for messages (up to ``batch_size`` at once), act with ``tools``' methods."""
     receive = WaitForMessageTool.create(name="wait_for_message", batch_size=batch_size)
     return Agent(
@@ -40,4 +41,5 @@ def listener(name: str, model: str, tools: object, *, batch_size: int = 1) -> Ag
         max_turns=10_000,
         tools=[receive, *ToolRegistry.from_instance(tools)],
         instructions="Loop: wait_for_message, act on it, repeat until told to stop.",
+        continuation=continuation,
     )

@@ -151,7 +151,7 @@ def test_http_error_fields():
 # --- exports ----------------------------------------------------------------------------------
 
 PACKAGE_ALL = [
-    "Agent", "ToolDef", "ToolRegistry", "WaitForMessageTool", "tool",
+    "Agent", "Continuation", "CarryOver", "ToolDef", "ToolRegistry", "WaitForMessageTool", "tool",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
     "AgentRuntime", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
     "ToolCallRecord", "MessageDelivery",
