@@ -21,7 +21,9 @@ from typing import Any, Callable, Mapping
 from ._api import ConductorApi
 from ._chain_directory import Chain, ChainDirectory, Link
 from ._clock import Clock
-from ._switch import read_commit
+from ._carryover import pulled_message_ids
+from ._switch import read_commit, read_final_state
+from .result import RunStatus
 from .errors import ExecutionNotRunningError
 
 __all__ = ["send_to_listener"]
@@ -30,6 +32,13 @@ log = logging.getLogger("conductor_agents.continuation")
 
 #: Pause between two looks at a switch a message is caught in.
 _COMMIT_POLL = 0.25
+#: A continued run's final state is read for a message's fate only this long after it ended (a
+#: wait-for-message task evaluated as it ended writes its output a moment later).
+_FINAL_AFTER_SECONDS = 2.0
+#: A run still running this long after it accepted a message, while its switch is under way, pulls it
+#: before it ends (a switch re-drains when more than ``_switch.QUIET_VALID_SECONDS`` pass between the
+#: drain's last look and the end of the run; this leaves as much again for that request).
+_RUNNING_IS_SAFE_AFTER = 10.0
 #: Most times one message is sent again (each resend follows a switch that dropped it).
 _MAX_ATTEMPTS = 50
 
@@ -63,14 +72,8 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
         if not directory.exists(chain, link.number + 1):
             return message_id
         # Link ``link`` is being (or was) continued: did the message reach it?
-        record, open_ = _wait_for_commit(api, chain, link, switch_wait, clock, pause)
-        if record is None:
-            if open_:
-                log.warning("message %s reached listener %s during a switch that was not committed within "
-                            "%.0fs; its fate is decided when the switch is completed (wait_delivered tells)",
-                            message_id, chain.execution_id, switch_wait)
-            return message_id
-        if message_id in record.pulled:
+        reached = _fate(api, chain, link, message_id, switch_wait, clock, pause)
+        if reached is not False:
             return message_id
         log.info("message %s was dropped with run %s's queue at a continuation; sending it again",
                  message_id, link.execution_id)
@@ -80,14 +83,36 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
         "it was not delivered", execution_id=execution_id)
 
 
-def _wait_for_commit(api: ConductorApi, chain: Chain, link: Link, timeout: float, clock: Clock,
-                     pause: Callable[[float], Any]):
+def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout: float, clock: Clock,
+          pause: Callable[[float], Any]) -> "bool | None":
+    """Whether a message ``link`` accepted while its switch was under way reached the listener (True),
+    was dropped with ``link``'s queue (False), or cannot be known yet (None: ``link`` is still running,
+    so whoever completes the switch pulls it before ending ``link``).
+
+    The switch's commit record says it; until it is written, ``link``'s own final state says it once
+    ``link`` has been terminated for a moment (the record is built from that same state).
+    """
     new = chain.link(link.number + 1)
-    deadline = clock.monotonic() + timeout
+    started = clock.monotonic()
+    deadline = started + timeout
+    ended_seen: "float | None" = None  # when this process first saw ``link`` ended (its own clock)
     while True:
         record, open_ = read_commit(api, new)
-        if record is not None or not open_:
-            return record, open_
+        if record is not None:
+            return message_id in record.pulled
+        if not open_:
+            return None  # the switch was abandoned: the listener ended with ``link``
+        if RunStatus.parse(api.workflow_status(link.execution_id).get("status")).is_terminal:
+            ended_seen = clock.monotonic() if ended_seen is None else ended_seen
+            if clock.monotonic() - ended_seen >= _FINAL_AFTER_SECONDS:
+                _, tail, variables = read_final_state(api, link.execution_id)
+                return message_id in pulled_message_ids(variables, tail)
+        elif clock.monotonic() - started >= _RUNNING_IS_SAFE_AFTER:
+            # Still running this long after it took the message: a switch ends a run within seconds of the
+            # evaluation that found its queue empty (``_switch``), so that evaluation came after the message,
+            # and whoever ends the run drains it first: the message is pulled there.
+            return None
         if clock.monotonic() >= deadline:
-            return None, True
+            return None
         pause(_COMMIT_POLL)
+

@@ -55,6 +55,9 @@ __all__ = ["LinkSpec", "Switch", "SwitchOutcome", "link_start_body"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
+#: The drain's verdict ("link n is at rest, its queue empty") holds this long: the run must be ended
+#: within it, or it is drained again (``_sending`` counts on it to know a message is safe).
+QUIET_VALID_SECONDS = 5.0
 #: Evaluations of link n's waiting wait-for-message task, after link n+1 exists, that end the drain.
 _EVALUATIONS = 2
 #: A wait-for-message task scheduled this long after link n+1 was created certainly began popping
@@ -147,6 +150,7 @@ class Switch:
         self._clock = clock
         self._pause = pause or self._stopping.wait
         self._new_created_ms: Optional[float] = None  # when link n+1 began (the server's clock)
+        self._quiet_at = float("-inf")  # when the drain last found link n at rest (this process's clock)
 
     # -- the steps --------------------------------------------------------------------
 
@@ -185,7 +189,10 @@ class Switch:
             run_status = RunStatus.parse(status.get("status"))
             if run_status.is_terminal:
                 reason = status.get("reasonForIncompletion")
-                return ("quiet", None) if is_continued(reason) else ("ended", run_status.value)
+                if is_continued(reason):  # ended by this switch already (a process that died after step 3)
+                    self._quiet_at = self._clock.monotonic()
+                    return "quiet", None
+                return "ended", run_status.value
             page = self._api.workflow_tasks(self.old.execution_id, statuses=("IN_PROGRESS", "SCHEDULED"),
                                             start=1, count=50)  # start=1: the loop, first and big
             pulls = [t for t in page.tasks if t.get("taskType") == _PULL]
@@ -195,12 +202,12 @@ class Switch:
             pull = _is_waiting(page.tasks)
             if pull is not None and self._locally_idle(self.old.execution_id):
                 count = int(pull.get("pollCount") or 0)
-                if count >= 1 and self._scheduled_after_new(pull):
+                if (count >= 1 and self._scheduled_after_new(pull)) or \
+                        (pull.get("taskId") == pull_id and count >= first_count + _EVALUATIONS):
+                    self._quiet_at = self._clock.monotonic()
                     return "quiet", None
                 if pull.get("taskId") != pull_id:
                     pull_id, first_count = str(pull.get("taskId")), count
-                elif count >= first_count + _EVALUATIONS:
-                    return "quiet", None
             else:
                 pull_id = None  # it is acting on a message: start counting again at its next wait
             if self._clock.monotonic() >= min(deadline, hard_deadline):
@@ -285,6 +292,8 @@ class Switch:
                         "that: messages keep arriving from a sender that does not use this SDK?); continuing it "
                         "anyway: messages still in its queue are dropped", self.chain.execution_id,
                         self.old.execution_id, self._drain_seconds)
+        if state == "quiet" and self._clock.monotonic() - self._quiet_at > QUIET_VALID_SECONDS:
+            return self.finish()  # too long since the drain looked (a stalled process): look again
         ended = self.terminate_old()
         if ended is not None:
             self.abandon(ended.lower())
@@ -312,18 +321,7 @@ class Switch:
 
     def _build(self) -> CommitRecord:
         old_id = self.old.execution_id
-        total = self._api.workflow_tasks(old_id, start=0, count=1).total
-        tail: list = []
-        last_llm = None
-        start = total
-        while start > 0 and last_llm is None:
-            start = max(0, start - _TAIL_PAGE)
-            page = self._api.workflow_tasks(old_id, start=start, count=_TAIL_PAGE if not tail else _TAIL_PAGE)
-            chunk = [t for t in page.tasks if t.get("taskType") not in _LOOPS]
-            tail = chunk + tail
-            done = [t for t in tail if t.get("taskType") == _LLM and t.get("status") == "COMPLETED"]
-            last_llm = max(done, key=lambda t: int(t.get("seq") or 0)) if done else None
-        variables = self._api.workflow_status(old_id, include_variables=True).get("variables") or {}
+        last_llm, tail, variables = read_final_state(self._api, old_id)
         earlier = None
         if self.old.number > 0:
             carry = self._carry_task(old_id)
@@ -331,6 +329,22 @@ class Switch:
         return build_record(continuation=self._spec.continuation, prompt=self._spec.prompt, previous_id=old_id,
                             new_link=self.new.number, earlier=earlier, last_llm=last_llm, tail=tail,
                             variables=variables)
+
+
+def read_final_state(api: ConductorApi, execution_id: str) -> "tuple[Optional[dict], list, dict]":
+    """A link's last finished model turn, the tasks after it, and its variables (a few pages, not all)."""
+    total = api.workflow_tasks(execution_id, start=0, count=1).total
+    tail: list = []
+    last_llm = None
+    start = total
+    while start > 0 and last_llm is None:
+        start = max(0, start - _TAIL_PAGE)
+        page = api.workflow_tasks(execution_id, start=start, count=_TAIL_PAGE)
+        tail = [t for t in page.tasks if t.get("taskType") not in _LOOPS] + tail
+        done = [t for t in tail if t.get("taskType") == _LLM and t.get("status") == "COMPLETED"]
+        last_llm = max(done, key=lambda t: int(t.get("seq") or 0)) if done else None
+    variables = api.workflow_status(execution_id, include_variables=True).get("variables") or {}
+    return last_llm, tail, variables
 
 
 def pending_switch(api: ConductorApi, chain: Chain, newest: Link) -> Optional[Link]:

@@ -13,10 +13,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 import threading
 
-from conductor_agents import Agent, AgentRuntime, AgentSettings, tool
+from conductor_agents import Agent, AgentRuntime, AgentSettings, Continuation, tool
 from tests import helpers
 
 
@@ -46,9 +47,32 @@ class FileActionTools:
         return {"done": action, "pid": os.getpid()}
 
 
-def listener(name: str, model: str, tools: object) -> Agent:
-    """The listener agent, at most 5 messages per wait (fewer loop turns per cycle)."""
-    return helpers.listener(name, model, tools, batch_size=5)
+def listener(name: str, model: str, tools: object, *, continue_every: "int | None" = None) -> Agent:
+    """The listener agent, at most 5 messages per wait (fewer loop turns per cycle); continued every
+    ``continue_every`` turns when given."""
+    continuation = Continuation(max_turns=continue_every) if continue_every else None
+    return helpers.listener(name, model, tools, batch_size=5, continuation=continuation)
+
+
+#: The steps of a switch (``conductor_agents._switch.Switch``) after which ``--crash-at`` kills the process.
+CRASH_STEPS = {"started": "start_new", "terminated": "terminate_old", "committed": "commit"}
+
+
+def crash_after(step: str) -> None:
+    """SIGKILL this process as soon as the first switch has done ``step`` (a test of crashes mid-switch)."""
+    from conductor_agents import _switch
+
+    name = CRASH_STEPS[step]
+    original = getattr(_switch.Switch, name)
+
+    def then_die(self, *args, **kwargs):
+        result = original(self, *args, **kwargs)
+        sys.stderr.write(f"crash_child: killed after the switch step {step}\n")
+        sys.stderr.flush()
+        os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    setattr(_switch.Switch, name, then_die)
 
 
 def read_actions(log_path: str) -> "list[dict]":
@@ -68,6 +92,8 @@ def main(argv: "list[str]") -> int:
     parser.add_argument("--log", required=True)
     parser.add_argument("--max-seconds", type=float, default=300.0)
     parser.add_argument("--hang-on", default=None)
+    parser.add_argument("--continue-every", type=int, default=None)
+    parser.add_argument("--crash-at", choices=sorted(CRASH_STEPS), default=None)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--start", action="store_true")
     group.add_argument("--resume")
@@ -80,7 +106,10 @@ def main(argv: "list[str]") -> int:
         parent_gone.set()
 
     threading.Thread(target=watch_stdin, name="child-stdin", daemon=True).start()
-    agent = listener(args.name, args.model, FileActionTools(args.log, hang_on=args.hang_on))
+    if args.crash_at:
+        crash_after(args.crash_at)
+    agent = listener(args.name, args.model, FileActionTools(args.log, hang_on=args.hang_on),
+                     continue_every=args.continue_every)
     settings = AgentSettings.from_env(environ={}, server_url=args.server_url)
     with AgentRuntime(settings) as runtime:
         if args.start:

@@ -1,0 +1,85 @@
+"""Crashes inside a continuation: the serving process is SIGKILLed at each step of a switch, a new one
+resumes the listener by its first id, and there is one live run, no orphaned second one, and every
+message acted on exactly once (issue 18)."""
+
+from __future__ import annotations
+
+import collections
+import time
+
+import pytest
+import requests
+
+from conductor_agents import AgentRuntime, Continuation, RunStatus
+from conductor_agents._chain import is_continued
+from conductor_agents._chain_directory import ChainDirectory
+from conductor_agents.testing import ToolCall, listener_policy
+
+from ..helpers import eventually, listener as make_listener
+from .crash_child import FileActionTools, read_actions
+from .support import Child, kill_all
+
+pytestmark = pytest.mark.reliability
+
+
+def act_on(payload: dict) -> ToolCall:
+    return ToolCall("act", {"action": payload["action"], "tag": payload.get("tag", "")})
+
+
+def chain_state(base: str, runtime: AgentRuntime, execution_id: str) -> "list[tuple[str, str, str]]":
+    """(execution id, status, reason) of every link of the listener, first to newest, from the server."""
+    directory = ChainDirectory(runtime._api)
+    chain = directory.chain(execution_id)
+    newest = directory.refresh(chain)
+    links = []
+    for number in range(chain.first, newest.number + 1):
+        link = chain.link(number).execution_id
+        status = requests.get(f"{base}/agent/{link}/status", timeout=10).json()
+        links.append((link, status.get("status"), status.get("reasonForIncompletion")))
+    return links
+
+
+@pytest.mark.parametrize("step", ["started", "terminated", "committed"])
+def test_a_crash_at_each_step_of_a_switch_leaves_one_live_run(agent_settings, scripted_llm, unique_name, tmp_path,
+                                                              step):
+    base = agent_settings.server_url
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    name = unique_name("switchcrash")
+    log = str(tmp_path / "actions.jsonl")
+    child = Child(["--server-url", base, "--name", name, "--model", model, "--log", log, "--start",
+                   "--continue-every", "2", "--crash-at", step], stderr_path=str(tmp_path / "child.err"))
+    sent: "list[str]" = []
+    try:
+        execution_id = child.read_info(timeout=60)["execution_id"]
+        with AgentRuntime(agent_settings) as sender:
+            deadline = time.monotonic() + 60
+            while child.proc.poll() is None:  # one message at a time until the first switch kills it
+                assert time.monotonic() < deadline, f"the child did not crash at {step}: {child.stderr_tail()}"
+                sent.append(f"before-{len(sent)}")
+                sender.send_message(execution_id, {"action": sent[-1], "tag": "before"})
+                eventually(lambda: len(read_actions(log)) >= len(sent) or child.proc.poll() is not None,
+                           timeout=30, interval=0.05, message="the message acted on, or the crash")
+            assert f"killed after the switch step {step}" in child.stderr_tail()
+            for i in range(3):  # while nobody serves the listener
+                sent.append(f"orphaned-{i}")
+                sender.send_message(execution_id, {"action": sent[-1], "tag": "orphaned"})
+    finally:
+        kill_all([child])
+
+    tools = FileActionTools(log)
+    with AgentRuntime(agent_settings) as resumer:
+        handle = resumer.resume(execution_id, make_listener(name, model, tools, batch_size=5,
+                                                            continuation=Continuation(max_turns=2)), force=True)
+        assert handle.execution_id == execution_id
+        eventually(lambda: len(read_actions(log)) >= len(sent), timeout=90, interval=0.2,
+                   message=f"all {len(sent)} messages acted on")
+        counts = collections.Counter(a["action"] for a in read_actions(log))
+        assert sorted(counts) == sorted(sent) and set(counts.values()) == {1}, counts
+
+        handle.stop()
+        assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+        # No orphaned run: every link before the last was continued, the last one completed, none runs.
+        links = chain_state(base, resumer, execution_id)
+        assert [status for _, status, _ in links] == ["TERMINATED"] * (len(links) - 1) + ["COMPLETED"], links
+        assert all(is_continued(reason) for _, _, reason in links[:-1]), links
+        assert requests.get(f"{base}/workflow/running/{name}", timeout=10).json() == []
