@@ -117,15 +117,20 @@ class ConductorApi:
             raise ServerError(f"GET /workflow/{execution_id} returned a malformed body")
         return result
 
-    def workflow_status(self, execution_id: str, *, include_variables: bool = False) -> dict:
-        """``GET /workflow/{id}/status`` → ``{workflowId, correlationId, status[, variables]}``.
+    def workflow_status(self, execution_id: str, *, include_variables: bool = False,
+                        include_output: bool = False) -> dict:
+        """``GET /workflow/{id}/status`` → ``{workflowId, correlationId, status[, variables][, output]}``.
 
         The smallest read of a run (no tasks, no definition, no input); ``include_variables`` adds
-        the run's variables (its tool-results digest and state).
+        the run's variables (its tool-results digest and state), ``include_output`` its output.
         """
-        params = {"includeVariables": "true"} if include_variables else None
+        params = {}
+        if include_variables:
+            params["includeVariables"] = "true"
+        if include_output:
+            params["includeOutput"] = "true"
         with _not_found_is_unknown_execution(execution_id):
-            result = self.transport.request("GET", f"/workflow/{_seg(execution_id)}/status", params=params)
+            result = self.transport.request("GET", f"/workflow/{_seg(execution_id)}/status", params=params or None)
         if not isinstance(result, dict) or "status" not in result:
             raise ServerError(f"GET /workflow/{execution_id}/status returned a malformed body")
         return result

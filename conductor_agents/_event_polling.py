@@ -63,6 +63,65 @@ def is_tool_task(task: Mapping[str, Any]) -> bool:
     return task_type == "SIMPLE" or bool(task.get("taskDefinition"))
 
 
+_TERMINAL_TASK = frozenset({"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "CANCELED",
+                            "SKIPPED", "TIMED_OUT"})
+_EVENTFUL_TYPES = frozenset({"LLM_CHAT_COMPLETE", "PULL_WORKFLOW_MESSAGES"})
+
+
+def _settled(task: Mapping[str, Any]) -> bool:
+    """Whether a task's events can no longer change: it has finished, or it is machinery (a loop, a
+    join) that has none (a failure of machinery fails the run, which says so itself)."""
+    if str(task.get("status") or "") in _TERMINAL_TASK:
+        return True
+    return str(task.get("taskType") or "") not in _EVENTFUL_TYPES and not is_tool_task(task)
+
+
+class TaskEvents:
+    """A run's events from its task list, read in pages from the first task whose events may still change.
+
+    The tasks before it were read once; their events are kept (not the tasks). So each read costs what
+    the run's unfinished tail weighs, not the whole run. Not thread-safe: one reader owns it.
+    """
+
+    PAGE = 100
+
+    def __init__(self, api: Any, execution_id: str) -> None:
+        self._api = api
+        self._execution_id = execution_id
+        self._offset = 0
+        self._settled: List[_Keyed] = []
+
+    def read(self) -> "tuple[dict, list[AgentEvent]]":
+        """The run's status and output (``GET /workflow/{id}/status``; its end, once it ended) and every
+        event its tasks imply, oldest first."""
+        status = dict(self._api.workflow_status(self._execution_id, include_output=True))
+        if str(status.get("status") or "") in ("COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"):
+            detail = self._api.agent_status(self._execution_id, timeout=10.0)
+            for key in ("reasonForIncompletion", "endTime"):
+                status.setdefault(key, detail.get(key))
+        fresh: List[Mapping[str, Any]] = []
+        start = self._offset
+        while True:
+            page = self._api.workflow_tasks(self._execution_id, start=start, count=self.PAGE)
+            fresh.extend(t for t in page.tasks if isinstance(t, Mapping))
+            start += len(page.tasks)
+            if len(page.tasks) < self.PAGE or start >= page.total:
+                break
+        keyed: List[_Keyed] = []
+        settling = True
+        for task in fresh:
+            events = _task_events(task, self._execution_id)
+            if settling and _settled(task):
+                self._settled.extend(events)
+                self._offset += 1
+            else:
+                settling = False
+                keyed.extend(events)
+        workflow = {"status": status.get("status"), "endTime": status.get("endTime"),
+                    "output": status.get("output"), "reasonForIncompletion": status.get("reasonForIncompletion")}
+        return workflow, _in_order(self._settled + keyed, workflow, self._execution_id)
+
+
 def tool_name(task: Mapping[str, Any]) -> str:
     """The tool name the server reports: the input's ``method``, else the task type."""
     inputs = task.get("inputData") or {}
@@ -114,7 +173,11 @@ def events_from_workflow(workflow: Mapping[str, Any], execution_id: str) -> "lis
     for task in workflow.get("tasks") or ():
         if isinstance(task, Mapping):
             keyed.extend(_task_events(task, execution_id))
-    keyed.sort(key=lambda pair: pair[0])
+    return _in_order(keyed, workflow, execution_id)
+
+
+def _in_order(keyed: List[_Keyed], workflow: Mapping[str, Any], execution_id: str) -> "list[AgentEvent]":
+    keyed = sorted(keyed, key=lambda pair: pair[0])
     events = [event for _, event in keyed]
     status = str(workflow.get("status") or "")
     ended = _ms(workflow.get("endTime") or workflow.get("updateTime"))

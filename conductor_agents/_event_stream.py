@@ -43,7 +43,7 @@ import threading
 from typing import Any, Callable, Deque, Hashable, Iterator, Optional, Set, Tuple
 
 from ._clock import SYSTEM_CLOCK, Clock
-from ._event_polling import events_from_workflow
+from ._event_polling import TaskEvents
 from ._sse import SseDecoder, SseMessage
 from ._transport import ByteStream, HttpError
 from .errors import ExecutionNotFoundError, ServerUnavailableError, WaitTimeoutError
@@ -121,6 +121,7 @@ class _Reader:
         self._ended_quietly = False
         self.last_event_id = ""
         self.mode = "stream"
+        self._task_events = TaskEvents(api, execution_id)  # the task list, read a page from where it may change
 
     # -- control ----------------------------------------------------------------------
 
@@ -259,32 +260,34 @@ class _Reader:
 
     def _compare_with_task_list(self) -> "Tuple[Optional[str], collections.Counter[Hashable]]":
         """Why the stream is partial (None when it may not be), and the events it has not delivered."""
-        workflow = self._task_list(logging.DEBUG, "checking the quiet stream of %s failed: %s")
-        if workflow is None:
+        read = self._task_list(logging.DEBUG, "checking the quiet stream of %s failed: %s")
+        if read is None:
             return None, collections.Counter()
+        workflow, events = read
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return "ended but its stream did not say so", collections.Counter()
         missing: "collections.Counter[Hashable]" = collections.Counter()
-        for event, delivered in self._against_delivered(workflow):
+        for event, delivered in self._against_delivered(events):
             if not delivered:
                 missing[signature(event)] += 1
             elif missing:  # a later event came, an earlier one never will: another node emitted it
                 return "misses events another server node emitted (a load balancer in front)", missing
         return None, missing
 
-    def _task_list(self, level: int, failure: str) -> Optional[dict]:
-        """The run with its tasks, or None (logged at ``level`` with ``failure``) when unreadable."""
+    def _task_list(self, level: int, failure: str) -> "Optional[tuple[dict, list]]":
+        """The run's status and the events of its tasks (read incrementally), or None (logged at
+        ``level`` with ``failure``) when unreadable."""
         try:
-            return self._api.get_workflow(self._execution_id, include_tasks=True)
+            return self._task_events.read()
         except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
             log.log(level, failure, self._execution_id, err)
             return None
 
-    def _against_delivered(self, workflow: dict) -> "Iterator[Tuple[AgentEvent, bool]]":
+    def _against_delivered(self, events: "list[AgentEvent]") -> "Iterator[Tuple[AgentEvent, bool]]":
         """The run's events in order, each with whether the stream delivered it (counted by signature)."""
         with self._delivered_lock:
             delivered = collections.Counter(self._delivered)
-        for event in events_from_workflow(workflow, self._execution_id):
+        for event in events:
             sig = signature(event)
             if delivered[sig] > 0:
                 delivered[sig] -= 1
@@ -344,11 +347,11 @@ class _Reader:
         Behind a load balancer the node that streams ``done`` may not have emitted the events
         before it; the run has ended, so its task list is complete. On one node nothing is missing
         and this costs one request. A failed read is logged and the end delivered as it is."""
-        workflow = self._task_list(logging.INFO,
-                                   "could not read the task list of %s to check its stream was complete: %s")
-        if workflow is None:
+        read = self._task_list(logging.INFO,
+                               "could not read the task list of %s to check its stream was complete: %s")
+        if read is None:
             return
-        for event, delivered in self._against_delivered(workflow):
+        for event, delivered in self._against_delivered(read[1]):
             if delivered or event.ends_run:
                 continue
             with self._delivered_lock:
@@ -384,7 +387,7 @@ class _Reader:
         errors = 0
         while not self._stopped():
             try:
-                workflow = self._api.get_workflow(self._execution_id, include_tasks=True)
+                _, events = self._task_events.read()
                 errors = 0
             except ExecutionNotFoundError:
                 raise
@@ -396,7 +399,7 @@ class _Reader:
                     raise
                 log.info("polling the tasks of %s failed (%s); %d consecutive errors", self._execution_id, err, errors)
             else:
-                for event in events_from_workflow(workflow, self._execution_id):
+                for event in events:
                     if event.id in emitted:
                         continue
                     emitted.add(event.id)

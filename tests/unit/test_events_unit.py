@@ -91,6 +91,7 @@ class FakeApi:
         self.workflow = workflow
         self.stream_calls: List[Optional[str]] = []
         self.workflow_calls = 0
+        self.task_pages: List[int] = []
         self.opened: List[FakeStream] = []
 
     def agent_stream(self, execution_id: str, *, last_event_id: Optional[str] = None, timeout: Any = None):
@@ -104,11 +105,26 @@ class FakeApi:
     def agent_status(self, execution_id: str, *, timeout: Any = None) -> dict:
         return {"status": self.status}
 
+    def workflow_status(self, execution_id: str, *, include_variables: bool = False, include_output: bool = False):
+        self.workflow_calls += 1  # one read of the run: its status, then the pages of its tasks
+        if self.workflow is None:
+            raise ExecutionNotFoundError(f"no execution {execution_id!r}", execution_id=execution_id)
+        return {k: v for k, v in self.workflow.items() if k in ("status", "output", "reasonForIncompletion")}
+
     def get_workflow(self, execution_id: str, *, include_tasks: bool = False) -> dict:
         self.workflow_calls += 1
         if self.workflow is None:
             raise ExecutionNotFoundError(f"no execution {execution_id!r}", execution_id=execution_id)
         return self.workflow
+
+    def workflow_tasks(self, execution_id: str, *, start: int = 0, count: int = 15, statuses=()):
+        """The task list, a page at a time (what the event reader reads instead of the whole run)."""
+        from conductor_agents._api import TaskPage
+        self.task_pages.append(start)
+        if self.workflow is None:
+            raise ExecutionNotFoundError(f"no execution {execution_id!r}", execution_id=execution_id)
+        tasks = list(self.workflow.get("tasks") or ())
+        return TaskPage(total=len(tasks), tasks=tasks[start:start + count])
 
 
 def collect(stream: EventStream) -> list:
@@ -503,6 +519,18 @@ def test_a_stream_that_misses_events_of_a_running_run_switches_to_the_task_list(
     assert stream.mode == "poll" and third.source == "poll"
     api.workflow = seed_workflow()
     assert kinds([*first_two, third, *it]) == SEED_KINDS
+
+
+def test_task_list_reads_start_where_events_may_still_change():
+    """Each read asks for the tasks from the first one whose events may change, not the whole run again."""
+    api = FakeApi([], status="RUNNING", workflow=seed_workflow(status="RUNNING"))
+    api.workflow["tasks"] = api.workflow["tasks"][:4]
+    from conductor_agents._event_polling import TaskEvents
+    reader = TaskEvents(api, EXEC)
+    first = [e.kind for e in reader.read()[1]]
+    api.workflow = seed_workflow()
+    assert [e.kind for e in reader.read()[1]] == SEED_KINDS and first == SEED_KINDS[:2]
+    assert api.task_pages[0] == 0 and api.task_pages[1] > 0  # the finished head is not read again
 
 
 def test_a_complete_quiet_stream_stays_a_stream():
