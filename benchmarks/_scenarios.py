@@ -177,6 +177,37 @@ def scenario_live(adapter: Any, cfg: dict, log: EntryLog) -> None:
     wait_command(("stop",), 300)
 
 
+def scenario_long(adapter: Any, cfg: dict, log: EntryLog) -> None:
+    """One listener, ``messages`` messages of ``size`` bytes one after another (each sent once the
+    previous one was acted on); a ``window`` event every ``window`` messages, then ``result``. Stops at
+    the first message the listener can no longer take (its run failed) or that is not acted on in time."""
+    eid = adapter.start_listener(cfg["model"])
+    emit(event="started", ids=[eid])
+    latencies: List[float] = []
+    failure = None
+    filler = "x" * max(0, cfg.get("size", 300) - 40)
+    for i in range(cfg["messages"]):
+        key = f"long-{i}"
+        sent = time.time()
+        try:
+            adapter.send(eid, {"key": key, "text": filler})
+        except Exception as err:  # the listener's run has ended (failed): this is where it stops
+            failure = {"message": i, "error": f"{type(err).__name__}: {str(err)[:300]}"}
+            break
+        entered = log.wait_for(key, timeout=cfg.get("message_timeout", 120.0))
+        if entered is None:
+            failure = {"message": i, "error": f"not acted on within {cfg.get('message_timeout', 120.0):.0f}s",
+                       "status": adapter.status(eid) if hasattr(adapter, "status") else None}
+            break
+        latencies.append(entered - sent)
+        if (i + 1) % cfg.get("window", 1000) == 0:
+            info = adapter.describe(eid) if hasattr(adapter, "describe") else {}
+            emit(event="window", done=i + 1, latencies=latencies[-cfg.get("window", 1000):], **info)
+    emit(event="result", done=len(latencies), failure=failure, latencies_tail=latencies[-(len(latencies) %
+         cfg.get("window", 1000) or cfg.get("window", 1000)):])
+    wait_command(("stop",), 300)
+
+
 def main(make_adapter: Callable[[dict], Any]) -> int:
     cfg = json.loads(sys.argv[1])
     os.environ[ENTRY_LOG_ENV] = cfg["entry_log"]
@@ -190,6 +221,8 @@ def main(make_adapter: Callable[[dict], Any]) -> int:
             scenario_roundtrip(adapter, cfg, log)
         elif kind == "live":
             scenario_live(adapter, cfg, log)
+        elif kind == "long":
+            scenario_long(adapter, cfg, log)
         else:
             raise SystemExit(f"unknown scenario {kind!r}")
     finally:

@@ -49,6 +49,14 @@ class OursAdapter:
     def send(self, execution_id: str, payload: dict) -> None:
         self.runtime.send_message(execution_id, payload)
 
+    def status(self, execution_id: str) -> str:
+        return self.runtime.attach(execution_id).status().status.value
+
+    def describe(self, execution_id: str) -> dict:
+        """How many runs the listener has had, and its current one (for the long-listener scenario)."""
+        handle = self.runtime.attach(execution_id)
+        return {"runs": handle.runs, "current": handle.current_execution_id}
+
     def close(self) -> None:
         self.runtime.close()
 

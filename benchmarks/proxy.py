@@ -44,6 +44,7 @@ class CountingProxy:
         self._prefix = parts.path.rstrip("/")
         self._lock = threading.Lock()
         self._counts: Dict[str, int] = {}
+        self._bytes = 0  # request and response bodies, both ways
         self._server: Optional[ThreadingHTTPServer] = None
         self._thread: Optional[threading.Thread] = None
 
@@ -59,6 +60,17 @@ class CountingProxy:
     def reset(self) -> None:
         with self._lock:
             self._counts = {}
+            self._bytes = 0
+
+    def add_bytes(self, n: int) -> None:
+        with self._lock:
+            self._bytes += n
+
+    @property
+    def bytes(self) -> int:
+        """Body bytes that went through so far (requests and responses)."""
+        with self._lock:
+            return self._bytes
 
     def snapshot(self) -> Dict[str, int]:
         with self._lock:
@@ -80,6 +92,7 @@ class CountingProxy:
                 body = self.rfile.read(length) if length else None
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in _HOP_BY_HOP and k.lower() != "host"}
                 status, reason, out_headers, data = self._upstream_call(body, headers)
+                proxy.add_bytes(len(body or b"") + len(data))
                 self.send_response(status, reason)
                 for key, value in out_headers:
                     if key.lower() not in _HOP_BY_HOP:

@@ -1,0 +1,175 @@
+"""Benchmark: one listener, thousands of messages (issue 18, long-lived listeners), this SDK beside the peer.
+
+    .venv/bin/python benchmarks/long_listener.py                       # 10,000 messages on one SQLite node
+    .venv/bin/python benchmarks/long_listener.py --server cluster --messages 2000
+    .venv/bin/python benchmarks/long_listener.py --messages 300 --window 100    # a short look
+
+Messages of ``--size`` bytes (300) are sent one after another, each once the previous one was acted on
+(one tool call each), through a counting proxy. Per window of ``--window`` messages (1,000) it reports
+the round trip (send to the tool's start) p50/p99, the server's CPU per message (its JVMs' user+system
+time), the server's store (the SQLite database and its WAL, or Redis's used memory), the SDK's bytes on
+the wire per message (requests and responses through the proxy), how many runs the listener had, and
+the stored size of a few of its finished runs. The peer SDK (``conductor-agent-sdk`` 0.4.4, never
+continues a run) goes first, until its listener fails (``--peer-messages`` at most). Results:
+``benchmarks/results-long-listener*.json`` and a section for ``benchmarks/results.md``.
+Nothing here asserts a timing; compare the windows of one run with each other.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any, Dict, List, Optional
+
+import requests
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.dirname(HERE))
+
+from _harness import Bench, percentiles  # noqa: E402
+
+from conductor_agents._chain import parse_link_key  # noqa: E402
+from conductor_agents._chain_directory import Chain  # noqa: E402
+
+
+def parse_args(argv: "list[str]") -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--messages", type=int, default=10_000)
+    p.add_argument("--size", type=int, default=300, help="bytes per message")
+    p.add_argument("--window", type=int, default=1000)
+    p.add_argument("--server", choices=("sqlite", "cluster"), default="sqlite")
+    p.add_argument("--sdk", choices=("both", "ours", "peer"), default="both")
+    p.add_argument("--peer-messages", type=int, default=500, help="most messages the peer is sent")
+    p.add_argument("--peer-python", default=os.path.join(HERE, ".venv-peer", "bin", "python"))
+    p.add_argument("--out", default=None, help="JSON results (default benchmarks/results-long-listener-<server>.json)")
+    return p.parse_args(argv)
+
+
+def cpu_seconds(pids: List[int]) -> float:
+    """User + system CPU time of the server processes so far."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / ticks
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+def store_bytes(bench: Bench) -> Optional[int]:
+    """The server's store: the SQLite files of the node, or Redis's used memory for the cluster."""
+    if bench.server_kind == "cluster":
+        redis = getattr(bench.server, "redis", None)
+        port = getattr(redis, "port", None)
+        if port is None:
+            return None
+        import socket
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"INFO memory\r\n")
+            data = b""
+            while b"used_memory:" not in data or not data.endswith(b"\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                data += chunk
+        for line in data.decode(errors="replace").splitlines():
+            if line.startswith("used_memory:"):
+                return int(line.split(":", 1)[1])
+        return None
+    data_dir = getattr(bench.server, "data_dir", None) or os.path.join(bench.workdir, "server")
+    total = 0
+    for root, _, files in os.walk(str(data_dir)):
+        total += sum(os.path.getsize(os.path.join(root, f)) for f in files if ".db" in f)
+    return total
+
+
+def link_sizes(url: str, execution_id: str, runs: int, sample: int = 5) -> List[int]:
+    """Stored sizes (bytes of the whole task list) of the last few finished runs of the listener."""
+    status = requests.get(f"{url}/workflow/{execution_id}/status", timeout=30).json()
+    key = parse_link_key(status.get("correlationId"))
+    if key is None or runs < 2:
+        return []
+    chain = Chain(execution_id, key.run_id, key.agent_name, key.number)
+    sizes = []
+    for number in range(max(0, runs - 1 - sample), runs - 1):
+        link = chain.link(number).execution_id
+        sizes.append(len(requests.get(f"{url}/workflow/{link}", params={"includeTasks": "true"}, timeout=60).content))
+    return sizes
+
+
+def drive(bench: Bench, sdk: str, python_sdk: str, messages: int, args: argparse.Namespace) -> Dict[str, Any]:
+    proxy = bench.proxy()
+    cfg = dict(model=bench.models[sdk]["listen"], messages=messages, size=args.size, window=args.window,
+               message_timeout=120.0, server_url=proxy.url)  # every request of the SDK through the proxy
+    driver = bench.driver(sdk, "long", **cfg)
+    windows: List[Dict[str, Any]] = []
+    try:
+        started = driver.expect("started", timeout=600)
+        eid = started["ids"][0]
+        last = {"cpu": cpu_seconds(bench.server_pids), "bytes": proxy.bytes, "t": time.monotonic(), "done": 0}
+        while True:
+            event = _next_event(driver, timeout=max(600.0, args.window * 10.0))
+            if event["event"] not in ("window", "result"):
+                continue
+            done = int(event.get("done") or 0)
+            count = done - last["done"]
+            if count > 0:
+                now_cpu, now_bytes = cpu_seconds(bench.server_pids), proxy.bytes
+                lat = percentiles(event.get("latencies") or event.get("latencies_tail") or [])
+                window = {"upto": done, "count": count, "rt_p50_s": lat.get("p50"), "rt_p99_s": lat.get("p99"),
+                          "server_cpu_ms_per_msg": 1000 * (now_cpu - last["cpu"]) / count,
+                          "sdk_bytes_per_msg": (now_bytes - last["bytes"]) / count,
+                          "seconds": time.monotonic() - last["t"], "store_bytes": store_bytes(bench),
+                          "runs": event.get("runs")}
+                if sdk == "ours" and event.get("runs"):
+                    window["last_run_sizes"] = link_sizes(bench.url, eid, int(event["runs"]))
+                windows.append(window)
+                print(f"[{sdk}] {json.dumps(window)}", flush=True)
+                last = {"cpu": now_cpu, "bytes": now_bytes, "t": time.monotonic(), "done": done}
+            if event["event"] == "result":
+                status = bench.workflow(eid).get("status")
+                return {"sdk": sdk, "execution_id": eid, "done": event.get("done"), "failure": event.get("failure"),
+                        "final_status": status, "windows": windows}
+    finally:
+        driver.finish()
+        proxy.stop()
+
+
+def _next_event(driver: Any, timeout: float) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return driver._events.get(timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+        except Exception:
+            if time.monotonic() > deadline:
+                raise TimeoutError("the driver went quiet")
+
+
+def main(argv: "list[str]") -> int:
+    args = parse_args(argv)
+    out = args.out or os.path.join(HERE, f"results-long-listener-{args.server}.json")
+    results: Dict[str, Any] = {"args": vars(args), "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    with tempfile.TemporaryDirectory(prefix="bench-long-") as workdir:
+        with Bench(workdir, sys.executable, args.peer_python, pickup_turns=1, server=args.server) as bench:
+            results["server_version"] = bench.server_version
+            if args.sdk in ("both", "peer") and os.path.exists(args.peer_python):
+                results["peer"] = drive(bench, "peer", args.peer_python, args.peer_messages, args)
+            if args.sdk in ("both", "ours"):
+                results["ours"] = drive(bench, "ours", sys.executable, args.messages, args)
+    results["ended"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    with open(out, "w") as fh:
+        json.dump(results, fh, indent=1)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
