@@ -19,6 +19,7 @@ import attrs
 
 from ._api import ConductorApi
 from ._chain import LinkKey, link_id, link_key, parse_link_key
+from ._fork import rebuild_after_fork
 from .errors import ExecutionNotFoundError, ServerError
 
 __all__ = ["Chain", "ChainDirectory", "Link"]
@@ -75,9 +76,14 @@ class ChainDirectory:
     def __init__(self, api: ConductorApi) -> None:
         self._api = api
         self._lock = threading.Lock()
+        rebuild_after_fork(self)
         self._chains: "collections.OrderedDict[str, Chain]" = collections.OrderedDict()
-        self._newest: dict = {}  # (run id, agent name) -> Link
+        self._newest: "collections.OrderedDict[tuple, Link]" = collections.OrderedDict()  # (run id, agent) -> Link
         self._accepted: "collections.OrderedDict[str, Link]" = collections.OrderedDict()  # message id -> link
+
+    def _after_fork_in_child(self) -> None:
+        # What it knows stays true in a child; only its lock may be held by a thread that is gone.
+        self._lock = threading.Lock()
 
     # -- which chain ------------------------------------------------------------------
 
@@ -156,6 +162,9 @@ class ChainDirectory:
         known = self._newest.get(key)
         if known is None or link.number > known.number:
             self._newest[key] = link
+        self._newest.move_to_end(key)
+        while len(self._newest) > _CACHE_SIZE:
+            self._newest.popitem(last=False)
 
     def exists(self, chain: Chain, number: int) -> bool:
         """Whether link ``number`` of ``chain`` exists on the server (one small request)."""
