@@ -8,10 +8,12 @@ import logging as _logging
 from ._version import __version__
 from ._context import CancelReason, ToolContext, current_tool_context
 from ._delivery import MessageDelivery
+from ._pending import HumanAnswer, PendingRequest, PendingToolCall
 from .agent import Agent
 from .errors import (
     AgentDefinitionError,
     AgentTypeError,
+    AnswerConflictError,
     AuthenticationError,
     ConductorAgentsError,
     ConfigurationError,
@@ -23,8 +25,12 @@ from .errors import (
     MessageLostError,
     MessageQueueDisabledError,
     MessageQueueFullError,
+    MissingSecretError,
+    NothingPendingError,
+    OutputValidationError,
     PayloadError,
     ResumeError,
+    RunContextError,
     RuntimeClosedError,
     ServerError,
     ServerUnavailableError,
@@ -39,7 +45,7 @@ from .handle import AgentHandle
 from .result import AgentResult, AgentStatus, RunStatus, TokenUsage, ToolCallRecord
 from .runtime import AgentRuntime
 from .settings import AgentSettings
-from .tools import ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
+from .tools import HumanTool, ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
 
 __all__ = [
     # Defining agents
@@ -47,6 +53,7 @@ __all__ = [
     "ToolDef",
     "ToolRegistry",
     "WaitForMessageTool",
+    "HumanTool",
     "tool",
     # Writing tools
     "ToolContext",
@@ -64,12 +71,17 @@ __all__ = [
     "TokenUsage",
     "ToolCallRecord",
     "MessageDelivery",
+    # People in the loop
+    "PendingRequest",
+    "PendingToolCall",
+    "HumanAnswer",
     # A real server on this machine
     "LocalServer",
     # Errors
     "ConductorAgentsError",
     "AgentDefinitionError",
     "AgentTypeError",
+    "AnswerConflictError",
     "AuthenticationError",
     "ConfigurationError",
     "ExecutionNotFoundError",
@@ -80,8 +92,12 @@ __all__ = [
     "MessageLostError",
     "MessageQueueDisabledError",
     "MessageQueueFullError",
+    "MissingSecretError",
+    "NothingPendingError",
+    "OutputValidationError",
     "PayloadError",
     "ResumeError",
+    "RunContextError",
     "RuntimeClosedError",
     "ServerError",
     "ServerUnavailableError",

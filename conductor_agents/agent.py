@@ -7,6 +7,8 @@ from typing import Any, Iterable, Mapping, Optional
 
 import attrs
 
+from ._output_type import OutputSpec
+from ._secrets import check_credential_names
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
 
@@ -118,6 +120,18 @@ def _check_optional_number(instance: Any, attribute: "attrs.Attribute[Any]", val
         )
 
 
+def _to_credentials(value: Any) -> "tuple[str, ...]":
+    def error(message: str) -> AgentTypeError:
+        return AgentTypeError(f"Agent.{message}", field="credentials", value=value)
+
+    return check_credential_names(value, what="credentials", error=error)
+
+
+def _check_output_type(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None:
+        OutputSpec.of(value)  # raises AgentDefinitionError naming the field
+
+
 @attrs.frozen
 class Agent:
     """An agent: a model, instructions, tools and a turn limit.
@@ -129,6 +143,11 @@ class Agent:
 
     ``stateful=True`` (or any tool marked ``@tool(stateful=True)``) pins every worker task
     of a run to the process that started it, through a per-run task domain.
+
+    ``output_type`` (a dataclass, attrs class, TypedDict, NamedTuple or pydantic model) asks the
+    model for a JSON answer of that shape; ``wait()`` checks it and returns an instance as
+    ``result.output``. ``credentials`` names the secrets the server delivers to every tool that
+    declares none of its own (``ctx.secret(name)``).
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -144,6 +163,8 @@ class Agent:
         kw_only=True, default=None, validator=attrs.validators.optional(_check_int(1))
     )
     metadata: Mapping[str, Any] = attrs.field(kw_only=True, factory=dict, converter=_to_metadata)
+    output_type: Optional[type] = attrs.field(kw_only=True, default=None, validator=_check_output_type)
+    credentials: "tuple[str, ...]" = attrs.field(kw_only=True, default=(), converter=_to_credentials)
 
     @property
     def is_stateful(self) -> bool:
@@ -159,6 +180,16 @@ class Agent:
     def needs_message_queue(self) -> bool:
         """Whether a tool reads the run's message queue (a wait-for-message tool)."""
         return any(t.tool_type == "pull_workflow_messages" for t in self.tools)
+
+    @property
+    def waits_for_people(self) -> bool:
+        """Whether a run can wait for a person: a tool needs approval, or a tool asks a person."""
+        return any(t.approval_required or t.tool_type == "human" for t in self.tools)
+
+    @property
+    def output_spec(self) -> Optional[OutputSpec]:
+        """The schema and converter of ``output_type`` (None without one)."""
+        return OutputSpec.of(self.output_type) if self.output_type is not None else None
 
     def to_config(self) -> dict:
         """The server's ``agentConfig`` for ``POST /agent/start``."""
@@ -179,4 +210,8 @@ class Agent:
             config["maxTokens"] = self.max_tokens
         if self.metadata:
             config["metadata"] = dict(self.metadata)
+        if self.output_type is not None:
+            config["outputType"] = OutputSpec.of(self.output_type).to_config()
+        if self.credentials:
+            config["credentials"] = list(self.credentials)
         return config
