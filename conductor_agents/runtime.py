@@ -10,12 +10,16 @@ import threading
 import uuid
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from . import _approvals
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._fork import rebuild_after_fork
 from ._observer import TaskObserver
 from ._delivery import MessageDelivery
 from ._payload import message_payload
+from ._pending import HumanAnswer, PendingRequest
+from ._pending_watch import PendingMonitor
+from ._run_state import check_context, check_media
 from ._starting import start_run
 from ._takeover import find_live_poller, freshness_window
 from ._transport import Transport
@@ -68,6 +72,11 @@ class AgentRuntime:
             resumed here stalls (:class:`WorkerStallError`), whether or not anyone waits on
             it. It runs on the watchdog thread: keep it short. An exception it raises is
             logged and ignored.
+        on_pending: ``on_pending(handle, request)`` is called once for each
+            :class:`PendingRequest` (a tool call to approve, a question) of a run started or
+            resumed here, within ``pending_check_interval_seconds`` (5 s) of its start. It runs
+            on the ``conductor-agents-pending`` thread: keep it short; an exception is logged
+            and ignored.
     """
 
     def __init__(
@@ -77,10 +86,16 @@ class AgentRuntime:
         transport: Optional[Transport] = None,
         clock: Clock = SYSTEM_CLOCK,
         on_stall: Optional[Callable[[AgentHandle, WorkerStallError], Any]] = None,
+        on_pending: Optional[Callable[[AgentHandle, PendingRequest], Any]] = None,
     ) -> None:
         if on_stall is not None and not callable(on_stall):
             raise AgentTypeError(f"on_stall must be callable, got {on_stall!r}", field="on_stall", value=on_stall)
+        if on_pending is not None and not callable(on_pending):
+            raise AgentTypeError(f"on_pending must be callable, got {on_pending!r}", field="on_pending",
+                                 value=on_pending)
         self._on_stall = on_stall
+        self._on_pending = on_pending
+        self._pending_monitor: Optional[PendingMonitor] = None
         self.settings = settings if settings is not None else AgentSettings.from_env()
         self._clock = clock
         self._owns_transport = transport is None
@@ -148,8 +163,14 @@ class AgentRuntime:
 
     # -- runs -------------------------------------------------------------------------
 
-    def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None) -> AgentHandle:
+    def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None,
+              context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None) -> AgentHandle:
         """Start a run of ``agent`` and serve its tools from this process.
+
+        ``context`` seeds the run's context: shown to the model before every turn, given to
+        every tool (``ctx.state``), updated by tools (``ctx.update_state``), returned as
+        ``result.context``. ``media`` is a list of URLs (images, documents) attached to the
+        first user message; the *server* downloads them (it refuses loopback addresses).
 
         A stateful agent gets a fresh run id; its workers poll the domain of that id
         (started *before* the run, so its first task is never missed). With an
@@ -176,6 +197,10 @@ class AgentRuntime:
         _check_prompt(prompt)
         run_id = uuid.uuid4().hex if agent.is_stateful else None
         body: dict[str, Any] = {"agentConfig": agent.to_config(), "prompt": prompt}
+        if context is not None:
+            body["context"] = check_context(context)
+        if media is not None:
+            body["media"] = check_media(media)
         if run_id:
             body["runId"] = run_id
         if idempotency_key is not None:
@@ -199,12 +224,13 @@ class AgentRuntime:
         return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None)
 
     def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0,
-            idempotency_key: Optional[str] = None) -> AgentResult:
+            idempotency_key: Optional[str] = None, context: Optional[Mapping[str, Any]] = None,
+            media: Optional[Any] = None) -> AgentResult:
         """Start a run, wait for its result (at most ``timeout`` seconds) and return it.
 
         Raises: as :meth:`start` and :meth:`AgentHandle.wait`.
         """
-        handle = self.start(agent, prompt, idempotency_key=idempotency_key)
+        handle = self.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media)
         return handle.wait(timeout=timeout)
 
     def send_message(self, execution_id: str, payload: Any) -> str:
@@ -292,6 +318,47 @@ class AgentRuntime:
         log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
         return self._handle(execution_id, agent.name, domain, agent, workers=serve)
 
+    # -- people in the loop, by execution id (any process may answer) -------------------
+
+    def pending(self, execution_id: str) -> "tuple[PendingRequest, ...]":
+        """What run ``execution_id`` waits on from a person (see :meth:`AgentHandle.pending`)."""
+        self._check_open()
+        return self._answering(execution_id).pending()
+
+    def approve(self, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
+                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+        """Approve what run ``execution_id`` waits on (see :meth:`AgentHandle.approve`)."""
+        self._check_open()
+        return self._answering(execution_id).approve(reason=reason, by=by, request=request, timeout=timeout)
+
+    def reject(self, execution_id: str, reason: str, *, by: Optional[str] = None,
+               request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+        """Reject what run ``execution_id`` waits on (see :meth:`AgentHandle.reject`)."""
+        self._check_open()
+        return self._answering(execution_id).reject(reason, by=by, request=request, timeout=timeout)
+
+    def respond(self, execution_id: str, answer: Any, *, by: Optional[str] = None,
+                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+        """Answer the question run ``execution_id`` asks (see :meth:`AgentHandle.respond`)."""
+        self._check_open()
+        return self._answering(execution_id).respond(answer, by=by, request=request, timeout=timeout)
+
+    def _answering(self, execution_id: str) -> AgentHandle:
+        # A handle that registers nothing and sends no request until asked (like wait_delivered's).
+        return self._handle(str(execution_id), "", None, None, workers=False, monitor=False)
+
+    def _watch_pending(self, handle: AgentHandle) -> None:
+        on_pending = self._on_pending
+        monitor = self._pending_monitor
+        if monitor is None or monitor.pid != os.getpid():  # first use, or first use in a forked child
+            with self._lock:
+                monitor = self._pending_monitor
+                if monitor is None or monitor.pid != os.getpid():
+                    monitor = self._pending_monitor = PendingMonitor(
+                        self._api, lambda h, r: on_pending(h, r),  # type: ignore[misc]
+                        interval=self.settings.pending_check_interval_seconds)
+        monitor.watch(handle)
+
     def stats(self) -> RuntimeStats:
         """Counts and timings of the tools this runtime ran, and the runs it serves now.
 
@@ -362,6 +429,8 @@ class AgentRuntime:
         on_stall = self._on_stall
         if watch is not None and on_stall is not None:
             watch.add_listener(lambda error: on_stall(handle, error))
+        if monitor and self._on_pending is not None and agent is not None and agent.waits_for_people:
+            self._watch_pending(handle)
         return handle
 
     def _execution_ended(self, execution_id: str) -> None:
@@ -384,6 +453,8 @@ class AgentRuntime:
                 return
             self._closed = True
         self._closing.set()
+        if self._pending_monitor is not None and self._pending_monitor.pid == os.getpid():
+            self._pending_monitor.close()
         self._workers.close()
         self._observer.close()  # open event streams end with the runtime
         if self._owns_transport:

@@ -76,6 +76,7 @@ ENV_VARS: Mapping[str, "tuple[str, Callable[[str], Any]]"] = {
         _parse_positive_float,
     ),
     "CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": ("liveness_stall_seconds", _parse_positive_float),
+    "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("pending_check_interval_seconds", _parse_positive_float),
 }
 
 
@@ -89,6 +90,7 @@ OTHER_KNOWN_VARS = frozenset({
     "CONDUCTOR_AGENTS_MAVEN_REPOSITORY",
     "CONDUCTOR_AGENTS_TEST_SERVER_URL",
     "CONDUCTOR_AGENTS_TEST_LLM_PORT",
+    "CONDUCTOR_AGENTS_TEST_SECRET",
 })
 _OWN_PREFIXES = ("CONDUCTOR_AGENT_", "CONDUCTOR_AGENTS_")
 
@@ -198,6 +200,8 @@ class AgentSettings:
     worker_startup_timeout_seconds: float = attrs.field(default=10.0, validator=_positive)
     #: How long ``close()`` lets running tool bodies finish.
     shutdown_grace_seconds: float = attrs.field(default=10.0, validator=_positive)
+    #: How often the runtime's ``on_pending`` hook samples runs that can wait for a person.
+    pending_check_interval_seconds: float = attrs.field(default=5.0, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if (self.auth_key is None) != (self.auth_secret is None):

@@ -19,6 +19,7 @@ GOOD = {
     "CONDUCTOR_AGENT_LIVENESS_ENABLED": ("OFF", "liveness_enabled", False),
     "CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS": ("2.5", "liveness_check_interval_seconds", 2.5),
     "CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": ("45", "liveness_stall_seconds", 45.0),
+    "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("1.5", "pending_check_interval_seconds", 1.5),
 }
 
 #: Malformed values of every variable that has a format (key and secret are free text).
@@ -41,6 +42,8 @@ BAD = [
     ("CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS", "inf"),
     ("CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS", "30s"),
     ("CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS", "0.0"),
+    ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "0"),
+    ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "soon"),
 ]
 
 
