@@ -115,6 +115,8 @@ def _answer(api: ConductorApi, execution_id: str, kind: str, payload: dict, *, b
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
     wait = pause if pause is not None else threading.Event().wait
     workflow = api.get_workflow(execution_id, include_tasks=True)
+    if request is not None:
+        _raise_if_answered(workflow, execution_id, request)  # told even when the run has ended since
     _check_running(workflow, execution_id)
     target = _target(workflow, execution_id, kind, request)
     answer_id = uuid.uuid4().hex[:16]
@@ -152,11 +154,7 @@ def _target(workflow: Mapping[str, Any], execution_id: str, kind: str, request: 
                 if found.kind != kind:
                     raise _wrong_kind(execution_id, kind, found.kind)
                 return found
-        for task in workflow.get("tasks") or ():
-            if wanted in (task.get("taskId"), task.get("referenceTaskName")) and task.get("taskType") == "HUMAN":
-                winner = consumed_answer(workflow, task) or stored_answer(task, execution_id)
-                if winner is not None:
-                    raise _conflict(execution_id, str(task.get("referenceTaskName")), None, winner)
+        _raise_if_answered(workflow, execution_id, request)
         raise NothingPendingError(f"run {execution_id} has no pending request {wanted!r}",
                                   execution_id=execution_id, expected=kind)
     of_kind = [r for r in waiting if r.kind == kind]
@@ -183,6 +181,16 @@ def _last_answer(workflow: Mapping[str, Any], execution_id: str, kind: str) -> O
         return None
     latest = max(humans, key=lambda t: int(t.get("seq") or 0))
     return consumed_answer(workflow, latest) or stored_answer(latest, execution_id)
+
+
+def _raise_if_answered(workflow: Mapping[str, Any], execution_id: str, request: Target) -> None:
+    """Raise AnswerConflictError when ``request`` names a HUMAN task that already has an answer."""
+    wanted = request.task_id if isinstance(request, PendingRequest) else str(request)
+    for task in workflow.get("tasks") or ():
+        if wanted in (task.get("taskId"), task.get("referenceTaskName")) and task.get("taskType") == "HUMAN":
+            winner = consumed_answer(workflow, task) or stored_answer(task, execution_id)
+            if winner is not None:
+                raise _conflict(execution_id, str(task.get("referenceTaskName")), None, winner)
 
 
 def _wrong_kind(execution_id: str, kind: str, other: str) -> NothingPendingError:

@@ -38,8 +38,8 @@ def waits_on_person(status: Mapping[str, Any]) -> bool:
     (``toolCalls``); a wait for a message has neither.
     """
     pending = status.get("pendingTool")
-    return bool(status.get("isWaiting")) and isinstance(pending, Mapping) and bool(
-        pending.get("response_schema") or pending.get("toolCalls"))
+    return bool(status.get("isWaiting")) and isinstance(pending, Mapping) and (
+        pending.get("response_schema") is not None or bool(pending.get("toolCalls")))
 
 
 class PendingMonitor:

@@ -110,7 +110,7 @@ class WaitingEvent(AgentEvent):
     @property
     def for_person(self) -> bool:
         """Whether a person is awaited (the server's ``HUMAN`` task: it shows a form or calls to approve)."""
-        return bool(self.pending_tool.get("response_schema") or self.pending_tool.get("toolCalls"))
+        return self.pending_tool.get("response_schema") is not None or bool(self.pending_tool.get("toolCalls"))
 
     @property
     def tool_calls(self) -> "tuple[PendingToolCall, ...]":
