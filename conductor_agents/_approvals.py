@@ -40,8 +40,10 @@ from ._pending import (
     pending_in,
     stored_answer,
 )
+from ._pending_watch import waits_on_person
 from .errors import (
     AnswerConflictError,
+    ExecutionNotFoundError,
     ExecutionNotRunningError,
     NothingPendingError,
     PayloadError,
@@ -49,7 +51,7 @@ from .errors import (
 )
 from .result import RunStatus
 
-__all__ = ["approve", "pending", "reject", "respond"]
+__all__ = ["approve", "pending", "pending_of_agent", "reject", "respond"]
 
 #: How long an answer waits for the run to go on with an answer, by default.
 DEFAULT_CONFIRM_SECONDS = 30.0
@@ -68,6 +70,23 @@ def pending(api: ConductorApi, execution_id: str) -> "tuple[PendingRequest, ...]
         ExecutionNotFoundError: unknown execution.
     """
     return pending_in(api.get_workflow(execution_id, include_tasks=True), execution_id)
+
+
+def pending_of_agent(api: ConductorApi, agent_name: str) -> "tuple[PendingRequest, ...]":
+    """What every running run of agent ``agent_name`` waits on from a person, oldest first.
+
+    One ``GET /workflow/running/{name}``, one status per running run, and one task-list read per
+    run that waits on a person: a page of an approval queue, not something to call in a loop.
+    """
+    found = []
+    for execution_id in api.running_workflow_ids(agent_name):
+        try:
+            status = api.agent_status(execution_id)
+            if waits_on_person(status):
+                found.extend(pending(api, execution_id))
+        except ExecutionNotFoundError:
+            continue  # ended and cleaned up in between
+    return tuple(sorted(found, key=lambda r: (r.since or 0.0, r.execution_id)))
 
 
 def approve(api: ConductorApi, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,

@@ -325,6 +325,22 @@ class AgentRuntime:
         self._check_open()
         return self._answering(execution_id).pending()
 
+    def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
+        """What every running run of ``agent`` (an Agent or its name) waits on from a person,
+        oldest first: an approval queue across processes.
+
+        One request for the running runs, one status per run, one task-list read per run that
+        waits on a person.
+
+        Raises:
+            AgentTypeError: ``agent`` is neither an Agent nor a name.
+        """
+        self._check_open()
+        name = agent.name if isinstance(agent, Agent) else agent
+        if not isinstance(name, str) or not name:
+            raise AgentTypeError(f"agent must be an Agent or its name, got {agent!r}", field="agent", value=agent)
+        return _approvals.pending_of_agent(self._api, name)
+
     def approve(self, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Approve what run ``execution_id`` waits on (see :meth:`AgentHandle.approve`)."""

@@ -341,3 +341,29 @@ def test_events_say_when_a_run_starts_waiting_for_a_person(agent_runtime, script
                 break
     handle.reject("not today")
     assert handle.wait(timeout=90).output == "rejected: not today"
+
+
+@pytest.mark.both_topologies
+def test_pending_requests_lists_what_every_run_of_an_agent_waits_for(agent_runtime, scripted_llm, unique_name):
+    """An approval queue across runs: every running run of the agent that waits for a person, nothing else."""
+    name = unique_name("send")
+
+    @tool(name=name, approval_required=True)
+    def send(to: str) -> dict:
+        """Send mail."""
+        return {"sent": to}
+
+    model = scripted_llm.script(policy=after_one_call(name, {"to": "x@example.com"}))
+    agent = approval_agent(unique_name("mailer"), model, send)
+    handles = [agent_runtime.start(agent, "Send it.") for _ in range(2)]
+    other = agent_runtime.start(approval_agent(unique_name("other"), model, send), "Send it.")
+    for handle in (*handles, other):
+        pending_of(handle, PendingRequest.APPROVAL)
+    queue = agent_runtime.pending_requests(agent)
+    assert sorted(r.execution_id for r in queue) == sorted(h.execution_id for h in handles)
+    assert {(c.name, c.arguments["to"]) for r in queue for c in r.tool_calls} == {(name, "x@example.com")}
+    assert agent_runtime.pending_requests(agent.name) == queue
+    for handle in (*handles, other):
+        handle.reject("not now")
+        assert handle.wait(timeout=90).output == "rejected: not now"
+    assert agent_runtime.pending_requests(agent) == ()
