@@ -19,6 +19,7 @@ from .errors import (
     ConductorAgentsError,
     ExecutionNotRunningError,
     MessageQueueDisabledError,
+    OutputValidationError,
     ServerUnavailableError,
     WaitTimeoutError,
     WorkerStallError,
@@ -396,6 +397,8 @@ class AgentHandle:
                 self.wait(timeout=self._settings.shutdown_grace_seconds)
             except (WaitTimeoutError, WorkerStallError):
                 self.cancel(reason="did not stop within the grace period")
+            except OutputValidationError:
+                pass  # the run ended; its answer does not fit output_type (wait() says so again)
         except ConductorAgentsError as err:
             log.warning("could not end run %s on exit: %s", self.execution_id, err)
 

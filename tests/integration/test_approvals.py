@@ -35,7 +35,7 @@ from conductor_agents import (
 )
 from conductor_agents.testing import ToolCall, listener_policy
 
-from ..helpers import eventually
+from ..helpers import eventually, sdk_threads
 
 pytestmark = pytest.mark.integration
 
@@ -193,6 +193,7 @@ def test_a_listener_waits_for_approval_from_another_process_while_messages_keep_
         assert handle.stall is None and stalls == []
         handle.stop()
         assert handle.wait(timeout=90).status is RunStatus.COMPLETED
+    assert "conductor-agents-pending" not in sdk_threads()  # the on_pending thread ends with the runtime
     scripted_llm.assert_no_anomalies(model)
 
 
@@ -207,9 +208,19 @@ def test_a_question_is_answered_from_any_process_and_the_model_gets_the_answer(
     assert (request.question, request.tool_name) == ("Which colour?", ask.name)
     assert agent_runtime.attach(handle.execution_id).status().is_waiting
 
+    listed = cli(["pending", handle.execution_id, "--json"], agent_runtime.settings)
+    assert listed.returncode == 0, listed.stderr
+    assert [(r["kind"], r["question"], r["taskReferenceName"]) for r in json.loads(listed.stdout)] == [
+        ("question", "Which colour?", request.task_reference_name)]
+    wrong = cli(["approve", handle.execution_id], agent_runtime.settings)
+    assert wrong.returncode == 3 and "respond()" in wrong.stderr  # it waits for an answer, not an approval
+
     answered = cli(["respond", handle.execution_id, "teal", "--by", "carol", "--json"], agent_runtime.settings)
     assert answered.returncode == 0, answered.stderr
     assert json.loads(answered.stdout)["answer"] == "teal"
+    again = cli(["respond", handle.execution_id, "red", "--request", request.task_reference_name],
+                agent_runtime.settings)
+    assert again.returncode == 7 and "another answer won" in again.stderr and "carol" in again.stderr
     result = handle.wait(timeout=90)
     assert result.output == "answer: teal"
     assert scripted_llm.requests_for(model)[-1].tool_outputs[0].output["answered_by"] == "carol"
@@ -298,18 +309,30 @@ def test_an_approval_and_a_rejection_racing_give_one_decision_the_tool_follows(
 def test_answering_when_nothing_waits_or_the_run_ended_is_a_typed_error(agent_runtime, scripted_llm, unique_name):
     """Nothing pending, the wrong kind pending, and an ended run each raise their own error."""
     ask = HumanTool.create(name=unique_name("ask"))
-    model = scripted_llm.script(policy=after_one_call(ask.name, {"question": "Name?"}))
-    handle = agent_runtime.start(Agent(name=unique_name("asker"), model=model, tools=[ask]), "Ask.")
+    receive = WaitForMessageTool.create()
+
+    def policy(request):  # ask; after the answer wait for a message (the run goes on); then end
+        if request.turn_index == 0:
+            return ToolCall(ask.name, {"question": "Name?"})
+        if request.turn_index == 1:
+            return ToolCall(receive.name)
+        return "done"
+
+    model = scripted_llm.script(policy=policy)
+    handle = agent_runtime.start(Agent(name=unique_name("asker"), model=model, tools=[ask, receive]), "Ask.")
     pending_of(handle, PendingRequest.QUESTION)
     with pytest.raises(NothingPendingError) as wrong_kind:
         handle.approve()
     assert (wrong_kind.value.expected, wrong_kind.value.waiting_for) == ("approval", "question")
     first = handle.respond({"name": "Ada"})
     assert first.answer == {"name": "Ada"}
-    with pytest.raises(NothingPendingError) as nothing:  # answered: nothing waits any more
+    eventually(lambda: scripted_llm.requests_for(model)[1:], timeout=60, message="the turn after the answer")
+    eventually(lambda: handle.status().is_waiting, timeout=60, message="the run waits for a message")
+    with pytest.raises(NothingPendingError) as nothing:  # answered: the run now waits for a message, not a person
         handle.respond("again")
-    assert nothing.value.last_answer is None or nothing.value.last_answer.answer_id == first.answer_id
-    handle.wait(timeout=90)
+    assert (nothing.value.waiting_for, nothing.value.last_answer.answer_id) == (None, first.answer_id)
+    handle.send_message("go on")
+    assert handle.wait(timeout=90).output == "done"
     with pytest.raises(ExecutionNotRunningError):
         handle.respond("too late")
     assert handle.pending() == ()

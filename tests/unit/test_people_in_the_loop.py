@@ -363,3 +363,74 @@ def test_llm_request_shows_rejections_answers_context_media_and_feedback():
     assert request.human_feedback == 'Reason: too risky. Additional context: decision: "rejected".'
     plain = LLMRequest.from_body({"model": "m", "input": "go"}, received_at=0.0)
     assert (plain.context, plain.media, plain.human_feedback) == (None, [], None)
+
+
+# --- the on_pending monitor --------------------------------------------------------------------------
+
+
+class StatusApi:
+    """The two calls the monitor makes, answered from a script of (status, workflow) pairs."""
+
+    def __init__(self, states: list) -> None:
+        self.states = list(states)
+        self.calls: list = []
+
+    def agent_status(self, execution_id: str) -> dict:
+        self.calls.append("status")
+        return self.states[0][0]
+
+    def get_workflow(self, execution_id: str, include_tasks: bool = False) -> dict:
+        self.calls.append("workflow")
+        status, flow = self.states.pop(0)
+        return flow
+
+
+class Handle:
+    execution_id = "wf"
+
+
+def test_the_monitor_reports_each_request_once_and_forgets_ended_runs():
+    """A HUMAN wait is read once per sample and reported once; a message wait costs one status only."""
+    from conductor_agents._pending_watch import PendingMonitor
+
+    human = ({"status": "RUNNING", "isWaiting": True, "pendingTool": {"response_schema": {}}},
+             workflow(APPROVAL_HUMAN))
+    message = ({"status": "RUNNING", "isWaiting": True, "pendingTool": {"taskRefName": "w"}}, None)
+    ended = ({"status": "COMPLETED", "isWaiting": False}, None)
+    api = StatusApi([message, human, human, ended])
+    seen: list = []
+
+    def callback(handle, request):
+        seen.append(request.task_id)
+        raise RuntimeError("a broken callback is logged, not raised")
+
+    monitor = PendingMonitor(api, callback, interval=60.0)  # type: ignore[arg-type]
+    with monitor._lock:
+        monitor._runs["wf"] = Handle()
+        monitor._reported["wf"] = set()
+    monitor.sample("wf", Handle())
+    assert (api.calls, seen) == (["status"], [])
+    api.states.pop(0)
+    monitor.sample("wf", Handle())
+    monitor.sample("wf", Handle())
+    assert seen == ["h1"]  # reported once although it is still pending
+    monitor.sample("wf", Handle())
+    assert monitor.watched == ()  # the run ended: forgotten
+    monitor.close()
+
+
+def test_the_monitor_thread_starts_with_a_run_and_is_joined_on_close():
+    """No thread before watch(); close() joins it; a closed monitor takes no run."""
+    import threading
+
+    from conductor_agents._pending_watch import PendingMonitor
+
+    api = StatusApi([({"status": "RUNNING", "isWaiting": False}, None)] * 10)
+    monitor = PendingMonitor(api, lambda h, r: None, interval=0.01)  # type: ignore[arg-type]
+    assert not [t for t in threading.enumerate() if t.name == "conductor-agents-pending"]
+    monitor.watch(Handle())
+    assert [t for t in threading.enumerate() if t.name == "conductor-agents-pending"]
+    monitor.close()
+    assert not [t for t in threading.enumerate() if t.name == "conductor-agents-pending"]
+    monitor.watch(Handle())
+    assert monitor.watched == () and not [t for t in threading.enumerate() if t.name == "conductor-agents-pending"]
