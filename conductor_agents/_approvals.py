@@ -39,8 +39,8 @@ from ._pending import (
     is_approval_task,
     pending_in,
     stored_answer,
+    waits_on_person,
 )
-from ._pending_watch import waits_on_person
 from .errors import (
     AnswerConflictError,
     ExecutionNotFoundError,

@@ -31,7 +31,7 @@ import attrs
 from .result import SERVER_INPUT_KEYS
 
 __all__ = ["HumanAnswer", "PendingRequest", "PendingToolCall", "approval_decision", "consumed_answer",
-           "pending_in", "stored_answer"]
+           "pending_in", "stored_answer", "waits_on_person"]
 
 HUMAN = "HUMAN"
 APPROVAL_MARK = "_approval_human"
@@ -127,6 +127,17 @@ def _tool_call(call: Mapping[str, Any]) -> PendingToolCall:
 def is_approval_task(task: Mapping[str, Any]) -> bool:
     """Whether a HUMAN task is the approval gate of a turn (not a HumanTool call)."""
     return str(task.get("taskType")) == HUMAN and APPROVAL_MARK in str(task.get("referenceTaskName") or "")
+
+
+def waits_on_person(status: Mapping[str, Any]) -> bool:
+    """Whether a status (``GET /agent/{id}/status``) says the run waits on a HUMAN task.
+
+    The server reports the HUMAN task's form (``response_schema``) or the calls to approve
+    (``toolCalls``); a wait for a message has neither.
+    """
+    pending = status.get("pendingTool")
+    return bool(status.get("isWaiting")) and isinstance(pending, Mapping) and (
+        pending.get("response_schema") is not None or bool(pending.get("toolCalls")))
 
 
 def pending_in(workflow: Mapping[str, Any], execution_id: str) -> "tuple[PendingRequest, ...]":

@@ -17,29 +17,18 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Dict, Mapping, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set
 
 from ._api import ConductorApi
-from ._pending import PendingRequest, pending_in
+from ._pending import PendingRequest, pending_in, waits_on_person
 from .errors import ConductorAgentsError, ExecutionNotFoundError
 from .result import RunStatus
 
-__all__ = ["PendingMonitor"]
+__all__ = ["PendingMonitor", "waits_on_person"]
 
 log = logging.getLogger("conductor_agents.pending")
 
 PendingCallback = Callable[[Any, PendingRequest], Any]
-
-
-def waits_on_person(status: Mapping[str, Any]) -> bool:
-    """Whether a status (``GET /agent/{id}/status``) says the run waits on a HUMAN task.
-
-    The server reports the HUMAN task's form (``response_schema``) or the calls to approve
-    (``toolCalls``); a wait for a message has neither.
-    """
-    pending = status.get("pendingTool")
-    return bool(status.get("isWaiting")) and isinstance(pending, Mapping) and (
-        pending.get("response_schema") is not None or bool(pending.get("toolCalls")))
 
 
 class PendingMonitor:

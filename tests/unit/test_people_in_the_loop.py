@@ -33,7 +33,7 @@ from conductor_agents import (
 from conductor_agents._event_polling import events_from_workflow
 from conductor_agents._output_type import OutputSpec, typed_result
 from conductor_agents._pending import approval_decision, consumed_answer, pending_in, stored_answer
-from conductor_agents._pending_watch import waits_on_person
+from conductor_agents._pending import waits_on_person
 from conductor_agents._run_state import check_context, merge_updates
 from conductor_agents._secrets import SecretValues, redact
 from conductor_agents.events import WaitingEvent
