@@ -94,8 +94,9 @@ def approve(api: ConductorApi, execution_id: str, *, reason: Optional[str] = Non
             pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
     """Approve the tool calls run ``execution_id`` waits on: they run, in the process serving the run."""
     payload: dict = {"approved": True, DECISION: "approved"}
+    reason = optional_text(reason, "reason")
     if reason:
-        payload["reason"] = str(reason)
+        payload["reason"] = reason
     return _answer(api, execution_id, PendingRequest.APPROVAL, payload, by=by, request=request,
                    timeout=timeout, clock=clock, pause=pause)
 
@@ -108,7 +109,7 @@ def reject(api: ConductorApi, execution_id: str, reason: str, *, by: Optional[st
     Sent as ``approved: true`` with ``decision: "rejected"``: the server ends the whole run on
     ``approved: false`` (see :mod:`conductor_agents._pending`).
     """
-    payload = {"approved": True, DECISION: REJECTED, "reason": str(reason)}
+    payload = {"approved": True, DECISION: REJECTED, "reason": required_reason(reason)}
     return _answer(api, execution_id, PendingRequest.APPROVAL, payload, by=by, request=request,
                    timeout=timeout, clock=clock, pause=pause)
 
@@ -125,6 +126,30 @@ def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[s
                    timeout=timeout, clock=clock, pause=pause)
 
 
+def optional_text(value: Any, name: str) -> Optional[str]:
+    """A ``reason``/``by`` argument: None or a stripped str (blank counts as None).
+
+    Raises:
+        TypeError: not a str.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or None, got {value!r}")
+    return value.strip() or None
+
+
+def required_reason(reason: Any) -> str:
+    """The reason of a rejection: the model reads it, so it must say something.
+
+    Raises:
+        ValueError: blank or not a str.
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"reject() needs a reason the model can read, got {reason!r}")
+    return reason.strip()
+
+
 # --- the protocol ----------------------------------------------------------------------------
 
 
@@ -132,6 +157,7 @@ def _answer(api: ConductorApi, execution_id: str, kind: str, payload: dict, *, b
             request: Target, timeout: float, clock: Clock, pause: Optional[Callable[[float], Any]]) -> HumanAnswer:
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
+    by = optional_text(by, "by")
     wait = pause if pause is not None else threading.Event().wait
     workflow = api.get_workflow(execution_id, include_tasks=True)
     if request is not None:

@@ -352,17 +352,15 @@ class AgentHandle:
             ExecutionNotRunningError: the run has ended.
             WaitTimeoutError: the run did not take an answer in time (it may still).
         """
-        return _approvals.approve(self._api, self.execution_id, reason=_opt_text(reason, "reason"),
-                                  by=_opt_text(by, "by"), request=request, timeout=timeout, clock=self._clock)
+        return _approvals.approve(self._api, self.execution_id, reason=reason, by=by, request=request,
+                                  timeout=timeout, clock=self._clock)
 
     def reject(self, reason: str, *, by: Optional[str] = None,
                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Reject the tool calls the run waits on: none runs, the model sees the rejection and
         ``reason``, and the run goes on. Otherwise as :meth:`approve`."""
-        if not isinstance(reason, str) or not reason.strip():
-            raise ValueError(f"reject() needs a reason the model can read, got {reason!r}")
-        return _approvals.reject(self._api, self.execution_id, reason.strip(), by=_opt_text(by, "by"),
-                                 request=request, timeout=timeout, clock=self._clock)
+        return _approvals.reject(self._api, self.execution_id, reason, by=by, request=request, timeout=timeout,
+                                 clock=self._clock)
 
     def respond(self, answer: Any, *, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
@@ -372,8 +370,8 @@ class AgentHandle:
         Raises:
             PayloadError: ``answer`` is not JSON. Otherwise as :meth:`approve`.
         """
-        return _approvals.respond(self._api, self.execution_id, answer, by=_opt_text(by, "by"),
-                                  request=request, timeout=timeout, clock=self._clock)
+        return _approvals.respond(self._api, self.execution_id, answer, by=by, request=request, timeout=timeout,
+                                  clock=self._clock)
 
     # -- context manager --------------------------------------------------------------
 
@@ -401,11 +399,3 @@ class AgentHandle:
                 pass  # the run ended; its answer does not fit output_type (wait() says so again)
         except ConductorAgentsError as err:
             log.warning("could not end run %s on exit: %s", self.execution_id, err)
-
-
-def _opt_text(value: Any, name: str) -> Optional[str]:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise TypeError(f"{name} must be a str or None, got {value!r}")
-    return value.strip() or None

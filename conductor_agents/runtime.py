@@ -323,7 +323,7 @@ class AgentRuntime:
     def pending(self, execution_id: str) -> "tuple[PendingRequest, ...]":
         """What run ``execution_id`` waits on from a person (see :meth:`AgentHandle.pending`)."""
         self._check_open()
-        return self._answering(execution_id).pending()
+        return _approvals.pending(self._api, str(execution_id))
 
     def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
         """What every running run of ``agent`` (an Agent or its name) waits on from a person,
@@ -345,23 +345,22 @@ class AgentRuntime:
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Approve what run ``execution_id`` waits on (see :meth:`AgentHandle.approve`)."""
         self._check_open()
-        return self._answering(execution_id).approve(reason=reason, by=by, request=request, timeout=timeout)
+        return _approvals.approve(self._api, str(execution_id), reason=reason, by=by, request=request,
+                                  timeout=timeout, clock=self._clock)
 
     def reject(self, execution_id: str, reason: str, *, by: Optional[str] = None,
                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Reject what run ``execution_id`` waits on (see :meth:`AgentHandle.reject`)."""
         self._check_open()
-        return self._answering(execution_id).reject(reason, by=by, request=request, timeout=timeout)
+        return _approvals.reject(self._api, str(execution_id), reason, by=by, request=request, timeout=timeout,
+                                 clock=self._clock)
 
     def respond(self, execution_id: str, answer: Any, *, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Answer the question run ``execution_id`` asks (see :meth:`AgentHandle.respond`)."""
         self._check_open()
-        return self._answering(execution_id).respond(answer, by=by, request=request, timeout=timeout)
-
-    def _answering(self, execution_id: str) -> AgentHandle:
-        # A handle that registers nothing and sends no request until asked (like wait_delivered's).
-        return self._handle(str(execution_id), "", None, None, workers=False, monitor=False)
+        return _approvals.respond(self._api, str(execution_id), answer, by=by, request=request, timeout=timeout,
+                                  clock=self._clock)
 
     def _watch_pending(self, handle: AgentHandle) -> None:
         on_pending = self._on_pending

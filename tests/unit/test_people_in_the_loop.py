@@ -434,3 +434,21 @@ def test_the_monitor_thread_starts_with_a_run_and_is_joined_on_close():
     assert not [t for t in threading.enumerate() if t.name == "conductor-agents-pending"]
     monitor.watch(Handle())
     assert monitor.watched == () and not [t for t in threading.enumerate() if t.name == "conductor-agents-pending"]
+
+
+def test_answers_check_their_arguments_before_any_request():
+    """A blank rejection reason, a non-text `by`, a bad timeout or a non-JSON answer send nothing."""
+    from conductor_agents import _approvals
+
+    class NoApi:
+        def __getattr__(self, name):
+            raise AssertionError(f"no request expected ({name})")
+
+    with pytest.raises(ValueError):
+        _approvals.reject(NoApi(), "wf", "  ")  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        _approvals.approve(NoApi(), "wf", by=3)  # type: ignore[arg-type]
+    with pytest.raises(ValueError):
+        _approvals.approve(NoApi(), "wf", timeout=0)  # type: ignore[arg-type]
+    with pytest.raises(PayloadError):
+        _approvals.respond(NoApi(), "wf", object())  # type: ignore[arg-type]
