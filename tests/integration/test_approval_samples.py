@@ -50,6 +50,7 @@ def queue_of(client, execution_id: str) -> list:
     return [a for a in body["approvals"] if a["executionId"] == execution_id]
 
 
+@pytest.mark.both_topologies
 def test_flask_approval_page_approves_and_rejects_a_listeners_publication(flask_app) -> None:
     client = flask_app.app.test_client()
     execution_id = client.post("/listeners", json={}).get_json()["execution_id"]
