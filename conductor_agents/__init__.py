@@ -8,11 +8,13 @@ import logging as _logging
 from ._version import __version__
 from ._context import CancelReason, ToolContext, current_tool_context
 from ._delivery import MessageDelivery
+from ._pending import HumanAnswer, PendingRequest, PendingToolCall
 from .agent import Agent
 from .continuation import CarryOver, Continuation
 from .errors import (
     AgentDefinitionError,
     AgentTypeError,
+    AnswerConflictError,
     AuthenticationError,
     ConductorAgentsError,
     ConfigurationError,
@@ -24,8 +26,12 @@ from .errors import (
     MessageLostError,
     MessageQueueDisabledError,
     MessageQueueFullError,
+    MissingSecretError,
+    NothingPendingError,
+    OutputValidationError,
     PayloadError,
     ResumeError,
+    RunContextError,
     RuntimeClosedError,
     ServerError,
     ServerUnavailableError,
@@ -40,7 +46,7 @@ from .handle import AgentHandle
 from .result import AgentResult, AgentStatus, RunStatus, TokenUsage, ToolCallRecord
 from .runtime import AgentRuntime
 from .settings import AgentSettings
-from .tools import ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
+from .tools import HumanTool, ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
 
 __all__ = [
     # Defining agents
@@ -50,6 +56,7 @@ __all__ = [
     "ToolDef",
     "ToolRegistry",
     "WaitForMessageTool",
+    "HumanTool",
     "tool",
     # Writing tools
     "ToolContext",
@@ -67,12 +74,17 @@ __all__ = [
     "TokenUsage",
     "ToolCallRecord",
     "MessageDelivery",
+    # People in the loop
+    "PendingRequest",
+    "PendingToolCall",
+    "HumanAnswer",
     # A real server on this machine
     "LocalServer",
     # Errors
     "ConductorAgentsError",
     "AgentDefinitionError",
     "AgentTypeError",
+    "AnswerConflictError",
     "AuthenticationError",
     "ConfigurationError",
     "ExecutionNotFoundError",
@@ -83,8 +95,12 @@ __all__ = [
     "MessageLostError",
     "MessageQueueDisabledError",
     "MessageQueueFullError",
+    "MissingSecretError",
+    "NothingPendingError",
+    "OutputValidationError",
     "PayloadError",
     "ResumeError",
+    "RunContextError",
     "RuntimeClosedError",
     "ServerError",
     "ServerUnavailableError",

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import contextvars
 import threading
+import types
 from typing import Any, Mapping, Optional
 
 import attrs
 
+from ._run_state import StateUpdates, state_of_task
+from ._secrets import SecretValues
 from .errors import ToolCancelled
 
 __all__ = [
@@ -78,9 +81,11 @@ class ToolContext:
         idempotency_key: the same on every delivery of this call, different for every other call
             (of this run or any other): key side effects with it to make them happen once.
         tool_name: the tool's name.
+        state: the run's context as this task received it (read-only; see :meth:`update_state`).
 
     Immutable identity plus two events that the SDK sets; thread-safe. Build one by hand
-    (``ToolContext(execution_id="e", task_id="t")``) to unit-test a tool.
+    (``ToolContext(execution_id="e", task_id="t", state={...}, secrets={...})``) to unit-test a
+    tool. The secrets are never part of its ``repr``.
     """
 
     execution_id: str
@@ -90,7 +95,12 @@ class ToolContext:
     reference_name: str = ""
     idempotency_key: str = attrs.field()
     tool_name: str = ""
+    state: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda v: types.MappingProxyType(dict(v)),
+                                           eq=False, repr=False)
+    _secrets: SecretValues = attrs.field(factory=SecretValues, eq=False, repr=False, alias="secrets",
+                                         converter=lambda v: v if isinstance(v, SecretValues) else SecretValues(v))
     _signals: _Signals = attrs.field(factory=_Signals, eq=False, repr=False, alias="_signals")
+    _updates: StateUpdates = attrs.field(factory=StateUpdates, eq=False, repr=False, alias="_updates")
 
     @idempotency_key.default
     def _default_key(self) -> str:
@@ -125,6 +135,33 @@ class ToolContext:
                 reason=self._signals.reason,
             )
 
+    def secret(self, name: str) -> str:
+        """The value of secret ``name``, which the server delivered with this task.
+
+        The tool (or its agent) must list the name in ``credentials``. Keep the value out of the
+        tool's output and exceptions: the SDK scrubs it from the failure texts it posts and logs,
+        but it cannot know where else it goes.
+
+        Raises:
+            MissingSecretError: (a LookupError) not declared, or the server has no value for it.
+        """
+        return self._secrets.get(name, tool_name=self.tool_name)
+
+    def update_state(self, values: Optional[Mapping[str, Any]] = None, **more: Any) -> None:
+        """Change the run's context when this call completes: each key replaces the old value (a
+        list onto a list appends the new items). Later tasks and turns see the new context.
+
+        Raises:
+            PayloadError: a value is not JSON.
+            RunContextError: a value is larger than the server shows to the model (4,096 bytes).
+        """
+        self._updates.update({**(values or {}), **more})
+
+    @property
+    def state_updates(self) -> "dict[str, Any]":
+        """The updates :meth:`update_state` recorded so far (a copy)."""
+        return self._updates.snapshot()
+
     @classmethod
     def of_task(cls, task: Mapping[str, Any], *, tool_name: str = "") -> "ToolContext":
         """The context of a polled task (the server's Task JSON)."""
@@ -139,7 +176,19 @@ class ToolContext:
             reference_name=reference,
             idempotency_key=call_key(workflow_id, reference or str(task.get("taskId")), iteration),
             tool_name=tool_name or str(task.get("taskType") or ""),
+            state=state_of_task(task.get("inputData") or {}),
+            secrets=SecretValues.of_task(task),
         )
+
+
+def state_updates_of(context: ToolContext) -> StateUpdates:
+    """The holder of the context's state updates (for the executor)."""
+    return context._updates
+
+
+def secrets_of(context: ToolContext) -> SecretValues:
+    """The secrets delivered with the context's task (for the executor's redaction)."""
+    return context._secrets
 
 
 def cancel(context: ToolContext, reason: str) -> bool:

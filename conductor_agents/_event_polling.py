@@ -155,6 +155,9 @@ def _task_events(task: Mapping[str, Any], execution_id: str) -> List[_Keyed]:
     elif task_type == "PULL_WORKFLOW_MESSAGES":
         out.append(((scheduled, seq, 0), WaitingEvent(**common("waiting", scheduled), task_reference_name=ref,
                                                       pending_tool={"taskRefName": ref})))
+    elif task_type == "HUMAN":  # a person is awaited: the same pendingTool the server streams
+        out.append(((scheduled, seq, 0), WaitingEvent(**common("waiting", scheduled), task_reference_name=ref,
+                                                      pending_tool=human_pending_tool(task))))
     if status == "COMPLETED" and is_tool_task(task):
         name = tool_name(task)
         out.append(((ended, seq, 1), ToolCallEvent(**common("tool_call", ended), tool_name=name,
@@ -165,6 +168,19 @@ def _task_events(task: Mapping[str, Any], execution_id: str) -> List[_Keyed]:
         message = str(task.get("reasonForIncompletion") or ("Task timed out" if status == "TIMED_OUT" else ""))
         out.append(((ended, seq, 1), ErrorEvent(**common("error", ended), task_reference_name=ref, message=message)))
     return out
+
+
+def human_pending_tool(task: Mapping[str, Any]) -> dict:
+    """The ``pendingTool`` of a HUMAN task, in the shape of the server's ``waiting`` event."""
+    inputs = task.get("inputData") or {}
+    pending: dict = {"taskRefName": str(task.get("referenceTaskName") or "")}
+    calls = inputs.get("tool_calls") if isinstance(inputs, Mapping) else None
+    if isinstance(calls, list):
+        pending["toolCalls"] = [{"name": c.get("name"), "args": c.get("inputParameters") or c.get("input") or {}}
+                                for c in calls if isinstance(c, Mapping)]
+    if isinstance(inputs, Mapping) and inputs.get("response_schema") is not None:
+        pending["response_schema"] = inputs["response_schema"]
+    return pending
 
 
 def events_from_workflow(workflow: Mapping[str, Any], execution_id: str) -> "list[AgentEvent]":

@@ -18,7 +18,7 @@ from typing import Any, Callable, Mapping, Optional
 
 import attrs
 
-from . import _context
+from . import _approval_gate, _context, _run_state
 from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._context import CancelReason, ToolContext
@@ -49,6 +49,7 @@ class TaskRef:
     reference_name: str
     input_data: Mapping[str, Any]
     response_timeout_seconds: float
+    seq: int = 0  # the task's position in its run (an approval-required call reads the decision before it)
 
     @classmethod
     def from_dict(cls, task: Mapping[str, Any]) -> "TaskRef":
@@ -59,6 +60,7 @@ class TaskRef:
             reference_name=str(task.get("referenceTaskName") or ""),
             input_data=dict(task.get("inputData") or {}),
             response_timeout_seconds=float(task.get("responseTimeoutSeconds") or 3600),
+            seq=task["seq"] if isinstance(task.get("seq"), int) else 0,
         )
 
 
@@ -250,26 +252,34 @@ class ToolExecutor:
     def _execute(self, task: TaskRef, tool_def: ToolDef, flight: _InFlight) -> Optional[dict]:
         """Run the body; the task result to post (None: post nothing, see ``_cancelled``)."""
         base = {"workflowInstanceId": task.workflow_id, "taskId": task.task_id, "workerId": self._worker_id}
+        scrub = _context.secrets_of(flight.context).redact  # secrets never leave in a failure text
         try:
+            if tool_def.approval_required:
+                rejected = _approval_gate.rejection(self._api, execution_id=task.workflow_id, seq=task.seq,
+                                                    tool_name=tool_def.name)
+                if rejected is not None:
+                    log.info("tool %s on task %s was not run: %s", task.task_type, task.task_id, rejected["error"])
+                    return {**base, "status": "COMPLETED", "outputData": dict(rejected),
+                            "reasonForIncompletion": str(rejected["error"])[:2000]}
             value = tool_def.invoke(task.input_data, context=flight.context)
         except ToolRetry as retry:
             return self._retried(task, flight, retry, base)
         except ToolCancelled as cancelled:
             return self._cancelled(task, flight, cancelled, base)
         except Exception as err:  # the model sees the error and the run goes on
-            reason = str(err) if isinstance(err, ToolArgumentsError) else f"{type(err).__name__}: {err}"
+            reason = scrub(str(err) if isinstance(err, ToolArgumentsError) else f"{type(err).__name__}: {err}")
             log.info("tool %s failed on task %s: %s", task.task_type, task.task_id, reason)
             return {
                 **base,
                 "status": _TERMINAL_FAILURE,
                 "reasonForIncompletion": reason[:2000],
                 "outputData": {"error": reason[:2000]},
-                "logs": [{"log": traceback.format_exc()[-4000:], "createdTime": int(self._clock.time() * 1000)}],
+                "logs": [{"log": scrub(traceback.format_exc())[-4000:], "createdTime": int(self._clock.time() * 1000)}],
             }
         try:
-            output = tool_output(value)
+            output = _run_state.merge_updates(tool_output(value), _context.state_updates_of(flight.context))
         except ToolOutputError as err:
-            reason = f"tool {task.task_type!r} returned an unusable value: {err}"
+            reason = scrub(f"tool {task.task_type!r} returned an unusable value: {err}")
             log.warning("%s (task %s)", reason, task.task_id)
             return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": reason, "outputData": {"error": reason}}
         return {**base, "status": "COMPLETED", "outputData": output}
@@ -279,6 +289,7 @@ class ToolExecutor:
         if flight.context.cancelled.is_set():
             return self._cancelled(task, flight, None, base)
         attempt = flight.context.attempt
+        retry = ToolRetry(_context.secrets_of(flight.context).redact(retry.reason), after_seconds=retry.after_seconds)
         if attempt < flight.max_attempts:
             log.info("tool %s asked for a retry on task %s (attempt %d of %d, in %gs): %s", task.task_type,
                      task.task_id, attempt, flight.max_attempts, retry.after_seconds, retry.reason)
@@ -304,7 +315,7 @@ class ToolExecutor:
         if reason is not None:
             log.info("tool %s on task %s stopped: cancelled (%s)", task.task_type, task.task_id, reason)
             return None
-        text = f"the tool cancelled itself: {err}"
+        text = _context.secrets_of(flight.context).redact(f"the tool cancelled itself: {err}")
         return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": text[:2000],
                 "outputData": {"error": text[:2000]}}
 

@@ -1,4 +1,5 @@
-"""Structured tool parameters and results: dataclasses, ``TypedDict``, ``NamedTuple``, pydantic v2 models.
+"""Structured tool parameters and results: dataclasses, attrs classes, ``TypedDict``, ``NamedTuple``,
+pydantic v2 models.
 
 Each such class becomes a JSON object schema (its fields become properties, with their own hints
 described by :func:`conductor_agents._schema.hint_schema`, so classes nest), and a converter that
@@ -18,6 +19,8 @@ import inspect
 import threading
 import typing
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+import attrs
 
 from ._json_check import json_copy
 
@@ -58,8 +61,8 @@ def is_structured(hint: Any) -> bool:
     """Whether ``hint`` is a class this module describes."""
     if not inspect.isclass(hint) or typing.get_origin(hint) is not None:
         return False
-    return (dataclasses.is_dataclass(hint) or typing.is_typeddict(hint) or is_named_tuple(hint)
-            or is_pydantic_model(hint))
+    return (dataclasses.is_dataclass(hint) or attrs.has(hint) or typing.is_typeddict(hint)
+            or is_named_tuple(hint) or is_pydantic_model(hint))
 
 
 def structured_schema(hint: type, describe: Describe) -> Tuple[Dict[str, Any], Converter]:
@@ -122,6 +125,10 @@ def _fields(hint: type) -> "list[tuple[str, Any, Any]]":
                 default = _MISSING
             out.append((field.name, hints.get(field.name, Any), default))
         return out
+    if attrs.has(hint):
+        return [(field.alias, hints.get(field.name, field.type if field.type is not None else Any),
+                 _attrs_default(field))
+                for field in attrs.fields(hint) if field.init]
     if is_named_tuple(hint):
         defaults = getattr(hint, "_field_defaults", {})
         return [(name, hints.get(name, Any), defaults.get(name, _MISSING)) for name in hint._fields]
@@ -133,6 +140,15 @@ def _fields(hint: type) -> "list[tuple[str, Any, Any]]":
         required, field_hint = _unwrap_required(field_hint, name in required_keys)
         out.append((name, field_hint, _MISSING if required else _ABSENT))
     return out
+
+
+def _attrs_default(field: "attrs.Attribute[Any]") -> Any:
+    default = field.default
+    if default is attrs.NOTHING:
+        return _MISSING
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
+        return _ABSENT if default.takes_self else default.factory()
+    return default
 
 
 def _unwrap_required(hint: Any, required: bool) -> "tuple[bool, Any]":
@@ -208,7 +224,7 @@ class CycleError(ValueError):
 def jsonable(value: Any) -> Any:
     """``value`` with structured instances turned into JSON objects, recursively.
 
-    Dataclass and NamedTuple instances become dicts of their fields, pydantic models their
+    Dataclass, attrs and NamedTuple instances become dicts of their fields, pydantic models their
     ``model_dump(mode="json")``, enum members their values. Anything else is left for the JSON
     encoder to accept or refuse.
 
@@ -232,6 +248,9 @@ def _jsonable(value: Any, active: "set[int]") -> Any:
             return value.model_dump(mode="json")
         if dataclasses.is_dataclass(value) and not inspect.isclass(value):
             return {f.name: _jsonable(getattr(value, f.name), active) for f in dataclasses.fields(value)}
+        if attrs.has(type(value)):
+            return {f.alias: _jsonable(getattr(value, f.name), active) for f in attrs.fields(type(value))
+                    if f.init}
         if isinstance(value, tuple) and is_named_tuple(type(value)):
             return {name: _jsonable(item, active) for name, item in zip(value._fields, value)}
         if isinstance(value, collections.abc.Mapping):

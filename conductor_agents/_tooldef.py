@@ -17,6 +17,7 @@ import attrs
 
 from . import _context, _json_check, _schema
 from ._context import ToolContext
+from ._secrets import check_credential_names
 from .errors import ConductorAgentsError, ToolDefinitionError
 
 __all__ = ["ToolArgumentsError", "ToolDef"]
@@ -24,7 +25,8 @@ __all__ = ["ToolArgumentsError", "ToolDef"]
 TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 WORKER = "worker"
 PULL_WORKFLOW_MESSAGES = "pull_workflow_messages"
-TOOL_TYPES = (WORKER, PULL_WORKFLOW_MESSAGES)
+HUMAN = "human"
+TOOL_TYPES = (WORKER, PULL_WORKFLOW_MESSAGES, HUMAN)
 #: Keys the server adds to a worker task's input next to the LLM's arguments.
 SERVER_EXTRAS = ("method", "_agent_state", "_agent_tool_name")
 #: How the ToolDef descriptor binds its func: not at all, to the instance, to the class.
@@ -124,6 +126,24 @@ def _check_timeout(_: Any, __: Any, value: Any) -> None:
         raise ToolDefinitionError(f"timeout_seconds must be >= 0 (0 = server default), got {value}")
 
 
+def _credentials(value: Any) -> "tuple[str, ...]":
+    return check_credential_names(value, what="credentials", error=ToolDefinitionError)
+
+
+def _check_approval(tool: "ToolDef", _: Any, value: Any) -> None:
+    _check_type(bool, "approval_required")(tool, _, value)
+    if value and tool.tool_type != WORKER:
+        raise ToolDefinitionError(
+            f"tool {tool.name!r} ({tool.tool_type}) runs on the server; only worker tools can require "
+            "approval (the SDK's worker enforces a rejection)")
+
+
+def _check_credentials_type(tool: "ToolDef", _: Any, value: "tuple[str, ...]") -> None:
+    if value and tool.tool_type != WORKER:
+        raise ToolDefinitionError(
+            f"tool {tool.name!r} ({tool.tool_type}) runs on the server; only worker tools receive secrets")
+
+
 def _empty_object_schema() -> Dict[str, Any]:
     return {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 
@@ -164,6 +184,11 @@ class ToolDef:
         factory=dict, converter=_json_object("config"), alias="config", hash=False
     )
     timeout_seconds: int = attrs.field(default=0, validator=_check_timeout)
+    #: A person must approve each call before it runs (``handle.approve()`` / ``reject(reason)``).
+    approval_required: bool = attrs.field(default=False, validator=_check_approval, kw_only=True)
+    #: Names of the secrets the server delivers with each call (``ctx.secret(name)``).
+    credentials: "tuple[str, ...]" = attrs.field(default=(), converter=_credentials,
+                                                 validator=_check_credentials_type, kw_only=True)
     # How the descriptor binds func (set by @tool): not at all, to the instance, to the class.
     _kind: str = attrs.field(default=FUNCTION, alias="_kind", repr=False)
     # Per-parameter converters from checked JSON values to hinted Python values (set by @tool).
@@ -208,6 +233,10 @@ class ToolDef:
         }
         if self.timeout_seconds:
             config["timeoutSeconds"] = self.timeout_seconds
+        if self.approval_required:
+            config["approvalRequired"] = True
+        if self.credentials:
+            config["config"] = {**config["config"], "credentials": list(self.credentials)}
         return config
 
     def bind(self, instance: Any) -> "ToolDef":

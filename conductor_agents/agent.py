@@ -8,6 +8,8 @@ from typing import Any, Iterable, Mapping, Optional
 import attrs
 
 from .continuation import Continuation
+from ._output_type import OutputSpec
+from ._secrets import check_credential_names
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
 
@@ -123,6 +125,16 @@ def _check_continuation(instance: Any, attribute: "attrs.Attribute[Any]", value:
     if value is not None and not isinstance(value, Continuation):
         raise AgentTypeError(f"Agent.continuation must be a Continuation or None, got {value!r}",
                              field="continuation", value=value)
+def _to_credentials(value: Any) -> "tuple[str, ...]":
+    def error(message: str) -> AgentTypeError:
+        return AgentTypeError(f"Agent.{message}", field="credentials", value=value)
+
+    return check_credential_names(value, what="credentials", error=error)
+
+
+def _check_output_type(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None:
+        OutputSpec.of(value)  # raises AgentDefinitionError naming the field
 
 
 @attrs.frozen
@@ -136,6 +148,11 @@ class Agent:
 
     ``stateful=True`` (or any tool marked ``@tool(stateful=True)``) pins every worker task
     of a run to the process that started it, through a per-run task domain.
+
+    ``output_type`` (a dataclass, attrs class, TypedDict, NamedTuple or pydantic model) asks the
+    model for a JSON answer of that shape; ``wait()`` checks it and returns an instance as
+    ``result.output``. ``credentials`` names the secrets the server delivers to every tool that
+    declares none of its own (``ctx.secret(name)``).
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -153,6 +170,8 @@ class Agent:
     metadata: Mapping[str, Any] = attrs.field(kw_only=True, factory=dict, converter=_to_metadata)
     #: When a long-lived listener is continued as a fresh run (None: the runtime's settings).
     continuation: Optional[Continuation] = attrs.field(kw_only=True, default=None, validator=_check_continuation)
+    output_type: Optional[type] = attrs.field(kw_only=True, default=None, validator=_check_output_type)
+    credentials: "tuple[str, ...]" = attrs.field(kw_only=True, default=(), converter=_to_credentials)
 
     @property
     def is_stateful(self) -> bool:
@@ -174,6 +193,16 @@ class Agent:
         """Whether a tool reads the run's message queue (a wait-for-message tool)."""
         return any(t.tool_type == "pull_workflow_messages" for t in self.tools)
 
+    @property
+    def waits_for_people(self) -> bool:
+        """Whether a run can wait for a person: a tool needs approval, or a tool asks a person."""
+        return any(t.approval_required or t.tool_type == "human" for t in self.tools)
+
+    @property
+    def output_spec(self) -> Optional[OutputSpec]:
+        """The schema and converter of ``output_type`` (None without one)."""
+        return OutputSpec.of(self.output_type) if self.output_type is not None else None
+
     def to_config(self) -> dict:
         """The server's ``agentConfig`` for ``POST /agent/start``."""
         config: dict[str, Any] = {
@@ -193,4 +222,8 @@ class Agent:
             config["maxTokens"] = self.max_tokens
         if self.metadata:
             config["metadata"] = dict(self.metadata)
+        if self.output_type is not None:
+            config["outputType"] = OutputSpec.of(self.output_type).to_config()
+        if self.credentials:
+            config["credentials"] = list(self.credentials)
         return config

@@ -240,6 +240,100 @@ class RuntimeClosedError(ConductorAgentsError, RuntimeError):
     """The :class:`~conductor_agents.AgentRuntime` was closed."""
 
 
+# --- people in the loop ------------------------------------------------------------
+
+
+class NothingPendingError(ConductorAgentsError, LookupError):
+    """The run does not wait for this answer: nothing waits for a person, or something else does.
+
+    Raised by ``approve()``, ``reject()`` and ``respond()``. ``execution_id`` is the run,
+    ``expected`` what the call answers (``"approval"`` or ``"question"``), ``waiting_for`` what
+    the run waits for instead (a :class:`~conductor_agents.PendingRequest` kind), or None when it
+    waits for no person. ``last_answer`` is the latest answer of the expected kind the run took
+    (a :class:`~conductor_agents.HumanAnswer`, e.g. someone else's a moment ago), or None. To be
+    told when someone else answered first, answer a request from ``pending()`` with
+    ``request=``: then it is an :class:`AnswerConflictError`.
+    """
+
+    def __init__(self, message: str, *, execution_id: str, expected: Optional[str] = None,
+                 waiting_for: Optional[str] = None, last_answer: object = None) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+        self.expected = expected
+        self.waiting_for = waiting_for
+        self.last_answer = last_answer
+
+
+class AnswerConflictError(ConductorAgentsError, RuntimeError):
+    """Another answer to the same request won: the run goes on with that one, not with this one.
+
+    Two people (or processes) answered the same pending request at about the same time; the
+    server took exactly one. ``winner`` is the :class:`~conductor_agents.HumanAnswer` the run
+    went on with (``winner.answer_id`` differs from ``answer_id``, the losing one).
+    """
+
+    def __init__(self, message: str, *, execution_id: str, task_reference_name: str, answer_id: str,
+                 winner: object = None) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+        self.task_reference_name = task_reference_name
+        self.answer_id = answer_id
+        self.winner = winner
+
+
+# --- typed answers, run context and secrets --------------------------------------------
+
+
+class OutputValidationError(ConductorAgentsError, ValueError):
+    """The run COMPLETED but its final answer does not fit the agent's ``output_type``.
+
+    The server does not check the answer against the schema; ``wait()`` does. ``raw_output``
+    is the model's answer as it came (text), ``problems`` says what does not fit (one text per
+    problem), ``output_type`` is the expected class and ``result`` the run's
+    :class:`~conductor_agents.AgentResult` with the raw text as its ``output``.
+    """
+
+    def __init__(self, message: str, *, execution_id: str, output_type: object, raw_output: Optional[str],
+                 problems: "tuple[str, ...]" = (), result: object = None) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+        self.output_type = output_type
+        self.raw_output = raw_output
+        self.problems = tuple(problems)
+        self.result = result
+
+
+class RunContextError(ConductorAgentsError, ValueError):
+    """A run context (``start(context=...)``, ``ctx.update_state(...)``) breaks the server's limits.
+
+    ``key`` names the entry at fault (None for the whole context), ``size`` is its size in bytes
+    and ``limit`` the limit it breaks (4,096 bytes per value, 32,768 in all).
+    """
+
+    def __init__(self, message: str, *, key: Optional[str] = None, size: Optional[int] = None,
+                 limit: Optional[int] = None) -> None:
+        super().__init__(message)
+        self.key = key
+        self.size = size
+        self.limit = limit
+
+
+class MissingSecretError(ConductorAgentsError, LookupError):
+    """A tool asked for a secret the server did not deliver with its task.
+
+    ``name`` is the secret, ``tool_name`` the tool; ``declared`` says whether the tool (or its
+    agent) lists it in ``credentials``: when it does, the server has no value under that name
+    (on a Conductor OSS server: set ``CONDUCTOR_SECRET_<name>`` in the server's environment).
+    The message never contains a secret's value.
+    """
+
+    def __init__(self, message: str, *, name: str, tool_name: str = "", declared: bool = False) -> None:
+        super().__init__(message)
+        self.name = name
+        self.tool_name = tool_name
+        self.declared = declared
+
+
 # --- the local server --------------------------------------------------------------
 
 

@@ -10,7 +10,8 @@ of its kind. See ``docs/events.md``.
 kind                   class                      when
 =====================  =========================  ============================================
 ``thinking``           :class:`ThinkingEvent`     an LLM call was scheduled
-``waiting``            :class:`WaitingEvent`      a wait-for-message task was scheduled
+``waiting``            :class:`WaitingEvent`      a wait-for-message task was scheduled, or the run
+                                                  waits for a person (``for_person``)
 ``tool_call``          :class:`ToolCallEvent`     a tool task completed (its arguments)
 ``tool_result``        :class:`ToolResultEvent`   right after, with the tool's output
 ``error``              :class:`ErrorEvent`        a task failed, or the run failed/was cancelled
@@ -33,6 +34,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import attrs
 
+from ._pending import PendingToolCall
 from ._sse import SseMessage
 from .result import SERVER_INPUT_KEYS
 
@@ -100,11 +102,24 @@ class ThinkingEvent(AgentEvent):
 
 @attrs.frozen(kw_only=True)
 class WaitingEvent(AgentEvent):
-    """The run waits for an external message (or was paused: ``task_reference_name`` None)."""
+    """The run waits: for an external message, for a person (``for_person``: tool calls to approve,
+    a :class:`~conductor_agents.HumanTool` question), or it was paused (``task_reference_name`` None)."""
 
     kind: str = attrs.field(default="waiting", init=False)
     task_reference_name: Optional[str] = None
     pending_tool: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze)
+
+    @property
+    def for_person(self) -> bool:
+        """Whether a person is awaited (the server's ``HUMAN`` task: it shows a form or calls to approve)."""
+        return self.pending_tool.get("response_schema") is not None or bool(self.pending_tool.get("toolCalls"))
+
+    @property
+    def tool_calls(self) -> "tuple[PendingToolCall, ...]":
+        """The tool calls awaiting approval (empty for a question or a message wait)."""
+        calls = self.pending_tool.get("toolCalls")
+        return tuple(PendingToolCall(str(c.get("name") or ""), tool_arguments(c.get("args")))
+                     for c in calls or () if isinstance(c, Mapping))
 
 
 @attrs.frozen(kw_only=True)

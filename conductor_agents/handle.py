@@ -8,19 +8,23 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import attrs
 
+from . import _approvals
 from ._api import ConductorApi
 from ._chain_directory import Chain, ChainDirectory, Link
 from ._chained_events import ChainedEvents
 from ._clock import Clock
 from ._delivery import MessageDelivery, wait_for_delivery
 from ._following import current_status, live_links
+from ._output_type import typed_result
 from ._payload import message_payload
+from ._pending import HumanAnswer, PendingRequest
 from ._sending import send_to_listener
 from ._transport import HttpError
 from .errors import (
     ConductorAgentsError,
     ExecutionNotRunningError,
     MessageQueueDisabledError,
+    OutputValidationError,
     ServerUnavailableError,
     WaitTimeoutError,
     WorkerStallError,
@@ -109,6 +113,12 @@ class AgentHandle:
         current = getattr(self._liveness, "current", None)
         return current if isinstance(current, Link) and current.number > link.number else link
 
+    def _live_id(self) -> str:
+        """The execution id of the listener's current run, as the server says now (one small request
+        for a continued listener; none otherwise)."""
+        chain = self._chain()
+        return self._directory.refresh(chain).execution_id if chain.continuable else self.execution_id
+
     @property
     def current_execution_id(self) -> str:
         """The execution id of the listener's current run (the same as :attr:`execution_id` until
@@ -167,20 +177,29 @@ class AgentHandle:
         (:attr:`stall`) is checked before each poll, and a stall wakes the wait at once.
         Safe to call again after it returned or raised.
 
+        With an agent ``output_type``, a COMPLETED run's ``output`` is an instance of it.
+
         Raises:
             WaitTimeoutError: the deadline passed (default 600 s); the run goes on.
             WorkerStallError: a task of this run's domain is not being polled.
+            OutputValidationError: the run COMPLETED but its answer does not fit the agent's
+                ``output_type`` (``err.raw_output``, ``err.result`` keep it); raised again by a
+                later ``wait()``.
             ExecutionNotFoundError: the server does not know the execution (at once).
             ServerUnavailableError, ServerError: too many consecutive transient errors,
                 or a non-transient one.
         """
         if self._result is not None:
-            return self._result
+            return self._typed(self._result)
         limit = self._settings.wait_timeout_seconds if timeout is None else float(timeout)
         if limit <= 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
         deadline = self._clock.monotonic() + limit
-        return self._wait_loop(deadline, limit)
+        return self._typed(self._wait_loop(deadline, limit))
+
+    def _typed(self, result: AgentResult) -> AgentResult:
+        # The agent's output_type (if any) checked on the client: the server does not check it.
+        return typed_result(result, self.agent.output_spec if self.agent is not None else None)
 
     def _wait_loop(self, deadline: float, limit: float) -> AgentResult:
         errors = 0
@@ -385,6 +404,52 @@ class AgentHandle:
         self._terminal()
         self._wake.set()
 
+    # -- people in the loop -----------------------------------------------------------
+
+    def pending(self) -> "tuple[PendingRequest, ...]":
+        """What the run waits on from a person now, oldest first: tool calls to approve, questions
+        (one request; empty when it waits for nobody or has ended).
+
+        Raises:
+            ExecutionNotFoundError, ServerUnavailableError, ServerError: the request failed.
+        """
+        return _approvals.pending(self._api, self._live_id())
+
+    def approve(self, *, reason: Optional[str] = None, by: Optional[str] = None,
+                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+        """Approve the tool calls the run waits on; they run in the process serving the run.
+
+        ``reason`` is shown to the model with the approval, ``by`` names who approved (both
+        optional), ``request`` picks one of :meth:`pending` (default: the oldest approval).
+        Returns once the run has taken the answer (at most ``timeout`` seconds).
+
+        Raises:
+            NothingPendingError: the run waits for no approval (``err.waiting_for`` says what else).
+            AnswerConflictError: another answer was taken instead (``err.winner``).
+            ExecutionNotRunningError: the run has ended.
+            WaitTimeoutError: the run did not take an answer in time (it may still).
+        """
+        return _approvals.approve(self._api, self._live_id(), reason=reason, by=by, request=request,
+                                  timeout=timeout, clock=self._clock)
+
+    def reject(self, reason: str, *, by: Optional[str] = None,
+               request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+        """Reject the tool calls the run waits on: none runs, the model sees the rejection and
+        ``reason``, and the run goes on. Otherwise as :meth:`approve`."""
+        return _approvals.reject(self._api, self._live_id(), reason, by=by, request=request, timeout=timeout,
+                                 clock=self._clock)
+
+    def respond(self, answer: Any, *, by: Optional[str] = None,
+                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+        """Answer the question a :class:`~conductor_agents.HumanTool` call asks; the model gets
+        ``{"answer": answer}``. ``answer`` is any JSON value. Otherwise as :meth:`approve`.
+
+        Raises:
+            PayloadError: ``answer`` is not JSON. Otherwise as :meth:`approve`.
+        """
+        return _approvals.respond(self._api, self._live_id(), answer, by=by, request=request, timeout=timeout,
+                                  clock=self._clock)
+
     # -- context manager --------------------------------------------------------------
 
     def __enter__(self) -> "AgentHandle":
@@ -407,6 +472,7 @@ class AgentHandle:
                 self.wait(timeout=self._settings.shutdown_grace_seconds)
             except (WaitTimeoutError, WorkerStallError):
                 self.cancel(reason="did not stop within the grace period")
+            except OutputValidationError:
+                pass  # the run ended; its answer does not fit output_type (wait() says so again)
         except ConductorAgentsError as err:
             log.warning("could not end run %s on exit: %s", self.execution_id, err)
-

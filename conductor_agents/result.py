@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any, Mapping, Optional, Sequence
 
 import attrs
@@ -93,7 +94,13 @@ def tool_calls_from_tasks(tasks: Sequence[Mapping[str, Any]]) -> "tuple[ToolCall
         ToolCallRecord.from_task(task)
         for task in tasks
         if str(task.get("taskType") or "") not in _TOOL_TASK_TYPES_EXCLUDED
+        and not _is_approval_gate(task)
     )
+
+
+def _is_approval_gate(task: Mapping[str, Any]) -> bool:
+    # The HUMAN task the server puts before tools that need approval is no tool call of the model.
+    return str(task.get("taskType")) == "HUMAN" and "_approval_human" in str(task.get("referenceTaskName") or "")
 
 
 @attrs.frozen
@@ -126,18 +133,36 @@ class AgentStatus:
         )
 
 
+def _answer_text(value: Any) -> Optional[str]:
+    """The run's answer as text: an object the server parsed from JSON is shown as JSON again."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, (Mapping, list)):
+        try:
+            return json.dumps(value)
+        except (TypeError, ValueError):
+            pass
+    return str(value)
+
+
 @attrs.frozen
 class AgentResult:
-    """The outcome of a finished run. FAILED, TERMINATED and TIMED_OUT are results, not errors."""
+    """The outcome of a finished run. FAILED, TERMINATED and TIMED_OUT are results, not errors.
+
+    ``output`` is the final answer: text, or an instance of the agent's ``output_type`` when it
+    has one (``text`` keeps the answer as text either way). ``context`` is the run's context as it
+    ended (``start(context=...)`` plus the tools' updates).
+    """
 
     execution_id: str
     status: RunStatus
-    output: Optional[str] = None
+    output: Any = None
     finish_reason: Optional[str] = None
     error: Optional[str] = None
     token_usage: TokenUsage = attrs.field(factory=TokenUsage)
     tool_calls: "tuple[ToolCallRecord, ...]" = ()
     raw_output: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
+    context: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
     #: A continued listener: the run it ended in (its last), and how many runs it had. ``tool_calls``
     #: and ``token_usage`` are that last run's.
     current_execution_id: Optional[str] = None
@@ -148,6 +173,11 @@ class AgentResult:
         """True when the run COMPLETED."""
         return self.status is RunStatus.COMPLETED
 
+    @property
+    def text(self) -> Optional[str]:
+        """The final answer as text (JSON when the server parsed it into an object)."""
+        return _answer_text(self.raw_output.get("result"))
+
     @classmethod
     def from_server(
         cls,
@@ -157,9 +187,8 @@ class AgentResult:
     ) -> "AgentResult":
         """Combine the terminal status, the run detail and the task list into a result."""
         raw = dict(status.output or (detail or {}).get("output") or {})
-        result = raw.get("result")
-        if result is not None and not isinstance(result, str):
-            result = str(result)
+        result = _answer_text(raw.get("result"))
+        context = raw.get("context")
         error = status.reason or (detail or {}).get("reasonForIncompletion") or None
         return cls(
             execution_id=status.execution_id,
@@ -170,4 +199,5 @@ class AgentResult:
             token_usage=TokenUsage.from_dict((detail or {}).get("tokenUsage")),
             tool_calls=tool_calls_from_tasks(tasks),
             raw_output=raw,
+            context=dict(context) if isinstance(context, Mapping) else {},
         )

@@ -10,6 +10,7 @@ import threading
 import uuid
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from . import _approvals
 from ._api import ConductorApi
 from ._chain import link_key, run_id_for_key
 from ._chain_directory import Chain, ChainDirectory, Link
@@ -19,6 +20,9 @@ from ._fork import rebuild_after_fork
 from ._observer import TaskObserver
 from ._delivery import MessageDelivery
 from ._payload import message_payload
+from ._pending import HumanAnswer, PendingRequest
+from ._pending_watch import PendingMonitor
+from ._run_state import check_context, check_media
 from ._sending import send_to_listener
 from ._starting import start_run
 from ._switch import LinkSpec, link_start_body, pending_switch, read_commit
@@ -73,6 +77,11 @@ class AgentRuntime:
             resumed here stalls (:class:`WorkerStallError`), whether or not anyone waits on
             it. It runs on the watchdog thread: keep it short. An exception it raises is
             logged and ignored.
+        on_pending: ``on_pending(handle, request)`` is called once for each
+            :class:`PendingRequest` (a tool call to approve, a question) of a run started or
+            resumed here, within ``pending_check_interval_seconds`` (5 s) of its start. It runs
+            on the ``conductor-agents-pending`` thread: keep it short; an exception is logged
+            and ignored.
     """
 
     def __init__(
@@ -82,10 +91,16 @@ class AgentRuntime:
         transport: Optional[Transport] = None,
         clock: Clock = SYSTEM_CLOCK,
         on_stall: Optional[Callable[[AgentHandle, WorkerStallError], Any]] = None,
+        on_pending: Optional[Callable[[AgentHandle, PendingRequest], Any]] = None,
     ) -> None:
         if on_stall is not None and not callable(on_stall):
             raise AgentTypeError(f"on_stall must be callable, got {on_stall!r}", field="on_stall", value=on_stall)
+        if on_pending is not None and not callable(on_pending):
+            raise AgentTypeError(f"on_pending must be callable, got {on_pending!r}", field="on_pending",
+                                 value=on_pending)
         self._on_stall = on_stall
+        self._on_pending = on_pending
+        self._pending_monitor: Optional[PendingMonitor] = None
         self.settings = settings if settings is not None else AgentSettings.from_env()
         self._clock = clock
         self._owns_transport = transport is None
@@ -155,8 +170,14 @@ class AgentRuntime:
 
     # -- runs -------------------------------------------------------------------------
 
-    def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None) -> AgentHandle:
+    def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None,
+              context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None) -> AgentHandle:
         """Start a run of ``agent`` and serve its tools from this process.
+
+        ``context`` seeds the run's context: shown to the model before every turn, given to
+        every tool (``ctx.state``), updated by tools (``ctx.update_state``), returned as
+        ``result.context``. ``media`` is a list of URLs (images, documents) attached to the
+        first user message; the *server* downloads them (it refuses loopback addresses).
 
         A stateful agent gets a fresh run id; its workers poll the domain of that id
         (started *before* the run, so its first task is never missed). With an
@@ -182,7 +203,10 @@ class AgentRuntime:
             raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
         _check_prompt(prompt)
         run_id = uuid.uuid4().hex if agent.is_stateful else None
-        spec = LinkSpec(agent, prompt, self.settings.continuation_for(agent)) if agent.is_listener else None
+        checked_context = check_context(context) if context is not None else None
+        spec = None
+        if agent.is_listener:
+            spec = LinkSpec(agent, prompt, self.settings.continuation_for(agent), context=checked_context or {})
         if spec is not None:
             # A listener's first run carries the SDK's key (its chain's name: see _chain); the caller's
             # idempotency key picks the run id, so the same key still gives the same run.
@@ -192,10 +216,14 @@ class AgentRuntime:
             body = link_start_body(spec, run_id, link_key(run_id, 0, agent.name), number=0, turns_before=0)
         else:
             body = {"agentConfig": agent.to_config(), "prompt": prompt}
+            if checked_context is not None:
+                body["context"] = checked_context
             if run_id:
                 body["runId"] = run_id
             if idempotency_key is not None:
                 body["idempotencyKey"] = str(idempotency_key)
+        if media is not None:
+            body["media"] = check_media(media)  # the first run's only: later runs carry the conversation
         serve = self.settings.auto_start_workers and (bool(agent.worker_tools) or spec is not None)
         reservation = self._workers.reserve(run_id, agent, continued=spec is not None) if serve else None
         try:
@@ -224,12 +252,13 @@ class AgentRuntime:
                             tracker=tracker)
 
     def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0,
-            idempotency_key: Optional[str] = None) -> AgentResult:
+            idempotency_key: Optional[str] = None, context: Optional[Mapping[str, Any]] = None,
+            media: Optional[Any] = None) -> AgentResult:
         """Start a run, wait for its result (at most ``timeout`` seconds) and return it.
 
         Raises: as :meth:`start` and :meth:`AgentHandle.wait`.
         """
-        handle = self.start(agent, prompt, idempotency_key=idempotency_key)
+        handle = self.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media)
         return handle.wait(timeout=timeout)
 
     def send_message(self, execution_id: str, payload: Any) -> str:
@@ -373,6 +402,67 @@ class AgentRuntime:
         page = self._api.workflow_tasks(execution_id, statuses=("IN_PROGRESS",), start=0, count=200)
         self._workers.reclaim_orphans({"tasks": page.tasks}, domain)
 
+    # -- people in the loop, by execution id (any process may answer) -------------------
+
+    def pending(self, execution_id: str) -> "tuple[PendingRequest, ...]":
+        """What run ``execution_id`` waits on from a person (see :meth:`AgentHandle.pending`)."""
+        self._check_open()
+        return _approvals.pending(self._api, self._live_id(execution_id))
+
+    def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
+        """What every running run of ``agent`` (an Agent or its name) waits on from a person,
+        oldest first: an approval queue across processes.
+
+        One request for the running runs, one status per run, one task-list read per run that
+        waits on a person.
+
+        Raises:
+            AgentTypeError: ``agent`` is neither an Agent nor a name.
+        """
+        self._check_open()
+        name = agent.name if isinstance(agent, Agent) else agent
+        if not isinstance(name, str) or not name:
+            raise AgentTypeError(f"agent must be an Agent or its name, got {agent!r}", field="agent", value=agent)
+        return _approvals.pending_of_agent(self._api, name)
+
+    def approve(self, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
+                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+        """Approve what run ``execution_id`` waits on (see :meth:`AgentHandle.approve`)."""
+        self._check_open()
+        return _approvals.approve(self._api, self._live_id(execution_id), reason=reason, by=by, request=request,
+                                  timeout=timeout, clock=self._clock)
+
+    def reject(self, execution_id: str, reason: str, *, by: Optional[str] = None,
+               request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+        """Reject what run ``execution_id`` waits on (see :meth:`AgentHandle.reject`)."""
+        self._check_open()
+        return _approvals.reject(self._api, self._live_id(execution_id), reason, by=by, request=request, timeout=timeout,
+                                 clock=self._clock)
+
+    def respond(self, execution_id: str, answer: Any, *, by: Optional[str] = None,
+                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+        """Answer the question run ``execution_id`` asks (see :meth:`AgentHandle.respond`)."""
+        self._check_open()
+        return _approvals.respond(self._api, self._live_id(execution_id), answer, by=by, request=request, timeout=timeout,
+                                  clock=self._clock)
+
+    def _live_id(self, execution_id: str) -> str:
+        """The current run of the listener ``execution_id`` names (itself unless it was continued)."""
+        chain = self._directory.chain(str(execution_id))
+        return self._directory.refresh(chain).execution_id if chain.continuable else str(execution_id)
+
+    def _watch_pending(self, handle: AgentHandle) -> None:
+        on_pending = self._on_pending
+        monitor = self._pending_monitor
+        if monitor is None or monitor.pid != os.getpid():  # first use, or first use in a forked child
+            with self._lock:
+                monitor = self._pending_monitor
+                if monitor is None or monitor.pid != os.getpid():
+                    monitor = self._pending_monitor = PendingMonitor(
+                        self._api, lambda h, r: on_pending(h, r),  # type: ignore[misc]
+                        interval=self.settings.pending_check_interval_seconds)
+        monitor.watch(handle)
+
     def stats(self) -> RuntimeStats:
         """Counts and timings of the tools this runtime ran, and the runs it serves now.
 
@@ -445,6 +535,8 @@ class AgentRuntime:
         on_stall = self._on_stall
         if watch is not None and on_stall is not None:
             watch.add_listener(lambda error: on_stall(handle, error))
+        if monitor and self._on_pending is not None and agent is not None and agent.waits_for_people:
+            self._watch_pending(handle)
         return handle
 
     def _execution_ended(self, execution_id: str) -> None:
@@ -467,6 +559,8 @@ class AgentRuntime:
                 return
             self._closed = True
         self._closing.set()
+        if self._pending_monitor is not None and self._pending_monitor.pid == os.getpid():
+            self._pending_monitor.close()
         self._workers.close()
         self._observer.close()  # open event streams end with the runtime
         if self._owns_transport:

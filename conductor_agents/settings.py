@@ -90,6 +90,7 @@ ENV_VARS: Mapping[str, "tuple[str, Callable[[str], Any]]"] = {
     "CONDUCTOR_AGENT_CONTINUATION_ENABLED": ("continuation_enabled", _parse_bool),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS": ("continue_after_turns", _parse_int_at_least(2)),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES": ("continue_after_bytes", _parse_int_at_least(100_000)),
+    "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("pending_check_interval_seconds", _parse_positive_float),
 }
 
 
@@ -103,6 +104,7 @@ OTHER_KNOWN_VARS = frozenset({
     "CONDUCTOR_AGENTS_MAVEN_REPOSITORY",
     "CONDUCTOR_AGENTS_TEST_SERVER_URL",
     "CONDUCTOR_AGENTS_TEST_LLM_PORT",
+    "CONDUCTOR_AGENTS_TEST_SECRET",
 })
 _OWN_PREFIXES = ("CONDUCTOR_AGENT_", "CONDUCTOR_AGENTS_")
 
@@ -223,6 +225,8 @@ class AgentSettings:
     #: Longest ``send_message`` waits for a switch its message was caught in to be committed (the
     #: old run first works off what its queue held: a backlog takes a turn per message or batch).
     switch_wait_seconds: float = attrs.field(default=300.0, validator=_positive)
+    #: How often the runtime's ``on_pending`` hook samples runs that can wait for a person.
+    pending_check_interval_seconds: float = attrs.field(default=5.0, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
         if (self.auth_key is None) != (self.auth_secret is None):

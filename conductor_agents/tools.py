@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Tuple, Union, ov
 import attrs
 
 from . import _schema
+from ._human_tool import HumanTool
 from ._tooldef import (
     CLASSMETHOD,
     FUNCTION,
@@ -28,7 +29,7 @@ from ._tooldef import (
 )
 from .errors import ConfigurationError, ToolDefinitionError
 
-__all__ = ["ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool", "as_tool", "tool"]
+__all__ = ["HumanTool", "ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool", "as_tool", "tool"]
 
 MAX_BATCH_SIZE = 100  # the server's maxBatchSize for pull_workflow_messages
 
@@ -49,6 +50,8 @@ def tool(
     description: Optional[str] = None,
     stateful: bool = False,
     timeout_seconds: int = 0,
+    approval_required: bool = False,
+    credentials: Iterable[str] = (),
 ) -> Callable[[FuncT], ToolDef]: ...
 
 
@@ -60,6 +63,8 @@ def tool(
     description: Optional[str] = None,
     stateful: bool = False,
     timeout_seconds: int = 0,
+    approval_required: bool = False,
+    credentials: Iterable[str] = (),
 ) -> Union[ToolDef, Callable[[FuncT], ToolDef]]:
     """Make a function (or a method in a class body) a tool: ``@tool`` or ``@tool(...)``.
 
@@ -69,12 +74,18 @@ def tool(
     parameters. ``self``/``cls`` of methods are skipped; ``@staticmethod``/``@classmethod`` may
     sit under or over ``@tool``. ``async def`` functions are supported; generators are not.
 
+    ``approval_required=True``: each call waits until a person approves it (the run waits on the
+    server; ``handle.approve()`` runs the tool, ``handle.reject(reason)`` shows the model the
+    rejection instead). ``credentials=["NAME", ...]``: secrets the server delivers with each call,
+    read with ``ctx.secret("NAME")`` (they replace the agent's ``credentials`` for this tool).
+
     Raises:
         ToolDefinitionError: the function cannot be a tool (missing or unsupported hint,
             ``*args``, bad name, generator...); the message names the function and parameter.
     """
     options = dict(
-        name=name, description=description, stateful=stateful, timeout_seconds=timeout_seconds
+        name=name, description=description, stateful=stateful, timeout_seconds=timeout_seconds,
+        approval_required=approval_required, credentials=credentials,
     )
     if func is None:
         return lambda f: _make_tool(f, **options)
@@ -108,6 +119,8 @@ def _make_tool(
     description: Optional[str] = None,
     stateful: bool = False,
     timeout_seconds: int = 0,
+    approval_required: bool = False,
+    credentials: Iterable[str] = (),
 ) -> ToolDef:
     """Build the ToolDef of a callable (see :func:`tool`).
 
@@ -145,6 +158,8 @@ def _make_tool(
         func=obj,
         stateful=stateful,
         timeout_seconds=timeout_seconds,
+        approval_required=approval_required,
+        credentials=credentials,
         _kind=kind,
         _converters=derived.converters,
         _context_param=derived.context_param,

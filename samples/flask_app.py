@@ -8,6 +8,12 @@ instance, so ``GET /listeners/<id>`` can show state the tools built up.
     POST /listeners/<id>/messages       send it a JSON message    -> 202 {"message_id"}
     GET  /listeners/<id>                its status, reports, stall -> 200
     POST /listeners/<id>/stop           stop it and wait (<= 30 s) -> 200 {"status", "output", ...}
+    GET  /approvals                     the approval queue: an HTML page (JSON with Accept: application/json)
+    POST /approvals/<id>/approve        approve what listener <id> waits on (form or JSON: by, reason, request)
+    POST /approvals/<id>/reject         reject it (reason required): the model is told, the listener goes on
+
+Publishing a report needs a person's approval: ``{"action": "publish-report", "topic": ...}``
+makes the listener wait until someone approves or rejects the call on ``/approvals``.
 
 Run it offline (a real Conductor server on this machine, with a scripted model):
 
@@ -17,6 +23,9 @@ Run it offline (a real Conductor server on this machine, with a scripted model):
     curl -X POST localhost:5000/listeners/ID/messages -H 'content-type: application/json' \\
          -d '{"action": "generate-report", "topic": "sales"}'
     curl localhost:5000/listeners/ID
+    curl -X POST localhost:5000/listeners/ID/messages -H 'content-type: application/json' \\
+         -d '{"action": "publish-report", "topic": "sales"}'
+    open http://127.0.0.1:5000/approvals            # approve or reject the publication
     curl -X POST localhost:5000/listeners/ID/stop
 
 Or against your own server and a real model:
@@ -32,18 +41,23 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import html
 import logging
 import os
 import threading
+import time
 from typing import Any, Dict, Optional, Tuple
 
-from flask import Flask, jsonify, request
+from flask import Flask, jsonify, redirect, request
 
 from conductor_agents import (
     Agent,
     AgentHandle,
     AgentRuntime,
+    AnswerConflictError,
     ExecutionNotRunningError,
+    NothingPendingError,
+    PendingRequest,
     ToolRegistry,
     WaitForMessageTool,
     WaitTimeoutError,
@@ -59,6 +73,7 @@ class ActionTools:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.reports: list[str] = []
+        self.published: list[str] = []
 
     @tool
     def generate_report(self, topic: str = "weekly") -> dict:
@@ -66,6 +81,13 @@ class ActionTools:
         with self._lock:
             self.reports.append(topic)
         return {"saved_to": f"/reports/{topic}.pdf"}
+
+    @tool(approval_required=True)
+    def publish_report(self, topic: str) -> dict:
+        """Publish a report to customers (a person approves each publication first)."""
+        with self._lock:
+            self.published.append(topic)
+        return {"published": f"https://example.com/reports/{topic}"}
 
 
 def build_agent(model: str, tools: ActionTools) -> Agent:
@@ -80,7 +102,8 @@ def build_agent(model: str, tools: ActionTools) -> Agent:
             *ToolRegistry.from_instance(tools),
         ],
         instructions="Loop: wait_for_message; for {action: generate-report, topic}, call generate_report "
-                     "with that topic; repeat until told to stop.",
+                     "with that topic; for {action: publish-report, topic}, call publish_report; repeat until "
+                     "told to stop.",
     )
 
 
@@ -97,7 +120,7 @@ def runtime() -> AgentRuntime:
     global _runtime
     with _runtime_lock:
         if _runtime is None:
-            _runtime = AgentRuntime(on_stall=_stalled)
+            _runtime = AgentRuntime(on_stall=_stalled, on_pending=_pending)
             atexit.register(_runtime.close)
         return _runtime
 
@@ -105,6 +128,12 @@ def runtime() -> AgentRuntime:
 def _stalled(handle: AgentHandle, err: Exception) -> None:
     """Nobody waits on a listener here: the runtime's watchdog calls this (on its thread) when one stalls."""
     logging.getLogger("flask_app").error("listener %s is not being served: %s", handle.execution_id, err)
+
+
+def _pending(handle: AgentHandle, pending: PendingRequest) -> None:
+    """A listener waits for a person (the runtime calls this once per request, on its thread)."""
+    logging.getLogger("flask_app").warning("listener %s waits for approval of %s: see /approvals",
+                                           handle.execution_id, pending.tool_name)
 
 
 def model() -> str:
@@ -154,7 +183,7 @@ def listener_status(execution_id: str) -> Any:
     status = handle.status()
     stall = handle.stall  # set by the runtime's watchdog when no worker polls the listener's tasks
     return jsonify(execution_id=execution_id, status=status.status.value, waiting=status.is_waiting,
-                   reports=list(tools.reports), stalled=str(stall) if stall else None)
+                   reports=list(tools.reports), published=list(tools.published), stalled=str(stall) if stall else None)
 
 
 @app.post("/listeners/<execution_id>/stop")
@@ -170,6 +199,59 @@ def stop_listener(execution_id: str) -> Any:
                    reports=list(tools.reports), tool_calls=[c.name for c in result.tool_calls])
 
 
+# --- the approval queue ------------------------------------------------------------------------
+
+_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Approvals</title></head><body>
+<h1>Waiting for approval</h1>{rows}
+<p><a href="/approvals">refresh</a></p></body></html>"""
+_ROW = """<form method="post" action="/approvals/{eid}/{verb}" style="display:inline">
+<input type="hidden" name="request" value="{ref}"><input name="reason" placeholder="{hint}">
+<button>{verb}</button></form>"""
+
+
+def _queue() -> "list[PendingRequest]":
+    """Every approval a listener of this app waits for (in any process: asked of the server)."""
+    return [r for r in runtime().pending_requests("flask_listener") if r.kind == PendingRequest.APPROVAL]
+
+
+@app.get("/approvals")
+def approvals() -> Any:
+    queue = _queue()
+    if request.accept_mimetypes.best == "application/json" or request.args.get("format") == "json":
+        return jsonify(approvals=[r.to_dict() for r in queue])
+    rows = "".join(
+        f"<div><p><code>{html.escape(r.execution_id)}</code> waiting {time.time() - (r.since or time.time()):.0f}s: "
+        + ", ".join(f"<b>{html.escape(c.name)}</b>({html.escape(str(dict(c.arguments)))})" for c in r.tool_calls)
+        + "</p>" + _ROW.format(eid=html.escape(r.execution_id), verb="approve", ref=html.escape(r.task_reference_name),
+                               hint="note (optional)")
+        + _ROW.format(eid=html.escape(r.execution_id), verb="reject", ref=html.escape(r.task_reference_name),
+                      hint="reason (required)") + "</div>"
+        for r in queue) or "<p>Nothing waits for approval.</p>"
+    return _PAGE.format(rows=rows)
+
+
+@app.post("/approvals/<execution_id>/<verb>")
+def answer_approval(execution_id: str, verb: str) -> Any:
+    form = request.get_json(silent=True) if request.is_json else request.form
+    form = form or {}
+    reason = (form.get("reason") or "").strip() or None
+    options = dict(by=form.get("by") or "flask approval page", request=form.get("request") or None)
+    try:
+        if verb == "approve":
+            answer = runtime().approve(execution_id, reason=reason, **options)
+        elif verb == "reject" and reason:
+            answer = runtime().reject(execution_id, reason, **options)
+        else:
+            return jsonify(error="POST .../approve, or .../reject with a reason"), 400
+    except (NothingPendingError, ExecutionNotRunningError) as err:
+        return jsonify(error=str(err)), 404
+    except AnswerConflictError as err:
+        return jsonify(error=str(err), winner=err.winner.to_dict()), 409
+    if not request.is_json:
+        return redirect("/approvals", code=303)
+    return jsonify(answer.to_dict())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--remote", action="store_true",
@@ -180,21 +262,29 @@ def main() -> int:
         app.run(host="127.0.0.1", port=args.port, threaded=True)
         return 0
 
-    from conductor_agents.testing import LocalStack, ToolCall, listener_policy
+    from conductor_agents.testing import LocalStack, listener_policy
 
     print("starting a local Conductor server with a scripted model (first run downloads the server)...")
     with LocalStack() as stack:
         os.environ["CONDUCTOR_SERVER_URL"] = stack.url
-        os.environ["CONDUCTOR_AGENT_MODEL"] = stack.llm.script(policy=listener_policy(
-            lambda payload: ToolCall("generate_report", {"topic": payload.get("topic", "weekly")})
-            if isinstance(payload, dict) and payload.get("action") == "generate-report" else None
-        ))
+        os.environ["CONDUCTOR_AGENT_MODEL"] = stack.llm.script(policy=listener_policy(scripted_action))
         try:
             app.run(host="127.0.0.1", port=args.port, threaded=True)
         finally:
             if _runtime is not None:
                 _runtime.close()
     return 0
+
+
+def scripted_action(payload: Any) -> Any:
+    """The offline model: a report for generate-report, a publication (needs approval) for publish-report."""
+    from conductor_agents.testing import ToolCall
+
+    if isinstance(payload, dict) and payload.get("action") == "generate-report":
+        return ToolCall("generate_report", {"topic": payload.get("topic", "weekly")})
+    if isinstance(payload, dict) and payload.get("action") == "publish-report":
+        return ToolCall("publish_report", {"topic": payload.get("topic", "weekly")})
+    return None
 
 
 if __name__ == "__main__":

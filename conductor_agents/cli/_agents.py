@@ -34,6 +34,7 @@ from ..errors import (
     WaitTimeoutError,
     WorkerStallError,
 )
+from .._pending import waits_on_person
 from ..handle import AgentHandle
 from ..result import AgentResult, AgentStatus
 from ..runtime import AgentRuntime
@@ -300,7 +301,9 @@ def _status(args: argparse.Namespace) -> int:
         return EXIT_OK
     state = status.status.value
     if status.is_waiting:
-        state += " (waiting for a message)"
+        person = waits_on_person({"isWaiting": True, "pendingTool": status.pending_tool})
+        state += (f" (waiting for a person: conductor-agents pending {handle.execution_id})" if person
+                  else " (waiting for a message)")
     rows = [("execution", status.execution_id or handle.execution_id), ("agent", handle.agent_name),
             ("status", state)]
     if handle.run_id:

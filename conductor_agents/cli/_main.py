@@ -4,7 +4,8 @@ A verb group is a module with ``register(subparsers)``; it adds its parsers and 
 ``handler`` (``args -> exit code``) on each. Add new groups to ``VERB_GROUPS``.
 
 Exit codes: 0 ok, 1 error (or the run ended FAILED/TERMINATED/TIMED_OUT), 2 usage,
-3 not found / not running, 4 server unreachable, 5 wait timed out. Errors are one line on
+3 not found / not running / nothing pending, 4 server unreachable, 5 wait timed out,
+7 another answer won (approve/reject/respond). Errors are one line on
 standard error, never a traceback.
 """
 
@@ -25,7 +26,7 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 _EXIT_INTERRUPTED = 130
 
-VERB_GROUPS: List[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents"]
+VERB_GROUPS: List[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents", "conductor_agents.cli._humans"]
 """Modules that add verbs; each exposes ``register(subparsers)``."""
 
 _PROG = "conductor-agents"
@@ -36,8 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG,
         description="Durable AI agents on the Conductor orchestration server.",
-        epilog=("Exit codes: 0 ok, 1 error or run not COMPLETED, 2 usage, 3 not found or not running, "
-                "4 server unreachable, 5 wait timed out."),
+        epilog=("Exit codes: 0 ok, 1 error or run not COMPLETED, 2 usage, 3 not found or not running "
+                "(or nothing pending), 4 server unreachable, 5 wait timed out, 7 another answer won."),
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")

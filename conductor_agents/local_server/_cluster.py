@@ -40,7 +40,7 @@ class LocalCluster:
     deleted on :meth:`stop`, when None). ``port`` is the balancer's (None: a free one);
     nodes and Redis always take free loopback ports. ``env`` is extra environment for
     every node (e.g. ``OPENAI_API_KEY``, or a ScriptedLLM's ``server_env()``);
-    ``properties``, ``jvm_options``, ``version``, ``jar``, ``java`` as for LocalServer.
+    ``properties``, ``jvm_options``, ``version``, ``jar``, ``java``, ``secrets`` as for LocalServer.
     ``detached=True`` (the CLI) lets the cluster outlive this process.
 
     Thread-safety: lifecycle methods serialize on one lock; properties can be read
@@ -63,6 +63,7 @@ class LocalCluster:
         stop_timeout: float = 20.0,
         detached: bool = False,
         progress: bool = True,
+        secrets: Optional[Mapping[str, str]] = None,
     ) -> None:
         """Describe a cluster; nothing starts until :meth:`start`.
 
@@ -82,6 +83,7 @@ class LocalCluster:
         self._node_options: dict = dict(
             version=version, jar=jar, java=java, env=env, properties=properties, jvm_options=jvm_options,
             startup_timeout=startup_timeout, stop_timeout=stop_timeout, detached=detached, progress=progress,
+            secrets=secrets,
         )
         self._startup_timeout = startup_timeout
         self._stop_timeout = stop_timeout

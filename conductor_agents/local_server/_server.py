@@ -71,7 +71,9 @@ class LocalServer:
     (see :func:`find_java`). ``env`` is extra environment for the server (merged over
     ``os.environ``), e.g. ``OPENAI_API_KEY``; ``properties`` extra ``-D`` system
     properties (they override the defaults, except ``server.port``); ``jvm_options``
-    replaces :data:`DEFAULT_JVM_OPTIONS`.
+    replaces :data:`DEFAULT_JVM_OPTIONS`. ``secrets`` (name -> value) go into the server's
+    secrets store (its environment, as ``CONDUCTOR_SECRET_<name>``), where tools that declare
+    them in ``credentials`` get them; they are never part of a ``repr`` or log line.
 
     The server never outlives this process by accident: an ``atexit`` hook stops it, and
     on Linux the kernel sends it SIGTERM if this process dies (even by SIGKILL).
@@ -106,6 +108,7 @@ class LocalServer:
         backend: str = "sqlite",
         redis_port: Optional[int] = None,
         clock: Clock = SYSTEM_CLOCK,
+        secrets: Optional[Mapping[str, str]] = None,
     ) -> None:
         """Describe a server; nothing starts until :meth:`start`.
 
@@ -122,6 +125,7 @@ class LocalServer:
             raise ConfigurationError(f"set the port with port=, not with properties {sorted(reserved)}")
         if any(not isinstance(k, str) or not isinstance(v, str) for k, v in (env or {}).items()):
             raise ConfigurationError("env must map str to str")
+        self._secret_env = _secret_environment(secrets)
         if detached and data_dir is None:
             raise ConfigurationError("a detached server needs an explicit data_dir")
         if backend not in BACKENDS:
@@ -349,7 +353,7 @@ class LocalServer:
                     log.flush()
                     self._proc = _proc.spawn(
                         cmd,
-                        env={**os.environ, **self._env},
+                        env={**os.environ, **self._env, **self._secret_env},
                         log_file=log,
                         cwd=data_dir,
                         detached=self._detached,
@@ -526,3 +530,21 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         return True
     return True
+
+
+def _secret_environment(secrets: Optional[Mapping[str, str]]) -> Dict[str, str]:
+    """``secrets`` as the server's environment (its env-backed secrets store).
+
+    Raises:
+        ConfigurationError: a name is not a secret name or a value is not a non-empty str (the
+            message names the secret, never its value).
+    """
+    from .._secrets import SECRET_ENV_PREFIX, check_credential_names
+
+    out: Dict[str, str] = {}
+    for name, value in (secrets or {}).items():
+        check_credential_names([name], what="secrets", error=ConfigurationError)
+        if not isinstance(value, str) or not value:
+            raise ConfigurationError(f"secret {name!r} must have a non-empty str value", variable=name)
+        out[f"{SECRET_ENV_PREFIX}{name}"] = value
+    return out

@@ -28,6 +28,10 @@ CARRY_HEADING = f"## {CARRY_TASK}"
 __all__ = ["LLMRequest", "ToolOutput", "is_message_batch"]
 
 _DIGEST = re.compile(r"\A\[TOOL RESULTS\](.*?)\[/TOOL RESULTS\]\s*", re.DOTALL)
+#: The run's context block the server puts before the prompt (after the digest), when it has one.
+_CONTEXT = re.compile(r"\AContext:\n```json\n(.*?)\n```\s*", re.DOTALL)
+#: The line the server adds to the instructions after an approval with a reason or extra fields.
+_FEEDBACK = re.compile(r"^Human reviewer feedback:\s*(.*)$", re.MULTILINE)
 
 
 @attrs.frozen
@@ -44,6 +48,21 @@ class ToolOutput:
     call_id: str
     arguments: dict = attrs.field(factory=dict, hash=False)
     output: Any = attrs.field(default=None, hash=False)
+
+    @property
+    def rejected(self) -> bool:
+        """Whether a person rejected this call (the SDK reported the rejection instead of running it)."""
+        return isinstance(self.output, Mapping) and self.output.get("rejected") is True
+
+    @property
+    def rejection_reason(self) -> Optional[str]:
+        """The reason a person gave for rejecting this call (None when it was not rejected)."""
+        return str(self.output.get("reason")) if self.rejected else None
+
+    @property
+    def answer(self) -> Any:
+        """A person's answer, when this is the output of a ``HumanTool`` call (else None)."""
+        return self.output.get("answer") if isinstance(self.output, Mapping) else None
 
     @property
     def messages(self) -> List[Any]:
@@ -224,8 +243,42 @@ class LLMRequest:
 
     @property
     def prompt(self) -> str:
-        """The run's prompt: the first user message without the server's tool-results digest."""
-        return _DIGEST.sub("", self._first_user_text(), count=1)
+        """The run's prompt: the first user message without the server's tool-results digest and
+        context block."""
+        return _CONTEXT.sub("", _DIGEST.sub("", self._first_user_text(), count=1), count=1)
+
+    @property
+    def context(self) -> Optional[dict]:
+        """The run's context as the server showed it to the model (each value as text), or None
+        when it showed none."""
+        match = _CONTEXT.match(_DIGEST.sub("", self._first_user_text(), count=1))
+        if match is None:
+            return None
+        try:
+            parsed = json.loads(match.group(1))
+        except ValueError:
+            return None
+        return parsed if isinstance(parsed, dict) else None
+
+    @property
+    def media(self) -> List[str]:
+        """The media attached to the first user message (``image_url``/``file_url`` of its parts;
+        the server inlines downloads as ``data:`` URLs)."""
+        for item in self.input:
+            if isinstance(item, Mapping) and item.get("type", "message") == "message" and item.get("role") == "user":
+                content = item.get("content")
+                if not isinstance(content, list):
+                    return []
+                return [str(p.get("image_url") or p.get("file_url") or p.get("file_data")) for p in content
+                        if isinstance(p, Mapping) and p.get("type") in ("input_image", "input_file")]
+        return []
+
+    @property
+    def human_feedback(self) -> Optional[str]:
+        """What the server told the model about the latest approval (its reason and extra fields),
+        from the instructions; None when there is none."""
+        found = _FEEDBACK.findall(self.instructions or "")
+        return found[-1].strip() if found else None
 
     @property
     def tool_results_digest(self) -> Optional[List[Any]]:

@@ -27,6 +27,12 @@ Fixtures:
     :class:`~conductor_agents.AgentSettings` for ``topology_server``.
 ``agent_runtime``
     An :class:`~conductor_agents.AgentRuntime` on that server, closed after the test.
+``server_secrets`` (session)
+    ``{name: value}`` of the secrets the session's servers hold (one random value per session,
+    under ``CONDUCTOR_AGENTS_TEST_SECRET``): a tool declaring ``credentials=[name]`` gets it.
+    With ``CONDUCTOR_AGENTS_TEST_SERVER_URL``, start that server with
+    ``CONDUCTOR_SECRET_CONDUCTOR_AGENTS_TEST_SECRET=<value>`` and set
+    ``CONDUCTOR_AGENTS_TEST_SECRET=<value>`` for the tests.
 ``unique_name``
     ``unique_name("listener")`` gives a name no other test uses, so tests never see
     each other's runs or task queues. After the test, runs of those names still running on
@@ -51,6 +57,20 @@ from ._scripted_llm import ScriptedLLM
 
 #: URLs of the session's servers while they run (ended leftovers are looked for there).
 _SESSION_SERVER_URLS: "list[str]" = []
+
+#: The name of the secret the session's servers hold (see ``server_secrets``).
+TEST_SECRET_NAME = "CONDUCTOR_AGENTS_TEST_SECRET"
+_TEST_SECRET_VALUE = os.environ.get(TEST_SECRET_NAME) or f"test-secret-{uuid.uuid4().hex}"
+
+
+def _session_secrets() -> "dict[str, str]":
+    return {TEST_SECRET_NAME: _TEST_SECRET_VALUE}
+
+
+@pytest.fixture(scope="session")
+def server_secrets() -> "dict[str, str]":
+    """The secrets the session's servers hold: ``{name: value}``."""
+    return _session_secrets()
 
 
 class _ExternalServer:
@@ -87,7 +107,8 @@ def conductor_server(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPat
 
     data_dir = tmp_path_factory.mktemp("conductor-server")
     # A generous startup bound: on a small machine shared with other servers the JVM alone can take minutes.
-    server = LocalServer(data_dir, env=scripted_llm.server_env(), startup_timeout=600.0)
+    server = LocalServer(data_dir, env=scripted_llm.server_env(), startup_timeout=600.0,
+                         secrets=_session_secrets())
     server.start()
     _SESSION_SERVER_URLS.append(server.url)
     try:
@@ -136,7 +157,7 @@ def conductor_cluster(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPa
 
     # Two JVMs start at once: on a small shared machine that can take minutes.
     cluster = LocalCluster(tmp_path_factory.mktemp("conductor-cluster"), nodes=2, env=scripted_llm.server_env(),
-                           startup_timeout=600.0)
+                           startup_timeout=600.0, secrets=_session_secrets())
     cluster.start()
     _SESSION_SERVER_URLS.append(cluster.url)
     try:

@@ -5,6 +5,9 @@
     curl -X POST localhost:8000/listeners              # -> {"execution_id": ..., "pid": ...}
     curl -X POST localhost:8000/listeners/ID/messages -H 'content-type: application/json' \\
          -d '{"action": "generate-report", "topic": "sales"}'
+    curl -X POST localhost:8000/listeners/ID/messages -H 'content-type: application/json' \\
+         -d '{"action": "publish-report", "topic": "sales"}'   # waits for a person's approval
+    open http://127.0.0.1:8000/approvals               # approve or reject it, from any worker
     curl -X POST localhost:8000/listeners/ID/stop      # the tool outputs name the pid that ran them
 
 Against your own server and model (``--remote``), or without the sample runner at all:
@@ -42,6 +45,17 @@ def serve(env: "dict[str, str]", args: argparse.Namespace) -> int:
         return process.wait(timeout=60)
 
 
+def scripted_action(payload: object) -> object:
+    """The offline model: a report for generate-report, a publication (needs approval) for publish-report."""
+    from conductor_agents.testing import ToolCall
+
+    if isinstance(payload, dict) and payload.get("action") == "generate-report":
+        return ToolCall("generate_report", {"topic": payload.get("topic", "weekly")})
+    if isinstance(payload, dict) and payload.get("action") == "publish-report":
+        return ToolCall("publish_report", {"topic": payload.get("topic", "weekly")})
+    return None
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--remote", action="store_true",
@@ -53,14 +67,11 @@ def main() -> int:
     if args.remote:
         return serve(dict(os.environ), args)
 
-    from conductor_agents.testing import LocalStack, ToolCall, listener_policy
+    from conductor_agents.testing import LocalStack, listener_policy
 
     print("starting a local Conductor server with a scripted model (first run downloads the server)...")
     with LocalStack() as stack:
-        model = stack.llm.script(policy=listener_policy(
-            lambda payload: ToolCall("generate_report", {"topic": payload.get("topic", "weekly")})
-            if isinstance(payload, dict) and payload.get("action") == "generate-report" else None
-        ))
+        model = stack.llm.script(policy=listener_policy(scripted_action))
         return serve({**os.environ, "CONDUCTOR_SERVER_URL": stack.url, "CONDUCTOR_AGENT_MODEL": model}, args)
 
 

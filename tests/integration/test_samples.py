@@ -28,9 +28,12 @@ SAMPLES = REPO_ROOT / "samples"
 
 
 def report_on(payload: dict) -> "ToolCall | None":
-    """The samples' scripted model: {action: generate-report, topic} -> generate_report(topic)."""
+    """The samples' scripted model: {action: generate-report, topic} -> generate_report(topic), and
+    {action: publish-report, topic} -> publish_report(topic) (a tool that needs approval)."""
     if isinstance(payload, dict) and payload.get("action") == "generate-report":
         return ToolCall("generate_report", {"topic": payload.get("topic", "weekly")})
+    if isinstance(payload, dict) and payload.get("action") == "publish-report":
+        return ToolCall("publish_report", {"topic": payload.get("topic", "weekly")})
     return None
 
 
@@ -108,7 +111,7 @@ def test_flask_sample_starts_messages_reads_and_stops_a_listener(flask_sample) -
     state = eventually(lambda: (lambda body: body if body["reports"] else None)(
         client.get(f"/listeners/{execution_id}").get_json()), timeout=30, message="the report")
     assert state == {"execution_id": execution_id, "status": "RUNNING", "waiting": state["waiting"],
-                     "reports": ["sales"], "stalled": None}
+                     "reports": ["sales"], "published": [], "stalled": None}
 
     assert client.post(f"/listeners/{execution_id}/messages", data="not json").status_code == 400
     assert client.get("/listeners/nope").status_code == 404
@@ -136,9 +139,12 @@ def test_notebook_sample_runs_cell_by_cell(remote_env: Dict[str, str], monkeypat
     assert "AgentHandle(execution_id=" in started["text/plain"] and "workers=local" in started["text/plain"]
     assert "<b>notebook_listener</b>" in started["text/html"]
     assert code[1].outputs[-1]["data"]["text/plain"] == "['sales']"
-    printed = "".join(o.get("text", "") for o in code[2].outputs if o["output_type"] == "stream")
-    assert printed.startswith("COMPLETED") and "generate_report" in printed
-    assert "status=COMPLETED" in code[2].outputs[-1]["data"]["text/plain"]
+    approval = "".join(o.get("text", "") for o in code[2].outputs if o["output_type"] == "stream")
+    assert approval == "approval publish_report {'topic': 'sales'}\n"  # the cell saw the pending call...
+    assert code[2].outputs[-1]["data"]["text/plain"] == "['sales']"  # ...approved it, and the tool ran here
+    printed = "".join(o.get("text", "") for o in code[3].outputs if o["output_type"] == "stream")
+    assert printed.startswith("COMPLETED") and "generate_report" in printed and "publish_report" in printed
+    assert "status=COMPLETED" in code[3].outputs[-1]["data"]["text/plain"]
 
 
 @pytest.mark.both_topologies

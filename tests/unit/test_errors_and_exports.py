@@ -42,6 +42,11 @@ BUILTIN_OF = {
     "LocalServerError": (RuntimeError,),
     "JavaNotFoundError": (RuntimeError,),
     "JarDownloadError": (RuntimeError,),
+    "NothingPendingError": (LookupError,),
+    "AnswerConflictError": (RuntimeError,),
+    "OutputValidationError": (ValueError,),
+    "RunContextError": (ValueError,),
+    "MissingSecretError": (LookupError,),
 }
 
 
@@ -151,15 +156,17 @@ def test_http_error_fields():
 # --- exports ----------------------------------------------------------------------------------
 
 PACKAGE_ALL = [
-    "Agent", "Continuation", "CarryOver", "ToolDef", "ToolRegistry", "WaitForMessageTool", "tool",
+    "Agent", "Continuation", "CarryOver", "ToolDef", "ToolRegistry", "WaitForMessageTool", "HumanTool", "tool",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
     "AgentRuntime", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
     "ToolCallRecord", "MessageDelivery",
+    "PendingRequest", "PendingToolCall", "HumanAnswer",
     "LocalServer",
-    "ConductorAgentsError", "AgentDefinitionError", "AgentTypeError", "AuthenticationError",
+    "ConductorAgentsError", "AgentDefinitionError", "AgentTypeError", "AnswerConflictError", "AuthenticationError",
     "ConfigurationError", "ExecutionNotFoundError", "ExecutionNotRunningError", "JarDownloadError",
     "JavaNotFoundError", "LocalServerError", "MessageLostError", "MessageQueueDisabledError", "MessageQueueFullError",
-    "PayloadError", "ResumeError", "RuntimeClosedError", "ServerError", "ServerUnavailableError",
+    "MissingSecretError", "NothingPendingError", "OutputValidationError",
+    "PayloadError", "ResumeError", "RunContextError", "RuntimeClosedError", "ServerError", "ServerUnavailableError",
     "ToolArgumentsError", "ToolDefinitionError", "WaitTimeoutError", "WorkerStallError", "WorkerStartupError",
     "__version__",
 ]

@@ -22,6 +22,7 @@ GOOD = {
     "CONDUCTOR_AGENT_CONTINUATION_ENABLED": ("no", "continuation_enabled", False),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS": ("12", "continue_after_turns", 12),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES": ("500000", "continue_after_bytes", 500_000),
+    "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("1.5", "pending_check_interval_seconds", 1.5),
 }
 
 #: Malformed values of every variable that has a format (key and secret are free text).
@@ -49,6 +50,8 @@ BAD = [
     ("CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS", "ten"),
     ("CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES", "99999"),
     ("CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES", "1MB"),
+    ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "0"),
+    ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "soon"),
 ]
 
 

@@ -7,6 +7,7 @@ import enum
 import sys
 from typing import Annotated, Dict, List, NamedTuple, Optional, TypedDict
 
+import attrs
 import pydantic  # test extra only: the SDK never imports it
 import pytest
 
@@ -201,3 +202,30 @@ def test_mapping_of_structured_values():
 
     values = many.parse_arguments({"boxes": {"a": {"width": 1}}, "pairs": [{"left": 1}]})
     assert values == {"boxes": {"a": Dims(1.0)}, "pairs": [Pair(1)]}
+
+
+@attrs.frozen
+class Parcel:
+    """A parcel."""
+
+    weight: float
+    _code: str = "none"  # a private attrs field: set through its __init__ name, "code"
+    extras: List[str] = attrs.field(factory=list)
+
+
+def test_attrs_classes_are_structured_like_dataclasses():
+    """An attrs class: properties by __init__ name, defaults advertised, an instance built; results dumped."""
+
+    @tool
+    def send(parcel: Parcel) -> Parcel:
+        """Send."""
+        return parcel
+
+    schema = send.input_schema["properties"]["parcel"]
+    assert schema == {"type": "object", "description": "A parcel.", "additionalProperties": False,
+                      "required": ["weight"],
+                      "properties": {"weight": {"type": "number"}, "code": {"type": "string", "default": "none"},
+                                     "extras": {"type": "array", "items": {"type": "string"}, "default": []}}}
+    parcel = send.invoke({"parcel": {"weight": 2, "code": "X9"}})
+    assert parcel == Parcel(2.0, "X9") and isinstance(parcel.weight, float)
+    assert tool_output(parcel) == {"weight": 2.0, "code": "X9", "extras": []}

@@ -22,6 +22,7 @@ class ActionTools:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.reports: list[str] = []
+        self.published: list[str] = []
 
     @tool
     def generate_report(self, topic: str = "weekly") -> dict:
@@ -30,10 +31,20 @@ class ActionTools:
             self.reports.append(topic)
         return {"saved_to": f"/reports/{topic}.pdf", "pid": os.getpid()}
 
+    @tool(approval_required=True)
+    def publish_report(self, topic: str) -> dict:
+        """Publish a report to customers (a person approves each publication first)."""
+        with self._lock:
+            self.published.append(topic)
+        return {"published": f"https://example.com/reports/{topic}", "pid": os.getpid()}
+
+
+AGENT_NAME = "django_listener"
+
 
 def build_agent(tools: ActionTools) -> Agent:
     return Agent(
-        name="django_listener",
+        name=AGENT_NAME,
         model=os.environ.get("CONDUCTOR_AGENT_MODEL", "anthropic/claude-sonnet-4-6"),
         stateful=True,
         max_turns=10_000,
@@ -43,7 +54,8 @@ def build_agent(tools: ActionTools) -> Agent:
             *ToolRegistry.from_instance(tools),
         ],
         instructions="Loop: wait_for_message; for {action: generate-report, topic}, call generate_report "
-                     "with that topic; repeat until told to stop.",
+                     "with that topic; for {action: publish-report, topic}, call publish_report; repeat until "
+                     "told to stop.",
     )
 
 

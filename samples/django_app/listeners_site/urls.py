@@ -7,4 +7,6 @@ urlpatterns = [
     path("listeners/<str:execution_id>", views.listener_status),
     path("listeners/<str:execution_id>/messages", views.send_message),
     path("listeners/<str:execution_id>/stop", views.stop_listener),
+    path("approvals", views.approvals),
+    path("approvals/<str:execution_id>/<str:verb>", views.answer_approval),
 ]

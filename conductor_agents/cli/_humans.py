@@ -1,0 +1,132 @@
+"""``conductor-agents pending|approve|reject|respond``: answer a run that waits for a person.
+
+Any shell can answer, by execution id: the process that serves the run may be anywhere. These
+verbs register no workers. ``pending`` prints what the run waits for; ``approve`` / ``reject``
+answer a tool call that needs approval; ``respond`` answers a question a ``HumanTool`` asked.
+
+Exit codes as the other agent verbs, plus: 3 nothing of that kind waits (or the run has ended),
+7 another answer won (the run goes on with that one).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+from typing import Any, Callable
+
+from ..errors import AnswerConflictError, NothingPendingError
+from ..runtime import AgentRuntime
+from ._agents import EXIT_CODES, _guarded, _note, _parse_message, _settings
+from ._main import EXIT_NOT_FOUND, EXIT_OK, error
+
+__all__ = ["EXIT_CONFLICT", "register"]
+
+EXIT_CONFLICT = 7
+
+_EXIT_CODES = EXIT_CODES.replace(
+    "  3  unknown execution, or it is not running (send)",
+    "  3  unknown execution, it is not running, or it waits for no such answer") + \
+    "\n  7  approve/reject/respond: another answer won; the run goes on with that one"
+
+
+def register(subparsers: Any) -> None:
+    """Add the verbs to the top-level ``subparsers``."""
+    server = argparse.ArgumentParser(add_help=False)
+    server.add_argument("--server-url", metavar="URL",
+                        help="Conductor API base URL (default: CONDUCTOR_SERVER_URL, else http://localhost:8080/api)")
+    answer = argparse.ArgumentParser(add_help=False)
+    answer.add_argument("--by", metavar="NAME", help="who answers (shown with the answer)")
+    answer.add_argument("--request", metavar="REF",
+                        help="the request to answer (its task reference name from `pending`); default: the oldest")
+    answer.add_argument("--json", action="store_true", help="print the answer the run took as JSON")
+
+    def add(name: str, handler: Callable[[argparse.Namespace], int], help_: str, description: str,
+            *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        parser = subparsers.add_parser(name, help=help_, description=textwrap.fill(description, 88),
+                                       epilog=_EXIT_CODES, parents=[server, *parents],
+                                       formatter_class=argparse.RawDescriptionHelpFormatter)
+        parser.set_defaults(handler=_answers_guarded(handler))
+        parser.add_argument("execution_id", metavar="EXECUTION_ID")
+        return parser
+
+    pending = add("pending", _pending, "print what a run waits for from a person",
+                  "Print the tool calls the run waits to have approved and the questions it waits to have "
+                  "answered (nothing when it waits for nobody).")
+    pending.add_argument("--json", action="store_true", help="print JSON (a list)")
+
+    approve = add("approve", _approve, "approve the tool calls a run waits on",
+                  "Approve the tool calls the run waits on: they run in the process that serves the run.",
+                  answer)
+    approve.add_argument("--reason", help="a note shown to the model with the approval")
+
+    reject = add("reject", _reject, "reject the tool calls a run waits on",
+                 "Reject the tool calls the run waits on: none of them runs, the model is shown REASON, "
+                 "and the run goes on.", answer)
+    reject.add_argument("reason", metavar="REASON", help="why (the model reads it)")
+
+    respond = add("respond", _respond, "answer the question a run asks",
+                  "Answer the question the run asks (a HumanTool call). ANSWER is parsed as JSON when it "
+                  "is JSON, else sent as text; the model gets {\"answer\": ANSWER}.", answer)
+    respond.add_argument("answer", metavar="ANSWER", help="JSON or text")
+    respond.add_argument("--text", action="store_true", help="send ANSWER as text even if it parses as JSON")
+
+
+def _answers_guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+    """The agent verbs' error policy, plus exit 3 for nothing pending and 7 for a lost race."""
+
+    def answering(args: argparse.Namespace) -> int:
+        try:
+            return handler(args)
+        except NothingPendingError as err:
+            error(str(err))
+            return EXIT_NOT_FOUND
+        except AnswerConflictError as err:
+            error(str(err))
+            return EXIT_CONFLICT
+
+    return _guarded(answering)
+
+
+def _pending(args: argparse.Namespace) -> int:
+    with AgentRuntime(_settings(args)) as runtime:
+        requests = runtime.pending(args.execution_id)
+    if args.json:
+        print(json.dumps([r.to_dict() for r in requests], indent=2, default=str))
+        return EXIT_OK
+    if not requests:
+        _note(f"run {args.execution_id} waits for no person")
+    for request in requests:
+        if request.kind == request.APPROVAL:
+            calls = ", ".join(f"{c.name}({json.dumps(dict(c.arguments))})" for c in request.tool_calls)
+            print(f"approval  {request.task_reference_name}  {calls}")
+        else:
+            print(f"question  {request.task_reference_name}  {request.question}")
+    return EXIT_OK
+
+
+def _approve(args: argparse.Namespace) -> int:
+    with AgentRuntime(_settings(args)) as runtime:
+        answer = runtime.approve(args.execution_id, reason=args.reason, by=args.by, request=args.request)
+    return _print(args, answer, f"approved {answer.task_reference_name} of run {answer.execution_id}")
+
+
+def _reject(args: argparse.Namespace) -> int:
+    with AgentRuntime(_settings(args)) as runtime:
+        answer = runtime.reject(args.execution_id, args.reason, by=args.by, request=args.request)
+    return _print(args, answer, f"rejected {answer.task_reference_name} of run {answer.execution_id}")
+
+
+def _respond(args: argparse.Namespace) -> int:
+    value = _parse_message(args.answer, as_text=args.text)
+    with AgentRuntime(_settings(args)) as runtime:
+        answer = runtime.respond(args.execution_id, value, by=args.by, request=args.request)
+    return _print(args, answer, f"answered {answer.task_reference_name} of run {answer.execution_id}")
+
+
+def _print(args: argparse.Namespace, answer: Any, note: str) -> int:
+    if args.json:
+        print(json.dumps(answer.to_dict(), indent=2, default=str))
+    else:
+        _note(note)
+    return EXIT_OK
