@@ -17,7 +17,8 @@ the middle of them (every fact lives on the server):
    (each evaluation pops the queue) at least once after step 1 and found nothing: proven when the
    task was scheduled after link n+1 (by the server's clock, with a margin), or else by two
    evaluations more than when it was first seen (the second one started after step 1). So every
-   message accepted before step 1 has been pulled. Bounded by ``drain_seconds``.
+   message accepted before step 1 has been pulled. Bounded by ``drain_seconds`` without progress,
+   except while link n waits for a person (an approval or a question), which is never cut short.
 3. **Terminate link n** with the reason ``conductor-agents: continued as <id>``. Its queue is deleted;
    a message accepted after the drain's last evaluation is dropped with it, and the SDK sender that
    pushed it sends it again to link n+1 (it waits for step 4 to know).
@@ -72,6 +73,7 @@ _SETTLE_SECONDS = 0.1
 #: How many tasks are read from the end of link n to find its last model turn (more pages if needed).
 _TAIL_PAGE = 40
 _PULL = "PULL_WORKFLOW_MESSAGES"
+_HUMAN = "HUMAN"
 _LLM = "LLM_CHAT_COMPLETE"
 _LOOPS = frozenset({"DO_WHILE"})
 #: Tasks of a waiting link that do not keep a switch from happening.
@@ -199,6 +201,11 @@ class Switch:
             if pulls and pulls[-1].get("taskId") != seen:  # a new wait: the link took a turn
                 seen = str(pulls[-1].get("taskId"))
                 deadline = max(deadline, self._clock.monotonic() + self._drain_seconds)
+            if any(t.get("taskType") == _HUMAN for t in page.tasks):
+                # It waits for a person (an approval, a question): never cut that short; the new run
+                # holds the messages that come meanwhile.
+                now = self._clock.monotonic()
+                deadline, hard_deadline = now + self._drain_seconds, now + 10 * self._drain_seconds
             pull = _is_waiting(page.tasks)
             if pull is not None and self._locally_idle(self.old.execution_id):
                 count = int(pull.get("pollCount") or 0)
