@@ -64,7 +64,7 @@ def test_senders_in_two_processes_across_twenty_switches_lose_and_repeat_nothing
         agent_runtime, scripted_llm, unique_name, topology_server):
     """Two other processes push 25 messages each without pause while the listener is continued every
     couple of turns (then this one sends more until it had 20 switches): every message is acted on
-    exactly once, in this process, in each sender's order, and the listener keeps its first id
+    exactly once, in this process, and the listener keeps its first id
     (status, stop and wait through it) across 21+ runs."""
     tools = ActionTools()
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -89,9 +89,7 @@ def test_senders_in_two_processes_across_twenty_switches_lose_and_repeat_nothing
 
     counts = collections.Counter(tools.snapshot())
     assert sorted(counts) == sorted(expected) and set(counts.values()) == {1}, counts.most_common(3)
-    for prefix in ("a", "b"):  # each sender's messages were acted on in the order it sent them
-        own = [a for a in tools.snapshot() if a.startswith(prefix + "-")]
-        assert own == [f"{prefix}-{i}" for i in range(25)]
+    # (No order within a sender's messages: a batch's calls run in parallel.)
 
     status = handle.status()
     assert status.execution_id == handle.execution_id and status.runs == handle.runs >= 21
