@@ -212,6 +212,23 @@ class LocalServer:
                 f"process ({os.getpid()}) is a fork of it and cannot stop, restart or start it: use it over "
                 f"HTTP ({self.url}) and leave its lifecycle to the process that started it")
 
+    def prepare(self) -> "LocalServer":
+        """Get the jar, the Java runtime and the boot archive ready without starting; return ``self``.
+
+        What the first :meth:`start` would do before it launches the server: the download and
+        the boot archive's one training start happen here instead (e.g. in the background
+        while other work runs, as the pytest plugin does). Safe beside a :meth:`start` of any
+        server: the caches serialize on their locks.
+
+        Raises:
+            JavaNotFoundError, JarDownloadError: no usable Java or jar.
+        """
+        with self._lock:
+            jar = self._jar if self._jar is not None else resolve_server_jar(self._version, progress=self._progress)
+            self._java_path()
+            self._boot_launch(jar)
+        return self
+
     def kill(self) -> None:
         """SIGKILL the server at once, as a crash would (for fault tests). Idempotent.
 
