@@ -118,6 +118,13 @@ class SwitchOutcome:
     abandoned_because: Optional[str] = None  # link n's status when it ended on its own
 
 
+def _seq(task: Mapping[str, Any]) -> int:
+    try:
+        return int(task.get("seq") or -1)
+    except (TypeError, ValueError):
+        return -1
+
+
 def _is_waiting(tasks: "list[Mapping[str, Any]]") -> Optional[Mapping[str, Any]]:
     """The waiting wait-for-message task when nothing else of the run is pending, else None."""
     pulls = [t for t in tasks if t.get("taskType") == _PULL and t.get("status") == "IN_PROGRESS"]
@@ -177,15 +184,19 @@ class Switch:
     def drain(self) -> "tuple[str, Optional[str]]":
         """Step 2: ``("quiet", None)``, ``("timeout", None)``, ``("ended", status)`` or ``("stopping", None)``.
 
-        The bound counts from the last sign of progress (link n took a turn): a backlog in its queue
-        is worked off however long it takes; only a link that makes no progress for ``drain_seconds``
-        (or keeps busy ten times that long: a sender that bypasses the SDK never stops) is cut short.
+        The bound counts from the last sign of progress (a task of link n that was not there before,
+        or one of its tools running here): a backlog in its queue is worked off however long it
+        takes; only a link that makes no progress for ``drain_seconds`` (or keeps busy ten times that
+        long: a sender that bypasses the SDK never stops) is cut short. Progress is read from the
+        tasks' sequence numbers, not from catching the link at a wait: working off a backlog, each
+        wait ends as soon as it is looked at, and a sample between two reads would rarely see one.
         """
         now = self._clock.monotonic()
         deadline, hard_deadline = now + self._drain_seconds, now + 10 * self._drain_seconds
         pull_id: Optional[str] = None
-        seen: Optional[str] = None
+        newest_seq = -1
         first_count = 0
+        last_shape: object = None
         while True:
             status = self._api.agent_status(self.old.execution_id)
             run_status = RunStatus.parse(status.get("status"))
@@ -197,9 +208,10 @@ class Switch:
                 return "ended", run_status.value
             page = self._api.workflow_tasks(self.old.execution_id, statuses=("IN_PROGRESS", "SCHEDULED"),
                                             start=1, count=50)  # start=1: the loop, first and big
-            pulls = [t for t in page.tasks if t.get("taskType") == _PULL]
-            if pulls and pulls[-1].get("taskId") != seen:  # a new wait: the link took a turn
-                seen = str(pulls[-1].get("taskId"))
+            seq = max((_seq(t) for t in page.tasks), default=-1)
+            idle = self._locally_idle(self.old.execution_id)
+            if seq > newest_seq or not idle:  # a new task (the link moved on), or its tool runs here
+                newest_seq = max(seq, newest_seq)
                 deadline = max(deadline, self._clock.monotonic() + self._drain_seconds)
             if any(t.get("taskType") == _HUMAN for t in page.tasks):
                 # It waits for a person (an approval, a question): never cut that short; the new run
@@ -207,7 +219,12 @@ class Switch:
                 now = self._clock.monotonic()
                 deadline, hard_deadline = now + self._drain_seconds, now + 10 * self._drain_seconds
             pull = _is_waiting(page.tasks)
-            if pull is not None and self._locally_idle(self.old.execution_id):
+            shape = (tuple(sorted(f"{t.get('taskType')}:{t.get('status')}" for t in page.tasks)), idle)
+            if shape != last_shape:
+                last_shape = shape
+                log.debug("listener %s: draining link %d: %s; %s here", self.chain.execution_id, self.old.number,
+                          ", ".join(shape[0]) or "nothing pending", "idle" if idle else "busy")
+            if pull is not None and idle:
                 count = int(pull.get("pollCount") or 0)
                 if (count >= 1 and self._scheduled_after_new(pull)) or \
                         (pull.get("taskId") == pull_id and count >= first_count + _EVALUATIONS):
