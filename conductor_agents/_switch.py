@@ -118,6 +118,16 @@ class SwitchOutcome:
     abandoned_because: Optional[str] = None  # link n's status when it ended on its own
 
 
+#: A drain that keeps seeing progress goes on for at most this many times ``drain_seconds``.
+DRAIN_CAP_FACTOR = 10
+
+
+def carry_grace_seconds(drain_seconds: float) -> float:
+    """How long a new run's carry task may wait unpolled before liveness counts it: the longest a
+    switch's drain may take (the old run working off its backlog), and the few steps after it."""
+    return DRAIN_CAP_FACTOR * drain_seconds + 30.0
+
+
 def _seq(task: Mapping[str, Any]) -> int:
     try:
         return int(task.get("seq") or -1)
@@ -192,7 +202,7 @@ class Switch:
         wait ends as soon as it is looked at, and a sample between two reads would rarely see one.
         """
         now = self._clock.monotonic()
-        deadline, hard_deadline = now + self._drain_seconds, now + 10 * self._drain_seconds
+        deadline, hard_deadline = now + self._drain_seconds, now + DRAIN_CAP_FACTOR * self._drain_seconds
         pull_id: Optional[str] = None
         newest_seq = -1
         first_count = 0
@@ -217,7 +227,7 @@ class Switch:
                 # It waits for a person (an approval, a question): never cut that short; the new run
                 # holds the messages that come meanwhile.
                 now = self._clock.monotonic()
-                deadline, hard_deadline = now + self._drain_seconds, now + 10 * self._drain_seconds
+                deadline, hard_deadline = now + self._drain_seconds, now + DRAIN_CAP_FACTOR * self._drain_seconds
             pull = _is_waiting(page.tasks)
             shape = (tuple(sorted(f"{t.get('taskType')}:{t.get('status')}" for t in page.tasks)), idle)
             if shape != last_shape:

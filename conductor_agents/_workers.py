@@ -24,7 +24,7 @@ from ._observer import TaskObserver
 from ._poller import DomainPoller
 from ._task_watch import hand_back
 from ._watchdog import RunWatch, RunWatchdog
-from ._switch import LinkSpec
+from ._switch import LinkSpec, carry_grace_seconds
 from ._watcher import QueueWatcher
 from .agent import Agent
 from .errors import ConductorAgentsError, WorkerStartupError
@@ -260,7 +260,7 @@ class WorkerSet:
                     self._api, interval=self._settings.liveness_check_interval_seconds,
                     stall_seconds=self._settings.liveness_stall_seconds, on_ended=self.execution_ended,
                     is_busy=self._is_busy, ring=self._ring, queues_empty=self._queues_empty,
-                    grace={CARRY_TASK: self._settings.continuation_drain_seconds + 30.0}, clock=self._clock,
+                    grace={CARRY_TASK: carry_grace_seconds(self._settings.continuation_drain_seconds)}, clock=self._clock,
                 )
                 if self._closed:
                     self._watchdog.close()
