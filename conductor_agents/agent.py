@@ -11,6 +11,7 @@ from .continuation import Continuation
 from ._guardrails import Guardrail
 from ._output_type import OutputSpec
 from ._secrets import check_credential_names
+from ._stopping import StopRule, stop_task_name, stop_worker
 from ._subagents import Handoff, Strategy, agent_tool, merge_worker_tools
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
@@ -185,6 +186,12 @@ def _to_transitions(value: Any) -> Mapping[str, "tuple[str, ...]"]:
     return out
 
 
+def _check_stop_when(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None and not callable(value):
+        raise AgentTypeError(f"Agent.stop_when must be a callable or None, got {value!r}", field="stop_when",
+                             value=value)
+
+
 def _check_unique_names(instance: Any, attribute: "attrs.Attribute[Any]", value: tuple) -> None:
     names = [item.name for item in value]
     for name in names:
@@ -246,8 +253,13 @@ class Agent:
                                                      converter=_to_values(Guardrail, "guardrails"),
                                                      validator=_check_unique_names)
 
+    #: ``stop_when(text, turn)``: True ends the loop after that turn (run as a worker task here).
+    stop_when: Optional[StopRule] = attrs.field(kw_only=True, default=None, validator=_check_stop_when)
+
     def __attrs_post_init__(self) -> None:
         _check_team(self)
+        if self.stop_when is not None:
+            stop_task_name(self.name)
         merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
 
     def as_tool(self, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
@@ -265,6 +277,8 @@ class Agent:
         groups: "list[Iterable[ToolDef]]" = [[t for t in self.tools if t.is_worker]]
         groups += [t.nested_tools for t in self.tools]
         groups.append([g.worker for g in self.guardrails if g.worker is not None])
+        if self.stop_when is not None:
+            groups.append([stop_worker(self.name, self.stop_when)])
         groups += [a.worker_tools for a in (*self.agents, *([self.router] if self.router else []))]
         return groups
 
@@ -343,6 +357,8 @@ class Agent:
             config["router"] = self.router.to_config()
         if self.handoffs:
             config["handoffs"] = [h.to_config() for h in self.handoffs]
+        if self.stop_when is not None:
+            config["stopWhen"] = {"taskName": stop_task_name(self.name)}
         if self.allowed_transitions:
             config["allowedTransitions"] = {k: list(v) for k, v in self.allowed_transitions.items()}
         return config

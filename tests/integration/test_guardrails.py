@@ -6,7 +6,8 @@ import threading
 
 import pytest
 
-from conductor_agents import Agent, Guardrail, GuardrailResult, RunStatus
+from conductor_agents import Agent, Guardrail, GuardrailResult, RunStatus, tool
+from conductor_agents.testing import ToolCall
 
 pytestmark = pytest.mark.integration
 
@@ -78,3 +79,26 @@ def test_a_python_guardrail_can_fix_the_answer(agent_runtime, scripted_llm, uniq
                                timeout=120)
     assert result.status is RunStatus.COMPLETED, result.error
     assert result.output == "Call me at [redacted]."
+
+
+def test_stop_when_ends_the_loop_from_python(agent_runtime, scripted_llm, unique_name):
+    """A model that would call its tool forever stops after the turn the Python rule says so."""
+    calls: list = []
+    turns: list = []
+
+    @tool(name=unique_name("step"))
+    def step() -> str:
+        """Take one step."""
+        calls.append(1)
+        return "stepped"
+
+    def enough(text: str, turn: int) -> bool:
+        turns.append(turn)
+        return turn >= 3
+
+    model = scripted_llm.script(policy=lambda request: ToolCall(step.name, {}))
+    agent = Agent(name=unique_name("walker"), model=model, tools=[step], max_turns=20, stop_when=enough)
+    result = agent_runtime.run(agent, "Walk.", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert turns == [1, 2, 3]
+    assert len(calls) == 3

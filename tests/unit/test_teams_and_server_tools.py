@@ -232,3 +232,24 @@ class TestResult:
         [call] = result.tool_calls
         assert (call.name, call.arguments, call.output) == ("ask", {"prompt": "hi"}, {"result": "hello"})
         assert AgentResult.from_server(status, {}, tasks).answered_by is None
+
+
+class TestStopWhen:
+    def test_config_and_worker(self):
+        """stop_when becomes stopWhen's worker task; its output is should_continue, the rule negated."""
+        agent = Agent(name="walker", model="openai/m", stop_when=lambda text, turn: turn >= 2)
+        assert agent.to_config()["stopWhen"] == {"taskName": "walker_stop_when"}
+        [worker] = agent.worker_tools
+        assert worker.invoke({"result": None, "iteration": 1}) == {"should_continue": True}
+        assert worker.invoke({"result": "x", "iteration": 2}) == {"should_continue": False}
+
+    def test_a_long_agent_name_gets_a_short_stable_task_name(self):
+        """Task names have at most 64 characters: a long agent name is cut and hashed, the same each time."""
+        name = "a" * 100
+        first = Agent(name=name, model="openai/m", stop_when=lambda t, n: True).to_config()["stopWhen"]["taskName"]
+        assert len(first) <= 64 and first.endswith("_stop_when")
+        assert first == Agent(name=name, model="openai/m", stop_when=lambda t, n: True).to_config()["stopWhen"]["taskName"]
+
+    def test_must_be_callable(self):
+        with pytest.raises(AgentTypeError, match="stop_when must be a callable"):
+            Agent(name="walker", model="openai/m", stop_when="soon")
