@@ -202,3 +202,18 @@ def test_a_router_agent_picks_the_sub_agent(agent_runtime, scripted_llm, unique_
     assert result.status is RunStatus.COMPLETED, result.error
     assert result.agents_run == (billing.name,)
     assert result.output == "Your bill is 42."
+
+
+def test_a_swarm_passes_the_conversation_by_transfer_tool(agent_runtime, scripted_llm, unique_name):
+    """strategy='swarm': the server offers the parent '<parent>_transfer_to_<peer>' tools; calling one hands over."""
+    name = unique_name("swarm")
+    billing = Agent(name=unique_name("billing"), model=scripted_llm.script(["the bill is 42"]))
+    tech = Agent(name=unique_name("tech"), model=scripted_llm.script(["never asked"]))
+    model = scripted_llm.script([ToolCall(f"{name}_transfer_to_{billing.name}", {}), "Your bill is 42."])
+    parent = Agent(name=name, model=model, agents=[billing, tech], strategy="swarm")
+    result = agent_runtime.run(parent, "How much do I owe?", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (billing.name,)
+    assert scripted_llm.requests_for(model)[0].tools == (f"{name}_transfer_to_{billing.name}",
+                                                       f"{name}_transfer_to_{tech.name}")
+    assert result.output == "Your bill is 42."
