@@ -115,9 +115,10 @@ class HttpTool:
         """An ``http`` ToolDef: the model's arguments become the request, the response its result.
 
         How the server builds the request (3.32.3): for ``GET``, ``HEAD``, ``DELETE`` and
-        ``OPTIONS`` every argument goes into the query string; for the other methods the
-        arguments are the JSON body. ``path_template`` (e.g. ``"/items/{sku}"``) is appended to
-        ``url`` with those arguments filled in (URL-encoded) and ``query_params`` names the
+        ``OPTIONS`` every argument goes into the query string (those of ``path_template`` too,
+        unless ``query_params`` lists which); for the other methods the arguments are the JSON
+        body. ``path_template`` (e.g. ``"/items/{sku}"``) is appended to ``url`` with those
+        arguments filled in (URL-encoded; they leave the body) and ``query_params`` names the
         arguments sent in the query string instead of the body. The model sees
         ``{"response": {"statusCode", "headers", "body", "reasonPhrase"}}``.
 
