@@ -102,3 +102,18 @@ def test_stop_when_ends_the_loop_from_python(agent_runtime, scripted_llm, unique
     assert result.status is RunStatus.COMPLETED, result.error
     assert turns == [1, 2, 3]
     assert len(calls) == 3
+
+
+def test_an_llm_guardrail_asks_its_model_and_the_retry_reaches_the_agent(agent_runtime, scripted_llm, unique_name):
+    """Guardrail.llm: the server asks the judge model with the policy; a failed verdict is a retry."""
+    judge = scripted_llm.script(['{"passed": false, "reason": "It is rude."}', '{"passed": true, "reason": "ok"}'])
+    model = scripted_llm.script(["Go away.", "Happy to help!"])
+    guard = Guardrail.llm("courtesy", model=judge, policy="Answers must be courteous.", max_retries=2)
+    result = agent_runtime.run(Agent(name=unique_name("judged"), model=model, guardrails=[guard]), "Help?",
+                               timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "Happy to help!"
+    first_check, second_check = scripted_llm.requests_for(judge)
+    assert "POLICY: Answers must be courteous." in first_check.instructions
+    assert first_check.user_text.startswith("Go away.") and second_check.user_text.startswith("Happy to help!")
+    assert "Output validation failed: It is rude." in scripted_llm.requests_for(model)[1].user_text
