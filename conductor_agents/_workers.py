@@ -252,7 +252,8 @@ class WorkerSet:
     # -- the watchdog -----------------------------------------------------------------
 
     def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
-              served_domain: Optional[str] = None, workflow_name: Optional[str] = None) -> RunWatch:
+              served_domain: Optional[str] = None, workflow_name: Optional[str] = None,
+              tree: bool = False) -> RunWatch:
         """Have the runtime's watchdog sample ``execution_id`` (see :meth:`RunWatchdog.watch`)."""
         with self._lock:
             if self._watchdog is None:
@@ -266,7 +267,7 @@ class WorkerSet:
                     self._watchdog.close()
             watchdog = self._watchdog
         return watchdog.watch(execution_id, domain=domain, served=served, served_domain=served_domain,
-                              workflow_name=workflow_name)
+                              workflow_name=workflow_name, tree=tree)
 
     def unwatch(self, execution_id: str) -> None:
         """Stop sampling ``execution_id`` (this process no longer serves or watches it)."""

@@ -299,6 +299,11 @@ class Agent:
         return merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
 
     @property
+    def has_sub_runs(self) -> bool:
+        """Whether runs start sub-runs on the server: the agent has sub-agents or agent tools."""
+        return bool(self.agents) or any(t.tool_type == "agent_tool" for t in self.tools)
+
+    @property
     def agent_names(self) -> "tuple[str, ...]":
         """The names of the sub-agents (``agents``), in order."""
         return tuple(a.name for a in self.agents)

@@ -527,7 +527,8 @@ class AgentRuntime:
                 chain: Optional[Chain] = None) -> AgentHandle:
         watch: Any = None
         if monitor and run_id and self.settings.liveness_enabled:
-            watch = tracker if tracker is not None else self._workers.watch(execution_id, domain=run_id)
+            tree = agent is not None and agent.has_sub_runs
+            watch = tracker if tracker is not None else self._workers.watch(execution_id, domain=run_id, tree=tree)
         handle = AgentHandle(
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
             settings=self.settings, clock=self._clock, agent=agent, liveness=watch,

@@ -112,3 +112,40 @@ def test_a_killed_sub_agent_tool_is_reclaimed_and_the_tree_completes(agent_setti
     # The model saw only the second delivery's result: the task was handed back, not failed.
     seen = [o.output for r in scripted_llm.requests_for(models["specialist"]) for o in r.tool_outputs]
     assert seen == [{"key": "k-1", "pid": os.getpid()}]
+
+
+def test_an_unpolled_sub_agent_tool_is_a_stall_and_resume_completes_the_tree(agent_settings, scripted_llm,
+                                                                           unique_name, tmp_path):
+    """Nobody serves the team: the sub-run's tool task waits unpolled on the run's domain, wait() raises
+    WorkerStallError naming it; resume() from a runtime with workers completes the run."""
+    import attrs
+
+    from conductor_agents import WorkerStallError
+
+    names = {role: unique_name(role) for role in ("parent", "specialist", "other")}
+
+    def coordinator(request):
+        if "Based on the work done" in (request.instructions or ""):
+            return "final answer"
+        return "DONE" if f"[{names['specialist']}]:" in request.user_text else names["specialist"]
+
+    def specialist(request):
+        if request.is_first_turn:
+            return ToolCall("lookup", {"key": "k-2"})
+        return "found"
+
+    models = {"parent": scripted_llm.script(policy=coordinator), "specialist": scripted_llm.script(policy=specialist),
+              "other": scripted_llm.script(["never asked"])}
+    log = str(tmp_path / "lookups.jsonl")
+    settings = attrs.evolve(agent_settings, auto_start_workers=False, liveness_stall_seconds=3.0,
+                            liveness_check_interval_seconds=0.5)
+    with AgentRuntime(settings) as no_workers:
+        handle = no_workers.start(team(names, models, FileLookup(log)), "Look up k-2.")
+        with pytest.raises(WorkerStallError) as info:
+            handle.wait(timeout=90)
+    assert info.value.domain == handle.run_id
+    assert info.value.task_reference_name.startswith("call_")  # the sub-agent's lookup call
+    with AgentRuntime(agent_settings) as live:
+        result = live.resume(handle.execution_id, team(names, models, FileLookup(log))).wait(timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert [entry["key"] for entry in read_log(log)] == ["k-2"]
