@@ -48,7 +48,7 @@ from .handle import AgentHandle
 from .result import AgentResult, AgentStatus, RunStatus, TokenUsage, ToolCallRecord
 from .runtime import AgentRuntime
 from .settings import AgentSettings
-from .tools import HttpTool, HumanTool, McpTool, ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
+from .tools import ApiTool, HttpTool, HumanTool, McpTool, ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
 
 __all__ = [
     # Defining agents
@@ -61,6 +61,7 @@ __all__ = [
     "HumanTool",
     "HttpTool",
     "McpTool",
+    "ApiTool",
     "tool",
     # Agents made of agents, and checks of their answers
     "Strategy",

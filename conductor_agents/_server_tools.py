@@ -1,4 +1,4 @@
-"""Tools the server runs itself, with no worker: :class:`HttpTool` and :class:`McpTool`.
+"""Tools the server runs itself, with no worker: :class:`HttpTool`, :class:`McpTool` and :class:`ApiTool`.
 
 Re-exported by :mod:`conductor_agents.tools`. Like :class:`WaitForMessageTool` they are values
 (``ToolDef`` of a server-side type) built by a ``create`` function.
@@ -20,10 +20,10 @@ import re
 import urllib.parse
 from typing import Any, Dict, Iterable, Mapping, Optional
 
-from ._tooldef import HTTP, MCP, ToolDef
+from ._tooldef import API, HTTP, MCP, ToolDef
 from .errors import ToolDefinitionError
 
-__all__ = ["HttpTool", "McpTool"]
+__all__ = ["ApiTool", "HttpTool", "McpTool"]
 
 #: ``${NAME}``: a secret the server puts in a header value when it sends the request.
 _PLACEHOLDER = re.compile(r"\$\{([^}]*)\}")
@@ -149,6 +149,43 @@ class HttpTool:
         )
 
 
+def _discovered(kind: str, url_key: str, url: str, name: str, description: str,
+                headers: Optional[Mapping[str, str]], max_tools: Optional[int]) -> ToolDef:
+    """A ToolDef of a server-side type whose tools the server discovers at the start of each run."""
+    _check_url(name, url, url_key)
+    config: Dict[str, Any] = {url_key: url}
+    checked = _check_headers(name, headers)
+    if checked:
+        config["headers"] = checked
+    if max_tools is not None:
+        if isinstance(max_tools, bool) or not isinstance(max_tools, int) or max_tools < 1:
+            raise ToolDefinitionError(f"tool {name!r}: max_tools must be an int >= 1, got {max_tools!r}")
+        config["max_tools"] = max_tools
+    return ToolDef(name=name, description=description, input_schema={"type": "object", "properties": {}},
+                   tool_type=kind, config=config)
+
+
+class ApiTool:
+    """The operations of an OpenAPI (3, or Swagger 2, or a Postman collection) service, called by the server.
+
+    At the start of each run the server reads the spec (``LIST_API_TOOLS``), offers each operation
+    to the model under its ``operationId`` and runs a call as an ``HTTP`` request to the spec's
+    server URL; ``headers`` (``${NAME}`` placeholders allowed) go with the spec read and every call.
+    ``name`` only labels this entry. Stateless; thread-safe.
+    """
+
+    @staticmethod
+    def create(*, spec_url: str, name: str = "api", description: str = "",
+               headers: Optional[Mapping[str, str]] = None, max_tools: Optional[int] = None) -> ToolDef:
+        """An ``api`` ToolDef for the service whose spec is at ``spec_url``.
+
+        Raises:
+            ToolDefinitionError: a bad URL, header (see the module docstring) or ``max_tools``.
+        """
+        return _discovered(API, "url", spec_url, name, description or f"Operations of the API at {spec_url}",
+                           headers, max_tools)
+
+
 class McpTool:
     """The tools of a Model Context Protocol server, which the server calls itself. Stateless; thread-safe.
 
@@ -175,19 +212,5 @@ class McpTool:
         Raises:
             ToolDefinitionError: a bad URL, header (see the module docstring) or ``max_tools``.
         """
-        _check_url(name, server_url, "server_url")
-        config: Dict[str, Any] = {"server_url": server_url}
-        checked = _check_headers(name, headers)
-        if checked:
-            config["headers"] = checked
-        if max_tools is not None:
-            if isinstance(max_tools, bool) or not isinstance(max_tools, int) or max_tools < 1:
-                raise ToolDefinitionError(f"tool {name!r}: max_tools must be an int >= 1, got {max_tools!r}")
-            config["max_tools"] = max_tools
-        return ToolDef(
-            name=name,
-            description=description or f"Tools of the MCP server at {server_url}",
-            input_schema={"type": "object", "properties": {}},
-            tool_type=MCP,
-            config=config,
-        )
+        return _discovered(MCP, "server_url", server_url, name,
+                           description or f"Tools of the MCP server at {server_url}", headers, max_tools)

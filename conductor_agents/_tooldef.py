@@ -27,11 +27,12 @@ WORKER = "worker"
 PULL_WORKFLOW_MESSAGES = "pull_workflow_messages"
 HUMAN = "human"
 #: Tools the server itself runs with no worker: an HTTP call, a Model Context Protocol server's
-#: tools, a sub-agent run as a sub-workflow (``agent.as_tool()``).
+#: tools, an OpenAPI service's operations, a sub-agent run as a sub-workflow (``agent.as_tool()``).
 HTTP = "http"
 MCP = "mcp"
+API = "api"
 AGENT_TOOL = "agent_tool"
-TOOL_TYPES = (WORKER, PULL_WORKFLOW_MESSAGES, HUMAN, HTTP, MCP, AGENT_TOOL)
+TOOL_TYPES = (WORKER, PULL_WORKFLOW_MESSAGES, HUMAN, HTTP, MCP, API, AGENT_TOOL)
 #: Keys the server adds to a worker task's input next to the LLM's arguments.
 SERVER_EXTRAS = ("method", "_agent_state", "_agent_tool_name")
 #: How the ToolDef descriptor binds its func: not at all, to the instance, to the class.

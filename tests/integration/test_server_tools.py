@@ -10,7 +10,7 @@ from typing import Iterator, List
 
 import pytest
 
-from conductor_agents import Agent, HttpTool, McpTool, RunStatus
+from conductor_agents import Agent, ApiTool, HttpTool, McpTool, RunStatus
 from conductor_agents.testing import ToolCall
 
 pytestmark = pytest.mark.integration
@@ -32,11 +32,21 @@ class Recorder(http.server.BaseHTTPRequestHandler):
         return self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
     def _answer(self) -> None:
+        if self.path == "/openapi.json":  # the spec of an OpenAPI service: one operation, GET /price?sku=
+            return self._send({"openapi": "3.0.0", "info": {"title": "shop", "version": "1"},
+                               "servers": [{"url": f"http://127.0.0.1:{self.server.server_address[1]}"}],
+                               "paths": {"/price": {"get": {
+                                   "operationId": "price_of", "summary": "Price of a SKU.",
+                                   "parameters": [{"name": "sku", "in": "query", "required": True,
+                                                   "schema": {"type": "string"}}]}}}})
         body = self._body()
         record = {"method": self.command, "path": self.path, "headers": dict(self.headers),
                   "body": json.loads(body) if body else None}
         self.server.seen.append(record)  # type: ignore[attr-defined]
-        payload = json.dumps({"price": 42, "path": self.path, "got": record["body"]}).encode()
+        self._send({"price": 42, "path": self.path, "got": record["body"]})
+
+    def _send(self, answer: dict) -> None:
+        payload = json.dumps(answer).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(payload)))
@@ -152,3 +162,21 @@ def test_an_mcp_tool_round_trip(agent_runtime, scripted_llm, unique_name, mcp_se
     assert out.name == "add" and out.output["isError"] is False
     assert out.output["content"][0]["text"] == "42"
     assert mcp_server["headers"] and all(h.get("x-api-key") == secret_value for h in mcp_server["headers"])
+
+
+def test_an_api_tool_offers_the_openapi_operations_and_calls_them(agent_runtime, scripted_llm, unique_name,
+                                                                  http_server, server_secrets):
+    """The server reads the OpenAPI spec (with the header), offers its operation by operationId and calls it."""
+    [(secret_name, secret_value)] = server_secrets.items()
+    base = f"http://127.0.0.1:{http_server.server_address[1]}"
+    shop = ApiTool.create(spec_url=f"{base}/openapi.json", name="shop", headers={"X-Api-Key": f"${{{secret_name}}}"})
+    model = scripted_llm.script([ToolCall("price_of", {"sku": "z-9"}), "It costs 42."])
+    result = agent_runtime.run(Agent(name=unique_name("api"), model=model, tools=[shop]), "Price of z-9?",
+                               timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    first, second = scripted_llm.requests_for(model)
+    assert first.tools == ("price_of",)
+    [out] = second.tool_outputs
+    assert out.output["response"]["body"]["path"] == "/price?sku=z-9"
+    [call] = [r for r in http_server.seen if r["path"].startswith("/price")]
+    assert call["headers"]["X-Api-Key"] == secret_value

@@ -6,6 +6,7 @@ import pytest
 
 from conductor_agents import (
     Agent,
+    ApiTool,
     AgentDefinitionError,
     AgentTypeError,
     Guardrail,
@@ -170,6 +171,16 @@ class TestMcpTool:
     def test_bad_max_tools(self):
         with pytest.raises(ToolDefinitionError, match="max_tools"):
             McpTool.create(server_url="http://127.0.0.1:9/mcp", max_tools=0)
+
+
+class TestApiTool:
+    def test_config(self):
+        """The spec's url, headers and max_tools, as the server reads them."""
+        t = ApiTool.create(spec_url="http://127.0.0.1:9/openapi.json", name="shop",
+                           headers={"X-Api-Key": "${SHOP_KEY}"}, max_tools=3)
+        assert t.tool_type == "api"
+        assert t.config == {"url": "http://127.0.0.1:9/openapi.json", "headers": {"X-Api-Key": "${SHOP_KEY}"},
+                            "max_tools": 3}
 
 
 class TestGuardrails:

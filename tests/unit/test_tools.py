@@ -77,7 +77,7 @@ class Counter:
 def test_in_all():
     """The public names are exported."""
     assert set(tools_module.__all__) == {
-        "HttpTool", "HumanTool", "McpTool", "ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool",
+        "ApiTool", "HttpTool", "HumanTool", "McpTool", "ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool",
         "as_tool", "tool",
     }
 
@@ -444,7 +444,7 @@ class TestToolDef:
         """Every field is checked on construction."""
         cases = [
             (dict(tool_type="ftp"), "tool_type must be one of ('worker', 'pull_workflow_messages', 'human', 'http', "
-             "'mcp', 'agent_tool'), got 'ftp'"),
+             "'mcp', 'api', 'agent_tool'), got 'ftp'"),
             (dict(func=None), "worker tool 't' needs a callable func, got None"),
             (dict(func=3), "worker tool 't' needs a callable func, got 3"),
             (dict(tool_type="pull_workflow_messages"), "tool 't' of type 'pull_workflow_messages' runs on the server; func must be None"),
