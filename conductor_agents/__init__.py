@@ -12,6 +12,7 @@ from ._pending import HumanAnswer, PendingRequest, PendingToolCall
 from .agent import Agent
 from ._guardrails import Guardrail, GuardrailResult
 from ._subagents import Handoff, Strategy
+from ._termination import Termination
 from .continuation import CarryOver, Continuation
 from .errors import (
     AgentDefinitionError,
@@ -68,6 +69,7 @@ __all__ = [
     "Handoff",
     "Guardrail",
     "GuardrailResult",
+    "Termination",
     # Writing tools
     "ToolContext",
     "current_tool_context",

@@ -13,6 +13,7 @@ from ._output_type import OutputSpec
 from ._secrets import check_credential_names
 from ._stopping import StopRule, stop_task_name, stop_worker
 from ._subagents import Handoff, Strategy, agent_tool, merge_worker_tools
+from ._termination import Termination, termination_task_name, termination_worker
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
 
@@ -256,10 +257,17 @@ class Agent:
     #: ``stop_when(text, turn)``: True ends the loop after that turn (run as a worker task here).
     stop_when: Optional[StopRule] = attrs.field(kw_only=True, default=None, validator=_check_stop_when)
 
+    #: When the loop ends: the server's conditions (text mention, stop message, turns), evaluated here.
+    termination: Optional[Termination] = attrs.field(
+        kw_only=True, default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(Termination)))
+
     def __attrs_post_init__(self) -> None:
         _check_team(self)
         if self.stop_when is not None:
             stop_task_name(self.name)
+        if self.termination is not None:
+            termination_task_name(self.name)
         merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
 
     def as_tool(self, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
@@ -279,6 +287,8 @@ class Agent:
         groups.append([g.worker for g in self.guardrails if g.worker is not None])
         if self.stop_when is not None:
             groups.append([stop_worker(self.name, self.stop_when)])
+        if self.termination is not None:
+            groups.append([termination_worker(self.name, self.termination)])
         groups += [a.worker_tools for a in (*self.agents, *([self.router] if self.router else []))]
         return groups
 
@@ -364,6 +374,8 @@ class Agent:
             config["handoffs"] = [h.to_config() for h in self.handoffs]
         if self.stop_when is not None:
             config["stopWhen"] = {"taskName": stop_task_name(self.name)}
+        if self.termination is not None:
+            config["termination"] = self.termination.to_config()
         if self.allowed_transitions:
             config["allowedTransitions"] = {k: list(v) for k, v in self.allowed_transitions.items()}
         return config

@@ -217,3 +217,18 @@ def test_a_swarm_passes_the_conversation_by_transfer_tool(agent_runtime, scripte
     assert scripted_llm.requests_for(model)[0].tools == (f"{name}_transfer_to_{billing.name}",
                                                        f"{name}_transfer_to_{tech.name}")
     assert result.output == "Your bill is 42."
+
+
+def test_a_termination_condition_ends_a_round_robin(agent_runtime, scripted_llm, unique_name):
+    """termination=text_mention('DONE') | max_messages(6): the second speaker says DONE, the loop ends there."""
+    from conductor_agents import Termination
+
+    first = Agent(name=unique_name("first"), model=scripted_llm.script(policy=lambda r: "still working"))
+    second = Agent(name=unique_name("second"), model=scripted_llm.script(policy=lambda r: "DONE here"))
+    parent = Agent(name=f"rr_{os.getpid()}_{unique_name('t')[-7:]}", model=scripted_llm.script(["unused"]),
+                   agents=[first, second], strategy="round_robin", max_turns=10,
+                   termination=Termination.text_mention("DONE") | Termination.max_messages(6))
+    result = agent_runtime.run(parent, "Take turns.", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.answered_by == second.name
+    assert len(result.agents_run) <= 2

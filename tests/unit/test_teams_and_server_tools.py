@@ -264,3 +264,29 @@ class TestStopWhen:
     def test_must_be_callable(self):
         with pytest.raises(AgentTypeError, match="stop_when must be a callable"):
             Agent(name="walker", model="openai/m", stop_when="soon")
+
+
+class TestTermination:
+    def test_conditions_and_config(self):
+        """Conditions use the server's TerminationConfig names; | and & join them."""
+        from conductor_agents import Termination
+
+        either = Termination.text_mention("done", case_sensitive=False) | Termination.max_messages(3)
+        assert either.to_config() == {"type": "or", "conditions": [
+            {"type": "text_mention", "text": "done", "caseSensitive": False},
+            {"type": "max_message", "maxMessages": 3}]}
+        assert either.reached("All DONE", 1) and either.reached("", 3) and not either.reached("go on", 2)
+        both = Termination.stop_message("STOP") & Termination.max_messages(2)
+        assert both.reached(" STOP ", 2) and not both.reached("STOP", 1)
+
+    def test_worker_is_named_as_the_server_names_its_task(self):
+        """The task is the agent's name, non-word characters as '_', plus '_termination'."""
+        from conductor_agents import Termination
+
+        agent = Agent(name="my-team", model="openai/m", termination=Termination.max_messages(2))
+        [worker] = agent.worker_tools
+        assert worker.name == "my_team_termination"
+        assert worker.invoke({"result": "x", "iteration": 2}) == {"should_continue": False}
+        assert agent.to_config()["termination"] == {"type": "max_message", "maxMessages": 2}
+        with pytest.raises(AgentDefinitionError, match="at most 52 characters"):
+            Agent(name="a" * 60, model="openai/m", termination=Termination.max_messages(2))
