@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
 
-.PHONY: install server-deps cluster-deps test unit demo clean bench
+.PHONY: install server-deps cluster-deps test test-fast unit demo clean bench
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -43,6 +43,10 @@ cluster-deps:
 
 test: server-deps
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The edit-test loop: everything but the cluster and the server-restart tests (make test runs those too).
+test-fast: server-deps
+	$(PY) -m pytest -m "not cluster and not restarts" $(PYTEST_ARGS)
 
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -195,7 +195,8 @@ def stop_listener(execution_id: str) -> Any:
     except WaitTimeoutError:
         return jsonify(execution_id=execution_id, status="STOPPING"), 202
     listeners.pop(execution_id, None)
-    return jsonify(execution_id=execution_id, status=result.status.value, output=result.output,
+    # A long listener is continued as new runs: ``tool_calls`` are those of its last run (of ``runs``).
+    return jsonify(execution_id=execution_id, status=result.status.value, output=result.output, runs=result.runs,
                    reports=list(tools.reports), tool_calls=[c.name for c in result.tool_calls])
 
 

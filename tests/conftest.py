@@ -62,13 +62,44 @@ def _uses_restartable(item: "pytest.Item | None") -> bool:
     return item is not None and _RESTARTABLE in getattr(item, "fixturenames", ())
 
 
+#: Markers this conftest puts on tests (``make test-fast`` deselects both).
+RESTARTS_MARKER = "restarts"
+CLUSTER_MARKER = "cluster"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", f"{RESTARTS_MARKER}: uses the restartable servers (set on collection)")
+    config.addinivalue_line("markers", f"{CLUSTER_MARKER}: runs on the local cluster (set on collection)")
+
+
+def _on_cluster(item: pytest.Item) -> bool:
+    params = getattr(getattr(item, "callspec", None), "params", {})
+    return "conductor_cluster" in getattr(item, "fixturenames", ()) or params.get("topology") == "cluster"
+
+
+def _is_unit(item: pytest.Item) -> bool:
+    return "tests/unit/" in item.nodeid.replace("\\", "/")
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: "list[pytest.Item]") -> None:
-    """The tests on the restartable servers run first, one after the other, in their own order: their
+    """Order: the unit tests (they need no server: the boot archive is got ready beside them, see the
+    plugin); the tests on the restartable servers, one after the other, in their own order, whose
     servers are then stopped (below) instead of idling beside the session's for the rest of the run
-    (an idle Conductor JVM takes a fifth of a core here)."""
+    (an idle Conductor JVM takes a fifth of a core here); the tests on one SQLite node; and last the
+    tests on the cluster (the fault tests, which kill and restart its parts, at the very end), so
+    its two JVMs start only then instead of idling through the single-node tests."""
+    for item in items:
+        if _uses_restartable(item):
+            item.add_marker(RESTARTS_MARKER)
+        if _on_cluster(item):
+            item.add_marker(CLUSTER_MARKER)
+    unit = [item for item in items if _is_unit(item)]
     first = [item for item in items if _uses_restartable(item)]
     first.sort(key=lambda item: item.name == "test_stop_leaves_no_process")  # it stops one: last (stable)
-    items[:] = first + [item for item in items if not _uses_restartable(item)]
+    rest = [item for item in items if not _is_unit(item) and not _uses_restartable(item)]
+    cluster = [item for item in rest if _on_cluster(item)]
+    cluster.sort(key=lambda item: item.nodeid.startswith("tests/cluster/"))  # the fault tests last (stable)
+    items[:] = unit + first + [item for item in rest if not _on_cluster(item)] + cluster
 
 
 def pytest_runtest_teardown(item: pytest.Item, nextitem: "pytest.Item | None") -> None:

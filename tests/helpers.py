@@ -6,7 +6,10 @@ import threading
 import time
 from typing import Callable, TypeVar
 
+import requests
+
 from conductor_agents import Agent, Continuation, ToolRegistry, WaitForMessageTool
+from conductor_agents._chain import link_id, link_key, parse_link_key
 
 T = TypeVar("T")
 
@@ -22,6 +25,29 @@ def eventually(check: Callable[[], T], *, timeout: float = 10.0, interval: float
         time.sleep(interval)
         last = check()
     return last
+
+
+def listener_runs(base_url: str, execution_id: str) -> "list[str]":
+    """Every run of the listener whose first run is ``execution_id``, first to newest, from the server.
+
+    Found the way any process finds them: the first run's correlation id names its chain, and each
+    later run has a known id; they are probed in turn until one does not exist.
+    """
+    first = requests.get(f"{base_url}/workflow/{execution_id}", params={"includeTasks": "false"}, timeout=10)
+    first.raise_for_status()
+    key = parse_link_key(first.json().get("correlationId"))
+    runs = [execution_id]
+    if key is None:
+        return runs
+    number = key.number
+    while True:
+        number += 1
+        candidate = link_id(key.agent_name, link_key(key.run_id, number, key.agent_name))
+        response = requests.get(f"{base_url}/workflow/{candidate}", params={"includeTasks": "false"}, timeout=10)
+        if response.status_code == 404:
+            return runs
+        response.raise_for_status()
+        runs.append(candidate)
 
 
 def sdk_threads() -> "list[str]":

@@ -26,3 +26,14 @@ def tail_lines(path: Path, n: int, start: int = 0) -> str:
         return ""
     lines = data.decode("utf-8", errors="replace").splitlines()
     return "\n".join(lines[-n:])
+
+
+def read_from(path: Path, start: int, limit: int = 256 * 1024) -> str:
+    """Return up to ``limit`` bytes of ``path`` from byte ``start`` on, as text ("" when there is no file)."""
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start)
+            data = fh.read(limit)
+    except OSError:
+        return ""
+    return data.decode("utf-8", errors="replace")

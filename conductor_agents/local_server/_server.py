@@ -16,25 +16,19 @@ from typing import Dict, Mapping, Optional, Sequence, Tuple, Type, Union
 
 from .._clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, LocalServerError
-from . import _http, _logs, _proc
+from . import _boot_archive, _http, _logs, _proc
+from ._boot_archive import BootLaunch
+from ._command import DEFAULT_JVM_OPTIONS, java_command, redacted, server_properties, training_command
 from ._jar import resolve_server_jar
-from ._java import JavaRuntime, find_java
+from ._java import JavaRuntime, find_java, probe_java
 from ._exit_registry import _attached  # noqa: F401  (tests inspect the registry through this module)
 from ._exit_registry import register as _register
 from ._exit_registry import stop_all_at_exit as _stop_all_at_exit  # noqa: F401
 from ._exit_registry import unregister as _unregister
 from ._dirs import run_data_dir
-from ._redis import RedisServer, redis_server_properties
+from ._redis import RedisServer
 
 _log = logging.getLogger("conductor_agents.local_server")
-
-DEFAULT_JVM_OPTIONS: Tuple[str, ...] = ("-Xmx1g", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError")
-"""JVM flags for a small machine that runs several servers at once (e.g. in tests).
-
-A 1 GB heap cap and the single-threaded serial collector keep one server near 420 MB
-RSS (about 500-560 MB without them) at the same start time (about 15 s on 2 cores).
-Running out of heap ends the process at once instead of leaving it half alive.
-"""
 
 BACKENDS: Tuple[str, ...] = ("sqlite", "redis")
 """What :class:`LocalServer` can keep its data in (``backend=``)."""
@@ -43,6 +37,9 @@ LOG_TAIL_LINES = 40
 _HEALTH_POLL_SECONDS = 0.25
 _HEALTH_PROBE_TIMEOUT = 2.0
 _KILL_WAIT_SECONDS = 10.0
+#: The least time the first start gives the making of the boot archive (a training start, then the
+#: JVM writing the archive: 1-2 minutes on 2 busy cores); past it the server starts from the jar.
+_BOOT_ARCHIVE_TIMEOUT = 900.0
 _RESERVED_PROPERTIES = frozenset({"server.port"})
 _JAR_VERSION_RE = re.compile(r"conductor-server-(.+)-boot\.jar$")
 
@@ -74,6 +71,13 @@ class LocalServer:
     replaces :data:`DEFAULT_JVM_OPTIONS`. ``secrets`` (name -> value) go into the server's
     secrets store (its environment, as ``CONDUCTOR_SECRET_<name>``), where tools that declare
     them in ``credentials`` get them; they are never part of a ``repr`` or log line.
+
+    ``boot_archive`` (default: on, unless ``CONDUCTOR_AGENTS_BOOT_ARCHIVE=0``) starts the
+    server from its boot archive: the jar unpacked once and a JVM class archive made for it
+    by one training start (about one start's time, once per jar and Java version, cached
+    beside the jar), which makes every later start about twice as fast. A start that fails
+    with the archive is tried again without it, and an archive the JVM rejects is made again
+    (see ``docs/configuration.md``).
 
     The server never outlives this process by accident: an ``atexit`` hook stops it, and
     on Linux the kernel sends it SIGTERM if this process dies (even by SIGKILL).
@@ -107,13 +111,14 @@ class LocalServer:
         progress: bool = True,
         backend: str = "sqlite",
         redis_port: Optional[int] = None,
+        boot_archive: Optional[bool] = None,
         clock: Clock = SYSTEM_CLOCK,
         secrets: Optional[Mapping[str, str]] = None,
     ) -> None:
         """Describe a server; nothing starts until :meth:`start`.
 
         Raises:
-            ConfigurationError: an argument has a bad value.
+            ConfigurationError: an argument has a bad value (or ``CONDUCTOR_AGENTS_BOOT_ARCHIVE`` has).
         """
         if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
             raise ConfigurationError(f"port must be an int in 0..65535, got {port!r}")
@@ -134,6 +139,8 @@ class LocalServer:
             raise ConfigurationError("redis_port needs backend='redis'")
         self._backend = backend
         self._redis_port = redis_port
+        self._boot_archive = _boot_archive.boot_archive_enabled() if boot_archive is None else bool(boot_archive)
+        self._launch: Optional[BootLaunch] = None
         self._redis: Optional[RedisServer] = None
         self._given_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else None
         self._version = version
@@ -208,6 +215,23 @@ class LocalServer:
                 f"the Conductor server (pid {self._proc.pid}) was started by process {self._owner_pid}; this "
                 f"process ({os.getpid()}) is a fork of it and cannot stop, restart or start it: use it over "
                 f"HTTP ({self.url}) and leave its lifecycle to the process that started it")
+
+    def prepare(self) -> "LocalServer":
+        """Get the jar, the Java runtime and the boot archive ready without starting; return ``self``.
+
+        What the first :meth:`start` would do before it launches the server: the download and
+        the boot archive's one training start happen here instead (e.g. in the background
+        while other work runs, as the pytest plugin does). Safe beside a :meth:`start` of any
+        server: the caches serialize on their locks.
+
+        Raises:
+            JavaNotFoundError, JarDownloadError: no usable Java or jar.
+        """
+        with self._lock:
+            jar = self._jar if self._jar is not None else resolve_server_jar(self._version, progress=self._progress)
+            self._java_path()
+            self._boot_launch(jar)
+        return self
 
     def kill(self) -> None:
         """SIGKILL the server at once, as a crash would (for fault tests). Idempotent.
@@ -338,41 +362,84 @@ class LocalServer:
             port = self._port
             if not _proc.port_is_free(port):
                 raise LocalServerError(f"port {port} on 127.0.0.1 is already in use")
-            log_path = self.log_path
-            assert log_path is not None
-            log_path.parent.mkdir(parents=True, exist_ok=True)
-            cmd = self._command(java, jar, data_dir, port, redis_port)
-            _log.info("starting Conductor server %s on port %d (data %s)", self._running_version, port, data_dir)
-            began = self._clock.monotonic()
-            lock_fd = _lock_data_dir(data_dir)
+            launch = self._boot_launch(jar)
             try:
-                with open(log_path, "a", encoding="utf-8") as log:
-                    offset = log.tell()
-                    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-                    log.write(f"--- conductor-agents: starting the server at {stamp}: {_redacted(cmd)}\n")
-                    log.flush()
-                    self._proc = _proc.spawn(
-                        cmd,
-                        env={**os.environ, **self._env, **self._secret_env},
-                        log_file=log,
-                        cwd=data_dir,
-                        detached=self._detached,
-                        pass_fds=(lock_fd,),  # the server holds the data dir lock while it lives
-                    )
-            finally:
-                os.close(lock_fd)
-            if not self._detached:
-                _register(self)
-            self._wait_healthy(self._proc, port, offset)
-            _log.info(
-                "Conductor server up at %s (pid %d) in %.1f s",
-                self.url,
-                self._proc.pid,
-                self._clock.monotonic() - began,
-            )
+                self._spawn_and_wait(java, launch, data_dir, port, redis_port)
+            except _ExitedDuringStartup:
+                if launch.archive is None:
+                    raise
+                _log.warning("the server exited during a start from its boot archive; starting it from the jar")
+                self._spawn_and_wait(java, BootLaunch.plain(jar), data_dir, port, redis_port)
+                _boot_archive.discard_unpacked(launch)  # the archive was at fault: made again next time
         except BaseException:
             self._stop(remove_owned_dir=True)
             raise
+
+    def _spawn_and_wait(self, java: Path, launch: BootLaunch, data_dir: Path, port: int,
+                        redis_port: Optional[int]) -> None:
+        """Start the server process from ``launch`` and wait until it is healthy (the lock is held)."""
+        log_path = self.log_path
+        assert log_path is not None
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        cmd = self._command(java, launch, data_dir, port, redis_port)
+        _log.info("starting Conductor server %s on port %d (data %s)", self._running_version, port, data_dir)
+        began = self._clock.monotonic()
+        lock_fd = _lock_data_dir(data_dir)
+        try:
+            with open(log_path, "a", encoding="utf-8") as log:
+                offset = log.tell()
+                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+                log.write(f"--- conductor-agents: starting the server at {stamp}: {redacted(cmd)}\n")
+                log.flush()
+                self._proc = _proc.spawn(
+                    cmd,
+                    env={**os.environ, **self._env, **self._secret_env},
+                    log_file=log,
+                    cwd=data_dir,
+                    detached=self._detached,
+                    pass_fds=(lock_fd,),  # the server holds the data dir lock while it lives
+                )
+        finally:
+            os.close(lock_fd)
+        if not self._detached:
+            _register(self)
+        try:
+            self._wait_healthy(self._proc, port, offset)
+        except _ExitedDuringStartup:
+            self._proc = None
+            _unregister(self)
+            raise
+        if launch.archive is not None and _boot_archive.rejected_archive(_logs.read_from(log_path, offset)):
+            _boot_archive.discard(launch)  # the server runs (without it); the next start makes a new one
+        _log.info(
+            "Conductor server up at %s (pid %d) in %.1f s%s",
+            self.url,
+            self._proc.pid,
+            self._clock.monotonic() - began,
+            " (boot archive)" if launch.archive is not None else "",
+        )
+
+    def _boot_launch(self, jar: Path) -> BootLaunch:
+        """The launch of this start: from the boot archive when it is on and can be had, else the jar."""
+        if not self._boot_archive or not _boot_archive.is_archivable_jar(jar):
+            return BootLaunch.plain(jar)
+        runtime = self._java_runtime()
+        if runtime is None:
+            return BootLaunch.plain(jar)
+        if self._launch is None or self._launch.archive is None or not self._launch.archive.is_file():
+            self._launch = _boot_archive.prepare_launch(
+                jar, runtime, training_command, timeout=max(self._startup_timeout, _BOOT_ARCHIVE_TIMEOUT),
+                progress=self._progress, clock=self._clock)
+        return self._launch
+
+    def _java_runtime(self) -> Optional[JavaRuntime]:
+        """The Java runtime with its version (asked once when only a path was given); None if unknown."""
+        if not isinstance(self._java, JavaRuntime):
+            version, _ = probe_java(self._java_path())
+            if version is None:
+                return None
+            self._java = JavaRuntime(self._java_path(), version)
+        return self._java
 
     def _java_path(self) -> Path:
         if self._java is None:
@@ -401,34 +468,10 @@ class LocalServer:
             self._redis.start()
         return self._redis.port
 
-    def _command(self, java: Path, jar: Path, data_dir: Path, port: int, redis_port: Optional[int]) -> list[str]:
-        if redis_port is None:
-            backend = {
-                "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL",
-                # One connection: SQLite has one writer anyway, and concurrent transactions that read
-                # then write fail with SQLITE_BUSY_SNAPSHOT (a 500 to 1 of 50 concurrent starts), which
-                # the server's own retries do not cover on every path. transaction_mode=IMMEDIATE also
-                # avoids it but puts every read behind the busy handler's sleeps: tool pickup p95/p99
-                # went from 113/203 ms to 1062/2546 ms (benchmarks/run.py --scenarios pickup).
-                # The server nests a connection inside a transaction only where it removes a task's
-                # index rows (a workflow removal, which the SDK never asks for).
-                "spring.datasource.hikari.maximum-pool-size": "1",
-            }
-        else:
-            backend = redis_server_properties(redis_port)
-        props = {
-            "polyglot.engine.WarnInterpreterOnly": "false",
-            **backend,
-            "conductor.workflow-message-queue.enabled": "true",
-            # A JOIN re-checks at a growing interval once it has waited a while, up to this
-            # many seconds (default 30): a listener idle for minutes then took up to 30 s to act
-            # on a message. 1 s bounds that; it is also the drain time of system tasks at stop.
-            "conductor.app.systemTaskWorkerCallbackDuration": "1",
-            "server.address": "127.0.0.1",
-            **self._properties,
-            "server.port": str(port),
-        }
-        return [str(java), *self._jvm_options, *(f"-D{k}={v}" for k, v in props.items()), "-jar", str(jar)]
+    def _command(self, java: Path, launch: BootLaunch, data_dir: Path, port: int,
+                 redis_port: Optional[int]) -> list[str]:
+        props = {**server_properties(data_dir, redis_port), **self._properties}
+        return java_command(java, launch.jar, [*self._jvm_options, *launch.jvm_options], props, port)
 
     def _wait_healthy(self, proc: subprocess.Popen[bytes], port: int, offset: int) -> None:
         deadline = self._clock.monotonic() + self._startup_timeout
@@ -439,7 +482,8 @@ class LocalServer:
             except subprocess.TimeoutExpired:
                 pass
             else:
-                raise self._failure(f"the server exited with code {code} during startup", offset)
+                failure = self._failure(f"the server exited with code {code} during startup", offset)
+                raise _ExitedDuringStartup(str(failure), log_tail=failure.log_tail)
             if _http.probe_health(base_url, _HEALTH_PROBE_TIMEOUT):
                 if _proc.listens_on(proc.pid, port) is False:
                     raise self._failure(f"another process answers on port {port}", offset)
@@ -480,6 +524,10 @@ class LocalServer:
             _terminate(proc, self._stop_timeout)
 
 
+class _ExitedDuringStartup(LocalServerError):
+    """The server process ended before it was healthy (a start from the jar alone may still work)."""
+
+
 def _lock_data_dir(data_dir: Path) -> int:
     """Take the data directory's lock (``flock``) and return its descriptor.
 
@@ -496,14 +544,6 @@ def _lock_data_dir(data_dir: Path) -> int:
         os.close(fd)
         raise LocalServerError(f"another server is using the data directory {data_dir}") from err
     return fd
-
-
-_SECRET_RE = re.compile(r"(-D[^=]*(?:key|secret|password|token)[^=]*=).*", re.IGNORECASE)
-
-
-def _redacted(cmd: Sequence[str]) -> str:
-    """The command line for the log, with secret-looking property values hidden."""
-    return " ".join(_SECRET_RE.sub(r"\1***", part) for part in cmd)
 
 
 def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:

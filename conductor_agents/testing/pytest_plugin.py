@@ -38,13 +38,20 @@ Fixtures:
     each other's runs or task queues. After the test, runs of those names still running on
     the session's servers are terminated: a listener left waiting costs a server task
     evaluations every second, and a suite that leaves dozens slows every later test.
+
+When the collected tests use these fixtures, the server's boot archive (see
+:class:`~conductor_agents.LocalServer`) is got ready in a background thread as soon as
+collection ends, so on a fresh machine its one training start overlaps the tests that
+need no server instead of delaying the first one that does.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 import re
+import threading
 import uuid
 from typing import Callable, Iterator
 
@@ -116,6 +123,41 @@ def conductor_server(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPat
     finally:
         _SESSION_SERVER_URLS.remove(server.url)
         server.stop()
+
+
+#: The fixtures through which a test gets a local server (all of them need ``scripted_llm``).
+_SERVER_FIXTURES = frozenset({"scripted_llm", "conductor_server", "conductor_cluster"})
+_BOOT_ARCHIVE_JOIN_SECONDS = 5.0
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start getting the boot archive ready in the background when a collected test needs a server."""
+    if session.config.option.collectonly or not any(
+            _SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())) for item in session.items):
+        return
+    # A daemon: if it dies (or is still making the archive at exit) only the head start is lost; the
+    # first server start makes the archive itself, waiting on the same lock if this thread holds it.
+    thread = threading.Thread(target=_prepare_boot_archive, name="conductor-agents-boot-archive", daemon=True)
+    thread.start()
+    session.config.stash[_BOOT_ARCHIVE_THREAD] = thread
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    thread = session.config.stash.get(_BOOT_ARCHIVE_THREAD, None)
+    if thread is not None:
+        thread.join(_BOOT_ARCHIVE_JOIN_SECONDS)
+
+
+_BOOT_ARCHIVE_THREAD = pytest.StashKey["threading.Thread"]()
+
+
+def _prepare_boot_archive() -> None:
+    from ..local_server import LocalServer
+
+    try:
+        LocalServer(progress=False).prepare()
+    except Exception as err:  # the first start will try (and report) again
+        logging.getLogger("conductor_agents.testing").warning("could not prepare the boot archive: %s", err)
 
 
 TOPOLOGIES = ("single", "cluster")

@@ -13,6 +13,8 @@ from typing import Any, List, Optional
 
 import requests
 
+from ..helpers import listener_runs
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
@@ -33,6 +35,11 @@ def workflow(base_url: str, execution_id: str) -> dict:
     return server_get(base_url, f"/workflow/{execution_id}", includeTasks="true")
 
 
+def current_run(base_url: str, execution_id: str) -> str:
+    """The newest run of the listener whose first run is ``execution_id`` (itself if never continued)."""
+    return listener_runs(base_url, execution_id)[-1]
+
+
 def tasks_of(base_url: str, execution_id: str, task_type: str) -> "list[dict]":
     return [t for t in workflow(base_url, execution_id).get("tasks") or () if t.get("taskType") == task_type]
 
@@ -43,7 +50,7 @@ def quiescent(base_url: str, execution_id: str, tool: str = "act") -> bool:
     Only then may a worker process be killed without losing a tool mid-flight (a tool that
     ran but whose result was not posted would run again after resume: at-least-once).
     """
-    tasks = workflow(base_url, execution_id).get("tasks") or ()
+    tasks = workflow(base_url, current_run(base_url, execution_id)).get("tasks") or ()
     if any(t.get("taskType") == tool and t.get("status") not in _TERMINAL_TASK for t in tasks):
         return False
     waits = [t for t in tasks if t.get("taskType") == WAIT_TASK_TYPE]

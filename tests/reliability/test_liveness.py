@@ -16,6 +16,7 @@ import attrs
 import pytest
 
 from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, WaitTimeoutError, WorkerStallError, tool
+from conductor_agents._chain import TURN_TASK
 from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, listener, sdk_threads
@@ -43,8 +44,8 @@ def one_tool_agent(name: str, model: str, tools: ActionTools) -> Agent:
     return Agent(name, model, stateful=True, tools=list(ToolRegistry.from_instance(tools)), max_turns=5)
 
 
-def scheduled_tool_task(base: str, execution_id: str) -> dict:
-    pending = [t for t in tasks_of(base, execution_id, "act") if t["status"] == "SCHEDULED"]
+def scheduled_tool_task(base: str, execution_id: str, task_type: str = "act") -> dict:
+    pending = [t for t in tasks_of(base, execution_id, task_type) if t["status"] == "SCHEDULED"]
     assert len(pending) == 1, pending
     return pending[0]
 
@@ -113,7 +114,8 @@ def test_frozen_polling_is_reported_by_a_direct_observer_and_the_run_recovers(
         # to worker_long_poll_ms; its answer would then be held by the proxy and the task would
         # look polled. Wait until the server has seen no poll of this domain for that long.
         quiet = agent_settings.worker_long_poll_ms / 1000.0 + 0.5
-        eventually(lambda: time.time() - last_poll_ms(base, "act", handle.run_id) / 1000.0 > quiet,
+        eventually(lambda: all(time.time() - (last_poll_ms(base, kind, handle.run_id) or 0) / 1000.0 > quiet
+                               for kind in ("act", TURN_TASK)),
                    timeout=30, interval=0.1, message="no poll of the domain in flight")
         observer.send_message(handle.execution_id, {"action": "while-frozen"})
 
@@ -122,7 +124,9 @@ def test_frozen_polling_is_reported_by_a_direct_observer_and_the_run_recovers(
         with pytest.raises(WorkerStallError) as info:
             watcher.wait(timeout=60)
         raised_at = time.time()
-        task = scheduled_tool_task(base, handle.execution_id)
+        # A listener's next task after a message is its turn callback (served by the same process,
+        # in the same domain), before the model asks for the tool: that is the one left unpolled.
+        task = scheduled_tool_task(base, handle.execution_id, TURN_TASK)
         detected_after = raised_at - task["scheduledTime"] / 1000.0
         print(f"\nfrozen-proxy stall detected {detected_after:.2f}s after the task was scheduled "
               f"(threshold {stall}s, interval {interval}s)")

@@ -119,7 +119,8 @@ def stop_listener(request: HttpRequest, execution_id: str) -> JsonResponse:
         return _answer(202, execution_id=execution_id, status="STOPPING")
     with agents.listeners_lock:
         agents.listeners.pop(execution_id, None)
-    return _answer(execution_id=execution_id, status=result.status.value, output=result.output,
+    # A long listener is continued as new runs: ``tool_calls`` are those of its last run (of ``runs``).
+    return _answer(execution_id=execution_id, status=result.status.value, output=result.output, runs=result.runs,
                    tool_calls=[{"name": c.name, "arguments": dict(c.arguments), "output": dict(c.output)}
                                for c in result.tool_calls if c.name in ("generate_report", "publish_report")])
 

@@ -1,0 +1,65 @@
+"""The server's command line: the JVM options, the ``-D`` properties every local server gets, redaction for logs."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Dict, Mapping, Optional, Sequence, Tuple
+
+from ._redis import redis_server_properties
+
+DEFAULT_JVM_OPTIONS: Tuple[str, ...] = ("-Xmx1g", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError")
+"""JVM flags for a small machine that runs several servers at once (e.g. in tests).
+
+A 1 GB heap cap and the single-threaded serial collector keep one server near 420 MB
+RSS (about 500-560 MB without them) at the same start time (about 15 s on 2 cores).
+Running out of heap ends the process at once instead of leaving it half alive.
+"""
+
+
+def server_properties(data_dir: Path, redis_port: Optional[int]) -> Dict[str, str]:
+    """The ``-D`` properties every local server gets: its storage, the message queue, loopback."""
+    if redis_port is None:
+        backend = {
+            "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL",
+            # One connection: SQLite has one writer anyway, and concurrent transactions that read
+            # then write fail with SQLITE_BUSY_SNAPSHOT (a 500 to 1 of 50 concurrent starts), which
+            # the server's own retries do not cover on every path. transaction_mode=IMMEDIATE also
+            # avoids it but puts every read behind the busy handler's sleeps: tool pickup p95/p99
+            # went from 113/203 ms to 1062/2546 ms (benchmarks/run.py --scenarios pickup).
+            # The server nests a connection inside a transaction only where it removes a task's
+            # index rows (a workflow removal, which the SDK never asks for).
+            "spring.datasource.hikari.maximum-pool-size": "1",
+        }
+    else:
+        backend = redis_server_properties(redis_port)
+    return {
+        "polyglot.engine.WarnInterpreterOnly": "false",
+        **backend,
+        "conductor.workflow-message-queue.enabled": "true",
+        # A JOIN re-checks at a growing interval once it has waited a while, up to this
+        # many seconds (default 30): a listener idle for minutes then took up to 30 s to act
+        # on a message. 1 s bounds that; it is also the drain time of system tasks at stop.
+        "conductor.app.systemTaskWorkerCallbackDuration": "1",
+        "server.address": "127.0.0.1",
+    }
+
+
+def java_command(java: Path, jar: Path, jvm_options: Sequence[str], properties: Mapping[str, str],
+                  port: int) -> list[str]:
+    props = {**properties, "server.port": str(port)}
+    return [str(java), *jvm_options, *(f"-D{k}={v}" for k, v in props.items()), "-jar", str(jar)]
+
+
+def training_command(java: Path, jar: Path, extra_options: Sequence[str], data_dir: Path,
+                      port: int) -> Sequence[str]:
+    """The boot archive's training start: the default JVM options and a SQLite server in ``data_dir``."""
+    return java_command(java, jar, [*DEFAULT_JVM_OPTIONS, *extra_options], server_properties(data_dir, None), port)
+
+
+_SECRET_RE = re.compile(r"(-D[^=]*(?:key|secret|password|token)[^=]*=).*", re.IGNORECASE)
+
+
+def redacted(cmd: Sequence[str]) -> str:
+    """The command line for the log, with secret-looking property values hidden."""
+    return " ".join(_SECRET_RE.sub(r"\1***", part) for part in cmd)
