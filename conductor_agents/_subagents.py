@@ -80,9 +80,16 @@ class Handoff:
     result_contains: Optional[str] = attrs.field(default=None, validator=_check_text)
     text: Optional[str] = attrs.field(default=None, validator=_check_text)
 
+    def __attrs_post_init__(self) -> None:
+        needed = ("tool_name", "result_contains") if self.kind == "on_tool_result" else ("text",)
+        for name in needed:
+            if getattr(self, name) is None:
+                raise AgentDefinitionError(f"Handoff.{self.kind} needs {name}", field=name, value=None)
+
     @classmethod
-    def on_tool_result(cls, target: str, tool_name: str, result_contains: Optional[str] = None) -> "Handoff":
-        """Hand off once the tool ``tool_name`` returned (a result containing ``result_contains``)."""
+    def on_tool_result(cls, target: str, tool_name: str, result_contains: str) -> "Handoff":
+        """Hand off once the tool ``tool_name`` returned a result containing ``result_contains``
+        (the server requires both)."""
         return cls("on_tool_result", target, tool_name=tool_name, result_contains=result_contains)
 
     @classmethod
@@ -95,8 +102,7 @@ class Handoff:
         config: Dict[str, Any] = {"type": self.kind, "target": self.target}
         if self.kind == "on_tool_result":
             config["toolName"] = self.tool_name
-            if self.result_contains is not None:
-                config["resultContains"] = self.result_contains
+            config["resultContains"] = self.result_contains
         else:
             config["text"] = self.text
         return config

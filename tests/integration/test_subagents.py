@@ -232,3 +232,17 @@ def test_a_termination_condition_ends_a_round_robin(agent_runtime, scripted_llm,
     assert result.status is RunStatus.COMPLETED, result.error
     assert result.answered_by == second.name
     assert len(result.agents_run) <= 2
+
+
+def test_a_swarm_text_mention_handoff(agent_runtime, scripted_llm, unique_name):
+    """Handoff.on_text_mention: the parent's answer names the cue, and the conversation passes to the target."""
+    from conductor_agents import Handoff
+
+    billing = Agent(name=unique_name("billing"), model=scripted_llm.script(["the bill is 42"]))
+    tech = Agent(name=unique_name("tech"), model=scripted_llm.script(["never asked"]))
+    model = scripted_llm.script(["Passing you to BILLING-DESK now.", "Your bill is 42."])
+    parent = Agent(name=unique_name("swarm"), model=model, agents=[billing, tech], strategy="swarm",
+                   handoffs=[Handoff.on_text_mention(billing.name, "BILLING-DESK")])
+    result = agent_runtime.run(parent, "How much do I owe?", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (billing.name,)

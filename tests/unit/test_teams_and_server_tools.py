@@ -92,7 +92,7 @@ class TestSubAgents:
     def test_swarm_handoffs_and_transitions(self):
         """Handoff rules and allowed transitions use the server's field names."""
         parent = Agent(name="desk", model="openai/m", agents=[specialist()], strategy=Strategy.SWARM,
-                       handoffs=[Handoff.on_tool_result("billing", "lookup", result_contains="due"),
+                       handoffs=[Handoff.on_tool_result("billing", "lookup", "due"),
                                  Handoff.on_text_mention("desk", "back")],
                        allowed_transitions={"billing": ["desk"]})
         config = parent.to_config()
