@@ -9,10 +9,11 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 
 import pytest
 
-from conductor_agents import Agent, AgentRuntime, RunStatus, Strategy, tool
+from conductor_agents import Agent, AgentRuntime, RunStatus, Strategy, ToolContext, tool
 from conductor_agents.testing import ToolCall
 
 pytestmark = pytest.mark.integration
@@ -246,3 +247,53 @@ def test_a_swarm_text_mention_handoff(agent_runtime, scripted_llm, unique_name):
     result = agent_runtime.run(parent, "How much do I owe?", timeout=120)
     assert result.status is RunStatus.COMPLETED, result.error
     assert result.agents_run == (billing.name,)
+
+
+class Patient:
+    """A sub-agent's tool that waits (bounded) for its run to be stopped or cancelled, and says which."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.saw: list = []
+
+    @tool
+    def wait_around(self, ctx: ToolContext) -> str:
+        """Wait for news."""
+        self.entered.set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if ctx.cancelled.is_set():
+                self.saw.append(("cancelled", ctx.execution_id))
+                return "cancelled"
+            if ctx.stop_requested.is_set():
+                self.saw.append(("stop", ctx.execution_id))
+                return "stopping"
+            ctx.cancelled.wait(0.05)
+        self.saw.append(("timeout", ctx.execution_id))
+        return "timed out"
+
+
+@pytest.mark.parametrize("how", ["stop", "cancel"])
+def test_stop_and_cancel_reach_a_sub_agents_tool(how, agent_runtime, scripted_llm, unique_name):
+    """handle.stop() / cancel() of the parent: the sub-agent's tool running here sees stop_requested / cancelled."""
+    patient = Patient()
+    names = {role: unique_name(role) for role in ("parent", "specialist")}
+
+    def coordinator(request):
+        if SYNTHESIS in (request.instructions or ""):
+            return "final"
+        return "DONE" if f"[{names['specialist']}]:" in request.user_text else names["specialist"]
+
+    def specialist(request):
+        return ToolCall("wait_around", {}) if request.is_first_turn else "done waiting"
+
+    sub = Agent(name=names["specialist"], model=scripted_llm.script(policy=specialist), tools=[patient.wait_around])
+    parent = Agent(name=names["parent"], model=scripted_llm.script(policy=coordinator), stateful=True, agents=[sub])
+    handle = agent_runtime.start(parent, "Wait.")
+    assert patient.entered.wait(60), "the sub-agent's tool did not start"
+    getattr(handle, how)()
+    result = handle.wait(timeout=90)
+    assert [kind for kind, _ in patient.saw] == ["stop" if how == "stop" else "cancelled"]
+    [(_, sub_run)] = patient.saw
+    assert sub_run != handle.execution_id  # the tool ran in the sub-run
+    assert result.status is (RunStatus.COMPLETED if how == "stop" else RunStatus.TERMINATED)
