@@ -290,3 +290,40 @@ class TestTermination:
         assert agent.to_config()["termination"] == {"type": "max_message", "maxMessages": 2}
         with pytest.raises(AgentDefinitionError, match="at most 52 characters"):
             Agent(name="a" * 60, model="openai/m", termination=Termination.max_messages(2))
+
+
+class TestTree:
+    def test_root_finder_follows_parents_and_caches(self):
+        """RootFinder climbs parentWorkflowId to the top-level run, one read per run, cached."""
+        from conductor_agents._tree import RootFinder
+        from conductor_agents.errors import ServerError
+
+        reads: list = []
+        parents = {"c2": "c1", "c1": "root", "root": None}
+
+        class Api:
+            def get_workflow(self, workflow_id):
+                reads.append(workflow_id)
+                if workflow_id == "gone":
+                    raise ServerError("no")
+                return {"parentWorkflowId": parents[workflow_id]}
+
+        finder = RootFinder(Api())
+        assert finder.root_of("c2") == "root"
+        assert finder.root_of("c2") == "root" and reads == ["c2", "c1", "root"]
+        assert finder.root_of("gone") is None
+
+    def test_running_sub_runs_descends(self):
+        """running_sub_runs yields the IN_PROGRESS SUB_WORKFLOW tasks' sub-runs, depth first."""
+        from conductor_agents._api import TaskPage
+        from conductor_agents._tree import running_sub_runs
+
+        tasks = {"p": [{"taskType": "SUB_WORKFLOW", "subWorkflowId": "a"}, {"taskType": "lookup"}],
+                 "a": [{"taskType": "SUB_WORKFLOW", "subWorkflowId": "b"}], "b": []}
+
+        class Api:
+            def workflow_tasks(self, execution_id, **kwargs):
+                assert kwargs["statuses"] == ("IN_PROGRESS",)
+                return TaskPage(total=len(tasks[execution_id]), tasks=tasks[execution_id], date=None)
+
+        assert list(running_sub_runs(Api(), "p")) == ["a", "b"]
