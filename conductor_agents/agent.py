@@ -217,6 +217,11 @@ class Agent:
     model for a JSON answer of that shape; ``wait()`` checks it and returns an instance as
     ``result.output``. ``credentials`` names the secrets the server delivers to every tool that
     declares none of its own (``ctx.secret(name)``).
+
+    ``agents`` and ``strategy`` (with ``router``, ``handoffs``, ``allowed_transitions``,
+    ``synthesize``) make it a team whose sub-agents run inside its run; :meth:`as_tool` makes it a
+    tool of another agent; ``guardrails``, ``stop_when`` and ``termination`` check and end its loop
+    (see ``docs/teams.md``). A stateful team pins every worker task of the whole tree.
     """
 
     name: str = attrs.field(validator=_check_name)
