@@ -10,6 +10,9 @@ from ._context import CancelReason, ToolContext, current_tool_context
 from ._delivery import MessageDelivery
 from ._pending import HumanAnswer, PendingRequest, PendingToolCall
 from .agent import Agent
+from ._guardrails import Guardrail, GuardrailResult
+from ._subagents import Handoff, Strategy
+from ._termination import Termination
 from .continuation import CarryOver, Continuation
 from .errors import (
     AgentDefinitionError,
@@ -46,7 +49,7 @@ from .handle import AgentHandle
 from .result import AgentResult, AgentStatus, RunStatus, TokenUsage, ToolCallRecord
 from .runtime import AgentRuntime
 from .settings import AgentSettings
-from .tools import HumanTool, ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
+from .tools import ApiTool, HttpTool, HumanTool, McpTool, ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
 
 __all__ = [
     # Defining agents
@@ -57,7 +60,16 @@ __all__ = [
     "ToolRegistry",
     "WaitForMessageTool",
     "HumanTool",
+    "HttpTool",
+    "McpTool",
+    "ApiTool",
     "tool",
+    # Agents made of agents, and checks of their answers
+    "Strategy",
+    "Handoff",
+    "Guardrail",
+    "GuardrailResult",
+    "Termination",
     # Writing tools
     "ToolContext",
     "current_tool_context",

@@ -172,6 +172,11 @@ class ToolExecutor:
             return any(f.task.workflow_id == execution_id and f.task.task_type not in except_types
                        for f in self._in_flight.values())
 
+    def in_flight_workflows(self) -> "set[str]":
+        """The runs whose tools are running or queued here."""
+        with self._lock:
+            return {f.task.workflow_id for f in self._in_flight.values()}
+
     @property
     def in_flight_count(self) -> int:
         with self._lock:

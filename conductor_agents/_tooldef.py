@@ -26,7 +26,13 @@ TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 WORKER = "worker"
 PULL_WORKFLOW_MESSAGES = "pull_workflow_messages"
 HUMAN = "human"
-TOOL_TYPES = (WORKER, PULL_WORKFLOW_MESSAGES, HUMAN)
+#: Tools the server itself runs with no worker: an HTTP call, a Model Context Protocol server's
+#: tools, an OpenAPI service's operations, a sub-agent run as a sub-workflow (``agent.as_tool()``).
+HTTP = "http"
+MCP = "mcp"
+API = "api"
+AGENT_TOOL = "agent_tool"
+TOOL_TYPES = (WORKER, PULL_WORKFLOW_MESSAGES, HUMAN, HTTP, MCP, API, AGENT_TOOL)
 #: Keys the server adds to a worker task's input next to the LLM's arguments.
 SERVER_EXTRAS = ("method", "_agent_state", "_agent_tool_name")
 #: How the ToolDef descriptor binds its func: not at all, to the instance, to the class.
@@ -144,6 +150,21 @@ def _check_credentials_type(tool: "ToolDef", _: Any, value: "tuple[str, ...]") -
             f"tool {tool.name!r} ({tool.tool_type}) runs on the server; only worker tools receive secrets")
 
 
+def _to_nested(value: Any) -> "tuple[ToolDef, ...]":
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, ToolDef) or not item.is_worker:
+            raise ToolDefinitionError(f"nested_tools holds worker ToolDefs, got {item!r}")
+    return items
+
+
+def _check_nested(tool: "ToolDef", _: Any, value: "tuple[ToolDef, ...]") -> None:
+    if value and tool.tool_type == WORKER:
+        raise ToolDefinitionError(
+            f"worker tool {tool.name!r} runs in this process; only a server-side tool that runs a "
+            "sub-agent has nested_tools")
+
+
 def _empty_object_schema() -> Dict[str, Any]:
     return {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 
@@ -180,8 +201,10 @@ class ToolDef:
     func: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_check_func)
     tool_type: str = attrs.field(default=WORKER, validator=_check_tool_type)
     stateful: bool = attrs.field(default=False, validator=_check_type(bool, "stateful"))
+    # Not in the repr: an HTTP or MCP tool's headers live here (secrets belong in ${NAME}
+    # placeholders, but a literal token must not reach a log through a repr either).
     _config: Dict[str, Any] = attrs.field(
-        factory=dict, converter=_json_object("config"), alias="config", hash=False
+        factory=dict, converter=_json_object("config"), alias="config", hash=False, repr=False
     )
     timeout_seconds: int = attrs.field(default=0, validator=_check_timeout)
     #: A person must approve each call before it runs (``handle.approve()`` / ``reject(reason)``).
@@ -189,6 +212,10 @@ class ToolDef:
     #: Names of the secrets the server delivers with each call (``ctx.secret(name)``).
     credentials: "tuple[str, ...]" = attrs.field(default=(), converter=_credentials,
                                                  validator=_check_credentials_type, kw_only=True)
+    #: The worker tools this server-side tool's sub-run calls (an agent tool's sub-agent tree):
+    #: served by whoever serves the agent, on the run's domain when it is stateful.
+    nested_tools: "tuple[ToolDef, ...]" = attrs.field(default=(), converter=_to_nested,
+                                                     validator=_check_nested, kw_only=True, repr=False)
     # How the descriptor binds func (set by @tool): not at all, to the instance, to the class.
     _kind: str = attrs.field(default=FUNCTION, alias="_kind", repr=False)
     # Per-parameter converters from checked JSON values to hinted Python values (set by @tool).

@@ -47,6 +47,7 @@ from ._api import ConductorApi
 from ._clock import SYSTEM_CLOCK, Clock
 from ._liveness import Stall, find_stall, server_time_from_date, stall_error
 from ._transport import HttpError
+from ._tree import running_sub_runs
 from .errors import ConductorAgentsError, ExecutionNotFoundError, WorkerStallError
 from .result import RunStatus
 
@@ -75,6 +76,7 @@ class RunWatch:
         self.execution_id = execution_id
         self.domain: Optional[str] = None  # the run's domain when its liveness is watched
         self.served = False  # this process serves the run's tools: release them when it ends
+        self.tree = False  # the run has sub-runs (sub-agents, agent tools) on its domain: sample theirs too
         self.served_domain: Optional[str] = None  # the domain this process polls for the run's tools
         self._stall: Optional[WorkerStallError] = None
         self._listeners: List[StallListener] = []
@@ -180,14 +182,17 @@ class RunWatchdog:
     # -- registration -----------------------------------------------------------------
 
     def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
-              served_domain: Optional[str] = None, workflow_name: Optional[str] = None) -> RunWatch:
+              served_domain: Optional[str] = None, workflow_name: Optional[str] = None,
+              tree: bool = False) -> RunWatch:
         """Sample ``execution_id`` from now on (first sample one interval from now); its RunWatch.
 
         ``domain``: watch the run's liveness on that domain. ``served``: this process serves the
         run's tools (``on_ended`` when a sample finds it ended), on ``served_domain`` (None: the
         shared poller). ``workflow_name``: the run's workflow name if known (the agent's name):
         its end checks can use the name's running list without a first sample (a wrong name costs
-        one sample, which tells the right one). Watching a run again merges them.
+        one sample, which tells the right one). ``tree``: the run has sub-runs on its domain (an agent
+        with sub-agents or agent tools): liveness samples read their SCHEDULED tasks too (one more
+        read per sample, and one per running sub-run). Watching a run again merges them.
         """
         with self._lock:
             run = self._runs.get(execution_id)
@@ -202,6 +207,7 @@ class RunWatchdog:
             run.served = served or run.served
             run.served_domain = served_domain or run.served_domain
             run.workflow_name = run.workflow_name or workflow_name
+            run.tree = tree or run.tree
             if self._thread is None:
                 self._start_thread()
         self._wake.set()
@@ -382,8 +388,12 @@ class RunWatchdog:
             return
         if domain is None:
             return
+        tasks = list(workflow.get("tasks") or ())
+        if run.tree:
+            for sub_run in running_sub_runs(self._api, run.execution_id):
+                tasks += self._api.workflow_tasks(sub_run, statuses=("SCHEDULED",), count=100).tasks
         stall = find_stall(
-            workflow.get("tasks") or (), domain=domain, stall_seconds=self._stall_seconds,
+            tasks, domain=domain, stall_seconds=self._stall_seconds,
             server_now=server_now, first_seen=run.first_seen, client_now=self._clock.monotonic(),
             grace=self._grace,
         )

@@ -23,6 +23,7 @@ from ._executor import ToolExecutor
 from ._observer import TaskObserver
 from ._poller import DomainPoller
 from ._task_watch import hand_back
+from ._tree import RootFinder
 from ._watchdog import RunWatch, RunWatchdog
 from ._switch import LinkSpec, carry_grace_seconds
 from ._watcher import QueueWatcher
@@ -118,6 +119,7 @@ class WorkerSet:
         self._stopped_watchers: list[QueueWatcher] = []  # ended (or ending) for want of pollers
         self._watchdog: Optional[RunWatchdog] = None
         self._closed = False
+        self._roots = RootFinder(api)
         #: Counts, timings and local tool events of this runtime's workers (runtime.stats(), handle.events()).
         self.observer = observer if observer is not None else TaskObserver(clock=clock)
 
@@ -212,6 +214,8 @@ class WorkerSet:
             driver.link_ended(execution_id)
         if executor is not None:
             executor.run_ended(execution_id)
+            for sub_run in self._sub_runs_here(executor, execution_id):
+                executor.run_ended(sub_run)
         for poller in pollers:
             poller.remove_execution(execution_id)
             self.retire_if_idle(poller)
@@ -252,7 +256,8 @@ class WorkerSet:
     # -- the watchdog -----------------------------------------------------------------
 
     def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
-              served_domain: Optional[str] = None, workflow_name: Optional[str] = None) -> RunWatch:
+              served_domain: Optional[str] = None, workflow_name: Optional[str] = None,
+              tree: bool = False) -> RunWatch:
         """Have the runtime's watchdog sample ``execution_id`` (see :meth:`RunWatchdog.watch`)."""
         with self._lock:
             if self._watchdog is None:
@@ -266,7 +271,7 @@ class WorkerSet:
                     self._watchdog.close()
             watchdog = self._watchdog
         return watchdog.watch(execution_id, domain=domain, served=served, served_domain=served_domain,
-                              workflow_name=workflow_name)
+                              workflow_name=workflow_name, tree=tree)
 
     def unwatch(self, execution_id: str) -> None:
         """Stop sampling ``execution_id`` (this process no longer serves or watches it)."""
@@ -313,6 +318,15 @@ class WorkerSet:
             executor = self._executor
         if executor is not None:
             executor.stop_requested(execution_id)
+            for sub_run in self._sub_runs_here(executor, execution_id):
+                executor.stop_requested(sub_run)
+
+    def _sub_runs_here(self, executor: ToolExecutor, execution_id: str) -> "list[str]":
+        """The sub-runs of ``execution_id`` (sub-agents, agent tools) whose tools run here now."""
+        with self._lock:
+            known = {e for p in self._pollers.values() for e in p.executions}
+        others = executor.in_flight_workflows() - known - {execution_id}
+        return [run for run in others if self._roots.root_of(run) == execution_id]
 
     # -- start-up check ---------------------------------------------------------------
 

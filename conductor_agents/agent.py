@@ -8,8 +8,12 @@ from typing import Any, Iterable, Mapping, Optional
 import attrs
 
 from .continuation import Continuation
+from ._guardrails import Guardrail
 from ._output_type import OutputSpec
 from ._secrets import check_credential_names
+from ._stopping import StopRule, stop_task_name, stop_worker
+from ._subagents import Handoff, Strategy, agent_tool, merge_worker_tools
+from ._termination import Termination, termination_task_name, termination_worker
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
 
@@ -137,6 +141,66 @@ def _check_output_type(instance: Any, attribute: "attrs.Attribute[Any]", value: 
         OutputSpec.of(value)  # raises AgentDefinitionError naming the field
 
 
+def _to_values(kind: type, field: str) -> Any:
+    def convert(value: Any) -> tuple:
+        if value is None:
+            return ()
+        if isinstance(value, (str, bytes, kind)) or not isinstance(value, Iterable):
+            raise AgentTypeError(f"Agent.{field} must be a sequence of {kind.__name__}, got {value!r}",
+                                 field=field, value=value)
+        items = tuple(value)
+        for item in items:
+            if not isinstance(item, kind):
+                raise AgentTypeError(f"Agent.{field} holds {kind.__name__} values, got {item!r}",
+                                     field=field, value=item)
+        return items
+
+    return convert
+
+
+def _to_agents(value: Any) -> tuple:
+    # Agent is defined below; the converter runs at construction, when it exists.
+    return _to_values(Agent, "agents")(value)
+
+
+def _to_strategy(value: Any) -> Optional[Strategy]:
+    return None if value is None else Strategy.parse(value)
+
+
+def _check_router(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None and not isinstance(value, Agent):
+        raise AgentTypeError(f"Agent.router must be an Agent or None, got {value!r}", field="router", value=value)
+
+
+def _to_transitions(value: Any) -> Mapping[str, "tuple[str, ...]"]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise AgentTypeError(f"Agent.allowed_transitions must be a mapping, got {value!r}",
+                             field="allowed_transitions", value=value)
+    out = {}
+    for source, targets in value.items():
+        if isinstance(targets, str) or not isinstance(targets, Iterable):
+            raise AgentTypeError(f"Agent.allowed_transitions[{source!r}] must be a list of agent names",
+                                 field="allowed_transitions", value=targets)
+        out[str(source)] = tuple(str(t) for t in targets)
+    return out
+
+
+def _check_stop_when(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None and not callable(value):
+        raise AgentTypeError(f"Agent.stop_when must be a callable or None, got {value!r}", field="stop_when",
+                             value=value)
+
+
+def _check_unique_names(instance: Any, attribute: "attrs.Attribute[Any]", value: tuple) -> None:
+    names = [item.name for item in value]
+    for name in names:
+        if names.count(name) > 1:
+            raise AgentDefinitionError(f"Agent.{attribute.name} has two entries named {name!r}",
+                                       field=attribute.name, value=name)
+
+
 @attrs.frozen
 class Agent:
     """An agent: a model, instructions, tools and a turn limit.
@@ -153,6 +217,11 @@ class Agent:
     model for a JSON answer of that shape; ``wait()`` checks it and returns an instance as
     ``result.output``. ``credentials`` names the secrets the server delivers to every tool that
     declares none of its own (``ctx.secret(name)``).
+
+    ``agents`` and ``strategy`` (with ``router``, ``handoffs``, ``allowed_transitions``,
+    ``synthesize``) make it a team whose sub-agents run inside its run; :meth:`as_tool` makes it a
+    tool of another agent; ``guardrails``, ``stop_when`` and ``termination`` check and end its loop
+    (see ``docs/teams.md``). A stateful team pins every worker task of the whole tree.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -172,16 +241,87 @@ class Agent:
     continuation: Optional[Continuation] = attrs.field(kw_only=True, default=None, validator=_check_continuation)
     output_type: Optional[type] = attrs.field(kw_only=True, default=None, validator=_check_output_type)
     credentials: "tuple[str, ...]" = attrs.field(kw_only=True, default=(), converter=_to_credentials)
+    #: Sub-agents this agent runs as parts of its run, in the way ``strategy`` says.
+    agents: "tuple[Agent, ...]" = attrs.field(kw_only=True, default=(), converter=_to_agents,
+                                             validator=_check_unique_names)
+    strategy: Optional[Strategy] = attrs.field(kw_only=True, default=None, converter=_to_strategy)
+    #: ``strategy="router"``: the agent whose model picks the next sub-agent (else this agent's model).
+    router: "Optional[Agent]" = attrs.field(kw_only=True, default=None, validator=_check_router)
+    #: ``strategy="swarm"``: rules that pass the conversation to another agent.
+    handoffs: "tuple[Handoff, ...]" = attrs.field(kw_only=True, default=(), converter=_to_values(Handoff, "handoffs"))
+    #: ``round_robin``/``random``/``swarm``: for each agent's name, the agents that may come next.
+    allowed_transitions: Mapping[str, "tuple[str, ...]"] = attrs.field(kw_only=True, factory=dict,
+                                                                       converter=_to_transitions)
+    #: ``handoff``/``router``: False makes the conversation the answer (no final model turn).
+    synthesize: bool = attrs.field(kw_only=True, default=True, validator=_check_bool)
+    #: Checks of the model's answer before it leaves the run (see :class:`Guardrail`).
+    guardrails: "tuple[Guardrail, ...]" = attrs.field(kw_only=True, default=(),
+                                                     converter=_to_values(Guardrail, "guardrails"),
+                                                     validator=_check_unique_names)
+
+    #: ``stop_when(text, turn)``: True ends the loop after that turn (run as a worker task here).
+    stop_when: Optional[StopRule] = attrs.field(kw_only=True, default=None, validator=_check_stop_when)
+
+    #: When the loop ends: the server's conditions (text mention, stop message, turns), evaluated here.
+    termination: Optional[Termination] = attrs.field(
+        kw_only=True, default=None,
+        validator=attrs.validators.optional(attrs.validators.instance_of(Termination)))
+
+    def __attrs_post_init__(self) -> None:
+        _check_team(self)
+        if self.stop_when is not None:
+            stop_task_name(self.name)
+        if self.termination is not None:
+            termination_task_name(self.name)
+        merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
+
+    def as_tool(self, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
+        """This agent as a tool another agent's model calls with a ``request``; its answer is the result.
+
+        The server runs it as a sub-workflow of the caller's run. Its worker tools are served
+        with the caller's, on the caller's domain when the caller is stateful.
+
+        Raises:
+            ToolDefinitionError: ``name`` (default: the agent's name) or ``description`` is invalid.
+        """
+        return agent_tool(self, name=name, description=description)
+
+    def _worker_groups(self) -> "list[Iterable[ToolDef]]":
+        groups: "list[Iterable[ToolDef]]" = [[t for t in self.tools if t.is_worker]]
+        groups += [t.nested_tools for t in self.tools]
+        groups.append([g.worker for g in self.guardrails if g.worker is not None])
+        if self.stop_when is not None:
+            groups.append([stop_worker(self.name, self.stop_when)])
+        if self.termination is not None:
+            groups.append([termination_worker(self.name, self.termination)])
+        groups += [a.worker_tools for a in (*self.agents, *([self.router] if self.router else []))]
+        return groups
 
     @property
     def is_stateful(self) -> bool:
-        """Whether runs are pinned to one process: the agent or any of its tools is stateful."""
-        return self.stateful or any(t.stateful for t in self.tools)
+        """Whether runs are pinned to one process: the agent, a sub-agent or any of their tools is stateful.
+
+        The pin covers the whole tree: every worker task of every sub-run goes to the run's domain.
+        """
+        return (self.stateful or any(t.stateful for t in self.tools)
+                or any(t.stateful for t in self.worker_tools)
+                or any(a.is_stateful for a in (*self.agents, *([self.router] if self.router else ()))))
 
     @property
     def worker_tools(self) -> "tuple[ToolDef, ...]":
-        """The tools whose bodies run in this process (not the server's own tools)."""
-        return tuple(t for t in self.tools if t.is_worker)
+        """The tools whose bodies run in this process (not the server's own tools): this agent's,
+        its function guardrails', its agent tools' and its sub-agents' (each name once)."""
+        return merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
+
+    @property
+    def has_sub_runs(self) -> bool:
+        """Whether runs start sub-runs on the server: the agent has sub-agents or agent tools."""
+        return bool(self.agents) or any(t.tool_type == "agent_tool" for t in self.tools)
+
+    @property
+    def agent_names(self) -> "tuple[str, ...]":
+        """The names of the sub-agents (``agents``), in order."""
+        return tuple(a.name for a in self.agents)
 
     @property
     def is_listener(self) -> bool:
@@ -226,4 +366,58 @@ class Agent:
             config["outputType"] = OutputSpec.of(self.output_type).to_config()
         if self.credentials:
             config["credentials"] = list(self.credentials)
+        if self.guardrails:
+            config["guardrails"] = [g.to_config() for g in self.guardrails]
+        if self.agents:
+            config["agents"] = [a.to_config() for a in self.agents]
+            config["strategy"] = (self.strategy or Strategy.HANDOFF).value
+            if not self.synthesize:
+                config["synthesize"] = False
+        if self.router is not None:
+            config["router"] = self.router.to_config()
+        if self.handoffs:
+            config["handoffs"] = [h.to_config() for h in self.handoffs]
+        if self.stop_when is not None:
+            config["stopWhen"] = {"taskName": stop_task_name(self.name)}
+        if self.termination is not None:
+            config["termination"] = self.termination.to_config()
+        if self.allowed_transitions:
+            config["allowedTransitions"] = {k: list(v) for k, v in self.allowed_transitions.items()}
         return config
+
+
+def _check_team(agent: Agent) -> None:
+    """The sub-agent fields fit together.
+
+    Raises:
+        AgentDefinitionError: a strategy, router, handoff or transition without the agents it needs.
+    """
+    for sub in agent.agents:
+        if not isinstance(sub, Agent):
+            raise AgentTypeError(f"Agent.agents holds Agent values, got {sub!r}", field="agents", value=sub)
+        if sub.name == agent.name:
+            raise AgentDefinitionError(f"Agent.agents: a sub-agent may not share its parent's name {agent.name!r}",
+                                       field="agents", value=sub.name)
+    names = set(agent.agent_names)
+    if agent.strategy is not None and not agent.agents:
+        raise AgentDefinitionError("Agent.strategy needs sub-agents (agents=[...])", field="strategy",
+                                   value=agent.strategy.value)
+    if agent.router is not None and agent.strategy is not Strategy.ROUTER:
+        raise AgentDefinitionError("Agent.router is only used with strategy='router'", field="router",
+                                   value=agent.router.name)
+    if agent.handoffs and agent.strategy is not Strategy.SWARM:
+        raise AgentDefinitionError("Agent.handoffs are only used with strategy='swarm'", field="handoffs",
+                                   value=agent.handoffs)
+    known = names | {agent.name}
+    for handoff in agent.handoffs:
+        if handoff.target not in known:
+            raise AgentDefinitionError(f"Agent.handoffs: no agent is named {handoff.target!r}", field="handoffs",
+                                       value=handoff.target)
+    for source, targets in agent.allowed_transitions.items():
+        for name in (source, *targets):
+            if name not in known:
+                raise AgentDefinitionError(f"Agent.allowed_transitions: no agent is named {name!r}",
+                                           field="allowed_transitions", value=name)
+    if agent.agents and any(t.tool_type == "pull_workflow_messages" for a in agent.agents for t in a.tools):
+        raise AgentDefinitionError("Agent.agents: a sub-agent cannot wait for messages (the run's message "
+                                   "queue is the parent's)", field="agents", value=agent.agent_names)

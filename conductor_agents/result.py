@@ -88,13 +88,56 @@ class ToolCallRecord:
         )
 
 
+    @classmethod
+    def from_agent_tool_task(cls, task: Mapping[str, Any]) -> "ToolCallRecord":
+        """The call of an agent tool: a ``SUB_WORKFLOW`` task whose input names the tool."""
+        sub_input = (task.get("inputData") or {}).get("workflowInput") or {}
+        return cls(
+            name=str(sub_input.get(AGENT_TOOL_INPUT_KEY) or ""),
+            task_reference_name=str(task.get("referenceTaskName") or ""),
+            status=str(task.get("status") or ""),
+            arguments={k: v for k, v in sub_input.items() if k not in _SUB_RUN_INPUT_KEYS},
+            output=dict(task.get("outputData") or {}),
+            error=task.get("reasonForIncompletion") or None,
+        )
+
+
+#: The key the server puts in an agent tool's sub-run input: the name of the tool the model called.
+AGENT_TOOL_INPUT_KEY = "_agent_tool_name"
+#: Keys of a sub-run's input that the server adds (not the model's arguments).
+_SUB_RUN_INPUT_KEYS = frozenset({AGENT_TOOL_INPUT_KEY, "__today__", "session_id", "media", "context"})
+
+
+def _agent_tool_name(task: Mapping[str, Any]) -> Optional[str]:
+    if str(task.get("taskType") or "") != "SUB_WORKFLOW":
+        return None
+    sub_input = (task.get("inputData") or {}).get("workflowInput")
+    name = sub_input.get(AGENT_TOOL_INPUT_KEY) if isinstance(sub_input, Mapping) else None
+    return str(name) if name else None
+
+
 def tool_calls_from_tasks(tasks: Sequence[Mapping[str, Any]]) -> "tuple[ToolCallRecord, ...]":
-    """The tool calls among a workflow's tasks, in the order they were scheduled."""
+    """The tool calls among a workflow's tasks (agent tools included), in the order they were scheduled."""
+    calls = []
+    for task in tasks:
+        if _agent_tool_name(task) is not None:
+            calls.append(ToolCallRecord.from_agent_tool_task(task))
+        elif str(task.get("taskType") or "") not in _TOOL_TASK_TYPES_EXCLUDED and not _is_approval_gate(task):
+            calls.append(ToolCallRecord.from_task(task))
+    return tuple(calls)
+
+
+def sub_agents_from_tasks(tasks: Sequence[Mapping[str, Any]], names: Sequence[str]) -> "tuple[str, ...]":
+    """The sub-agents (of ``names``) that answered in a run, in the order they were scheduled.
+
+    The server runs each sub-agent as a ``SUB_WORKFLOW`` task named after it (3.32.3).
+    """
+    wanted = set(names)
     return tuple(
-        ToolCallRecord.from_task(task)
+        str(task.get("taskDefName"))
         for task in tasks
-        if str(task.get("taskType") or "") not in _TOOL_TASK_TYPES_EXCLUDED
-        and not _is_approval_gate(task)
+        if str(task.get("taskType") or "") == "SUB_WORKFLOW" and task.get("status") == "COMPLETED"
+        and str(task.get("taskDefName")) in wanted and _agent_tool_name(task) is None
     )
 
 
@@ -167,6 +210,15 @@ class AgentResult:
     #: and ``token_usage`` are that last run's.
     current_execution_id: Optional[str] = None
     runs: int = 1
+    #: An agent with sub-agents: the ones that answered, in order (a parallel run: every branch).
+    agents_run: "tuple[str, ...]" = ()
+
+    @property
+    def answered_by(self) -> Optional[str]:
+        """The sub-agent whose answer the run ended on (the last of ``agents_run``); None when
+        no sub-agent answered. A handoff or router parent's model still writes the final text
+        from it unless ``synthesize=False``."""
+        return self.agents_run[-1] if self.agents_run else None
 
     @property
     def ok(self) -> bool:
@@ -184,8 +236,10 @@ class AgentResult:
         status: AgentStatus,
         detail: Optional[Mapping[str, Any]] = None,
         tasks: Sequence[Mapping[str, Any]] = (),
+        agent_names: Sequence[str] = (),
     ) -> "AgentResult":
-        """Combine the terminal status, the run detail and the task list into a result."""
+        """Combine the terminal status, the run detail and the task list into a result
+        (``agent_names``: the agent's sub-agents, to find which of them answered)."""
         raw = dict(status.output or (detail or {}).get("output") or {})
         result = _answer_text(raw.get("result"))
         context = raw.get("context")
@@ -198,6 +252,7 @@ class AgentResult:
             error=error,
             token_usage=TokenUsage.from_dict((detail or {}).get("tokenUsage")),
             tool_calls=tool_calls_from_tasks(tasks),
+            agents_run=sub_agents_from_tasks(tasks, agent_names) if agent_names else (),
             raw_output=raw,
             context=dict(context) if isinstance(context, Mapping) else {},
         )

@@ -27,6 +27,7 @@ from ._sending import send_to_listener
 from ._starting import start_run
 from ._switch import LinkSpec, link_start_body, pending_switch, read_commit
 from ._takeover import find_live_poller, freshness_window
+from ._tree import running_sub_runs
 from ._transport import Transport
 from ._workers import Reservation, WorkerSet
 from .agent import Agent
@@ -398,9 +399,11 @@ class AgentRuntime:
                                          pending_from=pending)
 
     def _reclaim(self, execution_id: str, domain: str) -> None:
-        """Hand back the tasks of ``domain`` in run ``execution_id`` that a dead worker had taken."""
-        page = self._api.workflow_tasks(execution_id, statuses=("IN_PROGRESS",), start=0, count=200)
-        self._workers.reclaim_orphans({"tasks": page.tasks}, domain)
+        """Hand back the tasks of ``domain`` in run ``execution_id`` and its running sub-runs (sub-agents,
+        agent tools: they share its domain) that a dead worker had taken."""
+        for run in (execution_id, *running_sub_runs(self._api, execution_id)):
+            page = self._api.workflow_tasks(run, statuses=("IN_PROGRESS",), start=0, count=200)
+            self._workers.reclaim_orphans({"tasks": page.tasks}, domain)
 
     # -- people in the loop, by execution id (any process may answer) -------------------
 
@@ -524,7 +527,8 @@ class AgentRuntime:
                 chain: Optional[Chain] = None) -> AgentHandle:
         watch: Any = None
         if monitor and run_id and self.settings.liveness_enabled:
-            watch = tracker if tracker is not None else self._workers.watch(execution_id, domain=run_id)
+            tree = agent is not None and agent.has_sub_runs
+            watch = tracker if tracker is not None else self._workers.watch(execution_id, domain=run_id, tree=tree)
         handle = AgentHandle(
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
             settings=self.settings, clock=self._clock, agent=agent, liveness=watch,

@@ -19,6 +19,7 @@ import attrs
 
 from . import _schema
 from ._human_tool import HumanTool
+from ._server_tools import ApiTool, HttpTool, McpTool
 from ._tooldef import (
     CLASSMETHOD,
     FUNCTION,
@@ -29,7 +30,8 @@ from ._tooldef import (
 )
 from .errors import ConfigurationError, ToolDefinitionError
 
-__all__ = ["HumanTool", "ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool", "as_tool", "tool"]
+__all__ = ["ApiTool", "HttpTool", "HumanTool", "McpTool", "ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool",
+           "as_tool", "tool"]
 
 MAX_BATCH_SIZE = 100  # the server's maxBatchSize for pull_workflow_messages
 

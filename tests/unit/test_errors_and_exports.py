@@ -156,7 +156,8 @@ def test_http_error_fields():
 # --- exports ----------------------------------------------------------------------------------
 
 PACKAGE_ALL = [
-    "Agent", "Continuation", "CarryOver", "ToolDef", "ToolRegistry", "WaitForMessageTool", "HumanTool", "tool",
+    "Agent", "Continuation", "CarryOver", "ToolDef", "ToolRegistry", "WaitForMessageTool", "HumanTool", "HttpTool",
+    "McpTool", "ApiTool", "tool", "Strategy", "Handoff", "Guardrail", "GuardrailResult", "Termination",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
     "AgentRuntime", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
     "ToolCallRecord", "MessageDelivery",

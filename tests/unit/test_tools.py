@@ -77,7 +77,8 @@ class Counter:
 def test_in_all():
     """The public names are exported."""
     assert set(tools_module.__all__) == {
-        "HumanTool", "ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool", "as_tool", "tool",
+        "ApiTool", "HttpTool", "HumanTool", "McpTool", "ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool",
+        "as_tool", "tool",
     }
 
 
@@ -442,7 +443,8 @@ class TestToolDef:
     def test_validators(self):
         """Every field is checked on construction."""
         cases = [
-            (dict(tool_type="http"), "tool_type must be one of ('worker', 'pull_workflow_messages', 'human'), got 'http'"),
+            (dict(tool_type="ftp"), "tool_type must be one of ('worker', 'pull_workflow_messages', 'human', 'http', "
+             "'mcp', 'api', 'agent_tool'), got 'ftp'"),
             (dict(func=None), "worker tool 't' needs a callable func, got None"),
             (dict(func=3), "worker tool 't' needs a callable func, got 3"),
             (dict(tool_type="pull_workflow_messages"), "tool 't' of type 'pull_workflow_messages' runs on the server; func must be None"),

@@ -1,0 +1,299 @@
+"""Agents made of agents on the real server: agent tools, strategies, and a stateful tree pinned to its process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+from conductor_agents import Agent, AgentRuntime, RunStatus, Strategy, ToolContext, tool
+from conductor_agents.testing import ToolCall
+
+pytestmark = pytest.mark.integration
+
+MARKER = re.compile(r"run-[a-z]+-\d+")
+#: How the server's final (synthesis) turn of a handoff or router parent starts its system prompt.
+SYNTHESIS = "Based on the work done by the agents above"
+
+
+class LookupTools:
+    """A sub-agent's tool with per-instance state: which keys this instance looked up."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.keys: list = []
+        self.lock = threading.Lock()
+
+    @tool
+    def lookup(self, key: str) -> dict:
+        """Look a key up."""
+        with self.lock:
+            self.keys.append(key)
+        return {"key": key, "by": self.label}
+
+
+def marker_of(request) -> str:
+    found = MARKER.search(request.user_text)
+    assert found, f"no run marker in {request.user_text!r}"
+    return found.group(0)
+
+
+def specialist_policy(request):
+    """Look the run's marker up once, then answer with what the tool said."""
+    if request.is_first_turn:
+        return ToolCall("lookup", {"key": marker_of(request)})
+    [out] = request.tool_outputs
+    return f"looked up {out.output['key']} by {out.output['by']}"
+
+
+def coordinator_policy(specialist: str):
+    """Hand off to ``specialist`` once, then DONE; the synthesis turn repeats the marker."""
+
+    def policy(request):
+        if SYNTHESIS in (request.instructions or ""):
+            return f"final {marker_of(request)}"
+        return "DONE" if f"[{specialist}]:" in request.user_text else specialist
+
+    return policy
+
+
+def caller_policy(tool_name: str):
+    """Call the agent tool with the run's marker, then answer with its result."""
+
+    def policy(request):
+        if request.is_first_turn:
+            return ToolCall(tool_name, {"request": f"look up {marker_of(request)}"})
+        [out] = request.tool_outputs
+        return f"final {marker_of(request)}: {json.dumps(out.output)}"
+
+    return policy
+
+
+def team(kind: str, names: dict, models: dict, tools: LookupTools) -> Agent:
+    """A stateful parent whose sub-agent's tool is ``tools.lookup``: through a handoff or an agent tool."""
+    specialist = Agent(name=names["specialist"], model=models["specialist"], tools=[tools.lookup],
+                       instructions="Look things up.", description="looks things up")
+    if kind == "handoff":
+        other = Agent(name=names["other"], model=models["other"], instructions="Idle.", description="never asked")
+        return Agent(name=names["parent"], model=models["parent"], stateful=True, agents=[specialist, other],
+                     strategy=Strategy.HANDOFF, instructions="Route.")
+    return Agent(name=names["parent"], model=models["parent"], stateful=True, instructions="Delegate.",
+                 tools=[specialist.as_tool(name="ask_specialist", description="Ask the specialist.")])
+
+
+def team_models(scripted_llm, kind: str, names: dict) -> dict:
+    models = {"specialist": scripted_llm.script(policy=specialist_policy)}
+    if kind == "handoff":
+        models["parent"] = scripted_llm.script(policy=coordinator_policy(names["specialist"]))
+        models["other"] = scripted_llm.script(["never asked"])
+    else:
+        models["parent"] = scripted_llm.script(policy=caller_policy("ask_specialist"))
+    return models
+
+
+CHILD = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from conductor_agents import AgentRuntime, AgentSettings
+    from tests.integration.test_subagents import LookupTools, team
+    tools = LookupTools("child")
+    agent = team({kind!r}, {names!r}, {models!r}, tools)
+    with AgentRuntime(AgentSettings(server_url={url!r})) as runtime:
+        handles = [runtime.start(agent, f"Please handle run-child-{{i}}.") for i in range({runs})]
+        print(json.dumps({{"started": [h.execution_id for h in handles]}}), flush=True)
+        results = [h.wait(timeout=240) for h in handles]
+        print(json.dumps({{"statuses": [r.status.value for r in results], "outputs": [r.output for r in results],
+                          "keys": tools.keys, "pid_runs": len(handles)}}), flush=True)
+    """
+)
+
+
+@pytest.mark.both_topologies
+@pytest.mark.parametrize("kind", ["handoff", "agent_tool"])
+def test_a_stateful_tree_runs_its_sub_agents_tools_in_its_own_process(kind, agent_runtime, agent_settings,
+                                                                      scripted_llm, unique_name):
+    """Runs of one stateful team here and in a child process at once: each sub-agent tool call lands
+    in the process that started its run (zero crossovers), and the result says who answered."""
+    names = {role: unique_name(role) for role in ("parent", "specialist", "other")}
+    models = team_models(scripted_llm, kind, names)
+    runs = 3
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = CHILD.format(root=root, kind=kind, names=names, models=models, url=agent_settings.server_url, runs=runs)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        started = json.loads(child.stdout.readline())["started"]
+        tools_here = LookupTools("parent")
+        agent = team(kind, names, models, tools_here)
+        handles = [agent_runtime.start(agent, f"Please handle run-parent-{i}.") for i in range(runs)]
+        results = [h.wait(timeout=240) for h in handles]
+        out, _ = child.communicate(timeout=240)
+        report = json.loads(out.strip().splitlines()[-1])
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    assert len(started) == runs
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * runs
+    assert report["statuses"] == ["COMPLETED"] * runs
+    assert sorted(tools_here.keys) == [f"run-parent-{i}" for i in range(runs)]
+    assert sorted(report["keys"]) == [f"run-child-{i}" for i in range(runs)]
+    for i, result in enumerate(results):
+        assert result.output.startswith(f"final run-parent-{i}")
+        if kind == "handoff":
+            assert result.agents_run == (names["specialist"],)
+            assert result.answered_by == names["specialist"]
+        else:
+            [call] = result.tool_calls
+            assert call.name == "ask_specialist" and call.status == "COMPLETED"
+            assert call.arguments == {"prompt": f"look up run-parent-{i}"}
+            assert f"looked up run-parent-{i} by parent" in call.output["result"]
+            assert result.answered_by is None
+    for i, output in enumerate(report["outputs"]):
+        assert output.startswith(f"final run-child-{i}")
+    scripted_llm.assert_no_anomalies(models["specialist"])
+    scripted_llm.assert_no_anomalies(models["parent"])
+
+
+def test_a_stateless_agent_tool_runs_the_sub_agents_tool_here(agent_runtime, scripted_llm, unique_name):
+    """Without a domain the sub-agent's tool is served by the shared poller of this runtime."""
+    tools = LookupTools("here")
+    specialist = Agent(name=unique_name("specialist"), model=scripted_llm.script(policy=specialist_policy),
+                       tools=[tools.lookup])
+    parent = Agent(name=unique_name("caller"), model=scripted_llm.script(policy=caller_policy("ask")),
+                   tools=[specialist.as_tool(name="ask")])
+    result = agent_runtime.run(parent, "Please handle run-solo-1.", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert tools.keys == ["run-solo-1"]
+    assert result.output.startswith("final run-solo-1")
+
+
+@pytest.mark.parametrize("strategy", ["sequential", "parallel", "round_robin"])
+def test_fixed_order_strategies_record_which_agents_answered(strategy, agent_runtime, scripted_llm, unique_name):
+    """sequential, parallel and round_robin run their sub-agents without a coordinator; agents_run says which ran."""
+    first = Agent(name=unique_name("first"), model=scripted_llm.script(policy=lambda r: "first says hi"))
+    second = Agent(name=unique_name("second"), model=scripted_llm.script(policy=lambda r: "second says hi"))
+    parent = Agent(name=unique_name("team"), model=scripted_llm.script(["unused"]), agents=[first, second],
+                   strategy=strategy, max_turns=2)
+    result = agent_runtime.run(parent, "Say hi.", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert sorted(result.agents_run) == sorted([first.name, second.name])
+    if strategy == "sequential":
+        assert result.agents_run == (first.name, second.name)
+        assert result.answered_by == second.name and result.output == "second says hi"
+    if strategy == "parallel":
+        assert "first says hi" in result.output and "second says hi" in result.output
+
+
+def test_a_router_agent_picks_the_sub_agent(agent_runtime, scripted_llm, unique_name):
+    """strategy='router': the router agent's model names the sub-agent; the parent writes the answer."""
+    billing = Agent(name=unique_name("billing"), model=scripted_llm.script(["the bill is 42"]))
+    tech = Agent(name=unique_name("tech"), model=scripted_llm.script(["never asked"]))
+    router = Agent(name=unique_name("router"), model=scripted_llm.script([billing.name, "DONE"]))
+    parent = Agent(name=unique_name("desk"), model=scripted_llm.script(["Your bill is 42."]), agents=[billing, tech],
+                   strategy="router", router=router)
+    result = agent_runtime.run(parent, "How much do I owe?", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (billing.name,)
+    assert result.output == "Your bill is 42."
+
+
+def test_a_swarm_passes_the_conversation_by_transfer_tool(agent_runtime, scripted_llm, unique_name):
+    """strategy='swarm': the server offers the parent '<parent>_transfer_to_<peer>' tools; calling one hands over."""
+    name = unique_name("swarm")
+    billing = Agent(name=unique_name("billing"), model=scripted_llm.script(["the bill is 42"]))
+    tech = Agent(name=unique_name("tech"), model=scripted_llm.script(["never asked"]))
+    model = scripted_llm.script([ToolCall(f"{name}_transfer_to_{billing.name}", {}), "Your bill is 42."])
+    parent = Agent(name=name, model=model, agents=[billing, tech], strategy="swarm")
+    result = agent_runtime.run(parent, "How much do I owe?", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (billing.name,)
+    assert scripted_llm.requests_for(model)[0].tools == (f"{name}_transfer_to_{billing.name}",
+                                                       f"{name}_transfer_to_{tech.name}")
+    assert result.output == "Your bill is 42."
+
+
+def test_a_termination_condition_ends_a_round_robin(agent_runtime, scripted_llm, unique_name):
+    """termination=text_mention('DONE') | max_messages(6): the second speaker says DONE, the loop ends there."""
+    from conductor_agents import Termination
+
+    first = Agent(name=unique_name("first"), model=scripted_llm.script(policy=lambda r: "still working"))
+    second = Agent(name=unique_name("second"), model=scripted_llm.script(policy=lambda r: "DONE here"))
+    parent = Agent(name=f"rr_{os.getpid()}_{unique_name('t')[-7:]}", model=scripted_llm.script(["unused"]),
+                   agents=[first, second], strategy="round_robin", max_turns=10,
+                   termination=Termination.text_mention("DONE") | Termination.max_messages(6))
+    result = agent_runtime.run(parent, "Take turns.", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.answered_by == second.name
+    assert len(result.agents_run) <= 2
+
+
+def test_a_swarm_text_mention_handoff(agent_runtime, scripted_llm, unique_name):
+    """Handoff.on_text_mention: the parent's answer names the cue, and the conversation passes to the target."""
+    from conductor_agents import Handoff
+
+    billing = Agent(name=unique_name("billing"), model=scripted_llm.script(["the bill is 42"]))
+    tech = Agent(name=unique_name("tech"), model=scripted_llm.script(["never asked"]))
+    model = scripted_llm.script(["Passing you to BILLING-DESK now.", "Your bill is 42."])
+    parent = Agent(name=unique_name("swarm"), model=model, agents=[billing, tech], strategy="swarm",
+                   handoffs=[Handoff.on_text_mention(billing.name, "BILLING-DESK")])
+    result = agent_runtime.run(parent, "How much do I owe?", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (billing.name,)
+
+
+class Patient:
+    """A sub-agent's tool that waits (bounded) for its run to be stopped or cancelled, and says which."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.saw: list = []
+
+    @tool
+    def wait_around(self, ctx: ToolContext) -> str:
+        """Wait for news."""
+        self.entered.set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if ctx.cancelled.is_set():
+                self.saw.append(("cancelled", ctx.execution_id))
+                return "cancelled"
+            if ctx.stop_requested.is_set():
+                self.saw.append(("stop", ctx.execution_id))
+                return "stopping"
+            ctx.cancelled.wait(0.05)
+        self.saw.append(("timeout", ctx.execution_id))
+        return "timed out"
+
+
+@pytest.mark.parametrize("how", ["stop", "cancel"])
+def test_stop_and_cancel_reach_a_sub_agents_tool(how, agent_runtime, scripted_llm, unique_name):
+    """handle.stop() / cancel() of the parent: the sub-agent's tool running here sees stop_requested / cancelled."""
+    patient = Patient()
+    names = {role: unique_name(role) for role in ("parent", "specialist")}
+
+    def coordinator(request):
+        if SYNTHESIS in (request.instructions or ""):
+            return "final"
+        return "DONE" if f"[{names['specialist']}]:" in request.user_text else names["specialist"]
+
+    def specialist(request):
+        return ToolCall("wait_around", {}) if request.is_first_turn else "done waiting"
+
+    sub = Agent(name=names["specialist"], model=scripted_llm.script(policy=specialist), tools=[patient.wait_around])
+    parent = Agent(name=names["parent"], model=scripted_llm.script(policy=coordinator), stateful=True, agents=[sub])
+    handle = agent_runtime.start(parent, "Wait.")
+    assert patient.entered.wait(60), "the sub-agent's tool did not start"
+    getattr(handle, how)()
+    result = handle.wait(timeout=90)
+    assert [kind for kind, _ in patient.saw] == ["stop" if how == "stop" else "cancelled"]
+    [(_, sub_run)] = patient.saw
+    assert sub_run != handle.execution_id  # the tool ran in the sub-run
+    assert result.status is (RunStatus.COMPLETED if how == "stop" else RunStatus.TERMINATED)

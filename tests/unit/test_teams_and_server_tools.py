@@ -1,0 +1,329 @@
+"""Sub-agents, agent tools, server-side tools and guardrails: their values and the configs they send."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor_agents import (
+    Agent,
+    ApiTool,
+    AgentDefinitionError,
+    AgentTypeError,
+    Guardrail,
+    GuardrailResult,
+    Handoff,
+    HttpTool,
+    McpTool,
+    Strategy,
+    ToolDefinitionError,
+    tool,
+)
+from conductor_agents.result import AgentResult, AgentStatus, RunStatus
+
+
+@tool
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return key
+
+
+@tool
+def other_lookup(key: str) -> str:
+    """Another tool."""
+    return key
+
+
+def specialist(**kwargs) -> Agent:
+    return Agent(name="billing", model="openai/m", tools=[lookup], **kwargs)
+
+
+class TestSubAgents:
+    def test_strategy_config_and_tree_of_worker_tools(self):
+        """agents/strategy reach agentConfig; the tree's worker tools are served with the parent's."""
+        parent = Agent(name="desk", model="openai/m", agents=[specialist(), Agent(name="tech", model="openai/t")],
+                       strategy="handoff", synthesize=False)
+        config = parent.to_config()
+        assert config["strategy"] == "handoff" and config["synthesize"] is False
+        assert [a["name"] for a in config["agents"]] == ["billing", "tech"]
+        assert [t.name for t in parent.worker_tools] == ["lookup"]
+        assert parent.agent_names == ("billing", "tech")
+
+    def test_default_strategy_is_handoff(self):
+        """Sub-agents without a strategy are sent as the server's default, handoff."""
+        parent = Agent(name="desk", model="openai/m", agents=[specialist()])
+        assert parent.to_config()["strategy"] == "handoff"
+
+    def test_a_stateful_sub_agent_makes_the_tree_stateful(self):
+        """One stateful part pins the whole tree (the run gets a domain)."""
+        assert Agent(name="desk", model="openai/m", agents=[specialist(stateful=True)]).is_stateful
+        assert not Agent(name="desk", model="openai/m", agents=[specialist()]).is_stateful
+
+    @pytest.mark.parametrize("kwargs, message", [
+        (dict(strategy="handoff"), "strategy needs sub-agents"),
+        (dict(agents=[specialist()], strategy="telepathy"), "strategy must be one of"),
+        (dict(agents=[specialist()], router=Agent(name="r", model="openai/r")), "only used with strategy='router'"),
+        (dict(agents=[specialist()], strategy="swarm", handoffs=[Handoff.on_text_mention("nobody", "x")]),
+         "no agent is named 'nobody'"),
+        (dict(agents=[specialist()], handoffs=[Handoff.on_text_mention("billing", "x")]), "only used with strategy='swarm'"),
+        (dict(agents=[specialist(), specialist()]), "two entries named 'billing'"),
+        (dict(agents=[Agent(name="desk", model="openai/m")]), "may not share its parent's name"),
+        (dict(agents=[specialist()], strategy="round_robin", allowed_transitions={"billing": ["ghost"]}),
+         "no agent is named 'ghost'"),
+    ])
+    def test_bad_teams_are_refused(self, kwargs, message):
+        """Each inconsistent team raises an AgentDefinitionError naming the problem."""
+        with pytest.raises(AgentDefinitionError, match=message):
+            Agent(name="desk", model="openai/m", **kwargs)
+
+    def test_agents_must_be_agents(self):
+        """A non-Agent in agents is a type error."""
+        with pytest.raises(AgentTypeError, match="holds Agent values"):
+            Agent(name="desk", model="openai/m", agents=["billing"])
+
+    def test_two_different_tools_of_one_name_in_a_tree_are_refused(self):
+        """The server routes by name: two different 'lookup' tools in one tree cannot both be served."""
+        def clash_lookup(key: str) -> str:
+            return key
+
+        clash = tool(name="lookup")(clash_lookup)
+        with pytest.raises(AgentDefinitionError, match="two different tools are named 'lookup'"):
+            Agent(name="desk", model="openai/m", tools=[clash], agents=[specialist()])
+
+    def test_swarm_handoffs_and_transitions(self):
+        """Handoff rules and allowed transitions use the server's field names."""
+        parent = Agent(name="desk", model="openai/m", agents=[specialist()], strategy=Strategy.SWARM,
+                       handoffs=[Handoff.on_tool_result("billing", "lookup", "due"),
+                                 Handoff.on_text_mention("desk", "back")],
+                       allowed_transitions={"billing": ["desk"]})
+        config = parent.to_config()
+        assert config["handoffs"] == [
+            {"type": "on_tool_result", "target": "billing", "toolName": "lookup", "resultContains": "due"},
+            {"type": "on_text_mention", "target": "desk", "text": "back"},
+        ]
+        assert config["allowedTransitions"] == {"billing": ["desk"]}
+
+
+class TestAgentTool:
+    def test_as_tool_carries_the_sub_agent_and_its_workers(self):
+        """as_tool(): an agent_tool with the sub-agent's config and its worker names; the parent serves them."""
+        at = specialist().as_tool(name="ask_billing", description="Ask billing.")
+        assert at.tool_type == "agent_tool" and at.func is None
+        assert at.config["agentConfig"]["name"] == "billing"
+        assert at.config["workerNames"] == ["lookup"]
+        assert at.input_schema["required"] == ["request"]
+        parent = Agent(name="desk", model="openai/m", tools=[at, other_lookup])
+        assert [t.name for t in parent.worker_tools] == ["other_lookup", "lookup"]
+        assert "agentConfig" not in repr(at)
+
+    def test_defaults_come_from_the_agent(self):
+        """Name and description default to the agent's."""
+        at = Agent(name="helper", model="openai/m", description="Helps.").as_tool()
+        assert (at.name, at.description) == ("helper", "Helps.")
+        assert "workerNames" not in at.config
+
+
+class TestHttpTool:
+    def test_config_uses_the_servers_names(self):
+        """url, method, headers (placeholders kept), pathTemplate, queryParams, accept, contentType."""
+        t = HttpTool.create(name="price", url="http://127.0.0.1:9/api", method="post",
+                            headers={"Authorization": "Bearer ${PRICE_TOKEN}", "X-Team": "a"},
+                            path_template="/items/{sku}", query_params=["currency"],
+                            input_schema={"type": "object", "properties": {"sku": {"type": "string"}}})
+        assert t.tool_type == "http"
+        assert t.config == {"url": "http://127.0.0.1:9/api", "method": "POST", "accept": "application/json",
+                            "contentType": "application/json",
+                            "headers": {"Authorization": "Bearer ${PRICE_TOKEN}", "X-Team": "a"},
+                            "pathTemplate": "/items/{sku}", "queryParams": ["currency"]}
+        assert t.to_config()["toolType"] == "http"
+
+    def test_a_literal_credential_is_refused_without_echoing_it(self):
+        """A credential header must be a ${NAME} placeholder; the error never shows the value."""
+        with pytest.raises(ToolDefinitionError) as info:
+            HttpTool.create(name="price", url="https://x.example/", headers={"X-Api-Key": "sk-live-123456"})
+        assert "X-Api-Key" in str(info.value) and "sk-live-123456" not in str(info.value)
+
+    def test_repr_never_shows_headers(self):
+        """A ToolDef's repr leaves its config (and so its headers) out."""
+        t = HttpTool.create(name="price", url="https://x.example/", headers={"X-Note": "plain-but-private"})
+        assert "plain-but-private" not in repr(t)
+
+    @pytest.mark.parametrize("kwargs, message", [
+        (dict(url="ftp://x"), "http:// or https:// URL"),
+        (dict(url="https://user:pw@x.example/"), "must not carry credentials"),
+        (dict(url="https://x.example/", method="BREW"), "method must be one of"),
+        (dict(url="https://x.example/", headers={"Authorization": "Bearer ${not a name}"}), "names no secret"),
+        (dict(url="https://x.example/", path_template="items"), "path_template"),
+    ])
+    def test_bad_values(self, kwargs, message):
+        with pytest.raises(ToolDefinitionError, match=message):
+            HttpTool.create(name="t", **kwargs)
+
+
+class TestMcpTool:
+    def test_config(self):
+        """server_url, headers and max_tools, as the server reads them."""
+        t = McpTool.create(server_url="http://127.0.0.1:9/mcp", name="calc",
+                           headers={"Authorization": "Bearer ${MCP_TOKEN}"}, max_tools=5)
+        assert t.tool_type == "mcp"
+        assert t.config == {"server_url": "http://127.0.0.1:9/mcp", "headers": {"Authorization": "Bearer ${MCP_TOKEN}"},
+                            "max_tools": 5}
+
+    def test_bad_max_tools(self):
+        with pytest.raises(ToolDefinitionError, match="max_tools"):
+            McpTool.create(server_url="http://127.0.0.1:9/mcp", max_tools=0)
+
+
+class TestApiTool:
+    def test_config(self):
+        """The spec's url, headers and max_tools, as the server reads them."""
+        t = ApiTool.create(spec_url="http://127.0.0.1:9/openapi.json", name="shop",
+                           headers={"X-Api-Key": "${SHOP_KEY}"}, max_tools=3)
+        assert t.tool_type == "api"
+        assert t.config == {"url": "http://127.0.0.1:9/openapi.json", "headers": {"X-Api-Key": "${SHOP_KEY}"},
+                            "max_tools": 3}
+
+
+class TestGuardrails:
+    def test_regex_config(self):
+        """A regex guardrail is the server's GuardrailConfig."""
+        g = Guardrail.regex("no_keys", [r"sk-\w+"], message="No keys.", max_retries=2)
+        assert g.to_config() == {"name": "no_keys", "guardrailType": "regex", "position": "output",
+                                 "onFail": "retry", "maxRetries": 2, "patterns": [r"sk-\w+"], "mode": "block",
+                                 "message": "No keys."}
+        assert g.worker is None
+
+    def test_function_guardrail_is_a_worker_with_the_servers_verdict_shape(self):
+        """A pass carries no on_fail (the server would count it as a failure); a failure carries it."""
+        g = Guardrail.function(lambda text: GuardrailResult("bad" not in text, "Be nice.", "nice"), name="nice",
+                               on_fail="fix")
+        assert g.to_config()["taskName"] == "nice"
+        worker = g.worker
+        assert worker is not None and worker.name == "nice" and worker == g.worker
+        assert worker.invoke({"content": "good", "iteration": 1}) == {"passed": True}
+        assert worker.invoke({"content": "bad", "iteration": 1}) == {
+            "passed": False, "message": "Be nice.", "on_fail": "fix", "fixed_output": "nice"}
+        assert worker.invoke({"content": None}) == {"passed": True}
+        agent = Agent(name="a", model="openai/m", guardrails=[g])
+        assert [t.name for t in agent.worker_tools] == ["nice"]
+        assert agent.to_config()["guardrails"][0]["guardrailType"] == "custom"
+
+    def test_a_bool_verdict(self):
+        g = Guardrail.function(lambda text: len(text) < 5, name="short")
+        assert g.worker.invoke({"content": "too long"})["on_fail"] == "retry"
+
+    @pytest.mark.parametrize("build, message", [
+        (lambda: Guardrail.regex("g", []), "at least one pattern"),
+        (lambda: Guardrail.regex("g", ["("]), "not a regular expression"),
+        (lambda: Guardrail.regex("g", ["x"], on_fail="fix"), "needs a function guardrail"),
+        (lambda: Guardrail.regex("g", ["x"], on_fail="shrug"), "on_fail must be one of"),
+        (lambda: Guardrail.regex("bad name", ["x"]), "name must be"),
+        (lambda: Guardrail.llm("g", model="openai/m", policy=""), "needs a model"),
+        (lambda: Guardrail.regex("g", ["x"], max_retries=0), "max_retries"),
+    ])
+    def test_bad_guardrails(self, build, message):
+        with pytest.raises((AgentDefinitionError, AgentTypeError), match=message):
+            build()
+
+
+class TestResult:
+    def test_agents_run_and_agent_tool_calls_come_from_the_tasks(self):
+        """Sub-agent SUB_WORKFLOW tasks give agents_run; an agent tool's SUB_WORKFLOW is a tool call."""
+        tasks = [
+            {"taskType": "SUB_WORKFLOW", "taskDefName": "desk_router", "status": "COMPLETED"},
+            {"taskType": "SUB_WORKFLOW", "taskDefName": "billing", "status": "COMPLETED", "referenceTaskName": "h0"},
+            {"taskType": "SUB_WORKFLOW", "taskDefName": "tech", "status": "FAILED"},
+            {"taskType": "SUB_WORKFLOW", "taskDefName": "helper", "status": "COMPLETED", "referenceTaskName": "call_1",
+             "inputData": {"workflowInput": {"_agent_tool_name": "ask", "prompt": "hi", "__today__": "x",
+                                             "session_id": ""}},
+             "outputData": {"result": "hello"}},
+        ]
+        status = AgentStatus(execution_id="e", status=RunStatus.COMPLETED, output={"result": "ok"})
+        result = AgentResult.from_server(status, {}, tasks, agent_names=("billing", "tech"))
+        assert result.agents_run == ("billing",) and result.answered_by == "billing"
+        [call] = result.tool_calls
+        assert (call.name, call.arguments, call.output) == ("ask", {"prompt": "hi"}, {"result": "hello"})
+        assert AgentResult.from_server(status, {}, tasks).answered_by is None
+
+
+class TestStopWhen:
+    def test_config_and_worker(self):
+        """stop_when becomes stopWhen's worker task; its output is should_continue, the rule negated."""
+        agent = Agent(name="walker", model="openai/m", stop_when=lambda text, turn: turn >= 2)
+        assert agent.to_config()["stopWhen"] == {"taskName": "walker_stop_when"}
+        [worker] = agent.worker_tools
+        assert worker.invoke({"result": None, "iteration": 1}) == {"should_continue": True}
+        assert worker.invoke({"result": "x", "iteration": 2}) == {"should_continue": False}
+
+    def test_a_long_agent_name_gets_a_short_stable_task_name(self):
+        """Task names have at most 64 characters: a long agent name is cut and hashed, the same each time."""
+        name = "a" * 100
+        first = Agent(name=name, model="openai/m", stop_when=lambda t, n: True).to_config()["stopWhen"]["taskName"]
+        assert len(first) <= 64 and first.endswith("_stop_when")
+        assert first == Agent(name=name, model="openai/m", stop_when=lambda t, n: True).to_config()["stopWhen"]["taskName"]
+
+    def test_must_be_callable(self):
+        with pytest.raises(AgentTypeError, match="stop_when must be a callable"):
+            Agent(name="walker", model="openai/m", stop_when="soon")
+
+
+class TestTermination:
+    def test_conditions_and_config(self):
+        """Conditions use the server's TerminationConfig names; | and & join them."""
+        from conductor_agents import Termination
+
+        either = Termination.text_mention("done", case_sensitive=False) | Termination.max_messages(3)
+        assert either.to_config() == {"type": "or", "conditions": [
+            {"type": "text_mention", "text": "done", "caseSensitive": False},
+            {"type": "max_message", "maxMessages": 3}]}
+        assert either.reached("All DONE", 1) and either.reached("", 3) and not either.reached("go on", 2)
+        both = Termination.stop_message("STOP") & Termination.max_messages(2)
+        assert both.reached(" STOP ", 2) and not both.reached("STOP", 1)
+
+    def test_worker_is_named_as_the_server_names_its_task(self):
+        """The task is the agent's name, non-word characters as '_', plus '_termination'."""
+        from conductor_agents import Termination
+
+        agent = Agent(name="my-team", model="openai/m", termination=Termination.max_messages(2))
+        [worker] = agent.worker_tools
+        assert worker.name == "my_team_termination"
+        assert worker.invoke({"result": "x", "iteration": 2}) == {"should_continue": False}
+        assert agent.to_config()["termination"] == {"type": "max_message", "maxMessages": 2}
+        with pytest.raises(AgentDefinitionError, match="at most 52 characters"):
+            Agent(name="a" * 60, model="openai/m", termination=Termination.max_messages(2))
+
+
+class TestTree:
+    def test_root_finder_follows_parents_and_caches(self):
+        """RootFinder climbs parentWorkflowId to the top-level run, one read per run, cached."""
+        from conductor_agents._tree import RootFinder
+        from conductor_agents.errors import ServerError
+
+        reads: list = []
+        parents = {"c2": "c1", "c1": "root", "root": None}
+
+        class Api:
+            def get_workflow(self, workflow_id):
+                reads.append(workflow_id)
+                if workflow_id == "gone":
+                    raise ServerError("no")
+                return {"parentWorkflowId": parents[workflow_id]}
+
+        finder = RootFinder(Api())
+        assert finder.root_of("c2") == "root"
+        assert finder.root_of("c2") == "root" and reads == ["c2", "c1", "root"]
+        assert finder.root_of("gone") is None
+
+    def test_running_sub_runs_descends(self):
+        """running_sub_runs yields the IN_PROGRESS SUB_WORKFLOW tasks' sub-runs, depth first."""
+        from conductor_agents._api import TaskPage
+        from conductor_agents._tree import running_sub_runs
+
+        tasks = {"p": [{"taskType": "SUB_WORKFLOW", "subWorkflowId": "a"}, {"taskType": "lookup"}],
+                 "a": [{"taskType": "SUB_WORKFLOW", "subWorkflowId": "b"}], "b": []}
+
+        class Api:
+            def workflow_tasks(self, execution_id, **kwargs):
+                assert kwargs["statuses"] == ("IN_PROGRESS",)
+                return TaskPage(total=len(tasks[execution_id]), tasks=tasks[execution_id], date=None)
+
+        assert list(running_sub_runs(Api(), "p")) == ["a", "b"]
