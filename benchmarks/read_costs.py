@@ -1,6 +1,6 @@
-"""Bytes per read of a long run: the SDK's reads before and after issue 18, on one 500-turn run.
+"""Bytes per read of a long run: the SDK's reads before and after issue 18, on one long run (100 turns by default).
 
-    .venv/bin/python benchmarks/read_costs.py [--turns 500]
+    .venv/bin/python benchmarks/read_costs.py [--turns 100]
 
 Starts a local server and a stateful agent whose model calls a tool every turn (no message digest, so
 the run can reach 500 turns without continuation); at the last turn the tool blocks, so the run is
@@ -35,7 +35,7 @@ from conductor_agents.testing import ScriptedLLM, ToolCall  # noqa: E402
 
 def main(argv: "list[str]") -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--turns", type=int, default=500)
+    p.add_argument("--turns", type=int, default=100)
     args = p.parse_args(argv)
     release = threading.Event()
 
