@@ -14,7 +14,7 @@ import pytest
 from conductor_agents import AgentRuntime, RunStatus, tool
 from conductor_agents.testing import ToolCall, listener_policy
 
-from ..helpers import eventually, listener, sdk_threads
+from ..helpers import eventually, listener, listener_runs, sdk_threads
 
 pytestmark = pytest.mark.integration
 
@@ -142,8 +142,12 @@ def test_two_processes_each_get_only_their_own_messages(agent_runtime, agent_set
 
 
 def _completed_acts(runtime, execution_id: str) -> int:
-    tasks = runtime._api.get_workflow(execution_id, include_tasks=True).get("tasks") or []
-    return sum(1 for t in tasks if t.get("taskType") == "act" and t.get("status") == "COMPLETED")
+    """Completed ``act`` tasks over every run of the listener (a long one is continued as new runs)."""
+    count = 0
+    for run in listener_runs(runtime.settings.server_url, execution_id):
+        tasks = runtime._api.get_workflow(run, include_tasks=True).get("tasks") or []
+        count += sum(1 for t in tasks if t.get("taskType") == "act" and t.get("status") == "COMPLETED")
+    return count
 
 
 def test_idempotency_key_joins_the_existing_runs_domain(agent_settings, scripted_llm, unique_name):
