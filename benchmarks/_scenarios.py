@@ -47,6 +47,7 @@ class EntryLog:
         self._offset = 0
         self._partial = b""
         self.entries: Dict[str, float] = {}
+        self.repeats = 0  # entries for a key already seen (a tool run twice for one message)
 
     def refresh(self) -> Dict[str, float]:
         try:
@@ -62,6 +63,8 @@ class EntryLog:
         for raw in lines:
             parts = raw.decode().split()
             if len(parts) == 2:
+                if parts[0] in self.entries:
+                    self.repeats += 1
                 self.entries.setdefault(parts[0], float(parts[1]))
         return self.entries
 
@@ -178,33 +181,59 @@ def scenario_live(adapter: Any, cfg: dict, log: EntryLog) -> None:
 
 
 def scenario_long(adapter: Any, cfg: dict, log: EntryLog) -> None:
-    """One listener, ``messages`` messages of ``size`` bytes one after another (each sent once the
-    previous one was acted on); a ``window`` event every ``window`` messages, then ``result``. Stops at
-    the first message the listener can no longer take (its run failed) or that is not acted on in time."""
+    """One listener, ``messages`` messages of ``size`` bytes, at most ``in_flight`` of them sent and not
+    yet acted on at any time (1: each sent once the previous one was acted on); a ``window`` event every
+    ``window`` messages, then ``result``. Stops at the first message the listener can no longer take (its
+    run failed) or that is not acted on in time."""
     eid = adapter.start_listener(cfg["model"])
     emit(event="started", ids=[eid])
     latencies: List[float] = []
     failure = None
     filler = "x" * max(0, cfg.get("size", 300) - 40)
-    for i in range(cfg["messages"]):
+    in_flight = max(1, int(cfg.get("in_flight", 1)))
+    window = cfg.get("window", 1000)
+    timeout = cfg.get("message_timeout", 120.0)
+    sent: Dict[str, float] = {}
+    total = cfg["messages"]
+
+    def settle(i: int) -> bool:
+        """Wait until message ``i`` was acted on; record its round trip (False: it was not, in time)."""
+        nonlocal failure
         key = f"long-{i}"
-        sent = time.time()
+        entered = log.wait_for(key, timeout=timeout)
+        if entered is None:
+            failure = {"message": i, "error": f"not acted on within {timeout:.0f}s",
+                       "status": adapter.status(eid) if hasattr(adapter, "status") else None}
+            return False
+        latencies.append(entered - sent.pop(key))
+        done = len(latencies)
+        if done % window == 0:
+            info = adapter.describe(eid) if hasattr(adapter, "describe") else {}
+            emit(event="window", done=done, latencies=latencies[-window:], repeats=log.repeats, **info)
+        return True
+
+    ok = True
+    for i in range(total):
+        if i >= in_flight and not settle(i - in_flight):
+            ok = False
+            break
+        key = f"long-{i}"
+        sent[key] = time.time()
         try:
             adapter.send(eid, {"key": key, "text": filler})
         except Exception as err:  # the listener's run has ended (failed): this is where it stops
             failure = {"message": i, "error": f"{type(err).__name__}: {str(err)[:300]}"}
+            sent.pop(key)
+            ok = False
             break
-        entered = log.wait_for(key, timeout=cfg.get("message_timeout", 120.0))
-        if entered is None:
-            failure = {"message": i, "error": f"not acted on within {cfg.get('message_timeout', 120.0):.0f}s",
-                       "status": adapter.status(eid) if hasattr(adapter, "status") else None}
-            break
-        latencies.append(entered - sent)
-        if (i + 1) % cfg.get("window", 1000) == 0:
-            info = adapter.describe(eid) if hasattr(adapter, "describe") else {}
-            emit(event="window", done=i + 1, latencies=latencies[-cfg.get("window", 1000):], **info)
-    emit(event="result", done=len(latencies), failure=failure, latencies_tail=latencies[-(len(latencies) %
-         cfg.get("window", 1000) or cfg.get("window", 1000)):])
+    if ok:
+        for i in range(max(0, total - in_flight), total):
+            if not settle(i):
+                break
+    time.sleep(2.0)  # a late second run of a tool would show here
+    log.refresh()
+    emit(event="result", done=len(latencies), failure=failure, repeats=log.repeats,
+         latencies_tail=latencies[-(len(latencies) % window or window):])
     wait_command(("stop",), 300)
 
 

@@ -33,7 +33,8 @@ class OursAdapter:
     def __init__(self, cfg: dict) -> None:
         self.runtime = AgentRuntime(AgentSettings.from_env(server_url=cfg["server_url"]))
         self.receive = WaitForMessageTool.create(
-            name="wait_for_message", description="Wait for the next external message, then return its content.")
+            name="wait_for_message", description="Wait for the next external messages, then return them.",
+            batch_size=int(cfg.get("batch", 1)))
 
     def start_pickup(self, model: str, stateful: bool) -> str:
         agent = Agent(name="bench_pick_ours", model=model, stateful=stateful, max_turns=10_000,

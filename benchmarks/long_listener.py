@@ -4,8 +4,10 @@
     .venv/bin/python benchmarks/long_listener.py --server cluster --messages 2000
     .venv/bin/python benchmarks/long_listener.py --messages 300 --window 100    # a short look
 
-Messages of ``--size`` bytes (300) are sent one after another, each once the previous one was acted on
-(one tool call each), through a counting proxy. Per window of ``--window`` messages (1,000) it reports
+Messages of ``--size`` bytes (300) are sent through a counting proxy, at most ``--in-flight`` of them
+(8) sent and not yet acted on at any time, so that the listener takes up to ``--batch`` (20) per wait
+and acts on each with one tool call (``--in-flight 1``: each sent once the previous one was acted on,
+which the server's once-a-second check of a waiting message task paces at about one per second). Per window of ``--window`` messages (1,000) it reports
 the round trip (send to the tool's start) p50/p99, the server's CPU per message (its JVMs' user+system
 time), the server's store (the SQLite database and its WAL, or Redis's used memory), the SDK's bytes on
 the wire per message (requests and responses through the proxy), how many runs the listener had, and
@@ -42,6 +44,8 @@ def parse_args(argv: "list[str]") -> argparse.Namespace:
     p.add_argument("--messages", type=int, default=10_000)
     p.add_argument("--size", type=int, default=300, help="bytes per message")
     p.add_argument("--window", type=int, default=1000)
+    p.add_argument("--in-flight", type=int, default=8, help="most messages sent and not yet acted on")
+    p.add_argument("--batch", type=int, default=20, help="most messages the listener takes per wait")
     p.add_argument("--server", choices=("sqlite", "cluster"), default="sqlite")
     p.add_argument("--sdk", choices=("both", "ours", "peer"), default="both")
     p.add_argument("--peer-messages", type=int, default=500, help="most messages the peer is sent")
@@ -92,7 +96,7 @@ def store_bytes(bench: Bench) -> Optional[int]:
 
 
 def link_sizes(url: str, execution_id: str, runs: int, sample: int = 5) -> List[int]:
-    """Stored sizes (bytes of the whole task list) of the last few finished runs of the listener."""
+    """Stored sizes (bytes of the whole task list) of the last ``sample`` finished runs of the listener."""
     status = requests.get(f"{url}/workflow/{execution_id}/status", timeout=30).json()
     key = parse_link_key(status.get("correlationId"))
     if key is None or runs < 2:
@@ -108,13 +112,16 @@ def link_sizes(url: str, execution_id: str, runs: int, sample: int = 5) -> List[
 def drive(bench: Bench, sdk: str, python_sdk: str, messages: int, args: argparse.Namespace) -> Dict[str, Any]:
     proxy = bench.proxy()
     cfg = dict(model=bench.models[sdk]["listen"], messages=messages, size=args.size, window=args.window,
-               message_timeout=120.0, server_url=proxy.url)  # every request of the SDK through the proxy
+               message_timeout=120.0, server_url=proxy.url,
+               in_flight=args.in_flight, batch=args.batch)  # every request of the SDK through the proxy
     driver = bench.driver(sdk, "long", **cfg)
     windows: List[Dict[str, Any]] = []
     try:
         started = driver.expect("started", timeout=600)
         eid = started["ids"][0]
-        last = {"cpu": cpu_seconds(bench.server_pids), "bytes": proxy.bytes, "t": time.monotonic(), "done": 0}
+        last: Dict[str, Any] = {"cpu": cpu_seconds(bench.server_pids), "bytes": proxy.bytes, "t": time.monotonic(),
+                                "done": 0, "runs": 1}
+        last_runs = 1
         while True:
             event = _next_event(driver, timeout=max(600.0, args.window * 10.0))
             if event["event"] not in ("window", "result"):
@@ -128,15 +135,22 @@ def drive(bench: Bench, sdk: str, python_sdk: str, messages: int, args: argparse
                           "server_cpu_ms_per_msg": 1000 * (now_cpu - last["cpu"]) / count,
                           "sdk_bytes_per_msg": (now_bytes - last["bytes"]) / count,
                           "seconds": time.monotonic() - last["t"], "store_bytes": store_bytes(bench),
-                          "runs": event.get("runs")}
+                          "runs": event.get("runs"), "repeats": event.get("repeats")}
                 if sdk == "ours" and event.get("runs"):
-                    window["last_run_sizes"] = link_sizes(bench.url, eid, int(event["runs"]))
+                    runs = int(event["runs"])  # every run that ended since the last window, read whole
+                    sizes = link_sizes(bench.url, eid, runs, sample=max(1, runs - last.get("runs", 1)))
+                    window["ended_runs_read"] = len(sizes)
+                    window["largest_ended_run_bytes"] = max(sizes, default=None)
+                    window["last_run_sizes"] = sizes[-5:]
+                    last_runs = runs
                 windows.append(window)
                 print(f"[{sdk}] {json.dumps(window)}", flush=True)
-                last = {"cpu": now_cpu, "bytes": now_bytes, "t": time.monotonic(), "done": done}
+                last = {"cpu": now_cpu, "bytes": now_bytes, "t": time.monotonic(), "done": done,
+                        "runs": last_runs}
             if event["event"] == "result":
                 status = bench.workflow(eid).get("status")
                 return {"sdk": sdk, "execution_id": eid, "done": event.get("done"), "failure": event.get("failure"),
+                        "repeats": event.get("repeats"),
                         "final_status": status, "windows": windows}
     finally:
         driver.finish()
@@ -151,6 +165,23 @@ def _next_event(driver: Any, timeout: float) -> dict:
         except Exception:
             if time.monotonic() > deadline:
                 raise TimeoutError("the driver went quiet")
+
+
+def markdown(run: Dict[str, Any]) -> str:
+    """The table of one SDK's windows, for ``benchmarks/results.md``."""
+    rows = ["| messages | round trip p50 (s) | p99 (s) | server CPU ms/msg | SDK kB/msg | runs so far "
+            "| largest run ended in the window (MB) | server store (MB) | acted on twice |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    first = 0
+    for w in run.get("windows", []):
+        largest = w.get("largest_ended_run_bytes")
+        rows.append("| {}-{} | {:.2f} | {:.2f} | {:.0f} | {:.0f} | {} | {} | {} | {} |".format(
+            first + 1, w["upto"], w["rt_p50_s"] or 0, w["rt_p99_s"] or 0, w["server_cpu_ms_per_msg"],
+            w["sdk_bytes_per_msg"] / 1000, w.get("runs") or "-",
+            f"{largest / 1e6:.2f}" if largest else "-",
+            f"{w['store_bytes'] / 1e6:.0f}" if w.get("store_bytes") else "-", w.get("repeats", "-")))
+        first = w["upto"]
+    return "\n".join(rows)
 
 
 def main(argv: "list[str]") -> int:
@@ -168,6 +199,10 @@ def main(argv: "list[str]") -> int:
     with open(out, "w") as fh:
         json.dump(results, fh, indent=1)
     print(f"wrote {out}")
+    for sdk in ("peer", "ours"):
+        if sdk in results:
+            print(f"\n{sdk}: {results[sdk].get('done')} messages, failure: {results[sdk].get('failure')}\n")
+            print(markdown(results[sdk]))
     return 0
 
 
