@@ -4,6 +4,14 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat setup.cfg pyproject.toml | cksum | cut -d' ' -f1)
 PYTEST_ARGS ?=
+# make test / test-fast run on this many pytest-xdist workers, each with its own servers; the tests that
+# share an expensive one stay together (see tests/conftest.py). PYTEST_WORKERS=1: one process, as before.
+PYTEST_WORKERS ?= 2
+ifeq ($(strip $(PYTEST_WORKERS)),1)
+PYTEST_PARALLEL := -p no:xdist
+else
+PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
+endif
 
 .PHONY: install server-deps cluster-deps test test-fast unit demo clean bench
 
@@ -42,11 +50,11 @@ cluster-deps:
 	fi
 
 test: server-deps
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The edit-test loop: everything but the cluster and the server-restart tests (make test runs those too).
 test-fast: server-deps
-	$(PY) -m pytest -m "not cluster and not restarts" $(PYTEST_ARGS)
+	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not cluster and not restarts" $(PYTEST_ARGS)
 
 unit: install
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)

@@ -85,11 +85,11 @@ def test_flask_approval_page_approves_and_rejects_a_listeners_publication(flask_
 
 
 @pytest.fixture
-def django_site(agent_settings, scripted_llm, tmp_path: Path) -> Iterator[Site]:
+def django_site(agent_settings, scripted_llm, tmp_path: Path, xdg_runtime_dir: str) -> Iterator[Site]:
     """samples/django_app under gunicorn --workers 2 --preload."""
     env: Dict[str, str] = {**os.environ, "CONDUCTOR_SERVER_URL": agent_settings.server_url,
                            "CONDUCTOR_AGENT_MODEL": scripted_llm.script(policy=listener_policy(report_on)),
-                           "PYTHONUNBUFFERED": "1"}
+                           "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": xdg_runtime_dir}  # its own gunicorn.ctl
     port = free_port()
     command = [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}", "--chdir",
                str(DJANGO_SAMPLE), "--timeout", "120", "--graceful-timeout", "40", "--preload",

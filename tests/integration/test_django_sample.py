@@ -59,12 +59,13 @@ class Site:
 
 
 @pytest.fixture(params=["preload", "no-preload"])
-def site(request: pytest.FixtureRequest, agent_settings, scripted_llm, tmp_path: Path) -> Iterator[Site]:
+def site(request: pytest.FixtureRequest, agent_settings, scripted_llm, tmp_path: Path,
+         xdg_runtime_dir: str) -> Iterator[Site]:
     pytest.importorskip("django", reason="pip install -e '.[test]' brings Django")
     pytest.importorskip("gunicorn", reason="pip install -e '.[test]' brings gunicorn")
     model = scripted_llm.script(policy=listener_policy(report_on))
     env = {**os.environ, "CONDUCTOR_SERVER_URL": agent_settings.server_url, "CONDUCTOR_AGENT_MODEL": model,
-           "PYTHONUNBUFFERED": "1"}
+           "PYTHONUNBUFFERED": "1", "XDG_RUNTIME_DIR": xdg_runtime_dir}  # its own gunicorn.ctl
     port = free_port()
     command = [sys.executable, "-m", "gunicorn", "--workers", "2", "--bind", f"127.0.0.1:{port}",
                "--chdir", str(SAMPLE), "--timeout", "120", "--graceful-timeout", "40",
