@@ -228,6 +228,9 @@ def test_after_a_healed_poll_cut_the_next_tasks_go_at_normal_latency_and_no_stal
 
         proxy.refuse([])
         healed = _act_within(tools, 3, 30, "the pending message after the heal")
+        # What was reported: a wait() right after the pending message raised the outage's stall again.
+        with pytest.raises(WaitTimeoutError):
+            handle.wait(timeout=1.0)
         after = []
         for number in range(3):
             eventually(lambda: quiescent(base, handle.execution_id), timeout=60, message="at rest after the heal")
