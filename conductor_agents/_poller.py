@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from typing import Any, Callable, Mapping, Optional
 
 from ._api import ConductorApi
@@ -25,8 +26,14 @@ log = logging.getLogger("conductor_agents.worker")
 
 #: Most tasks taken by one poll.
 _MAX_BATCH = 8
-#: Longest pause between polls while the server is unreachable.
+#: Longest pause between polls while the server is unreachable (a poller is given a lower cap
+#: when the stall threshold is short: see ``max_backoff``).
 _MAX_BACKOFF = 5.0
+#: While backing off after a failed poll, a ring (the watcher counts a task in our queues, or the
+#: watchdog sees one wait unpolled) cuts the pause short, but not below this: a task is known to
+#: wait, so the poller tries again soon rather than up to ``_MAX_BACKOFF`` later. Without a ring
+#: (nothing waits, or the server is down for every call) the pause keeps doubling.
+_RUNG_RETRY_SECONDS = 0.5
 #: While a queue watcher rings this poller, it still polls on its own this often: a missed ring,
 #: and the server's poll data shows the domain served by a live worker (``_takeover``).
 _SAFETY_POLL_SECONDS = 60.0
@@ -67,8 +74,14 @@ class DomainPoller:
         name_suffix: Optional[str] = None,
         watcher: Optional[Any] = None,  # a conductor_agents._watcher.QueueWatcher
         keepalive_seconds: Optional[float] = None,
+        max_backoff: float = _MAX_BACKOFF,
+        on_recovered: Optional[Callable[["DomainPoller"], None]] = None,
     ) -> None:
         self.domain = domain
+        self._max_backoff = max(_RUNG_RETRY_SECONDS, min(_MAX_BACKOFF, max_backoff))
+        # Told (from the poller thread) after the first successful poll that follows failed ones.
+        self._on_recovered = on_recovered
+        self._failing = False
         self._api = api
         self._executor = executor
         self._worker_id = worker_id
@@ -251,7 +264,7 @@ class DomainPoller:
                 rung, self._rung = self._rung, False
                 backoff = self._poll_round(types, backoff, short_only=watched, rung=rung)
                 if backoff:
-                    self._stop.wait(backoff)
+                    self._pause_after_failure(backoff)
         except BaseException:
             log.exception("poller for domain %s crashed", self.domain)
             raise
@@ -259,6 +272,26 @@ class DomainPoller:
             self._exited.set()
             if self._on_exit is not None:
                 self._on_exit(self)
+
+    def _pause_after_failure(self, backoff: float) -> None:
+        """Wait ``backoff`` seconds after a failed poll, or only ``_RUNG_RETRY_SECONDS`` when rung.
+
+        A ring while the server is unreachable for polls means a task waits in one of our queues
+        (the watcher could read it, or the watchdog saw it unpolled): the next poll then goes at
+        most ``_RUNG_RETRY_SECONDS`` after the failure, so a healed connection serves the task at
+        once instead of at the end of a back-off that grew during the outage.
+        """
+        end = time.monotonic() + backoff  # real time, as the event waits are (also with a test clock)
+        if self._stop.wait(min(backoff, _RUNG_RETRY_SECONDS)):
+            return
+        while not self._stop.is_set() and not self._rung:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            if self._rung:  # rung between the check and the clear
+                return
+            self._wake.wait(remaining)
 
     def wait_polled(self, task_types: "tuple[str, ...]", timeout: float) -> bool:
         """Wait until each of ``task_types`` has been polled successfully once; True if so."""
@@ -278,6 +311,7 @@ class DomainPoller:
         if short_only:
             self._next_safety = self._clock.monotonic() + _SAFETY_POLL_SECONDS
         got = 0
+        recovered = False
         with self._lock:
             fresh = [t for t in types if t not in self._polled]
         if fresh:  # a type nobody polled yet gets a quick poll first, so start() can confirm it
@@ -304,11 +338,14 @@ class DomainPoller:
                 )
             except (ServerUnavailableError, HttpError, ServerError) as err:
                 self.poll_errors += 1
-                backoff = min(_MAX_BACKOFF, max(0.2, backoff * 2))
+                self._failing = True
+                backoff = min(self._max_backoff, max(0.2, backoff * 2))
                 log.warning("polling %s (domain %s) failed: %s; retrying in %.1fs", task_type, self.domain, err, backoff)
                 return backoff
             self.polls += 1
             self._last_polled[task_type] = self._clock.monotonic()
+            recovered = recovered or self._failing
+            self._failing = False
             if keepalive:
                 self.keepalives += 1
                 continue  # the server gives nothing to a poll for none
@@ -328,6 +365,8 @@ class DomainPoller:
                     log.error("polled task of unknown type %s; ignoring", task.get("taskType"))
                     continue
                 self._executor.submit(task, tool_def)
+        if recovered:  # after the round: every task it took counts as polled on the server now
+            self._recovered()
         if short_only and (got or rung):  # drain and safety polls say nothing about rings
             self._empty_rings = 0 if got else self._empty_rings + 1
             if self._empty_rings == 1 and not self._stop.is_set():
@@ -339,6 +378,14 @@ class DomainPoller:
                 self._empty_rings = 0
                 self._quiet_until = self._clock.monotonic() + _RING_QUIET_SECONDS
         return 0.0
+
+    def _recovered(self) -> None:
+        log.info("polling domain %s works again", self.domain)
+        if self._on_recovered is not None:
+            try:
+                self._on_recovered(self)
+            except Exception:
+                log.exception("the recovery listener of the poller for domain %s failed", self.domain)
 
     def _tools_for(self, task: Mapping) -> Optional[ToolDef]:
         task_type = task.get("taskType") or task.get("taskDefName")

@@ -223,6 +223,25 @@ class RunWatchdog:
             run._set_stall(None)
             self._wake.set()
 
+    def resample(self, domain: str) -> int:
+        """Sample soon (at the thread's next wake-up) every run watched or served on ``domain``.
+
+        Called when this process's poller of ``domain`` polls again after failed polls: a stall
+        found during the outage is then cleared (or confirmed) by a fresh sample rather than by the
+        next one due, up to an interval later, so a ``wait()`` right after the heal does not raise
+        a stall that is over. How many runs were rescheduled.
+        """
+        now = self._clock.monotonic()
+        count = 0
+        with self._lock:
+            for run in self._runs.values():
+                if domain in (run.domain, run.served_domain) and run.due > now:
+                    self._schedule(run, now)
+                    count += 1
+        if count:
+            self._wake.set()
+        return count
+
     def watched(self) -> "tuple[str, ...]":
         """The execution ids sampled now."""
         with self._lock:

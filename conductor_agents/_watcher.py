@@ -80,8 +80,13 @@ class QueueWatcher:
 
     def __init__(self, api: ConductorApi, pollers: Callable[[], List[DomainPoller]], *, clock: Clock = SYSTEM_CLOCK,
                  fast: float = 0.015, slow: float = 0.25,
-                 may_stop: Optional[Callable[["QueueWatcher"], bool]] = None) -> None:
+                 may_stop: Optional[Callable[["QueueWatcher"], bool]] = None,
+                 unlisted_recheck_max: float = _UNLISTED_RECHECK_MAX_SECONDS) -> None:
         self._api = api
+        # The longest an unlisted queue found empty counts as empty before it is asked again (the
+        # runtime gives half its stall threshold when that is shorter than the 30 s default).
+        self._unlisted_max = max(_UNLISTED_RECHECK_SECONDS, min(_UNLISTED_RECHECK_MAX_SECONDS,
+                                                                unlisted_recheck_max))
         self._pollers = pollers
         # Asked (from the watcher thread) when no poller is left; True lets the thread end. The
         # owner answers under its own lock and starts a new watcher for the next poller, so a
@@ -240,7 +245,7 @@ class QueueWatcher:
         touches it there (that node lists it from then on, and a later listing without it switches
         the watcher to queue by queue). On a SQL server an unlisted queue never had a task (its row
         comes with the first one), so an idle listener's queue stays unlisted: one found empty is
-        asked again after 1 s, then at doubling intervals up to _UNLISTED_RECHECK_MAX_SECONDS (on a
+        asked again after 1 s, then at doubling intervals up to ``unlisted_recheck_max`` (30 s at most; on a
         grid, so that many come due in the same round and go in one request), and counts as empty
         in between (it is in ``_unlisted_next``).
         """
@@ -266,7 +271,7 @@ class QueueWatcher:
             if asked[name]:
                 tracked.pop(name, None)
             else:
-                delay = min(_UNLISTED_RECHECK_MAX_SECONDS, 2 * tracked[name][1]) if name in tracked \
+                delay = min(self._unlisted_max, 2 * tracked[name][1]) if name in tracked \
                     else _UNLISTED_RECHECK_SECONDS
                 tracked[name] = (_on_grid(now + delay, delay), delay)
         self._unlisted_due_at = min((at for at, _ in tracked.values()), default=math.inf)

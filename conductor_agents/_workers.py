@@ -39,6 +39,11 @@ log = logging.getLogger("conductor_agents.worker")
 #: A poller whose tool pool is full still polls (``count=0``) this often, per stall threshold,
 #: so the server's poll data shows its domain alive to other processes' watchdogs.
 _KEEPALIVES_PER_STALL = 3.0
+#: A poller's pause after failed polls grows to at most a quarter of the stall threshold (and 5 s),
+#: and the watcher asks again for an unlisted empty queue at most every half threshold (and 30 s):
+#: no back-off of the SDK's own can keep a task unpolled for a threshold once the server answers.
+_BACKOFFS_PER_STALL = 4.0
+_UNLISTED_RECHECKS_PER_STALL = 2.0
 #: The SDK's own tasks of a continued listener: they never keep it from being at rest.
 _INTERNAL_TASKS = INTERNAL_TASK_TYPES
 #: The watchdog skips a run's sample when the watcher read all its queues empty this recently.
@@ -158,7 +163,9 @@ class WorkerSet:
 
     def _new_poller(self, domain: Optional[str]) -> DomainPoller:
         if self._watcher is None:  # none yet, or the last one stopped when the pollers were gone
-            self._watcher = QueueWatcher(self._api, self.pollers, clock=self._clock, may_stop=self._watcher_may_stop)
+            self._watcher = QueueWatcher(
+                self._api, self.pollers, clock=self._clock, may_stop=self._watcher_may_stop,
+                unlisted_recheck_max=self._settings.liveness_stall_seconds / _UNLISTED_RECHECKS_PER_STALL)
             self._watcher.start()
         if self._executor is None:
             self._executor = ToolExecutor(
@@ -171,7 +178,16 @@ class WorkerSet:
             poll_interval_ms=self._settings.worker_poll_interval_ms,
             clock=self._clock, on_exit=self._poller_exited, watcher=self._watcher,
             keepalive_seconds=self._settings.liveness_stall_seconds / _KEEPALIVES_PER_STALL,
+            max_backoff=self._settings.liveness_stall_seconds / _BACKOFFS_PER_STALL,
+            on_recovered=self._poller_recovered,
         )
+
+    def _poller_recovered(self, poller: DomainPoller) -> None:
+        """A poller polls again after failed polls: have its runs sampled now (a stall is over)."""
+        with self._lock:
+            watchdog = self._watchdog
+        if watchdog is not None and poller.domain is not None:
+            watchdog.resample(poller.domain)
 
     def _watcher_may_stop(self, watcher: QueueWatcher) -> bool:
         """Called by the watcher when it sees no poller: let it end unless one came meanwhile."""

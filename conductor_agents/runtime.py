@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import threading
 import uuid
 from typing import Any, Callable, Iterator, Mapping, Optional
@@ -26,7 +25,7 @@ from ._run_state import check_context, check_media
 from ._sending import send_to_listener
 from ._starting import start_run
 from ._switch import LinkSpec, link_start_body, pending_switch, read_commit
-from ._takeover import find_live_poller, freshness_window
+from ._takeover import find_live_poller, freshness_window, make_worker_id
 from ._tree import running_sub_runs
 from ._transport import Transport
 from ._workers import Reservation, WorkerSet
@@ -129,7 +128,7 @@ class AgentRuntime:
         construction and again in a forked child."""
         self._pid = os.getpid()
         self._lock = threading.Lock()
-        self.worker_id = f"{socket.gethostname()}-{self._pid}-{uuid.uuid4().hex[:6]}"
+        self.worker_id = make_worker_id(uuid.uuid4().hex[:6], pid=self._pid)
         self._workers = WorkerSet(self._api, self.settings, worker_id=self.worker_id, clock=self._clock,
                                   observer=self._observer, directory=self._directory)
 
@@ -320,8 +319,10 @@ class AgentRuntime:
         polling one domain would split the run's tasks (and its in-memory state) between
         them. The server's poll data says who polled last and when; a poll within
         ``_takeover.freshness_window()`` (75 s: a live poller polls each task type at least
-        every 60 s) counts as alive. Right after a crash, or when you know that process is
-        gone, pass ``force=True``.
+        every 60 s) counts as alive, unless that worker is a process of this machine that no
+        longer exists (worker ids name host and pid, see ``_takeover.worker_is_dead_here``): a
+        run whose process died on this host is resumed at once. When you know a process on
+        another host is gone, pass ``force=True``.
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.

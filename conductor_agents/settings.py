@@ -173,6 +173,21 @@ def _is_bool(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> No
         )
 
 
+#: The shortest stall threshold the SDK accepts (and never shorter than one long poll).
+MIN_STALL_SECONDS = 1.0
+
+
+def minimum_stall_seconds(worker_long_poll_ms: int) -> float:
+    """The shortest ``liveness_stall_seconds`` that cannot report a live worker as stalled.
+
+    A live poller may spend one long poll (``worker_long_poll_ms``) on another task type before it
+    asks for a waiting task, and retries a failed poll after up to half a second when a task waits.
+    Its other pauses scale with the threshold: the back-off after failed polls is at most a quarter
+    of it (and 5 s), the queue watcher's recheck of an unlisted queue at most half (and 30 s).
+    """
+    return max(MIN_STALL_SECONDS, worker_long_poll_ms / 1000.0)
+
+
 @attrs.frozen
 class AgentSettings:
     """Connection, worker and liveness settings of an :class:`~conductor_agents.AgentRuntime`.
@@ -230,6 +245,13 @@ class AgentSettings:
     pending_check_interval_seconds: float = attrs.field(default=5.0, validator=_positive)
 
     def __attrs_post_init__(self) -> None:
+        floor = minimum_stall_seconds(self.worker_long_poll_ms)
+        if self.liveness_stall_seconds < floor:
+            raise ConfigurationError(
+                f"liveness_stall_seconds (CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS) is {self.liveness_stall_seconds:g}, "
+                f"shorter than the SDK's own pauses between polls: it must be at least {floor:g} s (1 s, and one "
+                f"long poll of worker_long_poll_ms={self.worker_long_poll_ms}); a live worker would be reported "
+                "stalled", variable="CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS")
         if (self.auth_key is None) != (self.auth_secret is None):
             raise ConfigurationError(
                 "CONDUCTOR_AUTH_KEY and CONDUCTOR_AUTH_SECRET must be set together",

@@ -184,3 +184,68 @@ def test_waiting_three_times_the_threshold_for_a_message_is_no_stall(agent_setti
         eventually(lambda: tools.actions, timeout=30, message="the late message acted on")
         handle.stop()
         assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+
+
+def _act_within(tools: "ActionTools", count: int, timeout: float, message: str) -> float:
+    """Seconds until ``tools`` has ``count`` actions (AssertionError past ``timeout``)."""
+    started = time.monotonic()
+    eventually(lambda: len(tools.actions) >= count, timeout=timeout, interval=0.02, message=message)
+    return time.monotonic() - started
+
+
+def test_after_a_healed_poll_cut_the_next_tasks_go_at_normal_latency_and_no_stall_follows(
+        agent_settings, scripted_llm, unique_name, conductor_server):
+    """Issue 19: a 4 s threshold and a 1 s interval; the serving runtime's polls are cut (its
+    status and queue reads still pass) past the threshold, so its own watchdog reports the stall;
+    once the polls pass again the pending message is acted on, the next messages are handled at
+    the latency they had before the cut, no stall is reported again, and stop() + wait() raise
+    nothing."""
+    base = agent_settings.server_url
+    stall, interval = 4.0, 1.0
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("healed")
+    before = sdk_threads()
+    with LoopbackProxy(conductor_server.url) as proxy, \
+            AgentRuntime(attrs.evolve(agent_settings, server_url=proxy.url, liveness_stall_seconds=stall,
+                                      liveness_check_interval_seconds=interval,
+                                      continuation_enabled=False)) as serving:  # no switch mid-test
+        handle = serving.start(listener(unique_name("healed"), model, tools), "Start listening.")
+        baseline = []
+        for number in range(2):
+            eventually(lambda: quiescent(base, handle.execution_id), timeout=60, message="at rest")
+            handle.send_message({"action": f"before-{number}"})
+            baseline.append(_act_within(tools, number + 1, 60, "an action before the cut"))
+
+        eventually(lambda: quiescent(base, handle.execution_id), timeout=60, message="at rest before the cut")
+        proxy.refuse(["/tasks/poll"], status=0)  # polls fail as if the network dropped them; nothing else does
+        # A long poll that reached the server before the cut may still take a task: let it end.
+        time.sleep(agent_settings.worker_long_poll_ms / 1000.0 + 0.5)
+        handle.send_message({"action": "during-cut"})
+        with pytest.raises(WorkerStallError):
+            handle.wait(timeout=stall + 6 * interval + 10)
+        assert len(tools.actions) == 2, "no poll got through the cut"
+        time.sleep(2.0)  # the cut lasts past the stall: the poller's and the watcher's back-offs grow
+
+        proxy.refuse([])
+        healed = _act_within(tools, 3, 30, "the pending message after the heal")
+        # What was reported: a wait() right after the pending message raised the outage's stall again.
+        with pytest.raises(WaitTimeoutError):
+            handle.wait(timeout=1.0)
+        after = []
+        for number in range(3):
+            eventually(lambda: quiescent(base, handle.execution_id), timeout=60, message="at rest after the heal")
+            time.sleep(1.5)  # idle between messages, as a real listener is
+            handle.send_message({"action": f"after-{number}"})
+            after.append(_act_within(tools, 4 + number, 30, "a message after the heal"))
+            assert handle.stall is None, handle.stall
+        print(f"\nlatency before the cut {[round(b, 2) for b in baseline]}, pending one after the heal "
+              f"{healed:.2f}s, after the heal {[round(a, 2) for a in after]}")
+        normal = max(baseline) + 1.5
+        assert healed <= normal + 1.0, (healed, baseline)
+        assert all(a <= normal for a in after), (after, baseline)
+        handle.stop()
+        result = handle.wait(timeout=60)  # raises WorkerStallError if a stall is reported again
+        assert result.status is RunStatus.COMPLETED
+        assert [a for a, _ in tools.actions] == ["before-0", "before-1", "during-cut", "after-0", "after-1",
+                                                 "after-2"]
+    assert sdk_threads() == before

@@ -7,6 +7,7 @@ and the margin to 3 s, so "the window passed" takes seconds, not 75 s; the logic
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -17,7 +18,9 @@ from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener
 from ..integration.test_stateful_listener import ActionTools, act_on
-from .support import last_poll_ms
+from .crash_child import FileActionTools, read_actions
+from .crash_child import listener as child_listener
+from .support import Child, last_poll_ms, quiescent
 
 pytestmark = pytest.mark.reliability
 
@@ -78,3 +81,75 @@ def test_resume_is_refused_while_another_worker_polls_then_allowed(agent_setting
     assert [a for a, _ in second_tools.actions] == ["m3"]
     assert [a for a, _ in third_tools.actions] == ["m4"]
     scripted_llm.assert_no_anomalies(model)
+
+
+def _serving_child(agent_settings, scripted_llm, unique_name, tmp_path):
+    base = agent_settings.server_url
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    name = unique_name("samehost")
+    log = str(tmp_path / "actions.jsonl")
+    child = Child(["--server-url", base, "--name", name, "--model", model, "--log", log, "--start"],
+                  stderr_path=str(tmp_path / "child.err"))
+    return child, name, model, log
+
+
+def test_resume_right_after_the_serving_process_was_killed_on_this_host_needs_no_force(
+        agent_settings, scripted_llm, unique_name, tmp_path):
+    """Issue 19: the process serving a listener is SIGKILLed; its last poll is a second old, but its
+    worker id names this host and a pid that no longer exists: resume() without force takes the run
+    over at once, and the next message is acted on here."""
+    base = agent_settings.server_url
+    child, name, model, log = _serving_child(agent_settings, scripted_llm, unique_name, tmp_path)
+    try:
+        info = child.read_info(timeout=60)
+        execution_id = info["execution_id"]
+        with AgentRuntime(agent_settings) as runtime:
+            runtime.send_message(execution_id, {"action": "m1"})
+            eventually(lambda: read_actions(log) and quiescent(base, execution_id), timeout=60, interval=0.1,
+                       message="the child acted and waits again")
+            child.kill()  # SIGKILL, reaped
+            last = last_poll_ms(base, "act", _domain(base, execution_id))
+            assert last and time.time() - last / 1000.0 < _takeover.freshness_window()  # still "fresh"
+            started = time.monotonic()
+            handle = runtime.resume(execution_id, child_listener(name, model, FileActionTools(log)))
+            took = time.monotonic() - started
+            assert handle.workers_attached
+            assert took < 15, took  # no waiting out the 75 s window (confirming our polls takes a moment)
+            handle.send_message({"action": "m2"})
+            eventually(lambda: len(read_actions(log)) >= 2, timeout=60, interval=0.05, message="m2 acted on here")
+            assert [(a["action"], a["pid"]) for a in read_actions(log)] == [("m1", info["pid"]), ("m2", os.getpid())]
+            handle.stop()
+            assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+    finally:
+        child.kill()
+
+
+def test_a_live_process_on_this_host_is_never_taken_over(agent_settings, scripted_llm, unique_name, tmp_path):
+    """The same, with the serving process alive: resume() without force is refused (ResumeError naming
+    that worker) and the child goes on serving the run alone."""
+    base = agent_settings.server_url
+    child, name, model, log = _serving_child(agent_settings, scripted_llm, unique_name, tmp_path)
+    try:
+        info = child.read_info(timeout=60)
+        execution_id = info["execution_id"]
+        with AgentRuntime(agent_settings) as runtime:
+            with pytest.raises(ResumeError) as refused:
+                runtime.resume(execution_id, child_listener(name, model, FileActionTools(log)))
+            assert info["worker_id"] in str(refused.value)
+            assert runtime.stats().active_runs == ()
+            runtime.send_message(execution_id, {"action": "still-theirs"})
+            eventually(lambda: read_actions(log), timeout=60, interval=0.05, message="the child acted")
+            assert [(a["action"], a["pid"]) for a in read_actions(log)] == [("still-theirs", info["pid"])]
+            observed = runtime.attach(execution_id)
+            observed.stop()
+            assert observed.wait(timeout=60).status is RunStatus.COMPLETED  # the child served the stop
+    finally:
+        child.kill()
+
+
+def _domain(base: str, execution_id: str) -> str:
+    from .support import workflow
+
+    domains = set((workflow(base, execution_id).get("taskToDomain") or {}).values())
+    assert len(domains) == 1, domains
+    return domains.pop()

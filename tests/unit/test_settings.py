@@ -215,3 +215,22 @@ def test_evolve_validates_too():
     """attrs.evolve re-runs the validators."""
     with pytest.raises(ConfigurationError):
         attrs.evolve(AgentSettings(), liveness_check_interval_seconds=0)
+
+
+@pytest.mark.parametrize("stall, long_poll_ms, ok", [
+    (1.0, 1000, True), (0.5, 1000, False), (2.0, 3000, False), (3.0, 3000, True), (30.0, 5000, True),
+])
+def test_a_stall_threshold_shorter_than_the_sdks_own_pauses_is_refused(stall, long_poll_ms, ok):
+    """Issue 19: a threshold a live poller can exceed by itself (one long poll, or under 1 s) would
+    report live workers as stalled: ConfigurationError naming the variable."""
+    from conductor_agents.errors import ConfigurationError
+
+    if ok:
+        assert AgentSettings(liveness_stall_seconds=stall, worker_long_poll_ms=long_poll_ms)
+        return
+    with pytest.raises(ConfigurationError) as info:
+        AgentSettings(liveness_stall_seconds=stall, worker_long_poll_ms=long_poll_ms)
+    assert info.value.variable == "CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS" and "at least" in str(info.value)
+    if long_poll_ms == 1000:  # the default long poll: the variable alone is refused too
+        with pytest.raises(ConfigurationError):
+            AgentSettings.from_env(environ={"CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": str(stall)})

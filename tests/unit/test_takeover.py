@@ -63,3 +63,83 @@ def test_cli_resume_takes_force():
 
     assert build_parser().parse_args(["resume", "m:a", "ID", "--force"]).force is True
     assert build_parser().parse_args(["resume", "m:a", "ID"]).force is False
+
+
+# --- a worker of this host whose process is gone (issue 19) -----------------------------------------
+
+import os
+import socket
+import subprocess
+import sys
+import time
+
+from conductor_agents import _takeover
+from conductor_agents._takeover import make_worker_id, worker_is_dead_here
+
+
+@pytest.fixture
+def dead_child():
+    """A child process that ran and was killed and reaped: its pid no longer exists."""
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    worker = make_worker_id("abc123", pid=proc.pid)
+    proc.kill()
+    proc.wait(timeout=10)
+    return proc.pid, worker
+
+
+def test_a_worker_id_names_host_pid_and_on_linux_start_time_and_machine():
+    worker = make_worker_id("abc123")
+    host, pid, rest = worker.rsplit("-", 2)
+    assert (host, pid, rest.split(".")[0]) == (socket.gethostname(), str(os.getpid()), "abc123")
+    if os.path.exists("/proc/self/stat"):
+        assert len(rest.split(".")) == 3
+
+
+def test_a_killed_process_of_this_host_is_dead_a_live_one_is_not(dead_child):
+    _, worker = dead_child
+    assert worker_is_dead_here(worker)
+    assert not worker_is_dead_here(make_worker_id("abc123"))  # this process
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not worker_is_dead_here(make_worker_id("live01", pid=live.pid))
+        live.kill()
+        live_id = make_worker_id("live01", pid=live.pid)  # made before the kill would be the same
+        deadline = time.monotonic() + 10
+        while not worker_is_dead_here(live_id) and time.monotonic() < deadline:
+            pass  # killed and not reaped yet: a zombie counts as dead too
+        assert worker_is_dead_here(live_id)
+    finally:
+        live.kill()
+        live.wait(timeout=10)
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/stat"), reason="start times come from /proc")
+def test_a_reused_pid_is_told_by_its_start_time():
+    host, pid, rest = make_worker_id("abc123").rsplit("-", 2)
+    nonce, started, tag = rest.split(".")
+    assert not worker_is_dead_here(f"{host}-{pid}-x{nonce}.{started}.{tag}")  # this process, as another id
+    parent = os.getppid()  # alive, but started at another time than the id says
+    assert worker_is_dead_here(f"{host}-{parent}-{nonce}.{int(started) + 12345}.{tag}")
+    assert not worker_is_dead_here(f"{host}-{parent}-{nonce}.{_takeover._proc_stat(parent)[1]}.{tag}")
+
+
+@pytest.mark.parametrize("worker", [
+    "another-host-{pid}-abc123",          # another machine: only its poll's age tells
+    "{host}-{pid}-abc123.1.ffffff",       # this host name, but another boot or pid namespace (a container)
+    "{host}-notapid-abc123",
+    "python-sdk-worker",                  # not an id this SDK made
+    "",
+])
+def test_a_dead_pid_is_only_believed_for_this_machine(dead_child, worker):
+    pid, _ = dead_child
+    if _takeover._machine_tag() == "ffffff":  # pragma: no cover - one machine in 16 million
+        pytest.skip("this machine's tag is the test's")
+    assert not worker_is_dead_here(worker.format(pid=pid, host=socket.gethostname()))
+
+
+def test_a_fresh_poll_by_a_dead_worker_of_this_host_is_not_live(http, dead_child):
+    _, worker = dead_child
+    serve(http, [row("dom-1", worker, 1)])
+    assert find() is None
+    serve(http, [row("dom-1", worker, 1), row("dom-1", "another-host-1-abcdef", 30, task="act")])
+    assert find().worker_id == "another-host-1-abcdef"

@@ -569,3 +569,18 @@ def test_the_thread_sleeps_past_the_next_due_time_so_runs_due_together_share_a_w
     assert run is None and wait == pytest.approx(0.5 + 1.0)
     clock.advance(wait)
     assert 3 == watchdog.run_due()
+
+
+def test_a_poller_that_polls_again_has_its_domains_runs_sampled_at_once(no_thread):
+    """Issue 19: after a healed outage the stall found during it is cleared by a sample taken as soon
+    as the domain's poller polls again, not up to an interval later (a wait() then would raise it)."""
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, running(task("late", age=45)), running())
+    watch = watchdog.watch(EXEC, domain=DOMAIN, served=True, served_domain=DOMAIN)
+    tick(watchdog, clock)
+    assert watch.stall is not None
+    clock.advance(0.1)
+    assert watchdog.run_due() == 0  # not due for another interval
+    assert watchdog.resample("another-domain") == 0
+    assert watchdog.resample(DOMAIN) == 1
+    assert watchdog.run_due() == 1 and watch.stall is None

@@ -365,3 +365,33 @@ def test_a_pollers_activity_reaches_its_watcher_without_a_pass_over_the_pollers(
     assert watcher._activity_at == clock.monotonic()
     watcher.note_activity(clock.monotonic() - 5.0)  # an older note never moves it back
     assert watcher._activity_at == clock.monotonic()
+
+
+def test_the_unlisted_recheck_interval_is_capped_by_the_owner(http, api):
+    """A runtime with a short stall threshold caps the recheck at half of it (issue 19): an unlisted
+    queue never counts as empty for longer than that without being asked again."""
+    idle = StubPoller("idle")
+    http.get(ALL, json={"JOIN": 0})
+    http.get(SIZES, json={"idle:act": 0})
+    watcher = QueueWatcher(api, lambda: [idle], clock=FakeClock(), unlisted_recheck_max=2.0)
+    now = 0.0
+    while now < 60.0:
+        watcher._round([idle], now, full=True)
+        now += 0.25
+    assert watcher._unlisted_next["idle:act"][1] == 2.0
+
+
+def test_a_workerset_gives_its_pollers_and_watcher_back_offs_below_the_stall_threshold(http, api):
+    http.get(ALL, json={})
+    short = WorkerSet(api, AgentSettings(server_url=BASE_URL, liveness_stall_seconds=4.0), worker_id="w")
+    default = WorkerSet(api, AgentSettings(server_url=BASE_URL), worker_id="w")
+    try:
+        with short._lock:
+            poller = short._new_poller("d")
+        assert (poller._max_backoff, short._watcher._unlisted_max) == (1.0, 2.0)
+        with default._lock:
+            poller = default._new_poller("d")
+        assert (poller._max_backoff, default._watcher._unlisted_max) == (5.0, 15.0)
+    finally:
+        short.close()
+        default.close()
