@@ -297,3 +297,159 @@ def test_stop_and_cancel_reach_a_sub_agents_tool(how, agent_runtime, scripted_ll
     [(_, sub_run)] = patient.saw
     assert sub_run != handle.execution_id  # the tool ran in the sub-run
     assert result.status is (RunStatus.COMPLETED if how == "stop" else RunStatus.TERMINATED)
+
+
+class Calls:
+    """What a Python router or handoff condition was asked, and on which thread (bounded, thread-safe)."""
+
+    def __init__(self) -> None:
+        self.seen: list = []
+        self.lock = threading.Lock()
+
+    def add(self, item) -> None:
+        with self.lock:
+            self.seen.append((item, threading.current_thread().name))
+
+    @property
+    def items(self) -> list:
+        with self.lock:
+            return [item for item, _ in self.seen]
+
+    def assert_ran_in_tool_threads(self) -> None:
+        with self.lock:
+            assert self.seen and all(name.startswith("conductor-agents-tool") for _, name in self.seen), self.seen
+
+
+def domains_of(agent_runtime, execution_id: str, task_name: str) -> set:
+    tasks = agent_runtime._api.get_workflow(execution_id, include_tasks=True)["tasks"]
+    return {t.get("domain") for t in tasks if t.get("taskDefName") == task_name}
+
+
+def function_router_team(scripted_llm, unique_name, calls: Calls, *, stateful: bool, tools: LookupTools = None):
+    """A router team whose router is Python: the first sub-agent that has not answered yet, then DONE."""
+    names = {role: unique_name(role) for role in ("desk", "billing", "tech")}
+    billing = Agent(name=names["billing"], model=scripted_llm.script(policy=lambda r: "the bill is 42"),
+                    description="Billing.")
+    tech_tools = [tools.lookup] if tools is not None else []
+    tech = Agent(name=names["tech"], model=scripted_llm.script(policy=specialist_policy if tools else
+                                                               (lambda r: "tech says hi")),
+                 tools=tech_tools, description="Tech.")
+
+    def route(conversation: str) -> str:
+        calls.add(conversation)
+        for name in (names["tech"], names["billing"]):
+            if f"[{name}]:" not in conversation:
+                return name
+        return "DONE"
+
+    parent_model = scripted_llm.script(policy=lambda r: f"final {marker_of(r)}" if MARKER.search(r.user_text)
+                                       else "final")
+    return Agent(name=names["desk"], model=parent_model, agents=[billing, tech], strategy="router", router=route,
+                 stateful=stateful), names
+
+
+def test_a_python_router_picks_the_sub_agents(agent_runtime, scripted_llm, unique_name):
+    """router=<callable>: the server asks the function (a worker task here) with the conversation; it names
+    the next sub-agent until it says DONE, and the parent writes the answer."""
+    calls = Calls()
+    parent, names = function_router_team(scripted_llm, unique_name, calls, stateful=False)
+    result = agent_runtime.run(parent, "Please handle run-route-1.", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["tech"], names["billing"])
+    assert result.output == "final run-route-1"
+    seen = calls.items
+    assert len(seen) == 3 and all("run-route-1" in text for text in seen)
+    assert f"[{names['tech']}]:" in seen[1] and "tech says hi" in seen[1]
+    assert f"[{names['billing']}]:" in seen[2] and "the bill is 42" in seen[2]
+    calls.assert_ran_in_tool_threads()
+
+
+def test_a_python_router_that_names_no_sub_agent_fails_the_run(agent_runtime, scripted_llm, unique_name):
+    """A router answer that names no sub-agent fails the run with the names it could have used (the server
+    alone would end the loop silently)."""
+    billing = Agent(name=unique_name("billing"), model=scripted_llm.script(["never asked"]))
+    parent = Agent(name=unique_name("desk"), model=scripted_llm.script(["never asked"]), agents=[billing],
+                   strategy="router", router=lambda conversation: "nobody")
+    result = agent_runtime.run(parent, "Route me.", timeout=120)
+    assert result.status is RunStatus.FAILED
+    assert "the router returned 'nobody'" in (result.error or "")
+    assert result.agents_run == ()
+
+
+@pytest.mark.both_topologies
+def test_a_stateful_python_router_runs_in_its_process(topology, agent_runtime, scripted_llm, unique_name):
+    """A stateful router team: the router task and the sub-agent's tool are on the run's domain, served here."""
+    calls = Calls()
+    tools = LookupTools("here")
+    parent, names = function_router_team(scripted_llm, unique_name, calls, stateful=True, tools=tools)
+    handle = agent_runtime.start(parent, "Please handle run-route-2.")
+    result = handle.wait(timeout=180)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["tech"], names["billing"])
+    assert tools.keys == ["run-route-2"]
+    assert len(calls.items) == 3
+    calls.assert_ran_in_tool_threads()
+    assert handle.run_id and domains_of(agent_runtime, handle.execution_id, f"{names['desk']}_route") == \
+        {handle.run_id}
+
+
+def condition_swarm(scripted_llm, unique_name, calls: Calls, *, stateful: bool):
+    """A swarm whose parent answers 'please refund'; a Python condition hands that to billing, another
+    (never true) would hand it to tech."""
+    from conductor_agents import Handoff
+
+    names = {role: unique_name(role) for role in ("swarm", "billing", "tech")}
+    billing = Agent(name=names["billing"], model=scripted_llm.script(policy=lambda r: "refund sent"))
+    tech = Agent(name=names["tech"], model=scripted_llm.script(["never asked"]))
+
+    def to_billing(ctx) -> bool:
+        calls.add(("billing", ctx.agent, ctx.result))
+        return "refund" in ctx.result.lower()
+
+    def to_tech(ctx) -> bool:
+        calls.add(("tech", ctx.agent, ctx.result))
+        return False
+
+    parent = Agent(name=names["swarm"], model=scripted_llm.script(policy=lambda r: "Please refund me."),
+                   agents=[billing, tech], strategy="swarm", stateful=stateful, max_turns=6,
+                   handoffs=[Handoff.on_condition(names["tech"], to_tech),
+                             Handoff.on_condition(names["billing"], to_billing)])
+    return parent, names
+
+
+def check_condition_calls(calls: Calls, names: dict) -> None:
+    seen = calls.items
+    # after the parent's turn both conditions are asked; after billing's only tech's (billing's own
+    # condition never hands billing the conversation it has)
+    assert ("tech", names["swarm"], "Please refund me.") in seen
+    assert ("billing", names["swarm"], "Please refund me.") in seen
+    assert ("tech", names["billing"], "refund sent") in seen
+    assert not [c for c in seen if c[0] == "billing" and c[1] == names["billing"]]
+    assert len(seen) == 3, seen
+    calls.assert_ran_in_tool_threads()
+
+
+def test_an_on_condition_handoff_decides_in_python(agent_runtime, scripted_llm, unique_name):
+    """Handoff.on_condition: the server asks the Python condition after each turn; true hands the
+    conversation to its target, and once no rule matches the swarm ends."""
+    calls = Calls()
+    parent, names = condition_swarm(scripted_llm, unique_name, calls, stateful=False)
+    result = agent_runtime.run(parent, "I was charged twice.", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["billing"],)
+    check_condition_calls(calls, names)
+
+
+@pytest.mark.both_topologies
+def test_a_stateful_swarms_conditions_run_in_its_process(topology, agent_runtime, scripted_llm, unique_name):
+    """A stateful swarm: its condition tasks are on the run's domain and run here."""
+    calls = Calls()
+    parent, names = condition_swarm(scripted_llm, unique_name, calls, stateful=True)
+    handle = agent_runtime.start(parent, "I was charged twice.")
+    result = handle.wait(timeout=180)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["billing"],)
+    check_condition_calls(calls, names)
+    assert handle.run_id
+    for index in (0, 1):
+        assert domains_of(agent_runtime, handle.execution_id, f"{names['swarm']}_handoff_{index}") == {handle.run_id}
