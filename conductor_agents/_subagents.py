@@ -20,6 +20,14 @@ What the server (3.32.3) does with them, checked against its compiler and a runn
   (``{"taskName": ...}``), compiled into a ``SIMPLE`` task in place of the router model, given the
   ``conversation`` (also as ``prompt``) and returning ``result``: the next sub-agent's name or
   ``DONE`` (the server normalises the answer; this SDK refuses one that names no sub-agent).
+- ``manual``: each turn of the loop (``max_turns`` of them, fewer with ``stop_when`` or a
+  ``termination``) is a ``HUMAN`` task ``<agent>_pick_agent`` (its input: ``agent_options``, each
+  sub-agent's name and index, and the ``conversation``), then a ``SIMPLE`` task
+  ``<agent>_process_selection`` the client serves, given the person's answer (``human_output``) and
+  answering ``selected``: the index of the sub-agent to run (a ``SWITCH`` on it; no case matches an
+  unknown index, so that turn runs nobody). This SDK's worker takes the name a person answered with
+  and refuses one that is no sub-agent's. The server's names use the agent's name with every
+  character other than letters, digits and ``_`` made ``_``.
 - ``agent.as_tool()``: the model calls the sub-agent like any tool; the server registers the
   sub-agent's own workflow (named after it) and runs it as a ``SUB_WORKFLOW``.
 - A sub-run inherits the parent run's task domain, and the server routes every worker tool of the
@@ -34,6 +42,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
+import re
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
 
 import attrs
@@ -42,7 +51,7 @@ from ._tooldef import AGENT_TOOL, TOOL_NAME, ToolDef
 from .errors import AgentDefinitionError, AgentTypeError
 
 __all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "handoff_task_name", "handoff_worker",
-           "merge_worker_tools", "router_task_name", "router_worker"]
+           "merge_worker_tools", "router_task_name", "router_worker", "selection_task_name", "selection_worker"]
 
 #: ``router(conversation)``: the name of the sub-agent to run next, or ``"DONE"`` (None: done).
 RouterFunction = Callable[[str], Any]
@@ -61,6 +70,8 @@ class Strategy(str, enum.Enum):
     ROUND_ROBIN = "round_robin"
     RANDOM = "random"
     SWARM = "swarm"
+    #: A person picks the sub-agent of each turn (``handle.pending()`` / ``handle.respond(name)``).
+    MANUAL = "manual"
 
     @classmethod
     def parse(cls, value: Any) -> "Strategy":
@@ -246,10 +257,12 @@ class _RouteCheck:
 
     def __call__(self, **inputs: Any) -> Dict[str, Any]:
         choice = self.router(_text(inputs.get("conversation", inputs.get("prompt"))))
-        name = getattr(choice, "name", None) if not isinstance(choice, str) and choice is not None else choice
+        name = choice
+        if choice is not None and not isinstance(choice, str) and hasattr(choice, "to_config"):
+            name = getattr(choice, "name", None)  # an Agent
         if name is None or (isinstance(name, str) and name.strip().upper() == DONE):
             return {"result": DONE}
-        if name not in self.agents:
+        if not isinstance(name, str) or name not in self.agents:
             raise ValueError(f"the router returned {choice!r}; it must return one of {list(self.agents)} "
                              f"(a sub-agent's name or Agent) or {DONE!r}")
         return {"result": name}
@@ -311,3 +324,50 @@ def agent_tool(agent: Any, *, name: Optional[str] = None, description: Optional[
         config=config,
         nested_tools=workers,
     )
+
+
+def _server_ref(agent_name: str) -> str:
+    """The server's ``toRef``: the name with every character other than letters, digits and ``_`` made ``_``."""
+    return re.sub(r"[^A-Za-z0-9_]", "_", agent_name)
+
+
+PICK_SUFFIX, SELECTION_SUFFIX = "_pick_agent", "_process_selection"
+
+
+def selection_task_name(agent_name: str) -> str:
+    """The worker task the server schedules after a person picked a ``manual`` team's next sub-agent.
+
+    Raises:
+        AgentDefinitionError: the server's name for it is longer than a task this SDK serves (64 characters).
+    """
+    name = _server_ref(agent_name) + SELECTION_SUFFIX
+    if not TOOL_NAME.fullmatch(name):
+        raise AgentDefinitionError(
+            f"Agent.strategy='manual': the server names its task {name!r}, longer than the 64 characters this SDK "
+            f"serves; use an agent name of at most {64 - len(SELECTION_SUFFIX)} characters", field="strategy",
+            value=agent_name)
+    return name
+
+
+@attrs.frozen
+class _Selection:
+    """The worker body of a ``manual`` pick: the person's answer (a sub-agent's name) as the server's index."""
+
+    agents: "tuple[str, ...]"
+
+    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+        output = inputs.get("human_output")
+        picked: Any = output
+        if isinstance(output, Mapping):  # this SDK's respond() sends answer; the server's own form, selected
+            picked = output.get("selected", output.get("answer"))
+        if isinstance(picked, Mapping):
+            picked = picked.get("selected", picked.get("agent"))
+        if isinstance(picked, str) and picked.strip() in self.agents:
+            return {"selected": str(self.agents.index(picked.strip()))}
+        raise ValueError(f"the person picked {picked!r}; the answer must be one of {list(self.agents)}")
+
+
+def selection_worker(agent_name: str, agents: Sequence[str]) -> ToolDef:
+    """The worker ToolDef of the ``manual`` team ``agent_name`` over the sub-agents ``agents``."""
+    return ToolDef(name=selection_task_name(agent_name), description=f"the pick of {agent_name}'s next agent",
+                   input_schema={"type": "object", "properties": {}}, func=_Selection(tuple(agents)))

@@ -13,7 +13,7 @@ from ._output_type import OutputSpec
 from ._secrets import check_credential_names
 from ._stopping import StopRule, stop_task_name, stop_worker
 from ._subagents import (Handoff, Strategy, agent_tool, handoff_task_name, handoff_worker, merge_worker_tools,
-                         router_task_name, router_worker)
+                         router_task_name, router_worker, selection_task_name, selection_worker)
 from ._termination import Termination, termination_task_name, termination_worker
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
@@ -279,6 +279,8 @@ class Agent:
             termination_task_name(self.name)
         if self.router is not None and not isinstance(self.router, Agent):
             router_task_name(self.name)
+        if self.strategy is Strategy.MANUAL:
+            selection_task_name(self.name)
         merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
 
     def as_tool(self, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
@@ -302,6 +304,8 @@ class Agent:
             groups.append([termination_worker(self.name, self.termination)])
         if self.router is not None and not isinstance(self.router, Agent):
             groups.append([router_worker(self.name, self.router, self.agent_names)])
+        if self.strategy is Strategy.MANUAL:
+            groups.append([selection_worker(self.name, self.agent_names)])
         groups.append([handoff_worker(self.name, i, h, self.agent_names)
                        for i, h in enumerate(self.handoffs) if h.kind == "on_condition"])
         groups += [a.worker_tools for a in (*self.agents, *self._router_agents)]
@@ -349,8 +353,10 @@ class Agent:
 
     @property
     def waits_for_people(self) -> bool:
-        """Whether a run can wait for a person: a tool needs approval, or a tool asks a person."""
-        return any(t.approval_required or t.tool_type == "human" for t in self.tools)
+        """Whether a run can wait for a person: a tool needs approval, a tool asks a person, or a person
+        picks the next sub-agent (``strategy="manual"``)."""
+        return self.strategy is Strategy.MANUAL or any(t.approval_required or t.tool_type == "human"
+                                                      for t in self.tools)
 
     @property
     def output_spec(self) -> Optional[OutputSpec]:

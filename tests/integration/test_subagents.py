@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from conductor_agents import Agent, AgentRuntime, RunStatus, Strategy, ToolContext, tool
+from conductor_agents import Agent, AgentRuntime, InvalidAnswerError, RunStatus, Strategy, ToolContext, tool
+from conductor_agents._subagents import handoff_task_name, router_task_name, selection_task_name
 from conductor_agents.testing import ToolCall
 
 pytestmark = pytest.mark.integration
@@ -389,7 +390,7 @@ def test_a_stateful_python_router_runs_in_its_process(topology, agent_runtime, s
     assert tools.keys == ["run-route-2"]
     assert len(calls.items) == 3
     calls.assert_ran_in_tool_threads()
-    assert handle.run_id and domains_of(agent_runtime, handle.execution_id, f"{names['desk']}_route") == \
+    assert handle.run_id and domains_of(agent_runtime, handle.execution_id, router_task_name(names["desk"])) == \
         {handle.run_id}
 
 
@@ -452,4 +453,69 @@ def test_a_stateful_swarms_conditions_run_in_its_process(topology, agent_runtime
     check_condition_calls(calls, names)
     assert handle.run_id
     for index in (0, 1):
-        assert domains_of(agent_runtime, handle.execution_id, f"{names['swarm']}_handoff_{index}") == {handle.run_id}
+        assert domains_of(agent_runtime, handle.execution_id, handoff_task_name(names["swarm"], index)) == \
+            {handle.run_id}
+
+
+def next_pick(handle, after: set, timeout: float = 60):
+    """The pick the run waits on now that is none of ``after`` (task ids), bounded."""
+    from ..helpers import eventually
+
+    picks = eventually(lambda: [r for r in handle.pending() if r.options and r.task_id not in after],
+                       timeout=timeout, interval=0.2, message="a pick of the next agent")
+    assert len(picks) == 1, picks
+    return picks[0]
+
+
+def run_manual_team(agent_runtime, scripted_llm, unique_name, *, stateful: bool):
+    """A manual team of two: a person picks billing (by name), then tech (by Agent); max_turns=2 ends it."""
+    tools = LookupTools("here")
+    names = {role: unique_name(role) for role in ("billing", "tech")}
+    # the server names the selection task after the team: at most 46 characters (and a '-' to see it mapped)
+    names["desk"] = f"desk-{os.getpid()}-{unique_name('m')[-7:]}"
+    billing = Agent(name=names["billing"], model=scripted_llm.script(policy=lambda r: "the bill is 42"))
+    tech = Agent(name=names["tech"], model=scripted_llm.script(policy=specialist_policy), tools=[tools.lookup])
+    team = Agent(name=names["desk"], model=scripted_llm.script(["never asked"]), agents=[billing, tech],
+                 strategy="manual", max_turns=2, stateful=stateful)
+    handle = agent_runtime.start(team, "Please handle run-manual-1.")
+    try:
+        return check_manual_run(handle, names, tech, tools)
+    finally:
+        if not handle.status().is_terminal:
+            handle.cancel("the test failed")
+
+
+def check_manual_run(handle, names: dict, tech: Agent, tools: LookupTools):
+    first = next_pick(handle, set())
+    assert first.options == (names["billing"], names["tech"])
+    assert "run-manual-1" in first.arguments["conversation"]
+    with pytest.raises(InvalidAnswerError, match="must be one of"):
+        handle.respond("nobody")
+    taken = handle.respond(names["billing"], by="pat")
+    assert (taken.answer, taken.answered_by) == (names["billing"], "pat")
+    second = next_pick(handle, {first.task_id})
+    assert "the bill is 42" in second.arguments["conversation"]
+    handle.respond(tech)
+    result = handle.wait(timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["billing"], names["tech"])
+    assert "the bill is 42" in result.output and "looked up run-manual-1 by here" in result.output
+    assert tools.keys == ["run-manual-1"]
+    assert handle.pending() == ()
+    return handle, names
+
+
+def test_a_person_picks_each_turns_agent_of_a_manual_team(agent_runtime, scripted_llm, unique_name):
+    """strategy='manual': each turn waits for a person (handle.pending(): a question with the sub-agents as
+    options); handle.respond(name) runs that sub-agent; a name that is no sub-agent's is refused unsent."""
+    run_manual_team(agent_runtime, scripted_llm, unique_name, stateful=False)
+
+
+@pytest.mark.both_topologies
+def test_a_stateful_manual_team_serves_its_selection_here(topology, agent_runtime, scripted_llm, unique_name):
+    """A stateful manual team: the selection task and the sub-agent's tool are on the run's domain, served here."""
+    handle, names = run_manual_team(agent_runtime, scripted_llm, unique_name, stateful=True)
+    assert handle.run_id
+    task = selection_task_name(names["desk"])
+    assert task == re.sub(r"[^A-Za-z0-9_]", "_", names["desk"]) + "_process_selection"
+    assert domains_of(agent_runtime, handle.execution_id, task) == {handle.run_id}

@@ -14,6 +14,8 @@ from conductor_agents import (
     Handoff,
     HandoffContext,
     HttpTool,
+    InvalidAnswerError,
+    PendingRequest,
     McpTool,
     Strategy,
     ToolDefinitionError,
@@ -201,6 +203,9 @@ class TestFunctionRouter:
         """A name that is no sub-agent's is an error (the server would silently end the loop)."""
         [worker] = [t for t in self.team(lambda c: "ghost").worker_tools if t.name == "desk_route"]
         with pytest.raises(ValueError, match=r"returned 'ghost'.*\['billing', 'tech'\]"):
+            worker.invoke({"conversation": "x"})
+        [worker] = [t for t in self.team(lambda c: 3).worker_tools if t.name == "desk_route"]
+        with pytest.raises(ValueError, match="returned 3"):
             worker.invoke({"conversation": "x"})
 
     def test_bad_routers(self):
@@ -441,3 +446,85 @@ class TestTree:
                 return TaskPage(total=len(tasks[execution_id]), tasks=tasks[execution_id], date=None)
 
         assert list(running_sub_runs(Api(), "p")) == ["a", "b"]
+
+
+class TestManual:
+    PICK = {
+        "taskId": "h7", "taskType": "HUMAN", "status": "IN_PROGRESS", "seq": 4, "startTime": 1796167516000,
+        "referenceTaskName": "my_desk_pick_agent__1", "taskDefName": "my_desk_pick_agent",
+        "inputData": {"__humanTaskDefinition": {"displayName": "my-desk: Select next agent"},
+                      "response_schema": {"type": "object"}, "agent_options": {"tech": "1", "billing": "0"},
+                      "conversation": "Help me."},
+    }
+
+    def team(self, **kwargs) -> Agent:
+        return Agent(name="my-desk", model="openai/m", agents=[specialist(), Agent(name="tech", model="openai/t")],
+                     strategy="manual", **kwargs)
+
+    def test_config_and_the_selection_worker(self):
+        """strategy='manual' is sent as is; the server's selection task is served, named as the server names it."""
+        team = self.team()
+        assert team.to_config()["strategy"] == "manual"
+        assert Strategy.parse("MANUAL") is Strategy.MANUAL
+        [worker] = [t for t in team.worker_tools if t.name == "my_desk_process_selection"]
+        assert worker.invoke({"human_output": {"answer": "tech", "answer_id": "a"}}) == {"selected": "1"}
+        assert worker.invoke({"human_output": {"selected": "billing"}}) == {"selected": "0"}  # the server's form
+        assert worker.invoke({"human_output": {"answer": {"selected": " tech "}}}) == {"selected": "1"}
+        with pytest.raises(ValueError, match=r"picked 'ghost'.*\['billing', 'tech'\]"):
+            worker.invoke({"human_output": {"answer": "ghost"}})
+        assert team.waits_for_people and self.team(stateful=True).is_stateful
+
+    def test_a_name_too_long_for_the_servers_task_is_refused(self):
+        with pytest.raises(AgentDefinitionError, match="at most 46 characters"):
+            Agent(name="m" * 50, model="openai/m", agents=[specialist()], strategy="manual")
+
+    def test_the_pick_is_a_question_with_options(self):
+        """The pick shows as a question whose options are the sub-agents in the server's order."""
+        from conductor_agents._pending import pending_in
+
+        [pick] = pending_in({"workflowId": "wf", "status": "RUNNING", "tasks": [self.PICK]}, "wf")
+        assert (pick.kind, pick.options, pick.task_id) == (PendingRequest.QUESTION, ("billing", "tech"), "h7")
+        assert pick.question == "Which agent should answer next: billing, tech?"
+        assert pick.arguments["conversation"] == "Help me."
+        assert pick.to_dict()["options"] == ["billing", "tech"]
+
+    def test_the_answer_the_run_took_is_what_the_selection_task_was_given(self):
+        from conductor_agents._pending import consumed_answer
+
+        human = {**self.PICK, "status": "COMPLETED", "outputData": {"answer": "tech", "answer_id": "late"}}
+        selection = {"taskType": "SIMPLE", "status": "SCHEDULED", "seq": 5,
+                     "referenceTaskName": "my_desk_process_selection__1",
+                     "inputData": {"human_output": {"answer": "billing", "answer_id": "first"}}}
+        workflow = {"workflowId": "wf", "status": "RUNNING", "tasks": [human, selection]}
+        assert consumed_answer(workflow, human).answer_id == "first"
+        assert consumed_answer({**workflow, "tasks": [human]}, human) is None
+
+    def test_respond_takes_only_an_option(self):
+        """An answer that names no sub-agent is refused before anything is sent; a good one goes as answer
+        and selected."""
+        from conductor_agents import _approvals
+
+        sent = []
+
+        class Api:
+            def get_workflow(self, execution_id, include_tasks=True):
+                tasks = [dict(self_pick)]
+                if sent:
+                    tasks = [{**self_pick, "status": "COMPLETED", "outputData": sent[0]["outputData"]},
+                             {"taskType": "SIMPLE", "status": "SCHEDULED", "seq": 5,
+                              "referenceTaskName": "my_desk_process_selection__1",
+                              "inputData": {"human_output": sent[0]["outputData"]}}]
+                return {"workflowId": "wf", "status": "RUNNING", "tasks": tasks}
+
+            def update_task(self, body):
+                sent.append(body)
+
+        self_pick = self.PICK
+        with pytest.raises(InvalidAnswerError, match=r"one of \['billing', 'tech'\], got 'ghost'") as info:
+            _approvals.respond(Api(), "wf", "ghost")  # type: ignore[arg-type]
+        assert (info.value.options, info.value.answer, info.value.execution_id) == (("billing", "tech"), "ghost", "wf")
+        assert sent == []
+        answer = _approvals.respond(Api(), "wf", Agent(name="tech", model="openai/t"),  # type: ignore[arg-type]
+                                    pause=lambda s: None)
+        assert answer.answer == "tech"
+        assert sent[0]["outputData"]["selected"] == "tech" and sent[0]["taskId"] == "h7"
