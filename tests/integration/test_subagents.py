@@ -519,3 +519,101 @@ def test_a_stateful_manual_team_serves_its_selection_here(topology, agent_runtim
     task = selection_task_name(names["desk"])
     assert task == re.sub(r"[^A-Za-z0-9_]", "_", names["desk"]) + "_process_selection"
     assert domains_of(agent_runtime, handle.execution_id, task) == {handle.run_id}
+
+
+class MarkerCalls:
+    """The run markers a Python router or handoff condition saw in this process (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.markers: list = []
+        self.lock = threading.Lock()
+
+    def saw(self, text: str) -> None:
+        found = MARKER.search(text)
+        with self.lock:
+            self.markers.append(found.group(0) if found else None)
+
+
+def python_decided_team(kind: str, names: dict, models: dict, tools: LookupTools, calls: MarkerCalls) -> Agent:
+    """A stateful team whose next agent a Python function picks: a router (``kind="router"``) or a swarm's
+    on_condition handoff (``"swarm"``); the picked sub-agent's tool is ``tools.lookup``."""
+    from conductor_agents import Handoff
+
+    billing = Agent(name=names["billing"], model=models["billing"], tools=[tools.lookup], description="Billing.")
+    tech = Agent(name=names["tech"], model=models["tech"], description="Tech.")
+    if kind == "router":
+        def route(conversation: str) -> str:
+            calls.saw(conversation)
+            return "DONE" if f"[{names['billing']}]:" in conversation else names["billing"]
+
+        return Agent(name=names["parent"], model=models["parent"], agents=[billing, tech], strategy="router",
+                     router=route, stateful=True)
+
+    def to_billing(ctx) -> bool:
+        calls.saw(ctx.conversation)
+        return "refund" in ctx.result
+
+    return Agent(name=names["parent"], model=models["parent"], agents=[billing, tech], strategy="swarm",
+                 handoffs=[Handoff.on_condition(names["billing"], to_billing)], stateful=True, max_turns=6)
+
+
+CHILD_DECIDED = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from conductor_agents import AgentRuntime, AgentSettings
+    from tests.integration.test_subagents import LookupTools, MarkerCalls, python_decided_team
+    tools, calls = LookupTools("child"), MarkerCalls()
+    agent = python_decided_team({kind!r}, {names!r}, {models!r}, tools, calls)
+    with AgentRuntime(AgentSettings(server_url={url!r})) as runtime:
+        handles = [runtime.start(agent, f"Please handle run-child-{{i}}.") for i in range({runs})]
+        print(json.dumps({{"started": [h.execution_id for h in handles]}}), flush=True)
+        results = [h.wait(timeout=240) for h in handles]
+        print(json.dumps({{"statuses": [r.status.value for r in results], "keys": tools.keys,
+                          "markers": calls.markers}}), flush=True)
+    """
+)
+
+
+@pytest.mark.both_topologies
+@pytest.mark.parametrize("kind", ["router", "swarm"])
+def test_python_routing_of_a_stateful_team_stays_in_each_process(kind, topology, agent_runtime, agent_settings,
+                                                                  scripted_llm, unique_name):
+    """Runs of one stateful team whose next agent a Python router / on_condition handoff picks, here and in a
+    child process at once: every router or condition call and every sub-agent tool call lands in the process
+    that started its run (zero crossovers)."""
+    names = {role: unique_name(role) for role in ("parent", "billing", "tech")}
+    parent_policy = ((lambda r: f"final {marker_of(r)}") if kind == "router"
+                     else (lambda r: f"refund {marker_of(r)}"))
+    models = {"parent": scripted_llm.script(policy=parent_policy),
+              "billing": scripted_llm.script(policy=specialist_policy),
+              "tech": scripted_llm.script(["never asked"])}
+    runs = 3
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = CHILD_DECIDED.format(root=root, kind=kind, names=names, models=models, url=agent_settings.server_url,
+                                runs=runs)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        started = json.loads(child.stdout.readline())["started"]
+        tools, calls = LookupTools("parent"), MarkerCalls()
+        agent = python_decided_team(kind, names, models, tools, calls)
+        handles = [agent_runtime.start(agent, f"Please handle run-parent-{i}.") for i in range(runs)]
+        results = [h.wait(timeout=240) for h in handles]
+        out, _ = child.communicate(timeout=240)
+        report = json.loads(out.strip().splitlines()[-1])
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    assert len(started) == runs
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * runs, [r.error for r in results]
+    assert report["statuses"] == ["COMPLETED"] * runs
+    assert [r.agents_run for r in results] == [(names["billing"],)] * runs
+    assert sorted(tools.keys) == [f"run-parent-{i}" for i in range(runs)]
+    assert sorted(report["keys"]) == [f"run-child-{i}" for i in range(runs)]
+    # a router is asked twice per run (billing, then DONE); a condition once per turn of the parent
+    # (billing's own turn does not ask its own condition)
+    per_run = 2 if kind == "router" else 1
+    assert sorted(calls.markers) == sorted(f"run-parent-{i}" for i in range(runs) for _ in range(per_run))
+    assert sorted(report["markers"]) == sorted(f"run-child-{i}" for i in range(runs) for _ in range(per_run))
+    scripted_llm.assert_no_anomalies(models["billing"])
