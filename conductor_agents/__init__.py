@@ -11,7 +11,7 @@ from ._delivery import MessageDelivery
 from ._pending import HumanAnswer, PendingRequest, PendingToolCall
 from .agent import Agent
 from ._guardrails import Guardrail, GuardrailResult
-from ._subagents import Handoff, Strategy
+from ._subagents import Handoff, HandoffContext, Strategy
 from ._termination import Termination
 from .continuation import CarryOver, Continuation
 from .errors import (
@@ -23,6 +23,7 @@ from .errors import (
     ConfigurationError,
     ExecutionNotFoundError,
     ExecutionNotRunningError,
+    InvalidAnswerError,
     JarDownloadError,
     JavaNotFoundError,
     LocalServerError,
@@ -67,6 +68,7 @@ __all__ = [
     # Agents made of agents, and checks of their answers
     "Strategy",
     "Handoff",
+    "HandoffContext",
     "Guardrail",
     "GuardrailResult",
     "Termination",
@@ -101,6 +103,7 @@ __all__ = [
     "ConfigurationError",
     "ExecutionNotFoundError",
     "ExecutionNotRunningError",
+    "InvalidAnswerError",
     "JarDownloadError",
     "JavaNotFoundError",
     "LocalServerError",

@@ -45,6 +45,7 @@ from .errors import (
     AnswerConflictError,
     ExecutionNotFoundError,
     ExecutionNotRunningError,
+    InvalidAnswerError,
     NothingPendingError,
     PayloadError,
     WaitTimeoutError,
@@ -117,7 +118,16 @@ def reject(api: ConductorApi, execution_id: str, reason: str, *, by: Optional[st
 def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[str] = None,
             request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
             pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
-    """Answer the question run ``execution_id`` asks: the model gets ``{"answer": answer, ...}``."""
+    """Answer the question run ``execution_id`` asks: the model gets ``{"answer": answer, ...}``.
+
+    A question with ``options`` (a ``manual`` team's pick of its next sub-agent) takes one of them
+    (a sub-agent's name, or the Agent).
+
+    Raises:
+        InvalidAnswerError: the answer is not one of the question's ``options``.
+    """
+    if hasattr(answer, "to_config") and isinstance(getattr(answer, "name", None), str):
+        answer = answer.name  # an Agent, picked for a manual team
     try:
         value = json_copy(answer)
     except TypeError as err:
@@ -164,6 +174,8 @@ def _answer(api: ConductorApi, execution_id: str, kind: str, payload: dict, *, b
         _raise_if_answered(workflow, execution_id, request)  # told even when the run has ended since
     _check_running(workflow, execution_id)
     target = _target(workflow, execution_id, kind, request)
+    if target.options:
+        payload = _picked(payload, target)
     answer_id = uuid.uuid4().hex[:16]
     output = {**payload, ANSWER_ID: answer_id}
     if by:
@@ -174,6 +186,21 @@ def _answer(api: ConductorApi, execution_id: str, kind: str, payload: dict, *, b
     if winner.answer_id == answer_id:
         return winner
     raise _conflict(execution_id, target.task_reference_name, answer_id, winner)
+
+
+def _picked(payload: dict, target: PendingRequest) -> dict:
+    """The answer to a question with ``options`` (a manual team's pick): one of them, also sent as
+    ``selected`` (the field of the server's own form).
+
+    Raises:
+        InvalidAnswerError: the answer is not one of the options (nothing is sent).
+    """
+    answer = payload.get("answer")
+    if not isinstance(answer, str) or answer.strip() not in target.options:
+        raise InvalidAnswerError(f"run {target.execution_id} asks which agent answers next; the answer must be one "
+                                 f"of {list(target.options)}, got {answer!r}", execution_id=target.execution_id,
+                                 answer=answer, options=target.options)
+    return {**payload, "answer": answer.strip(), "selected": answer.strip()}
 
 
 def _check_running(workflow: Mapping[str, Any], execution_id: str) -> None:

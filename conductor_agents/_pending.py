@@ -14,6 +14,10 @@ have no task domain, and never count as a stall):
   keeps listening).
 - **question**: a :class:`~conductor_agents.HumanTool` call is itself a ``HUMAN`` task in the
   turn's fork; its output is the tool result the model sees (through the turn's JOIN).
+- **pick** (a question with ``options``): a ``manual`` team's turn is a ``HUMAN`` task
+  ``<agent>_pick_agent`` (its input: ``agent_options``, the sub-agents' names, and the
+  ``conversation``); the run goes on with the output the next task, ``<agent>_process_selection``
+  (a worker of this SDK), was given as ``human_output``.
 
 Every answer this SDK sends carries an ``answer_id``. The server takes answers to a task without
 compare-and-set, so when two race, the one the run went on with (the process task's input for an
@@ -35,6 +39,7 @@ __all__ = ["HumanAnswer", "PendingRequest", "PendingToolCall", "approval_decisio
 
 HUMAN = "HUMAN"
 APPROVAL_MARK = "_approval_human"
+PICK_MARK, SELECTION_MARK = "_pick_agent", "_process_selection"
 #: Keys of a HUMAN task's input that describe the form, not the model's question.
 _FORM_KEYS = frozenset({"__humanTaskDefinition", "response_schema", "response_ui_schema", "_description"})
 #: Keys this SDK adds to an answer.
@@ -62,8 +67,9 @@ class PendingRequest:
 
     ``kind`` is :attr:`APPROVAL` (tool calls to approve or reject, ``tool_calls``) or
     :attr:`QUESTION` (a :class:`~conductor_agents.HumanTool` call; ``question`` is its text).
-    ``since`` is when the run started waiting (epoch seconds, the server's clock).
-    Immutable; thread-safe.
+    ``since`` is when the run started waiting (epoch seconds, the server's clock). ``options``: the
+    answers a question takes, when it takes only some (a ``manual`` team's pick: the sub-agents'
+    names; answer with one of them). Immutable; thread-safe.
     """
 
     APPROVAL: ClassVar[str] = "approval"
@@ -75,6 +81,7 @@ class PendingRequest:
     task_reference_name: str
     tool_calls: "tuple[PendingToolCall, ...]" = ()
     since: Optional[float] = None
+    options: "tuple[str, ...]" = ()
 
     @property
     def tool_name(self) -> Optional[str]:
@@ -98,7 +105,8 @@ class PendingRequest:
         """JSON-ready (what ``conductor-agents pending --json`` prints)."""
         return {"executionId": self.execution_id, "kind": self.kind, "taskId": self.task_id,
                 "taskReferenceName": self.task_reference_name, "question": self.question,
-                "toolCalls": [c.to_dict() for c in self.tool_calls], "since": self.since}
+                "toolCalls": [c.to_dict() for c in self.tool_calls], "since": self.since,
+                "options": list(self.options)}
 
     @classmethod
     def from_task(cls, task: Mapping[str, Any], execution_id: str) -> Optional["PendingRequest"]:
@@ -113,6 +121,12 @@ class PendingRequest:
         if is_approval_task(task):
             calls = tuple(_tool_call(c) for c in inputs.get("tool_calls") or () if isinstance(c, Mapping))
             return cls(kind=cls.APPROVAL, tool_calls=calls, **common)
+        if is_pick_task(task):
+            options = _pick_options(inputs)
+            question = f"Which agent should answer next: {', '.join(options)}?"
+            call = PendingToolCall(str(task.get("taskDefName") or ref),
+                                   {"question": question, "conversation": inputs.get("conversation")})
+            return cls(kind=cls.QUESTION, tool_calls=(call,), options=options, **common)
         name = str(inputs.get("_agent_tool_name") or inputs.get("method") or task.get("taskDefName") or "")
         arguments = {k: v for k, v in inputs.items() if k not in SERVER_INPUT_KEYS and k not in _FORM_KEYS}
         return cls(kind=cls.QUESTION, tool_calls=(PendingToolCall(name, arguments),), **common)
@@ -122,6 +136,31 @@ def _tool_call(call: Mapping[str, Any]) -> PendingToolCall:
     arguments = call.get("inputParameters") if "inputParameters" in call else call.get("input")
     arguments = {k: v for k, v in _freeze(arguments).items() if k not in SERVER_INPUT_KEYS}
     return PendingToolCall(str(call.get("name") or ""), arguments)
+
+
+def is_pick_task(task: Mapping[str, Any]) -> bool:
+    """Whether a HUMAN task is a ``manual`` team's pick of its next sub-agent."""
+    return (str(task.get("taskType")) == HUMAN and PICK_MARK in str(task.get("referenceTaskName") or "")
+            and isinstance(_freeze(task.get("inputData")).get("agent_options"), Mapping))
+
+
+def _pick_options(inputs: Mapping[str, Any]) -> "tuple[str, ...]":
+    """The sub-agents' names of a pick, in the server's order (``agent_options``: name → index)."""
+    options = _freeze(inputs.get("agent_options"))
+
+    def index(item: "tuple[str, Any]") -> int:
+        try:
+            return int(item[1])
+        except (TypeError, ValueError):
+            return len(options)
+
+    return tuple(str(name) for name, _ in sorted(options.items(), key=index))
+
+
+def _selection_ref(pick_ref: str) -> str:
+    """``X_pick_agent__2`` → ``X_process_selection__2`` (the worker task given the person's answer)."""
+    base, _, rest = pick_ref.rpartition(PICK_MARK)
+    return f"{base}{SELECTION_MARK}{rest}"
 
 
 def is_approval_task(task: Mapping[str, Any]) -> bool:
@@ -215,6 +254,13 @@ def consumed_answer(workflow: Mapping[str, Any], human: Mapping[str, Any]) -> Op
         for task in tasks:
             if task.get("referenceTaskName") == wanted and task.get("status") == "COMPLETED":
                 return _approval_answer(_freeze(_freeze(task.get("outputData")).get("result")), execution_id, ref)
+        return None
+    if is_pick_task(human):
+        wanted = _selection_ref(ref)
+        for task in tasks:
+            given = _freeze(task.get("inputData")).get("human_output")
+            if task.get("referenceTaskName") == wanted and isinstance(given, Mapping):
+                return _question_answer(_freeze(given), execution_id, ref)
         return None
     for task in tasks:
         if task.get("taskType") == "JOIN" and task.get("status") == "COMPLETED":

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 import attrs
 
@@ -12,7 +12,8 @@ from ._guardrails import Guardrail
 from ._output_type import OutputSpec
 from ._secrets import check_credential_names
 from ._stopping import StopRule, stop_task_name, stop_worker
-from ._subagents import Handoff, Strategy, agent_tool, merge_worker_tools
+from ._subagents import (Handoff, Strategy, agent_tool, handoff_task_name, handoff_worker, merge_worker_tools,
+                         router_task_name, router_worker, selection_task_name, selection_worker)
 from ._termination import Termination, termination_task_name, termination_worker
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
@@ -168,8 +169,9 @@ def _to_strategy(value: Any) -> Optional[Strategy]:
 
 
 def _check_router(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
-    if value is not None and not isinstance(value, Agent):
-        raise AgentTypeError(f"Agent.router must be an Agent or None, got {value!r}", field="router", value=value)
+    if value is not None and not isinstance(value, Agent) and not callable(value):
+        raise AgentTypeError(f"Agent.router must be an Agent, a callable or None, got {value!r}", field="router",
+                             value=value)
 
 
 def _to_transitions(value: Any) -> Mapping[str, "tuple[str, ...]"]:
@@ -245,8 +247,10 @@ class Agent:
     agents: "tuple[Agent, ...]" = attrs.field(kw_only=True, default=(), converter=_to_agents,
                                              validator=_check_unique_names)
     strategy: Optional[Strategy] = attrs.field(kw_only=True, default=None, converter=_to_strategy)
-    #: ``strategy="router"``: the agent whose model picks the next sub-agent (else this agent's model).
-    router: "Optional[Agent]" = attrs.field(kw_only=True, default=None, validator=_check_router)
+    #: ``strategy="router"``: the agent whose model picks the next sub-agent (else this agent's model),
+    #: or a Python ``router(conversation) -> name | "DONE"`` run as a worker task here.
+    router: "Optional[Agent | Callable[[str], Any]]" = attrs.field(kw_only=True, default=None,
+                                                                   validator=_check_router)
     #: ``strategy="swarm"``: rules that pass the conversation to another agent.
     handoffs: "tuple[Handoff, ...]" = attrs.field(kw_only=True, default=(), converter=_to_values(Handoff, "handoffs"))
     #: ``round_robin``/``random``/``swarm``: for each agent's name, the agents that may come next.
@@ -273,6 +277,10 @@ class Agent:
             stop_task_name(self.name)
         if self.termination is not None:
             termination_task_name(self.name)
+        if self.router is not None and not isinstance(self.router, Agent):
+            router_task_name(self.name)
+        if self.strategy is Strategy.MANUAL:
+            selection_task_name(self.name)
         merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
 
     def as_tool(self, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
@@ -294,8 +302,18 @@ class Agent:
             groups.append([stop_worker(self.name, self.stop_when)])
         if self.termination is not None:
             groups.append([termination_worker(self.name, self.termination)])
-        groups += [a.worker_tools for a in (*self.agents, *([self.router] if self.router else []))]
+        if self.router is not None and not isinstance(self.router, Agent):
+            groups.append([router_worker(self.name, self.router, self.agent_names)])
+        if self.strategy is Strategy.MANUAL:
+            groups.append([selection_worker(self.name, self.agent_names)])
+        groups.append([handoff_worker(self.name, i, h, self.agent_names)
+                       for i, h in enumerate(self.handoffs) if h.kind == "on_condition"])
+        groups += [a.worker_tools for a in (*self.agents, *self._router_agents)]
         return groups
+
+    @property
+    def _router_agents(self) -> "tuple[Agent, ...]":
+        return (self.router,) if isinstance(self.router, Agent) else ()
 
     @property
     def is_stateful(self) -> bool:
@@ -305,7 +323,7 @@ class Agent:
         """
         return (self.stateful or any(t.stateful for t in self.tools)
                 or any(t.stateful for t in self.worker_tools)
-                or any(a.is_stateful for a in (*self.agents, *([self.router] if self.router else ()))))
+                or any(a.is_stateful for a in (*self.agents, *self._router_agents)))
 
     @property
     def worker_tools(self) -> "tuple[ToolDef, ...]":
@@ -335,8 +353,10 @@ class Agent:
 
     @property
     def waits_for_people(self) -> bool:
-        """Whether a run can wait for a person: a tool needs approval, or a tool asks a person."""
-        return any(t.approval_required or t.tool_type == "human" for t in self.tools)
+        """Whether a run can wait for a person: a tool needs approval, a tool asks a person, or a person
+        picks the next sub-agent (``strategy="manual"``)."""
+        return self.strategy is Strategy.MANUAL or any(t.approval_required or t.tool_type == "human"
+                                                      for t in self.tools)
 
     @property
     def output_spec(self) -> Optional[OutputSpec]:
@@ -373,10 +393,13 @@ class Agent:
             config["strategy"] = (self.strategy or Strategy.HANDOFF).value
             if not self.synthesize:
                 config["synthesize"] = False
-        if self.router is not None:
+        if isinstance(self.router, Agent):
             config["router"] = self.router.to_config()
+        elif self.router is not None:
+            config["router"] = {"taskName": router_task_name(self.name)}
         if self.handoffs:
-            config["handoffs"] = [h.to_config() for h in self.handoffs]
+            config["handoffs"] = [h.to_config(handoff_task_name(self.name, i) if h.kind == "on_condition" else None)
+                                  for i, h in enumerate(self.handoffs)]
         if self.stop_when is not None:
             config["stopWhen"] = {"taskName": stop_task_name(self.name)}
         if self.termination is not None:
@@ -404,7 +427,7 @@ def _check_team(agent: Agent) -> None:
                                    value=agent.strategy.value)
     if agent.router is not None and agent.strategy is not Strategy.ROUTER:
         raise AgentDefinitionError("Agent.router is only used with strategy='router'", field="router",
-                                   value=agent.router.name)
+                                   value=getattr(agent.router, "name", agent.router))
     if agent.handoffs and agent.strategy is not Strategy.SWARM:
         raise AgentDefinitionError("Agent.handoffs are only used with strategy='swarm'", field="handoffs",
                                    value=agent.handoffs)

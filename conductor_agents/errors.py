@@ -281,6 +281,22 @@ class AnswerConflictError(ConductorAgentsError, RuntimeError):
         self.winner = winner
 
 
+class InvalidAnswerError(ConductorAgentsError, ValueError):
+    """The answer is none of those the request takes; nothing was sent.
+
+    Raised by ``respond()`` for a request with ``options`` (a ``manual`` team's pick of its next
+    sub-agent). ``execution_id`` is the run, ``answer`` the refused answer, ``options`` the answers
+    the request takes.
+    """
+
+    def __init__(self, message: str, *, execution_id: str, answer: object = None,
+                 options: "tuple[str, ...]" = ()) -> None:
+        super().__init__(message)
+        self.execution_id = execution_id
+        self.answer = answer
+        self.options = tuple(options)
+
+
 # --- typed answers, run context and secrets --------------------------------------------
 
 

@@ -443,10 +443,14 @@ class AgentHandle:
     def respond(self, answer: Any, *, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Answer the question a :class:`~conductor_agents.HumanTool` call asks; the model gets
-        ``{"answer": answer}``. ``answer`` is any JSON value. Otherwise as :meth:`approve`.
+        ``{"answer": answer}``. ``answer`` is any JSON value. A ``manual`` team's pick of its next
+        sub-agent (a request with ``options``) takes a sub-agent's name (or the Agent). Otherwise as
+        :meth:`approve`.
 
         Raises:
-            PayloadError: ``answer`` is not JSON. Otherwise as :meth:`approve`.
+            PayloadError: ``answer`` is not JSON.
+            InvalidAnswerError: the request has ``options`` and ``answer`` is none of them.
+            Otherwise as :meth:`approve`.
         """
         return _approvals.respond(self._api, self._live_id(), answer, by=by, request=request, timeout=timeout,
                                   clock=self._clock)

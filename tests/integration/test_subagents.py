@@ -13,7 +13,8 @@ import time
 
 import pytest
 
-from conductor_agents import Agent, AgentRuntime, RunStatus, Strategy, ToolContext, tool
+from conductor_agents import Agent, AgentRuntime, InvalidAnswerError, RunStatus, Strategy, ToolContext, tool
+from conductor_agents._subagents import handoff_task_name, router_task_name, selection_task_name
 from conductor_agents.testing import ToolCall
 
 pytestmark = pytest.mark.integration
@@ -297,3 +298,322 @@ def test_stop_and_cancel_reach_a_sub_agents_tool(how, agent_runtime, scripted_ll
     [(_, sub_run)] = patient.saw
     assert sub_run != handle.execution_id  # the tool ran in the sub-run
     assert result.status is (RunStatus.COMPLETED if how == "stop" else RunStatus.TERMINATED)
+
+
+class Calls:
+    """What a Python router or handoff condition was asked, and on which thread (bounded, thread-safe)."""
+
+    def __init__(self) -> None:
+        self.seen: list = []
+        self.lock = threading.Lock()
+
+    def add(self, item) -> None:
+        with self.lock:
+            self.seen.append((item, threading.current_thread().name))
+
+    @property
+    def items(self) -> list:
+        with self.lock:
+            return [item for item, _ in self.seen]
+
+    def assert_ran_in_tool_threads(self) -> None:
+        with self.lock:
+            assert self.seen and all(name.startswith("conductor-agents-tool") for _, name in self.seen), self.seen
+
+
+def domains_of(agent_runtime, execution_id: str, task_name: str) -> set:
+    tasks = agent_runtime._api.get_workflow(execution_id, include_tasks=True)["tasks"]
+    return {t.get("domain") for t in tasks if t.get("taskDefName") == task_name}
+
+
+def function_router_team(scripted_llm, unique_name, calls: Calls, *, stateful: bool, tools: LookupTools = None):
+    """A router team whose router is Python: the first sub-agent that has not answered yet, then DONE."""
+    names = {role: unique_name(role) for role in ("desk", "billing", "tech")}
+    billing = Agent(name=names["billing"], model=scripted_llm.script(policy=lambda r: "the bill is 42"),
+                    description="Billing.")
+    tech_tools = [tools.lookup] if tools is not None else []
+    tech = Agent(name=names["tech"], model=scripted_llm.script(policy=specialist_policy if tools else
+                                                               (lambda r: "tech says hi")),
+                 tools=tech_tools, description="Tech.")
+
+    def route(conversation: str) -> str:
+        calls.add(conversation)
+        for name in (names["tech"], names["billing"]):
+            if f"[{name}]:" not in conversation:
+                return name
+        return "DONE"
+
+    parent_model = scripted_llm.script(policy=lambda r: f"final {marker_of(r)}" if MARKER.search(r.user_text)
+                                       else "final")
+    return Agent(name=names["desk"], model=parent_model, agents=[billing, tech], strategy="router", router=route,
+                 stateful=stateful), names
+
+
+def test_a_python_router_picks_the_sub_agents(agent_runtime, scripted_llm, unique_name):
+    """router=<callable>: the server asks the function (a worker task here) with the conversation; it names
+    the next sub-agent until it says DONE, and the parent writes the answer."""
+    calls = Calls()
+    parent, names = function_router_team(scripted_llm, unique_name, calls, stateful=False)
+    result = agent_runtime.run(parent, "Please handle run-route-1.", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["tech"], names["billing"])
+    assert result.output == "final run-route-1"
+    seen = calls.items
+    assert len(seen) == 3 and all("run-route-1" in text for text in seen)
+    assert f"[{names['tech']}]:" in seen[1] and "tech says hi" in seen[1]
+    assert f"[{names['billing']}]:" in seen[2] and "the bill is 42" in seen[2]
+    calls.assert_ran_in_tool_threads()
+
+
+def test_a_python_router_that_names_no_sub_agent_fails_the_run(agent_runtime, scripted_llm, unique_name):
+    """A router answer that names no sub-agent fails the run with the names it could have used (the server
+    alone would end the loop silently)."""
+    billing = Agent(name=unique_name("billing"), model=scripted_llm.script(["never asked"]))
+    parent = Agent(name=unique_name("desk"), model=scripted_llm.script(["never asked"]), agents=[billing],
+                   strategy="router", router=lambda conversation: "nobody")
+    result = agent_runtime.run(parent, "Route me.", timeout=120)
+    assert result.status is RunStatus.FAILED
+    assert "the router returned 'nobody'" in (result.error or "")
+    assert result.agents_run == ()
+
+
+@pytest.mark.both_topologies
+def test_a_stateful_python_router_runs_in_its_process(topology, agent_runtime, scripted_llm, unique_name):
+    """A stateful router team: the router task and the sub-agent's tool are on the run's domain, served here."""
+    calls = Calls()
+    tools = LookupTools("here")
+    parent, names = function_router_team(scripted_llm, unique_name, calls, stateful=True, tools=tools)
+    handle = agent_runtime.start(parent, "Please handle run-route-2.")
+    result = handle.wait(timeout=180)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["tech"], names["billing"])
+    assert tools.keys == ["run-route-2"]
+    assert len(calls.items) == 3
+    calls.assert_ran_in_tool_threads()
+    assert handle.run_id and domains_of(agent_runtime, handle.execution_id, router_task_name(names["desk"])) == \
+        {handle.run_id}
+
+
+def condition_swarm(scripted_llm, unique_name, calls: Calls, *, stateful: bool):
+    """A swarm whose parent answers 'please refund'; a Python condition hands that to billing, another
+    (never true) would hand it to tech."""
+    from conductor_agents import Handoff
+
+    names = {role: unique_name(role) for role in ("swarm", "billing", "tech")}
+    billing = Agent(name=names["billing"], model=scripted_llm.script(policy=lambda r: "refund sent"))
+    tech = Agent(name=names["tech"], model=scripted_llm.script(["never asked"]))
+
+    def to_billing(ctx) -> bool:
+        calls.add(("billing", ctx.agent, ctx.result))
+        return "refund" in ctx.result.lower()
+
+    def to_tech(ctx) -> bool:
+        calls.add(("tech", ctx.agent, ctx.result))
+        return False
+
+    parent = Agent(name=names["swarm"], model=scripted_llm.script(policy=lambda r: "Please refund me."),
+                   agents=[billing, tech], strategy="swarm", stateful=stateful, max_turns=6,
+                   handoffs=[Handoff.on_condition(names["tech"], to_tech),
+                             Handoff.on_condition(names["billing"], to_billing)])
+    return parent, names
+
+
+def check_condition_calls(calls: Calls, names: dict) -> None:
+    seen = calls.items
+    # after the parent's turn both conditions are asked; after billing's only tech's (billing's own
+    # condition never hands billing the conversation it has)
+    assert ("tech", names["swarm"], "Please refund me.") in seen
+    assert ("billing", names["swarm"], "Please refund me.") in seen
+    assert ("tech", names["billing"], "refund sent") in seen
+    assert not [c for c in seen if c[0] == "billing" and c[1] == names["billing"]]
+    assert len(seen) == 3, seen
+    calls.assert_ran_in_tool_threads()
+
+
+def test_an_on_condition_handoff_decides_in_python(agent_runtime, scripted_llm, unique_name):
+    """Handoff.on_condition: the server asks the Python condition after each turn; true hands the
+    conversation to its target, and once no rule matches the swarm ends."""
+    calls = Calls()
+    parent, names = condition_swarm(scripted_llm, unique_name, calls, stateful=False)
+    result = agent_runtime.run(parent, "I was charged twice.", timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["billing"],)
+    check_condition_calls(calls, names)
+
+
+@pytest.mark.both_topologies
+def test_a_stateful_swarms_conditions_run_in_its_process(topology, agent_runtime, scripted_llm, unique_name):
+    """A stateful swarm: its condition tasks are on the run's domain and run here."""
+    calls = Calls()
+    parent, names = condition_swarm(scripted_llm, unique_name, calls, stateful=True)
+    handle = agent_runtime.start(parent, "I was charged twice.")
+    result = handle.wait(timeout=180)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["billing"],)
+    check_condition_calls(calls, names)
+    assert handle.run_id
+    for index in (0, 1):
+        assert domains_of(agent_runtime, handle.execution_id, handoff_task_name(names["swarm"], index)) == \
+            {handle.run_id}
+
+
+def next_pick(handle, after: set, timeout: float = 60):
+    """The pick the run waits on now that is none of ``after`` (task ids), bounded."""
+    from ..helpers import eventually
+
+    picks = eventually(lambda: [r for r in handle.pending() if r.options and r.task_id not in after],
+                       timeout=timeout, interval=0.2, message="a pick of the next agent")
+    assert len(picks) == 1, picks
+    return picks[0]
+
+
+def run_manual_team(agent_runtime, scripted_llm, unique_name, *, stateful: bool):
+    """A manual team of two: a person picks billing (by name), then tech (by Agent); max_turns=2 ends it."""
+    tools = LookupTools("here")
+    names = {role: unique_name(role) for role in ("billing", "tech")}
+    # the server names the selection task after the team: at most 46 characters (and a '-' to see it mapped)
+    names["desk"] = f"desk-{os.getpid()}-{unique_name('m')[-7:]}"
+    billing = Agent(name=names["billing"], model=scripted_llm.script(policy=lambda r: "the bill is 42"))
+    tech = Agent(name=names["tech"], model=scripted_llm.script(policy=specialist_policy), tools=[tools.lookup])
+    team = Agent(name=names["desk"], model=scripted_llm.script(["never asked"]), agents=[billing, tech],
+                 strategy="manual", max_turns=2, stateful=stateful)
+    handle = agent_runtime.start(team, "Please handle run-manual-1.")
+    try:
+        return check_manual_run(handle, names, tech, tools)
+    finally:
+        if not handle.status().is_terminal:
+            handle.cancel("the test failed")
+
+
+def check_manual_run(handle, names: dict, tech: Agent, tools: LookupTools):
+    first = next_pick(handle, set())
+    assert first.options == (names["billing"], names["tech"])
+    assert "run-manual-1" in first.arguments["conversation"]
+    with pytest.raises(InvalidAnswerError, match="must be one of"):
+        handle.respond("nobody")
+    taken = handle.respond(names["billing"], by="pat")
+    assert (taken.answer, taken.answered_by) == (names["billing"], "pat")
+    second = next_pick(handle, {first.task_id})
+    assert "the bill is 42" in second.arguments["conversation"]
+    handle.respond(tech)
+    result = handle.wait(timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.agents_run == (names["billing"], names["tech"])
+    assert "the bill is 42" in result.output and "looked up run-manual-1 by here" in result.output
+    assert tools.keys == ["run-manual-1"]
+    assert handle.pending() == ()
+    return handle, names
+
+
+def test_a_person_picks_each_turns_agent_of_a_manual_team(agent_runtime, scripted_llm, unique_name):
+    """strategy='manual': each turn waits for a person (handle.pending(): a question with the sub-agents as
+    options); handle.respond(name) runs that sub-agent; a name that is no sub-agent's is refused unsent."""
+    run_manual_team(agent_runtime, scripted_llm, unique_name, stateful=False)
+
+
+@pytest.mark.both_topologies
+def test_a_stateful_manual_team_serves_its_selection_here(topology, agent_runtime, scripted_llm, unique_name):
+    """A stateful manual team: the selection task and the sub-agent's tool are on the run's domain, served here."""
+    handle, names = run_manual_team(agent_runtime, scripted_llm, unique_name, stateful=True)
+    assert handle.run_id
+    task = selection_task_name(names["desk"])
+    assert task == re.sub(r"[^A-Za-z0-9_]", "_", names["desk"]) + "_process_selection"
+    assert domains_of(agent_runtime, handle.execution_id, task) == {handle.run_id}
+
+
+class MarkerCalls:
+    """The run markers a Python router or handoff condition saw in this process (thread-safe)."""
+
+    def __init__(self) -> None:
+        self.markers: list = []
+        self.lock = threading.Lock()
+
+    def saw(self, text: str) -> None:
+        found = MARKER.search(text)
+        with self.lock:
+            self.markers.append(found.group(0) if found else None)
+
+
+def python_decided_team(kind: str, names: dict, models: dict, tools: LookupTools, calls: MarkerCalls) -> Agent:
+    """A stateful team whose next agent a Python function picks: a router (``kind="router"``) or a swarm's
+    on_condition handoff (``"swarm"``); the picked sub-agent's tool is ``tools.lookup``."""
+    from conductor_agents import Handoff
+
+    billing = Agent(name=names["billing"], model=models["billing"], tools=[tools.lookup], description="Billing.")
+    tech = Agent(name=names["tech"], model=models["tech"], description="Tech.")
+    if kind == "router":
+        def route(conversation: str) -> str:
+            calls.saw(conversation)
+            return "DONE" if f"[{names['billing']}]:" in conversation else names["billing"]
+
+        return Agent(name=names["parent"], model=models["parent"], agents=[billing, tech], strategy="router",
+                     router=route, stateful=True)
+
+    def to_billing(ctx) -> bool:
+        calls.saw(ctx.conversation)
+        return "refund" in ctx.result
+
+    return Agent(name=names["parent"], model=models["parent"], agents=[billing, tech], strategy="swarm",
+                 handoffs=[Handoff.on_condition(names["billing"], to_billing)], stateful=True, max_turns=6)
+
+
+CHILD_DECIDED = textwrap.dedent(
+    """
+    import json, sys
+    sys.path.insert(0, {root!r})
+    from conductor_agents import AgentRuntime, AgentSettings
+    from tests.integration.test_subagents import LookupTools, MarkerCalls, python_decided_team
+    tools, calls = LookupTools("child"), MarkerCalls()
+    agent = python_decided_team({kind!r}, {names!r}, {models!r}, tools, calls)
+    with AgentRuntime(AgentSettings(server_url={url!r})) as runtime:
+        handles = [runtime.start(agent, f"Please handle run-child-{{i}}.") for i in range({runs})]
+        print(json.dumps({{"started": [h.execution_id for h in handles]}}), flush=True)
+        results = [h.wait(timeout=240) for h in handles]
+        print(json.dumps({{"statuses": [r.status.value for r in results], "keys": tools.keys,
+                          "markers": calls.markers}}), flush=True)
+    """
+)
+
+
+@pytest.mark.both_topologies
+@pytest.mark.parametrize("kind", ["router", "swarm"])
+def test_python_routing_of_a_stateful_team_stays_in_each_process(kind, topology, agent_runtime, agent_settings,
+                                                                  scripted_llm, unique_name):
+    """Runs of one stateful team whose next agent a Python router / on_condition handoff picks, here and in a
+    child process at once: every router or condition call and every sub-agent tool call lands in the process
+    that started its run (zero crossovers)."""
+    names = {role: unique_name(role) for role in ("parent", "billing", "tech")}
+    parent_policy = ((lambda r: f"final {marker_of(r)}") if kind == "router"
+                     else (lambda r: f"refund {marker_of(r)}"))
+    models = {"parent": scripted_llm.script(policy=parent_policy),
+              "billing": scripted_llm.script(policy=specialist_policy),
+              "tech": scripted_llm.script(["never asked"])}
+    runs = 3
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = CHILD_DECIDED.format(root=root, kind=kind, names=names, models=models, url=agent_settings.server_url,
+                                runs=runs)
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        started = json.loads(child.stdout.readline())["started"]
+        tools, calls = LookupTools("parent"), MarkerCalls()
+        agent = python_decided_team(kind, names, models, tools, calls)
+        handles = [agent_runtime.start(agent, f"Please handle run-parent-{i}.") for i in range(runs)]
+        results = [h.wait(timeout=240) for h in handles]
+        out, _ = child.communicate(timeout=240)
+        report = json.loads(out.strip().splitlines()[-1])
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(timeout=10)
+    assert len(started) == runs
+    assert [r.status for r in results] == [RunStatus.COMPLETED] * runs, [r.error for r in results]
+    assert report["statuses"] == ["COMPLETED"] * runs
+    assert [r.agents_run for r in results] == [(names["billing"],)] * runs
+    assert sorted(tools.keys) == [f"run-parent-{i}" for i in range(runs)]
+    assert sorted(report["keys"]) == [f"run-child-{i}" for i in range(runs)]
+    # a router is asked twice per run (billing, then DONE); a condition once per turn of the parent
+    # (billing's own turn does not ask its own condition)
+    per_run = 2 if kind == "router" else 1
+    assert sorted(calls.markers) == sorted(f"run-parent-{i}" for i in range(runs) for _ in range(per_run))
+    assert sorted(report["markers"]) == sorted(f"run-child-{i}" for i in range(runs) for _ in range(per_run))
+    scripted_llm.assert_no_anomalies(models["billing"])

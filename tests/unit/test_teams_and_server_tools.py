@@ -12,7 +12,10 @@ from conductor_agents import (
     Guardrail,
     GuardrailResult,
     Handoff,
+    HandoffContext,
     HttpTool,
+    InvalidAnswerError,
+    PendingRequest,
     McpTool,
     Strategy,
     ToolDefinitionError,
@@ -101,6 +104,122 @@ class TestSubAgents:
             {"type": "on_text_mention", "target": "desk", "text": "back"},
         ]
         assert config["allowedTransitions"] == {"billing": ["desk"]}
+
+
+class TestConditionHandoff:
+    def tech(self) -> Agent:
+        return Agent(name="tech", model="openai/t")
+
+    def test_config_names_a_worker_per_condition(self):
+        """An on_condition rule sends the worker task the SDK serves, named after the swarm and the rule's index."""
+        parent = Agent(name="desk", model="openai/m", agents=[specialist(), self.tech()], strategy="swarm",
+                       handoffs=[Handoff.on_text_mention("billing", "bill"),
+                                 Handoff.on_condition("tech", lambda ctx: "error" in ctx.result)])
+        config = parent.to_config()
+        assert config["handoffs"][1] == {"type": "on_condition", "target": "tech", "taskName": "desk_handoff_1"}
+        assert "desk_handoff_1" in [t.name for t in parent.worker_tools]
+
+    def test_the_worker_answers_in_the_servers_shape(self):
+        """The worker gets the server's inputs as a HandoffContext and answers {"handoff": bool}."""
+        seen = []
+
+        def condition(ctx: HandoffContext) -> bool:
+            seen.append(ctx)
+            return "error" in ctx.result
+
+        parent = Agent(name="desk", model="openai/m", agents=[specialist(), self.tech()], strategy="swarm",
+                       handoffs=[Handoff.on_condition("tech", condition)])
+        [worker] = [t for t in parent.worker_tools if t.name == "desk_handoff_0"]
+        inputs = {"result": "an error here", "conversation": "so far", "context": {"k": 1}, "active_agent": "1",
+                  "tool_results": [{"name": "lookup", "output": "x"}]}
+        assert worker.invoke(inputs) == {"handoff": True}
+        assert seen == [HandoffContext(agent="billing", result="an error here", conversation="so far",
+                                       tool_results=({"name": "lookup", "output": "x"},), state={"k": 1})]
+        assert worker.invoke({**inputs, "active_agent": "0", "result": "fine"}) == {"handoff": False}
+        assert seen[-1].agent == "desk"
+        # the target itself answering never hands the conversation to itself (that would loop)
+        assert worker.invoke({**inputs, "active_agent": "2"}) == {"handoff": False}
+        assert len(seen) == 2
+        assert worker.invoke({"result": None, "active_agent": None, "tool_results": None, "context": None}) == \
+            {"handoff": False}
+        assert seen[-1] == HandoffContext(agent="desk", result="", conversation="")
+
+    def test_bad_conditions(self):
+        """A condition must be callable; its target must be an agent of the swarm; only a swarm has handoffs."""
+        with pytest.raises(AgentTypeError, match="needs a callable"):
+            Handoff.on_condition("tech", "soon")
+        with pytest.raises(AgentDefinitionError, match="no agent is named 'ghost'"):
+            Agent(name="desk", model="openai/m", agents=[specialist()], strategy="swarm",
+                  handoffs=[Handoff.on_condition("ghost", lambda ctx: True)])
+        with pytest.raises(AgentDefinitionError, match="only used with strategy='swarm'"):
+            Agent(name="desk", model="openai/m", agents=[specialist()], strategy="handoff",
+                  handoffs=[Handoff.on_condition("billing", lambda ctx: True)])
+        with pytest.raises(AgentDefinitionError, match="needs condition"):
+            Handoff("on_condition", "tech")
+
+    def test_a_long_swarm_name_gets_a_short_stable_task_name(self):
+        """Task names have at most 64 characters."""
+        name = "s" * 100
+        build = lambda: Agent(name=name, model="openai/m", agents=[specialist()], strategy="swarm",  # noqa: E731
+                              handoffs=[Handoff.on_condition("billing", lambda ctx: True)])
+        task = build().to_config()["handoffs"][0]["taskName"]
+        assert len(task) == 64 and task.endswith("_handoff_0") and task == build().to_config()["handoffs"][0]["taskName"]
+
+    def test_a_stateful_swarm_serves_its_conditions(self):
+        """The condition is one of the tree's worker tools, so a stateful swarm serves it on the run's domain."""
+        parent = Agent(name="desk", model="openai/m", agents=[specialist()], strategy="swarm", stateful=True,
+                       handoffs=[Handoff.on_condition("billing", lambda ctx: True)])
+        assert parent.is_stateful and {"lookup", "desk_handoff_0"} <= {t.name for t in parent.worker_tools}
+
+
+class TestFunctionRouter:
+    def team(self, router, **kwargs) -> Agent:
+        return Agent(name="desk", model="openai/m", agents=[specialist(), Agent(name="tech", model="openai/t")],
+                     strategy="router", router=router, **kwargs)
+
+    def test_config_is_a_worker_ref(self):
+        """A callable router is sent as the server's WorkerRef and served as a worker task."""
+        parent = self.team(lambda conversation: "billing")
+        assert parent.to_config()["router"] == {"taskName": "desk_route"}
+        assert "desk_route" in [t.name for t in parent.worker_tools]
+
+    def test_the_worker_returns_the_name_or_done(self):
+        """The worker passes the conversation and answers {"result": name}; DONE/None end the loop."""
+        seen = []
+        answers = iter(["tech", None, "done", specialist()])
+
+        def route(conversation: str):
+            seen.append(conversation)
+            return next(answers)
+
+        [worker] = [t for t in self.team(route).worker_tools if t.name == "desk_route"]
+        assert worker.invoke({"prompt": "p", "conversation": "hello"}) == {"result": "tech"}
+        assert worker.invoke({"conversation": "x"}) == {"result": "DONE"}
+        assert worker.invoke({"conversation": "x"}) == {"result": "DONE"}
+        assert worker.invoke({"prompt": "only prompt"}) == {"result": "billing"}
+        assert seen == ["hello", "x", "x", "only prompt"]
+
+    def test_an_unknown_name_fails_the_task_with_the_names(self):
+        """A name that is no sub-agent's is an error (the server would silently end the loop)."""
+        [worker] = [t for t in self.team(lambda c: "ghost").worker_tools if t.name == "desk_route"]
+        with pytest.raises(ValueError, match=r"returned 'ghost'.*\['billing', 'tech'\]"):
+            worker.invoke({"conversation": "x"})
+        [worker] = [t for t in self.team(lambda c: 3).worker_tools if t.name == "desk_route"]
+        with pytest.raises(ValueError, match="returned 3"):
+            worker.invoke({"conversation": "x"})
+
+    def test_bad_routers(self):
+        """A router must be an Agent or a callable, and only strategy='router' uses one."""
+        with pytest.raises(AgentTypeError, match="Agent, a callable or None"):
+            self.team("billing")
+        with pytest.raises(AgentDefinitionError, match="only used with strategy='router'"):
+            Agent(name="desk", model="openai/m", agents=[specialist()], strategy="handoff", router=lambda c: "billing")
+
+    def test_a_stateful_team_serves_its_router(self):
+        """The router worker is one of the tree's worker tools, so a stateful team serves it on the run's domain."""
+        parent = self.team(lambda c: "billing", stateful=True)
+        assert parent.is_stateful and {"lookup", "desk_route"} <= {t.name for t in parent.worker_tools}
+        assert not self.team(lambda c: "billing").is_stateful
 
 
 class TestAgentTool:
@@ -327,3 +446,85 @@ class TestTree:
                 return TaskPage(total=len(tasks[execution_id]), tasks=tasks[execution_id], date=None)
 
         assert list(running_sub_runs(Api(), "p")) == ["a", "b"]
+
+
+class TestManual:
+    PICK = {
+        "taskId": "h7", "taskType": "HUMAN", "status": "IN_PROGRESS", "seq": 4, "startTime": 1796167516000,
+        "referenceTaskName": "my_desk_pick_agent__1", "taskDefName": "my_desk_pick_agent",
+        "inputData": {"__humanTaskDefinition": {"displayName": "my-desk: Select next agent"},
+                      "response_schema": {"type": "object"}, "agent_options": {"tech": "1", "billing": "0"},
+                      "conversation": "Help me."},
+    }
+
+    def team(self, **kwargs) -> Agent:
+        return Agent(name="my-desk", model="openai/m", agents=[specialist(), Agent(name="tech", model="openai/t")],
+                     strategy="manual", **kwargs)
+
+    def test_config_and_the_selection_worker(self):
+        """strategy='manual' is sent as is; the server's selection task is served, named as the server names it."""
+        team = self.team()
+        assert team.to_config()["strategy"] == "manual"
+        assert Strategy.parse("MANUAL") is Strategy.MANUAL
+        [worker] = [t for t in team.worker_tools if t.name == "my_desk_process_selection"]
+        assert worker.invoke({"human_output": {"answer": "tech", "answer_id": "a"}}) == {"selected": "1"}
+        assert worker.invoke({"human_output": {"selected": "billing"}}) == {"selected": "0"}  # the server's form
+        assert worker.invoke({"human_output": {"answer": {"selected": " tech "}}}) == {"selected": "1"}
+        with pytest.raises(ValueError, match=r"picked 'ghost'.*\['billing', 'tech'\]"):
+            worker.invoke({"human_output": {"answer": "ghost"}})
+        assert team.waits_for_people and self.team(stateful=True).is_stateful
+
+    def test_a_name_too_long_for_the_servers_task_is_refused(self):
+        with pytest.raises(AgentDefinitionError, match="at most 46 characters"):
+            Agent(name="m" * 50, model="openai/m", agents=[specialist()], strategy="manual")
+
+    def test_the_pick_is_a_question_with_options(self):
+        """The pick shows as a question whose options are the sub-agents in the server's order."""
+        from conductor_agents._pending import pending_in
+
+        [pick] = pending_in({"workflowId": "wf", "status": "RUNNING", "tasks": [self.PICK]}, "wf")
+        assert (pick.kind, pick.options, pick.task_id) == (PendingRequest.QUESTION, ("billing", "tech"), "h7")
+        assert pick.question == "Which agent should answer next: billing, tech?"
+        assert pick.arguments["conversation"] == "Help me."
+        assert pick.to_dict()["options"] == ["billing", "tech"]
+
+    def test_the_answer_the_run_took_is_what_the_selection_task_was_given(self):
+        from conductor_agents._pending import consumed_answer
+
+        human = {**self.PICK, "status": "COMPLETED", "outputData": {"answer": "tech", "answer_id": "late"}}
+        selection = {"taskType": "SIMPLE", "status": "SCHEDULED", "seq": 5,
+                     "referenceTaskName": "my_desk_process_selection__1",
+                     "inputData": {"human_output": {"answer": "billing", "answer_id": "first"}}}
+        workflow = {"workflowId": "wf", "status": "RUNNING", "tasks": [human, selection]}
+        assert consumed_answer(workflow, human).answer_id == "first"
+        assert consumed_answer({**workflow, "tasks": [human]}, human) is None
+
+    def test_respond_takes_only_an_option(self):
+        """An answer that names no sub-agent is refused before anything is sent; a good one goes as answer
+        and selected."""
+        from conductor_agents import _approvals
+
+        sent = []
+
+        class Api:
+            def get_workflow(self, execution_id, include_tasks=True):
+                tasks = [dict(self_pick)]
+                if sent:
+                    tasks = [{**self_pick, "status": "COMPLETED", "outputData": sent[0]["outputData"]},
+                             {"taskType": "SIMPLE", "status": "SCHEDULED", "seq": 5,
+                              "referenceTaskName": "my_desk_process_selection__1",
+                              "inputData": {"human_output": sent[0]["outputData"]}}]
+                return {"workflowId": "wf", "status": "RUNNING", "tasks": tasks}
+
+            def update_task(self, body):
+                sent.append(body)
+
+        self_pick = self.PICK
+        with pytest.raises(InvalidAnswerError, match=r"one of \['billing', 'tech'\], got 'ghost'") as info:
+            _approvals.respond(Api(), "wf", "ghost")  # type: ignore[arg-type]
+        assert (info.value.options, info.value.answer, info.value.execution_id) == (("billing", "tech"), "ghost", "wf")
+        assert sent == []
+        answer = _approvals.respond(Api(), "wf", Agent(name="tech", model="openai/t"),  # type: ignore[arg-type]
+                                    pause=lambda s: None)
+        assert answer.answer == "tech"
+        assert sent[0]["outputData"]["selected"] == "tech" and sent[0]["taskId"] == "h7"
