@@ -36,8 +36,8 @@ from ._pending import (
     HumanAnswer,
     PendingRequest,
     consumed_answer,
-    is_approval_task,
     pending_in,
+    request_kind,
     stored_answer,
     waits_on_person,
 )
@@ -93,26 +93,39 @@ def pending_of_agent(api: ConductorApi, agent_name: str) -> "tuple[PendingReques
 def approve(api: ConductorApi, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
             request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
             pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
-    """Approve the tool calls run ``execution_id`` waits on: they run, in the process serving the run."""
-    payload: dict = {"approved": True, DECISION: "approved"}
+    """Approve the tool calls run ``execution_id`` waits on (they run, in the process serving the
+    run), or the answer a guardrail holds for review (it leaves the run as it is)."""
     reason = optional_text(reason, "reason")
-    if reason:
-        payload["reason"] = reason
-    return _answer(api, execution_id, PendingRequest.APPROVAL, payload, by=by, request=request,
-                   timeout=timeout, clock=clock, pause=pause)
+
+    def payload(kind: str) -> dict:
+        out: dict = {"approved": True} if kind == PendingRequest.REVIEW else {"approved": True, DECISION: "approved"}
+        if reason:
+            out["reason"] = reason
+        return out
+
+    return _answer(api, execution_id, (PendingRequest.APPROVAL, PendingRequest.REVIEW), payload, by=by,
+                   request=request, timeout=timeout, clock=clock, pause=pause)
 
 
 def reject(api: ConductorApi, execution_id: str, reason: str, *, by: Optional[str] = None,
            request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
            pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
-    """Reject them: none of them runs; the model sees the rejection and ``reason``, and the run goes on.
+    """Reject the tool calls: none of them runs; the model sees the rejection and ``reason``, and the
+    run goes on. Sent as ``approved: true`` with ``decision: "rejected"``: the server ends the whole
+    run on ``approved: false`` (see :mod:`conductor_agents._pending`).
 
-    Sent as ``approved: true`` with ``decision: "rejected"``: the server ends the whole run on
-    ``approved: false`` (see :mod:`conductor_agents._pending`).
+    Reject an answer a guardrail holds for review: the server ends the run FAILED with ``reason``
+    as its error (3.32.3 offers no other outcome of a rejected review).
     """
-    payload = {"approved": True, DECISION: REJECTED, "reason": required_reason(reason)}
-    return _answer(api, execution_id, PendingRequest.APPROVAL, payload, by=by, request=request,
-                   timeout=timeout, clock=clock, pause=pause)
+    text = required_reason(reason)
+
+    def payload(kind: str) -> dict:
+        if kind == PendingRequest.REVIEW:
+            return {"approved": False, "reason": text}
+        return {"approved": True, DECISION: REJECTED, "reason": text}
+
+    return _answer(api, execution_id, (PendingRequest.APPROVAL, PendingRequest.REVIEW), payload, by=by,
+                   request=request, timeout=timeout, clock=clock, pause=pause)
 
 
 def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[str] = None,
@@ -121,7 +134,8 @@ def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[s
     """Answer the question run ``execution_id`` asks: the model gets ``{"answer": answer, ...}``.
 
     A question with ``options`` (a ``manual`` team's pick of its next sub-agent) takes one of them
-    (a sub-agent's name, or the Agent).
+    (a sub-agent's name, or the Agent). To an answer a guardrail holds for review, ``answer`` (a
+    non-empty str) is the corrected answer: it becomes the run's output instead of the model's.
 
     Raises:
         InvalidAnswerError: the answer is not one of the question's ``options``.
@@ -132,8 +146,16 @@ def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[s
         value = json_copy(answer)
     except TypeError as err:
         raise PayloadError(f"the answer must be JSON: {err}") from None
-    return _answer(api, execution_id, PendingRequest.QUESTION, {"answer": value}, by=by, request=request,
-                   timeout=timeout, clock=clock, pause=pause)
+
+    def payload(kind: str) -> dict:
+        if kind == PendingRequest.REVIEW:
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"the corrected answer of a guardrail review must be a non-empty str, got {value!r}")
+            return {"approved": False, "edited_output": value}
+        return {"answer": value}
+
+    return _answer(api, execution_id, (PendingRequest.QUESTION, PendingRequest.REVIEW), payload, by=by,
+                   request=request, timeout=timeout, clock=clock, pause=pause)
 
 
 def optional_text(value: Any, name: str) -> Optional[str]:
@@ -163,8 +185,9 @@ def required_reason(reason: Any) -> str:
 # --- the protocol ----------------------------------------------------------------------------
 
 
-def _answer(api: ConductorApi, execution_id: str, kind: str, payload: dict, *, by: Optional[str],
-            request: Target, timeout: float, clock: Clock, pause: Optional[Callable[[float], Any]]) -> HumanAnswer:
+def _answer(api: ConductorApi, execution_id: str, kinds: "tuple[str, ...]", payload: Callable[[str], dict], *,
+            by: Optional[str], request: Target, timeout: float, clock: Clock,
+            pause: Optional[Callable[[float], Any]]) -> HumanAnswer:
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
     by = optional_text(by, "by")
@@ -173,11 +196,12 @@ def _answer(api: ConductorApi, execution_id: str, kind: str, payload: dict, *, b
     if request is not None:
         _raise_if_answered(workflow, execution_id, request)  # told even when the run has ended since
     _check_running(workflow, execution_id)
-    target = _target(workflow, execution_id, kind, request)
+    target = _target(workflow, execution_id, kinds, request)
+    body = payload(target.kind)
     if target.options:
-        payload = _picked(payload, target)
+        body = _picked(body, target)
     answer_id = uuid.uuid4().hex[:16]
-    output = {**payload, ANSWER_ID: answer_id}
+    output = {**body, ANSWER_ID: answer_id}
     if by:
         output[ANSWERED_BY] = str(by)
     api.update_task({"workflowInstanceId": execution_id, "taskId": target.task_id, "status": "COMPLETED",
@@ -211,11 +235,12 @@ def _check_running(workflow: Mapping[str, Any], execution_id: str) -> None:
             execution_id=execution_id)
 
 
-def _target(workflow: Mapping[str, Any], execution_id: str, kind: str, request: Target) -> PendingRequest:
-    """The pending request to answer (the oldest of ``kind`` unless ``request`` names one).
+def _target(workflow: Mapping[str, Any], execution_id: str, kinds: "tuple[str, ...]",
+            request: Target) -> PendingRequest:
+    """The pending request to answer (the oldest of ``kinds`` unless ``request`` names one).
 
     Raises:
-        NothingPendingError: nothing of ``kind`` waits (or ``request`` names none of the run's tasks).
+        NothingPendingError: nothing of ``kinds`` waits (or ``request`` names none of the run's tasks).
         AnswerConflictError: ``request`` was answered already.
     """
     waiting = pending_in(workflow, execution_id)
@@ -223,32 +248,33 @@ def _target(workflow: Mapping[str, Any], execution_id: str, kind: str, request: 
         wanted = request.task_id if isinstance(request, PendingRequest) else str(request)
         for found in waiting:
             if wanted in (found.task_id, found.task_reference_name):
-                if found.kind != kind:
-                    raise _wrong_kind(execution_id, kind, found.kind)
+                if found.kind not in kinds:
+                    raise _wrong_kind(execution_id, kinds, found.kind)
                 return found
         _raise_if_answered(workflow, execution_id, request)
         raise NothingPendingError(f"run {execution_id} has no pending request {wanted!r}",
-                                  execution_id=execution_id, expected=kind)
-    of_kind = [r for r in waiting if r.kind == kind]
+                                  execution_id=execution_id, expected=kinds[0])
+    of_kind = [r for r in waiting if r.kind in kinds]
     if of_kind:
         return of_kind[0]
     if waiting:
-        raise _wrong_kind(execution_id, kind, waiting[0].kind)
-    last = _last_answer(workflow, execution_id, kind)
+        raise _wrong_kind(execution_id, kinds, waiting[0].kind)
+    last = _last_answer(workflow, execution_id, kinds)
     told = ""
     if last is not None:
         who = f" by {last.answered_by}" if last.answered_by else ""
         told = f"; the latest request, {last.task_reference_name}, was answered{who}"
+    verb = "answer" if PendingRequest.QUESTION in kinds else "approve"
     raise NothingPendingError(
-        f"run {execution_id} waits for no person now (nothing to {'approve' if kind == 'approval' else 'answer'})"
-        f"{told}", execution_id=execution_id, expected=kind, last_answer=last)
+        f"run {execution_id} waits for no person now (nothing to {verb}){told}", execution_id=execution_id,
+        expected=kinds[0], last_answer=last)
 
 
-def _last_answer(workflow: Mapping[str, Any], execution_id: str, kind: str) -> Optional[HumanAnswer]:
-    """The answer the run took for its latest request of ``kind`` (None when it had none)."""
+def _last_answer(workflow: Mapping[str, Any], execution_id: str,
+                 kinds: "tuple[str, ...]") -> Optional[HumanAnswer]:
+    """The answer the run took for its latest request of ``kinds`` (None when it had none)."""
     humans = [t for t in workflow.get("tasks") or () if t.get("taskType") == "HUMAN"
-              and t.get("status") == "COMPLETED"
-              and (is_approval_task(t) == (kind == PendingRequest.APPROVAL))]
+              and t.get("status") == "COMPLETED" and request_kind(t) in kinds]
     if not humans:
         return None
     latest = max(humans, key=lambda t: int(t.get("seq") or 0))
@@ -265,17 +291,26 @@ def _raise_if_answered(workflow: Mapping[str, Any], execution_id: str, request: 
                 raise _conflict(execution_id, str(task.get("referenceTaskName")), None, winner)
 
 
-def _wrong_kind(execution_id: str, kind: str, other: str) -> NothingPendingError:
-    use = "approve() or reject()" if other == PendingRequest.APPROVAL else "respond()"
+_WHAT = {PendingRequest.APPROVAL: "an approval", PendingRequest.QUESTION: "an answer to a question",
+         PendingRequest.REVIEW: "a review of an answer a guardrail stopped"}
+_USE = {PendingRequest.APPROVAL: "approve() or reject()", PendingRequest.QUESTION: "respond()",
+        PendingRequest.REVIEW: "approve(), respond(corrected_answer) or reject()"}
+
+
+def _wrong_kind(execution_id: str, kinds: "tuple[str, ...]", other: str) -> NothingPendingError:
     return NothingPendingError(
-        f"run {execution_id} waits for {'an approval' if other == PendingRequest.APPROVAL else 'an answer to a question'}, "
-        f"not for {'an approval' if kind == PendingRequest.APPROVAL else 'an answer'}: use {use}",
-        execution_id=execution_id, expected=kind, waiting_for=other)
+        f"run {execution_id} waits for {_WHAT.get(other, other)}, not for "
+        f"{' or '.join(_WHAT.get(k, k) for k in kinds)}: use {_USE.get(other, 'another answer')}",
+        execution_id=execution_id, expected=kinds[0], waiting_for=other)
 
 
 def _conflict(execution_id: str, ref: str, answer_id: Optional[str], winner: HumanAnswer) -> AnswerConflictError:
-    what = (("approved" if winner.approved else "rejected") if winner.kind == PendingRequest.APPROVAL
-            else f"answered {winner.answer!r}")
+    if winner.kind == PendingRequest.APPROVAL:
+        what = "approved" if winner.approved else "rejected"
+    elif winner.kind == PendingRequest.REVIEW:
+        what = {"approve": "approved", "edit": f"edited to {winner.answer!r}"}.get(str(winner.action), "rejected")
+    else:
+        what = f"answered {winner.answer!r}"
     who = f" by {winner.answered_by}" if winner.answered_by else ""
     return AnswerConflictError(
         f"run {execution_id}: another answer won ({what}{who}); the run goes on with it, not with this one",

@@ -25,6 +25,7 @@ from ._context import CancelReason, ToolContext
 from ._payload import ToolOutputError, tool_output
 from ._results import ResultPoster
 from ._task_watch import CancellationWatch, callback_seconds, hand_back
+from ._termination import TOKEN_USAGE_INPUT
 from .errors import ServerError, ToolCancelled, ToolRetry
 from .tools import ToolArgumentsError, ToolDef
 
@@ -266,7 +267,10 @@ class ToolExecutor:
                     log.info("tool %s on task %s was not run: %s", task.task_type, task.task_id, rejected["error"])
                     return {**base, "status": "COMPLETED", "outputData": dict(rejected),
                             "reasonForIncompletion": str(rejected["error"])[:2000]}
-            value = tool_def.invoke(task.input_data, context=flight.context)
+            input_data = task.input_data
+            if getattr(tool_def.func, "needs_token_usage", False):  # a Termination.token_usage check
+                input_data = {**input_data, TOKEN_USAGE_INPUT: self._token_usage(task.workflow_id)}
+            value = tool_def.invoke(input_data, context=flight.context)
         except ToolRetry as retry:
             return self._retried(task, flight, retry, base)
         except ToolCancelled as cancelled:
@@ -288,6 +292,18 @@ class ToolExecutor:
             log.warning("%s (task %s)", reason, task.task_id)
             return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": reason, "outputData": {"error": reason}}
         return {**base, "status": "COMPLETED", "outputData": output}
+
+    def _token_usage(self, execution_id: str) -> Mapping[str, Any]:
+        """The run's token usage as the server counts it (``GET /agent/execution/{id}``).
+
+        Raises:
+            ToolRetry: it could not be read (the check is delivered again shortly).
+        """
+        try:
+            usage = self._api.agent_execution(execution_id).get("tokenUsage")
+        except ServerError as err:
+            raise ToolRetry(f"could not read the run's token usage ({err})", after_seconds=2.0) from err
+        return dict(usage) if isinstance(usage, Mapping) else {}
 
     def _retried(self, task: TaskRef, flight: _InFlight, retry: ToolRetry, base: dict) -> dict:
         """Hand the task back for its next delivery, or fail it when its budget is spent."""

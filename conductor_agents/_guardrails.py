@@ -13,7 +13,12 @@ When a check fails, ``on_fail`` decides: ``"retry"`` shows the model ``Output va
 <message>. Please revise your response.`` and asks again, up to ``max_retries`` turns, then
 fails the run; ``"raise"`` fails the run at once (its error is the message); ``"fix"`` replaces
 the answer with the function's ``fixed_output`` (a function guardrail only; none given: the run
-fails); ``"human"`` waits for a person to edit or approve the answer.
+fails); ``"human"`` makes the run wait for a person, who approves, edits or rejects the answer
+(a ``"review"`` :class:`~conductor_agents.PendingRequest`; see :mod:`conductor_agents._pending`).
+
+On a tool (``tool(guardrails=[...])``) the server checks a turn's tool calls, formatted as text,
+before they run (3.32.3: every call of the turn, whichever tool has the guardrail; ``retry`` does
+not stop the calls; ``fix`` is refused here). The server compiles no agent-level input guardrail.
 
 Pure values; thread-safe. A function guardrail's body may run on several worker threads at once.
 """
@@ -151,9 +156,10 @@ class Guardrail:
             func=_Check(self.func, self.on_fail),  # type: ignore[arg-type]
         )
 
-    def to_config(self) -> Dict[str, Any]:
-        """The server's ``GuardrailConfig``."""
-        config: Dict[str, Any] = {"name": self.name, "guardrailType": self.kind, "position": "output",
+    def to_config(self, position: str = "output") -> Dict[str, Any]:
+        """The server's ``GuardrailConfig`` (``position="input"`` for a tool's guardrail: the
+        server does not read it for tools, it checks their calls)."""
+        config: Dict[str, Any] = {"name": self.name, "guardrailType": self.kind, "position": position,
                                   "onFail": self.on_fail, "maxRetries": self.max_retries}
         if self.kind == REGEX:
             config.update(patterns=list(self.patterns), mode=self.mode)

@@ -18,6 +18,14 @@ have no task domain, and never count as a stall):
   ``<agent>_pick_agent`` (its input: ``agent_options``, the sub-agents' names, and the
   ``conversation``); the run goes on with the output the next task, ``<agent>_process_selection``
   (a worker of this SDK), was given as ``human_output``.
+- **review**: a guardrail with ``on_fail="human"`` that fails compiles (3.32.3) to a ``HUMAN`` task
+  ``<agent>_guardrail_human[_<n>]__<turn>`` (its input: ``guardrail_name``, ``guardrail_message``,
+  ``llm_output``), then an INLINE ``..._validate`` (reads ``approved``, ``edited_output``,
+  ``reason`` from the answer), a model call only when the answer is free text (never for this
+  SDK's answers), and an INLINE ``..._process`` whose ``{action: approve|edit|reject, result,
+  reason}`` the run routes on: ``approve`` keeps the answer, ``edit`` makes ``result`` the run's
+  output, ``reject`` ends the run FAILED with ``reason``. ``approved: true`` approves even with an
+  ``edited_output``; an edit is ``approved: false`` with ``edited_output``.
 
 Every answer this SDK sends carries an ``answer_id``. The server takes answers to a task without
 compare-and-set, so when two race, the one the run went on with (the process task's input for an
@@ -35,11 +43,12 @@ import attrs
 from .result import SERVER_INPUT_KEYS
 
 __all__ = ["HumanAnswer", "PendingRequest", "PendingToolCall", "approval_decision", "consumed_answer",
-           "pending_in", "stored_answer", "waits_on_person"]
+           "is_review_task", "pending_in", "request_kind", "stored_answer", "waits_on_person"]
 
 HUMAN = "HUMAN"
 APPROVAL_MARK = "_approval_human"
 PICK_MARK, SELECTION_MARK = "_pick_agent", "_process_selection"
+REVIEW_MARK = "_guardrail_human"
 #: Keys of a HUMAN task's input that describe the form, not the model's question.
 _FORM_KEYS = frozenset({"__humanTaskDefinition", "response_schema", "response_ui_schema", "_description"})
 #: Keys this SDK adds to an answer.
@@ -65,8 +74,11 @@ class PendingToolCall:
 class PendingRequest:
     """A run waiting for a person: what waits (the run), for whom (``kind``), about what.
 
-    ``kind`` is :attr:`APPROVAL` (tool calls to approve or reject, ``tool_calls``) or
-    :attr:`QUESTION` (a :class:`~conductor_agents.HumanTool` call; ``question`` is its text).
+    ``kind`` is :attr:`APPROVAL` (tool calls to approve or reject, ``tool_calls``),
+    :attr:`QUESTION` (a :class:`~conductor_agents.HumanTool` call; ``question`` is its text) or
+    :attr:`REVIEW` (an answer of the model that failed a guardrail with ``on_fail="human"``:
+    ``output`` is that answer, ``guardrail`` the guardrail's name, ``guardrail_message`` why it
+    failed; approve, edit with ``respond(corrected)``, or reject).
     ``since`` is when the run started waiting (epoch seconds, the server's clock). ``options``: the
     answers a question takes, when it takes only some (a ``manual`` team's pick: the sub-agents'
     names; answer with one of them). Immutable; thread-safe.
@@ -74,6 +86,7 @@ class PendingRequest:
 
     APPROVAL: ClassVar[str] = "approval"
     QUESTION: ClassVar[str] = "question"
+    REVIEW: ClassVar[str] = "review"
 
     execution_id: str
     kind: str
@@ -82,6 +95,9 @@ class PendingRequest:
     tool_calls: "tuple[PendingToolCall, ...]" = ()
     since: Optional[float] = None
     options: "tuple[str, ...]" = ()
+    output: Optional[str] = None
+    guardrail: Optional[str] = None
+    guardrail_message: Optional[str] = None
 
     @property
     def tool_name(self) -> Optional[str]:
@@ -103,10 +119,13 @@ class PendingRequest:
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready (what ``conductor-agents pending --json`` prints)."""
-        return {"executionId": self.execution_id, "kind": self.kind, "taskId": self.task_id,
-                "taskReferenceName": self.task_reference_name, "question": self.question,
-                "toolCalls": [c.to_dict() for c in self.tool_calls], "since": self.since,
-                "options": list(self.options)}
+        out = {"executionId": self.execution_id, "kind": self.kind, "taskId": self.task_id,
+               "taskReferenceName": self.task_reference_name, "question": self.question,
+               "toolCalls": [c.to_dict() for c in self.tool_calls], "since": self.since,
+               "options": list(self.options)}
+        if self.kind == self.REVIEW:
+            out.update(output=self.output, guardrail=self.guardrail, guardrailMessage=self.guardrail_message)
+        return out
 
     @classmethod
     def from_task(cls, task: Mapping[str, Any], execution_id: str) -> Optional["PendingRequest"]:
@@ -127,6 +146,10 @@ class PendingRequest:
             call = PendingToolCall(str(task.get("taskDefName") or ref),
                                    {"question": question, "conversation": inputs.get("conversation")})
             return cls(kind=cls.QUESTION, tool_calls=(call,), options=options, **common)
+        if is_review_task(task):
+            return cls(kind=cls.REVIEW, output=_opt_str(inputs.get("llm_output")),
+                       guardrail=_opt_str(inputs.get("guardrail_name")),
+                       guardrail_message=_opt_str(inputs.get("guardrail_message")), **common)
         name = str(inputs.get("_agent_tool_name") or inputs.get("method") or task.get("taskDefName") or "")
         arguments = {k: v for k, v in inputs.items() if k not in SERVER_INPUT_KEYS and k not in _FORM_KEYS}
         return cls(kind=cls.QUESTION, tool_calls=(PendingToolCall(name, arguments),), **common)
@@ -168,6 +191,20 @@ def is_approval_task(task: Mapping[str, Any]) -> bool:
     return str(task.get("taskType")) == HUMAN and APPROVAL_MARK in str(task.get("referenceTaskName") or "")
 
 
+def is_review_task(task: Mapping[str, Any]) -> bool:
+    """Whether a HUMAN task is a guardrail's review of an answer (``on_fail="human"``)."""
+    return str(task.get("taskType")) == HUMAN and REVIEW_MARK in str(task.get("referenceTaskName") or "")
+
+
+def request_kind(task: Mapping[str, Any]) -> str:
+    """The :class:`PendingRequest` kind a HUMAN task stands for."""
+    if is_approval_task(task):
+        return PendingRequest.APPROVAL
+    if is_review_task(task):
+        return PendingRequest.REVIEW
+    return PendingRequest.QUESTION
+
+
 def waits_on_person(status: Mapping[str, Any]) -> bool:
     """Whether a status (``GET /agent/{id}/status``) says the run waits on a HUMAN task.
 
@@ -197,7 +234,9 @@ class HumanAnswer:
     """An answer a run went on with (or, for the loser of a race, the one it went on with instead).
 
     For an approval ``approved`` is True or False and ``reason`` the reviewer's note; for a question
-    ``answer`` is the answer. ``answer_id`` tells answers apart (None for one sent without this SDK,
+    ``answer`` is the answer; for a review ``action`` is ``"approve"``, ``"edit"`` (``answer`` is the
+    corrected output) or ``"reject"`` (``reason``), and ``approved`` is True only for ``"approve"``.
+    ``answer_id`` tells answers apart (None for one sent without this SDK,
     e.g. from the Conductor UI). Immutable; thread-safe.
     """
 
@@ -209,11 +248,15 @@ class HumanAnswer:
     reason: Optional[str] = None
     answer: Any = None
     answered_by: Optional[str] = None
+    action: Optional[str] = None
 
     def to_dict(self) -> Dict[str, Any]:
-        return {"executionId": self.execution_id, "taskReferenceName": self.task_reference_name,
-                "kind": self.kind, "answerId": self.answer_id, "approved": self.approved, "reason": self.reason,
-                "answer": self.answer, "answeredBy": self.answered_by}
+        out = {"executionId": self.execution_id, "taskReferenceName": self.task_reference_name,
+               "kind": self.kind, "answerId": self.answer_id, "approved": self.approved, "reason": self.reason,
+               "answer": self.answer, "answeredBy": self.answered_by}
+        if self.action is not None:
+            out["action"] = self.action
+        return out
 
 
 def _approval_answer(result: Mapping[str, Any], execution_id: str, ref: str) -> HumanAnswer:
@@ -234,14 +277,34 @@ def _question_answer(output: Mapping[str, Any], execution_id: str, ref: str) -> 
                        answered_by=_opt_str(output.get(ANSWERED_BY)))
 
 
+def _review_answer(action: Any, answer: Any, reason: Any, human_output: Mapping[str, Any], execution_id: str,
+                   ref: str) -> HumanAnswer:
+    action = str(action) if action in ("approve", "edit", "reject") else "reject"
+    return HumanAnswer(execution_id=execution_id, task_reference_name=ref, kind=PendingRequest.REVIEW,
+                       answer_id=_opt_str(human_output.get(ANSWER_ID)), approved=action == "approve",
+                       reason=_opt_str(reason) if action == "reject" else _opt_str(human_output.get("reason")),
+                       answer=answer if action == "edit" else None,
+                       answered_by=_opt_str(human_output.get(ANSWERED_BY)), action=action)
+
+
+def _stored_review_action(output: Mapping[str, Any]) -> str:
+    """What the server's review scripts make of an answer (approved wins over an edit)."""
+    approved = output.get("approved")
+    if isinstance(approved, str):
+        approved = approved.strip().lower() in ("true", "yes", "y")
+    if approved is True:
+        return "approve"
+    return "edit" if output.get("edited_output") else "reject"
+
+
 def _opt_str(value: Any) -> Optional[str]:
     return None if value is None or value == "" else str(value)
 
 
-def _process_ref(human_ref: str) -> str:
+def _process_ref(human_ref: str, step: str = "process") -> str:
     """``X_approval_human__3`` → ``X_approval_human_process__3`` (the INLINE the run routes on)."""
     base, sep, turn = human_ref.rpartition("__")
-    return f"{base}_process__{turn}" if sep and turn.isdigit() else f"{human_ref}_process"
+    return f"{base}_{step}__{turn}" if sep and turn.isdigit() else f"{human_ref}_{step}"
 
 
 def consumed_answer(workflow: Mapping[str, Any], human: Mapping[str, Any]) -> Optional[HumanAnswer]:
@@ -262,6 +325,16 @@ def consumed_answer(workflow: Mapping[str, Any], human: Mapping[str, Any]) -> Op
             if task.get("referenceTaskName") == wanted and isinstance(given, Mapping):
                 return _question_answer(_freeze(given), execution_id, ref)
         return None
+    if is_review_task(human):
+        processed = next((t for t in tasks if t.get("referenceTaskName") == _process_ref(ref)
+                          and t.get("status") == "COMPLETED"), None)
+        if processed is None:
+            return None
+        validate = next((t for t in tasks if t.get("referenceTaskName") == _process_ref(ref, "validate")), None)
+        human_output = _freeze(_freeze((validate or {}).get("inputData")).get("human_output"))
+        result = _freeze(_freeze(processed.get("outputData")).get("result"))
+        return _review_answer(result.get("action"), result.get("result"), result.get("reason"), human_output,
+                              execution_id, ref)
     for task in tasks:
         if task.get("taskType") == "JOIN" and task.get("status") == "COMPLETED":
             joined = _freeze(task.get("outputData")).get(ref)
@@ -281,6 +354,9 @@ def stored_answer(human: Mapping[str, Any], execution_id: str) -> Optional[Human
         extra = {k: v for k, v in output.items() if k not in ("approved", "reason")}
         return _approval_answer({"approved": output.get("approved") is True, "reason": output.get("reason"),
                                  "extra": extra}, execution_id, ref)
+    if is_review_task(human):
+        return _review_answer(_stored_review_action(output), output.get("edited_output"), output.get("reason"),
+                              output, execution_id, ref)
     return _question_answer(output, execution_id, ref)
 
 

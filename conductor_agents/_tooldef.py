@@ -165,6 +165,27 @@ def _check_nested(tool: "ToolDef", _: Any, value: "tuple[ToolDef, ...]") -> None
             "sub-agent has nested_tools")
 
 
+def _to_guardrails(value: Any) -> "tuple[Any, ...]":
+    from ._guardrails import Guardrail  # a Guardrail's worker is a ToolDef: imported late
+
+    if value is None:
+        return ()
+    if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Iterable):
+        value = (value,)
+    items = tuple(value)
+    for item in items:
+        if not isinstance(item, Guardrail):
+            raise ToolDefinitionError(f"guardrails holds Guardrail values, got {item!r}")
+        if item.on_fail == "fix":
+            raise ToolDefinitionError(
+                f"tool guardrail {item.name!r}: on_fail='fix' is not supported on a tool (the server would make "
+                "the fixed text the run's answer, not the call's arguments); use 'raise', 'retry' or 'human'")
+    names = [g.name for g in items]
+    if len(set(names)) != len(names):
+        raise ToolDefinitionError(f"two guardrails of one tool share a name: {names}")
+    return items
+
+
 def _empty_object_schema() -> Dict[str, Any]:
     return {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 
@@ -212,6 +233,9 @@ class ToolDef:
     #: Names of the secrets the server delivers with each call (``ctx.secret(name)``).
     credentials: "tuple[str, ...]" = attrs.field(default=(), converter=_credentials,
                                                  validator=_check_credentials_type, kw_only=True)
+    #: Checks of each turn's tool calls before any of them runs (see :mod:`conductor_agents._guardrails`).
+    guardrails: "tuple[Any, ...]" = attrs.field(default=(), converter=_to_guardrails, kw_only=True, repr=False,
+                                                hash=False)
     #: The worker tools this server-side tool's sub-run calls (an agent tool's sub-agent tree):
     #: served by whoever serves the agent, on the run's domain when it is stateful.
     nested_tools: "tuple[ToolDef, ...]" = attrs.field(default=(), converter=_to_nested,
@@ -264,6 +288,8 @@ class ToolDef:
             config["approvalRequired"] = True
         if self.credentials:
             config["config"] = {**config["config"], "credentials": list(self.credentials)}
+        if self.guardrails:
+            config["guardrails"] = [g.to_config(position="input") for g in self.guardrails]
         return config
 
     def bind(self, instance: Any) -> "ToolDef":

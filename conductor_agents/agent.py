@@ -281,6 +281,12 @@ class Agent:
             router_task_name(self.name)
         if self.strategy is Strategy.MANUAL:
             selection_task_name(self.name)
+        if (self.stop_when is not None or self.termination is not None) and not self.tools and not self.agents:
+            which = "termination" if self.termination is not None else "stop_when"
+            raise AgentDefinitionError(
+                f"Agent {self.name!r}: {which} needs tools or sub-agents; the server (3.32.3) runs an agent "
+                "with neither as one model call and never evaluates a stopping rule", field=which,
+                value=getattr(self, which))
         merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
 
     def as_tool(self, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
@@ -298,6 +304,7 @@ class Agent:
         groups: "list[Iterable[ToolDef]]" = [[t for t in self.tools if t.is_worker]]
         groups += [t.nested_tools for t in self.tools]
         groups.append([g.worker for g in self.guardrails if g.worker is not None])
+        groups.append([g.worker for t in self.tools for g in t.guardrails if g.worker is not None])
         if self.stop_when is not None:
             groups.append([stop_worker(self.name, self.stop_when)])
         if self.termination is not None:
@@ -353,10 +360,13 @@ class Agent:
 
     @property
     def waits_for_people(self) -> bool:
-        """Whether a run can wait for a person: a tool needs approval, a tool asks a person, or a person
-        picks the next sub-agent (``strategy="manual"``)."""
-        return self.strategy is Strategy.MANUAL or any(t.approval_required or t.tool_type == "human"
-                                                      for t in self.tools)
+        """Whether a run can wait for a person: a tool needs approval, a tool asks a person, a person
+        picks the next sub-agent (``strategy="manual"``), or a guardrail (the agent's or a tool's) hands a
+        failed check to a person (``on_fail="human"``)."""
+        return (self.strategy is Strategy.MANUAL
+                or any(t.approval_required or t.tool_type == "human" for t in self.tools)
+                or any(g.on_fail == "human" for g in self.guardrails)
+                or any(g.on_fail == "human" for t in self.tools for g in t.guardrails))
 
     @property
     def output_spec(self) -> Optional[OutputSpec]:

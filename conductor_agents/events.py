@@ -115,6 +115,13 @@ class WaitingEvent(AgentEvent):
         return self.pending_tool.get("response_schema") is not None or bool(self.pending_tool.get("toolCalls"))
 
     @property
+    def for_review(self) -> bool:
+        """Whether a person is asked to review an answer a guardrail stopped (``on_fail="human"``;
+        see :attr:`PendingRequest.REVIEW <conductor_agents.PendingRequest.REVIEW>`)."""
+        ref = self.pending_tool.get("taskRefName") or self.task_reference_name or ""
+        return self.for_person and "_guardrail_human" in str(ref)
+
+    @property
     def tool_calls(self) -> "tuple[PendingToolCall, ...]":
         """The tool calls awaiting approval (empty for a question or a message wait)."""
         calls = self.pending_tool.get("toolCalls")

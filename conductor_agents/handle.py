@@ -418,7 +418,8 @@ class AgentHandle:
 
     def approve(self, *, reason: Optional[str] = None, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
-        """Approve the tool calls the run waits on; they run in the process serving the run.
+        """Approve the tool calls the run waits on; they run in the process serving the run. Also
+        approves an answer a guardrail (``on_fail="human"``) holds for review: it leaves as it is.
 
         ``reason`` is shown to the model with the approval, ``by`` names who approved (both
         optional), ``request`` picks one of :meth:`pending` (default: the oldest approval).
@@ -436,7 +437,8 @@ class AgentHandle:
     def reject(self, reason: str, *, by: Optional[str] = None,
                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Reject the tool calls the run waits on: none runs, the model sees the rejection and
-        ``reason``, and the run goes on. Otherwise as :meth:`approve`."""
+        ``reason``, and the run goes on. Rejecting an answer a guardrail holds for review ends the
+        run FAILED with ``reason`` (the server's only outcome). Otherwise as :meth:`approve`."""
         return _approvals.reject(self._api, self._live_id(), reason, by=by, request=request, timeout=timeout,
                                  clock=self._clock)
 
@@ -444,13 +446,14 @@ class AgentHandle:
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Answer the question a :class:`~conductor_agents.HumanTool` call asks; the model gets
         ``{"answer": answer}``. ``answer`` is any JSON value. A ``manual`` team's pick of its next
-        sub-agent (a request with ``options``) takes a sub-agent's name (or the Agent). Otherwise as
-        :meth:`approve`.
+        sub-agent (a request with ``options``) takes a sub-agent's name (or the Agent). To an answer a
+        guardrail holds for review (``kind == "review"``), ``answer`` is the corrected answer (a
+        non-empty str): it becomes the run's output. Otherwise as :meth:`approve`.
 
         Raises:
             PayloadError: ``answer`` is not JSON.
             InvalidAnswerError: the request has ``options`` and ``answer`` is none of them.
-            Otherwise as :meth:`approve`.
+            ValueError: a review's corrected answer is not a non-empty str. Otherwise as :meth:`approve`.
         """
         return _approvals.respond(self._api, self._live_id(), answer, by=by, request=request, timeout=timeout,
                                   clock=self._clock)

@@ -142,8 +142,10 @@ def sub_agents_from_tasks(tasks: Sequence[Mapping[str, Any]], names: Sequence[st
 
 
 def _is_approval_gate(task: Mapping[str, Any]) -> bool:
-    # The HUMAN task the server puts before tools that need approval is no tool call of the model.
-    return str(task.get("taskType")) == "HUMAN" and "_approval_human" in str(task.get("referenceTaskName") or "")
+    # The HUMAN tasks the server puts before tools that need approval, and for a guardrail's review
+    # of an answer (on_fail="human"), are no tool calls of the model.
+    ref = str(task.get("referenceTaskName") or "")
+    return str(task.get("taskType")) == "HUMAN" and ("_approval_human" in ref or "_guardrail_human" in ref)
 
 
 @attrs.frozen

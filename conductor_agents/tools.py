@@ -54,6 +54,7 @@ def tool(
     timeout_seconds: int = 0,
     approval_required: bool = False,
     credentials: Iterable[str] = (),
+    guardrails: Iterable[Any] = (),
 ) -> Callable[[FuncT], ToolDef]: ...
 
 
@@ -67,6 +68,7 @@ def tool(
     timeout_seconds: int = 0,
     approval_required: bool = False,
     credentials: Iterable[str] = (),
+    guardrails: Iterable[Any] = (),
 ) -> Union[ToolDef, Callable[[FuncT], ToolDef]]:
     """Make a function (or a method in a class body) a tool: ``@tool`` or ``@tool(...)``.
 
@@ -80,6 +82,8 @@ def tool(
     server; ``handle.approve()`` runs the tool, ``handle.reject(reason)`` shows the model the
     rejection instead). ``credentials=["NAME", ...]``: secrets the server delivers with each call,
     read with ``ctx.secret("NAME")`` (they replace the agent's ``credentials`` for this tool).
+    ``guardrails=[Guardrail...]``: checks of the model's tool calls before they run (the server
+    checks every call of the turn, as text; see ``docs/teams.md``).
 
     Raises:
         ToolDefinitionError: the function cannot be a tool (missing or unsupported hint,
@@ -87,7 +91,7 @@ def tool(
     """
     options = dict(
         name=name, description=description, stateful=stateful, timeout_seconds=timeout_seconds,
-        approval_required=approval_required, credentials=credentials,
+        approval_required=approval_required, credentials=credentials, guardrails=guardrails,
     )
     if func is None:
         return lambda f: _make_tool(f, **options)
@@ -123,6 +127,7 @@ def _make_tool(
     timeout_seconds: int = 0,
     approval_required: bool = False,
     credentials: Iterable[str] = (),
+    guardrails: Iterable[Any] = (),
 ) -> ToolDef:
     """Build the ToolDef of a callable (see :func:`tool`).
 
@@ -162,6 +167,7 @@ def _make_tool(
         timeout_seconds=timeout_seconds,
         approval_required=approval_required,
         credentials=credentials,
+        guardrails=guardrails,
         _kind=kind,
         _converters=derived.converters,
         _context_param=derived.context_param,

@@ -100,6 +100,9 @@ def _pending(args: argparse.Namespace) -> int:
         if request.kind == request.APPROVAL:
             calls = ", ".join(f"{c.name}({json.dumps(dict(c.arguments))})" for c in request.tool_calls)
             print(f"approval  {request.task_reference_name}  {calls}")
+        elif request.kind == request.REVIEW:
+            print(f"review    {request.task_reference_name}  {request.guardrail}: {request.guardrail_message}  "
+                  f"{json.dumps(request.output)}")
         else:
             print(f"question  {request.task_reference_name}  {request.question}")
     return EXIT_OK

@@ -377,3 +377,21 @@ def test_full_within_tells_a_full_pool_from_one_that_has_been_free_long_enough(h
     clock.advance(30.0)
     assert (False, (0, True)) == (never_full, full_now)
     assert (True, False) == (executor.full_within(30.0), executor.full_within(29.9))
+
+
+def test_a_token_usage_termination_gets_the_runs_usage_from_the_server(http, make_executor):
+    """A Termination.token_usage check reads GET /agent/execution/{id} and decides on its tokenUsage."""
+    from conductor_agents import Termination
+    from conductor_agents._termination import termination_worker
+
+    http.add("POST", TASKS_URL, body="")
+    http.add("GET", BASE_URL + "/agent/execution/wf-1",
+             json={"tokenUsage": {"promptTokens": 30, "completionTokens": 15, "totalTokens": 45}})
+    worker = termination_worker("desk", Termination.token_usage(max_total_tokens=40))
+    run_to_end(make_executor(), raw_task(input_data={"result": "", "iteration": 3}, task_type=worker.name), worker)
+    assert posted(http)[-1]["outputData"] == {"should_continue": False}
+    plain = termination_worker("desk", Termination.max_messages(9))
+    run_to_end(make_executor(), raw_task("t-2", input_data={"result": "", "iteration": 3}, task_type=plain.name),
+               plain)
+    assert posted(http)[-1]["outputData"] == {"should_continue": True}
+    assert sum("/agent/execution/" in c.request.url for c in http.calls) == 1  # only the usage check reads it

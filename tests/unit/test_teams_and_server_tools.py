@@ -367,18 +367,18 @@ class TestResult:
 class TestStopWhen:
     def test_config_and_worker(self):
         """stop_when becomes stopWhen's worker task; its output is should_continue, the rule negated."""
-        agent = Agent(name="walker", model="openai/m", stop_when=lambda text, turn: turn >= 2)
+        agent = Agent(name="walker", model="openai/m", tools=[lookup], stop_when=lambda text, turn: turn >= 2)
         assert agent.to_config()["stopWhen"] == {"taskName": "walker_stop_when"}
-        [worker] = agent.worker_tools
+        [worker] = [t for t in agent.worker_tools if t.name == "walker_stop_when"]
         assert worker.invoke({"result": None, "iteration": 1}) == {"should_continue": True}
         assert worker.invoke({"result": "x", "iteration": 2}) == {"should_continue": False}
 
     def test_a_long_agent_name_gets_a_short_stable_task_name(self):
         """Task names have at most 64 characters: a long agent name is cut and hashed, the same each time."""
         name = "a" * 100
-        first = Agent(name=name, model="openai/m", stop_when=lambda t, n: True).to_config()["stopWhen"]["taskName"]
+        first = Agent(name=name, model="openai/m", tools=[lookup], stop_when=lambda t, n: True).to_config()["stopWhen"]["taskName"]
         assert len(first) <= 64 and first.endswith("_stop_when")
-        assert first == Agent(name=name, model="openai/m", stop_when=lambda t, n: True).to_config()["stopWhen"]["taskName"]
+        assert first == Agent(name=name, model="openai/m", tools=[lookup], stop_when=lambda t, n: True).to_config()["stopWhen"]["taskName"]
 
     def test_must_be_callable(self):
         with pytest.raises(AgentTypeError, match="stop_when must be a callable"):
@@ -398,17 +398,45 @@ class TestTermination:
         both = Termination.stop_message("STOP") & Termination.max_messages(2)
         assert both.reached(" STOP ", 2) and not both.reached("STOP", 1)
 
+    def test_token_usage_uses_the_servers_names_and_counts(self):
+        """token_usage: the server's TerminationConfig fields; ends once a count exceeds its limit."""
+        from conductor_agents import Termination
+
+        limit = Termination.token_usage(max_total_tokens=100, max_completion_tokens=20)
+        assert limit.to_config() == {"type": "token_usage", "maxTotalTokens": 100, "maxCompletionTokens": 20}
+        assert limit.needs_token_usage and (limit | Termination.max_messages(3)).needs_token_usage
+        assert not Termination.max_messages(3).needs_token_usage
+        assert not limit.reached("", 1, {"totalTokens": 100, "completionTokens": 20})
+        assert limit.reached("", 1, {"totalTokens": 101}) and limit.reached("", 1, {"completionTokens": "21"})
+        assert not limit.reached("", 1, None) and not limit.reached("", 1, {"totalTokens": True})
+        prompt = Termination.token_usage(max_prompt_tokens=5)
+        assert prompt.to_config() == {"type": "token_usage", "maxPromptTokens": 5}
+        assert (prompt & Termination.text_mention("x")).reached("x", 1, {"promptTokens": 6})
+
+    @pytest.mark.parametrize("kwargs", [{}, {"max_total_tokens": 0}, {"max_prompt_tokens": -3},
+                                        {"max_completion_tokens": 2.5}, {"max_total_tokens": True},
+                                        {"max_total_tokens": "100"}])
+    def test_bad_token_limits_are_refused(self, kwargs):
+        from conductor_agents import Termination
+
+        with pytest.raises(AgentDefinitionError, match="Termination.token_usage"):
+            Termination.token_usage(**kwargs)
+
     def test_worker_is_named_as_the_server_names_its_task(self):
         """The task is the agent's name, non-word characters as '_', plus '_termination'."""
         from conductor_agents import Termination
 
-        agent = Agent(name="my-team", model="openai/m", termination=Termination.max_messages(2))
-        [worker] = agent.worker_tools
+        agent = Agent(name="my-team", model="openai/m", tools=[lookup], termination=Termination.max_messages(2))
+        [worker] = [t for t in agent.worker_tools if t.name.endswith("_termination")]
         assert worker.name == "my_team_termination"
         assert worker.invoke({"result": "x", "iteration": 2}) == {"should_continue": False}
         assert agent.to_config()["termination"] == {"type": "max_message", "maxMessages": 2}
         with pytest.raises(AgentDefinitionError, match="at most 52 characters"):
-            Agent(name="a" * 60, model="openai/m", termination=Termination.max_messages(2))
+            Agent(name="a" * 60, model="openai/m", tools=[lookup], termination=Termination.max_messages(2))
+        with pytest.raises(AgentDefinitionError, match="termination needs tools or sub-agents"):
+            Agent(name="alone", model="openai/m", termination=Termination.max_messages(2))
+        with pytest.raises(AgentDefinitionError, match="stop_when needs tools or sub-agents"):
+            Agent(name="alone", model="openai/m", stop_when=lambda text, turn: True)
 
 
 class TestTree:
