@@ -112,6 +112,7 @@ class _Served:
         self.tracker = tracker
         self.next_check = 1  # the link turn at which the budget is read next
         self.missed_turn = 0  # a turn of the current link reported while a job ran
+        self.new_link_turn = 0  # the latest turn the new link of a switch under way has begun
         self.switch: Optional[Switch] = None  # a switch under way (steps 2-4 left)
         self.thread: Optional[threading.Thread] = None
         self.disabled = False
@@ -219,7 +220,11 @@ class ContinuationDriver:
             if served is None or served.disabled or self._closing.is_set():
                 return
             if served.current.execution_id != execution_id:
-                return  # the old link of a switch under way
+                if served.switch is not None and served.switch.new.execution_id == execution_id:
+                    # The new link works while the old one drains: its budget is read once the switch
+                    # is done (dropping these turns let a new link grow far past its budget).
+                    served.new_link_turn = max(served.new_link_turn, turn)
+                return  # else: the old link of a switch under way
             if served.switch is None and turn < served.next_check:
                 return
             if served.thread is not None and served.thread.is_alive():
@@ -321,6 +326,7 @@ class ContinuationDriver:
                 log.error("%s", err)
             with self._lock:
                 served.switch = None
+                served.new_link_turn = 0
             self._detach(served, switch.new)
             raise
         self._directory.advance(served.chain, switch.new)
@@ -349,7 +355,7 @@ class ContinuationDriver:
             served.current = switch.new
             served.turns_before = outcome.record.turns
             served.next_check = 1
-            served.missed_turn = 0
+            served.missed_turn, served.new_link_turn = served.new_link_turn, 0  # looked at by the job next
             self.switches += 1
         served.tracker.moved_to(switch.new)
         self._directory.advance(served.chain, switch.new)
