@@ -28,6 +28,20 @@ What the server (3.32.3) does with them, checked against its compiler and a runn
   unknown index, so that turn runs nobody). This SDK's worker takes the name a person answered with
   and refuses one that is no sub-agent's. The server's names use the agent's name with every
   character other than letters, digits and ``_`` made ``_``.
+- ``plan_execute`` (``planner=`` required, ``fallback=`` optional; ``agents`` unused): the planner runs as a
+  sub-workflow named after it, given the prompt plus the server's list of the parent's tools and its
+  plan schema; its answer must hold a JSON plan (a ```json fence, or the answer itself) with
+  ``steps`` of ``operations`` (``{"tool", "args"}`` or ``{"tool", "generate"}``), each naming one of
+  the parent's tools. The server task ``PLAN_AND_COMPILE`` validates it (unknown tools, missing
+  args, cycles) and compiles it into the sub-workflow ``pe_<parent>_plan``: a worker tool becomes a
+  ``SIMPLE`` task served by this SDK, its inputs the plan's ``args`` plus ``session_id``, ``cwd`` and
+  ``media``. The run's answer is the last step's output (an object as JSON text). A plan that is
+  missing, does not compile or whose sub-workflow fails goes to the ``fallback`` agent (its prompt:
+  the user's, the planner's text and the errors; at most ``fallbackMaxTurns`` turns), whose answer
+  is then the run's; without a fallback the run fails. The server refuses a tool input schema
+  outside its validator's subset and, without a fallback, a tool guardrail whose ``onFail`` is not
+  ``raise``. A stateful run's domain covers only the worker tools of the agent and of its ``agents``,
+  so the config lists the planner and fallback under ``agents`` too (the plan's compiler ignores them).
 - ``agent.as_tool()``: the model calls the sub-agent like any tool; the server registers the
   sub-agent's own workflow (named after it) and runs it as a ``SUB_WORKFLOW``.
 - A sub-run inherits the parent run's task domain, and the server routes every worker tool of the
@@ -50,7 +64,7 @@ import attrs
 from ._tooldef import AGENT_TOOL, TOOL_NAME, ToolDef
 from .errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "handoff_task_name", "handoff_worker",
+__all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "check_plan_schema", "handoff_task_name", "handoff_worker",
            "merge_worker_tools", "router_task_name", "router_worker", "selection_task_name", "selection_worker"]
 
 #: ``router(conversation)``: the name of the sub-agent to run next, or ``"DONE"`` (None: done).
@@ -72,6 +86,9 @@ class Strategy(str, enum.Enum):
     SWARM = "swarm"
     #: A person picks the sub-agent of each turn (``handle.pending()`` / ``handle.respond(name)``).
     MANUAL = "manual"
+    #: The ``planner`` agent writes a JSON plan of calls of this agent's tools; the server compiles and
+    #: runs it, and the ``fallback`` agent (if any) takes over when the plan is missing or fails.
+    PLAN_EXECUTE = "plan_execute"
 
     @classmethod
     def parse(cls, value: Any) -> "Strategy":
@@ -371,3 +388,43 @@ def selection_worker(agent_name: str, agents: Sequence[str]) -> ToolDef:
     """The worker ToolDef of the ``manual`` team ``agent_name`` over the sub-agents ``agents``."""
     return ToolDef(name=selection_task_name(agent_name), description=f"the pick of {agent_name}'s next agent",
                    input_schema={"type": "object", "properties": {}}, func=_Selection(tuple(agents)))
+
+
+#: The JSON Schema keywords the server's plan validator implements (3.32.3 ``SchemaSubsetValidator``);
+#: a ``plan_execute`` agent's tool whose input schema uses another is refused when the run starts.
+PLAN_SCHEMA_KEYWORDS = frozenset((
+    "type", "properties", "required", "additionalProperties", "items", "enum", "minLength", "maxLength",
+    "pattern", "minimum", "maximum", "minItems", "maxItems", "title", "description", "examples", "default",
+    "$schema", "$id"))
+
+
+def check_plan_schema(tool_name: str, schema: Any, *, where: str) -> None:
+    """Refuse a ``plan_execute`` tool's input schema the server's plan validator would refuse.
+
+    Raises:
+        AgentDefinitionError: ``schema`` uses a keyword outside :data:`PLAN_SCHEMA_KEYWORDS`.
+    """
+
+    def walk(node: Any, path: str) -> None:
+        if not isinstance(node, Mapping):
+            return
+        for key in node:
+            if key not in PLAN_SCHEMA_KEYWORDS:
+                raise AgentDefinitionError(
+                    f"{where}: the tool {tool_name!r}'s input schema uses {key!r} at {path or '<root>'}; the server "
+                    f"(3.32.3) compiles plans only for tools whose schemas use {sorted(PLAN_SCHEMA_KEYWORDS)}"
+                    + (" (an Optional[...] or Union hint makes 'anyOf': use one type with a default)"
+                       if key == "anyOf" else ""),
+                    field="tools", value=tool_name)
+        properties = node.get("properties")
+        if isinstance(properties, Mapping):
+            for name, sub in properties.items():
+                walk(sub, f"{path}/properties/{name}")
+        items = node.get("items")
+        if isinstance(items, Mapping):
+            walk(items, f"{path}/items")
+        elif isinstance(items, list):
+            for i, sub in enumerate(items):
+                walk(sub, f"{path}/items[{i}]")
+
+    walk(schema, "")

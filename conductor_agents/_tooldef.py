@@ -35,6 +35,9 @@ AGENT_TOOL = "agent_tool"
 TOOL_TYPES = (WORKER, PULL_WORKFLOW_MESSAGES, HUMAN, HTTP, MCP, API, AGENT_TOOL)
 #: Keys the server adds to a worker task's input next to the LLM's arguments.
 SERVER_EXTRAS = ("method", "_agent_state", "_agent_tool_name")
+#: The inputs the server adds to each tool call of a ``plan_execute`` plan (3.32.3 ``PLAN_AND_COMPILE``):
+#: dropped unless the tool's schema declares them.
+PLAN_AMBIENT = ("session_id", "cwd", "media")
 #: How the ToolDef descriptor binds its func: not at all, to the instance, to the class.
 FUNCTION, METHOD, CLASSMETHOD = "function", "method", "classmethod"
 
@@ -318,7 +321,8 @@ class ToolDef:
     def parse_arguments(self, input_data: Mapping[str, Any]) -> Dict[str, Any]:
         """The keyword arguments for the function, from a task's ``inputData``.
 
-        Drops the server's extras (``method`` and every ``_agent*`` key), checks the rest against
+        Drops the server's extras (``method``, every ``_agent*`` key, and the ``session_id``, ``cwd`` and
+        ``media`` a plan's step adds, unless the schema declares them), checks the rest against
         ``input_schema`` and converts values to the hinted types (``Enum`` members, ``tuple``).
 
         Raises:
@@ -328,10 +332,13 @@ class ToolDef:
         if not isinstance(input_data, collections.abc.Mapping):
             got = _json_check.json_type(input_data)
             raise _arguments_error(self.name, [f"arguments must be a JSON object, got {got}"])
+        declared = self._input_schema.get("properties") if isinstance(self._input_schema, Mapping) else None
+        declared = declared if isinstance(declared, Mapping) else {}
         arguments = {
             key: value
             for key, value in input_data.items()
-            if not (isinstance(key, str) and (key in SERVER_EXTRAS or key.startswith("_agent")))
+            if not (isinstance(key, str) and (key in SERVER_EXTRAS or key.startswith("_agent")
+                                              or (key in PLAN_AMBIENT and key not in declared)))
         }
         values, problems = _json_check.check_arguments(self._input_schema, arguments)
         for key, convert in self._converters.items():

@@ -12,8 +12,8 @@ from ._guardrails import Guardrail
 from ._output_type import OutputSpec
 from ._secrets import check_credential_names
 from ._stopping import StopRule, stop_task_name, stop_worker
-from ._subagents import (Handoff, Strategy, agent_tool, handoff_task_name, handoff_worker, merge_worker_tools,
-                         router_task_name, router_worker, selection_task_name, selection_worker)
+from ._subagents import (Handoff, Strategy, agent_tool, check_plan_schema, handoff_task_name, handoff_worker,
+                         merge_worker_tools, router_task_name, router_worker, selection_task_name, selection_worker)
 from ._termination import Termination, termination_task_name, termination_worker
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
@@ -174,6 +174,12 @@ def _check_router(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) 
                              value=value)
 
 
+def _check_slot(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None and not isinstance(value, Agent):
+        raise AgentTypeError(f"Agent.{attribute.name} must be an Agent or None, got {value!r}", field=attribute.name,
+                             value=value)
+
+
 def _to_transitions(value: Any) -> Mapping[str, "tuple[str, ...]"]:
     if value is None:
         return {}
@@ -221,7 +227,8 @@ class Agent:
     declares none of its own (``ctx.secret(name)``).
 
     ``agents`` and ``strategy`` (with ``router``, ``handoffs``, ``allowed_transitions``,
-    ``synthesize``) make it a team whose sub-agents run inside its run; :meth:`as_tool` makes it a
+    ``synthesize``; ``planner``, ``fallback`` and ``fallback_max_turns`` for ``strategy="plan_execute"``, whose
+    plan calls this agent's tools) make it a team whose sub-agents run inside its run; :meth:`as_tool` makes it a
     tool of another agent; ``guardrails``, ``stop_when`` and ``termination`` check and end its loop
     (see ``docs/teams.md``). A stateful team pins every worker task of the whole tree.
     """
@@ -253,6 +260,13 @@ class Agent:
                                                                    validator=_check_router)
     #: ``strategy="swarm"``: rules that pass the conversation to another agent.
     handoffs: "tuple[Handoff, ...]" = attrs.field(kw_only=True, default=(), converter=_to_values(Handoff, "handoffs"))
+    #: ``strategy="plan_execute"``: the agent whose answer is a JSON plan of calls of this agent's tools.
+    planner: "Optional[Agent]" = attrs.field(kw_only=True, default=None, validator=_check_slot)
+    #: ``strategy="plan_execute"``: the agent that answers when the plan is missing, invalid or fails.
+    fallback: "Optional[Agent]" = attrs.field(kw_only=True, default=None, validator=_check_slot)
+    #: ``strategy="plan_execute"``: the fallback's turn limit (None: its own ``max_turns``).
+    fallback_max_turns: Optional[int] = attrs.field(kw_only=True, default=None,
+                                                    validator=attrs.validators.optional(_check_int(1)))
     #: ``round_robin``/``random``/``swarm``: for each agent's name, the agents that may come next.
     allowed_transitions: Mapping[str, "tuple[str, ...]"] = attrs.field(kw_only=True, factory=dict,
                                                                        converter=_to_transitions)
@@ -315,12 +329,16 @@ class Agent:
             groups.append([selection_worker(self.name, self.agent_names)])
         groups.append([handoff_worker(self.name, i, h, self.agent_names)
                        for i, h in enumerate(self.handoffs) if h.kind == "on_condition"])
-        groups += [a.worker_tools for a in (*self.agents, *self._router_agents)]
+        groups += [a.worker_tools for a in (*self.agents, *self._router_agents, *self._plan_agents)]
         return groups
 
     @property
     def _router_agents(self) -> "tuple[Agent, ...]":
         return (self.router,) if isinstance(self.router, Agent) else ()
+
+    @property
+    def _plan_agents(self) -> "tuple[Agent, ...]":
+        return tuple(a for a in (self.planner, self.fallback) if a is not None)
 
     @property
     def is_stateful(self) -> bool:
@@ -330,7 +348,7 @@ class Agent:
         """
         return (self.stateful or any(t.stateful for t in self.tools)
                 or any(t.stateful for t in self.worker_tools)
-                or any(a.is_stateful for a in (*self.agents, *self._router_agents)))
+                or any(a.is_stateful for a in (*self.agents, *self._router_agents, *self._plan_agents)))
 
     @property
     def worker_tools(self) -> "tuple[ToolDef, ...]":
@@ -341,12 +359,19 @@ class Agent:
     @property
     def has_sub_runs(self) -> bool:
         """Whether runs start sub-runs on the server: the agent has sub-agents or agent tools."""
-        return bool(self.agents) or any(t.tool_type == "agent_tool" for t in self.tools)
+        return (bool(self.agents) or bool(self._plan_agents)
+                or any(t.tool_type == "agent_tool" for t in self.tools))
 
     @property
     def agent_names(self) -> "tuple[str, ...]":
         """The names of the sub-agents (``agents``), in order."""
         return tuple(a.name for a in self.agents)
+
+    @property
+    def team_names(self) -> "tuple[str, ...]":
+        """The agents that run as sub-runs of this one and answer: ``agents``, then ``planner`` and
+        ``fallback`` (what ``result.agents_run`` is made of)."""
+        return tuple(a.name for a in (*self.agents, *self._plan_agents))
 
     @property
     def is_listener(self) -> bool:
@@ -403,6 +428,18 @@ class Agent:
             config["strategy"] = (self.strategy or Strategy.HANDOFF).value
             if not self.synthesize:
                 config["synthesize"] = False
+        if self.strategy is Strategy.PLAN_EXECUTE:
+            config["strategy"] = Strategy.PLAN_EXECUTE.value
+            assert self.planner is not None  # _check_team
+            config["planner"] = self.planner.to_config()
+            if self.fallback is not None:
+                config["fallback"] = self.fallback.to_config()
+            # The compiler never runs ``agents`` of a plan_execute agent, but the server (3.32.3) routes to a
+            # stateful run's domain, and registers, only the worker tools of the agent and of its ``agents``
+            # (never of planner/fallback): listed there too, their tools stay in the run's process.
+            config["agents"] = [a.to_config() for a in self._plan_agents]
+            if self.fallback_max_turns is not None:
+                config["fallbackMaxTurns"] = self.fallback_max_turns
         if isinstance(self.router, Agent):
             config["router"] = self.router.to_config()
         elif self.router is not None:
@@ -432,7 +469,8 @@ def _check_team(agent: Agent) -> None:
             raise AgentDefinitionError(f"Agent.agents: a sub-agent may not share its parent's name {agent.name!r}",
                                        field="agents", value=sub.name)
     names = set(agent.agent_names)
-    if agent.strategy is not None and not agent.agents:
+    _check_plan_execute(agent)
+    if agent.strategy is not None and agent.strategy is not Strategy.PLAN_EXECUTE and not agent.agents:
         raise AgentDefinitionError("Agent.strategy needs sub-agents (agents=[...])", field="strategy",
                                    value=agent.strategy.value)
     if agent.router is not None and agent.strategy is not Strategy.ROUTER:
@@ -454,3 +492,66 @@ def _check_team(agent: Agent) -> None:
     if agent.agents and any(t.tool_type == "pull_workflow_messages" for a in agent.agents for t in a.tools):
         raise AgentDefinitionError("Agent.agents: a sub-agent cannot wait for messages (the run's message "
                                    "queue is the parent's)", field="agents", value=agent.agent_names)
+
+
+def _check_plan_execute(agent: Agent) -> None:
+    """A ``plan_execute`` agent has what the server's compiler (3.32.3) needs, and only it has a planner.
+
+    Raises:
+        AgentDefinitionError: ``planner``/``fallback``/``fallback_max_turns`` without ``plan_execute``; a
+            ``plan_execute`` agent without a planner or tools, with ``agents`` (the strategy never runs
+            them), a stopping rule (never evaluated), a tool schema or tool guardrail the server refuses.
+    """
+    where = f"Agent {agent.name!r} (strategy='plan_execute')"
+    if agent.strategy is not Strategy.PLAN_EXECUTE:
+        for field in ("planner", "fallback", "fallback_max_turns"):
+            value = getattr(agent, field)
+            if value is not None:
+                raise AgentDefinitionError(f"Agent.{field} is only used with strategy='plan_execute'", field=field,
+                                           value=getattr(value, "name", value))
+        return
+    if agent.planner is None:
+        raise AgentDefinitionError(f"{where} needs planner=<Agent>: the agent whose answer is the JSON plan",
+                                   field="planner", value=None)
+    if agent.agents:
+        raise AgentDefinitionError(
+            f"{where}: the server never runs agents=[...] in a plan; a plan calls this agent's tools, so give a "
+            "sub-agent to the plan as a tool (tools=[sub.as_tool()])", field="agents", value=agent.agent_names)
+    if not agent.tools:
+        raise AgentDefinitionError(f"{where} needs tools: a plan's every step calls one of this agent's tools",
+                                   field="tools", value=())
+    if agent.fallback_max_turns is not None and agent.fallback is None:
+        raise AgentDefinitionError(f"{where}: fallback_max_turns needs a fallback agent", field="fallback_max_turns",
+                                   value=agent.fallback_max_turns)
+    for field in ("stop_when", "termination"):
+        if getattr(agent, field) is not None:
+            raise AgentDefinitionError(f"{where}: the server (3.32.3) never evaluates {field} in a plan",
+                                       field=field, value=getattr(agent, field))
+    slots = agent._plan_agents
+    for sub in slots:
+        if sub.name == agent.name:
+            raise AgentDefinitionError(f"{where}: the planner and fallback may not share their parent's name",
+                                       field="planner" if sub is agent.planner else "fallback", value=sub.name)
+        if sub.needs_message_queue:
+            raise AgentDefinitionError(f"{where}: a planner or fallback cannot wait for messages (the run's message "
+                                       "queue is the parent's)", field="planner" if sub is agent.planner
+                                       else "fallback", value=sub.name)
+    if len(slots) == 2 and slots[0].name == slots[1].name and slots[0] != slots[1]:
+        raise AgentDefinitionError(f"{where}: two different agents are named {slots[0].name!r}", field="fallback",
+                                   value=slots[1].name)
+    for tool_def in agent.tools:
+        check_plan_schema(tool_def.name, tool_def.input_schema, where=where)
+        if tool_def.approval_required or tool_def.tool_type in ("human", "pull_workflow_messages"):
+            what = ("needs approval" if tool_def.approval_required else
+                    "asks a person" if tool_def.tool_type == "human" else "waits for messages")
+            raise AgentDefinitionError(
+                f"{where}: the tool {tool_def.name!r} {what}; the server (3.32.3) runs a plan's steps with no "
+                "approval, person or message queue, so a plan cannot use it (give it to the planner or fallback)",
+                field="tools", value=tool_def.name)
+        if agent.fallback is None:
+            for guardrail in tool_def.guardrails:
+                if guardrail.on_fail != "raise":
+                    raise AgentDefinitionError(
+                        f"{where}: the tool {tool_def.name!r}'s guardrail {guardrail.name!r} has "
+                        f"on_fail={guardrail.on_fail!r}; in a plan the server can only stop the plan, so without "
+                        "a fallback agent it needs on_fail='raise'", field="tools", value=guardrail.name)

@@ -254,7 +254,7 @@ class AgentHandle:
             tasks = self._api.get_workflow(link.execution_id, include_tasks=True).get("tasks") or []
         except ConductorAgentsError as err:
             log.warning("run %s ended but its details could not be read: %s", link.execution_id, err)
-        names = self.agent.agent_names if self.agent is not None else ()
+        names = self.agent.team_names if self.agent is not None else ()
         result = AgentResult.from_server(status, detail, tasks, agent_names=names)
         result = attrs.evolve(result, execution_id=self.execution_id, current_execution_id=link.execution_id,
                               runs=status.runs)

@@ -617,3 +617,186 @@ def test_python_routing_of_a_stateful_team_stays_in_each_process(kind, topology,
     assert sorted(calls.markers) == sorted(f"run-parent-{i}" for i in range(runs) for _ in range(per_run))
     assert sorted(report["markers"]) == sorted(f"run-child-{i}" for i in range(runs) for _ in range(per_run))
     scripted_llm.assert_no_anomalies(models["billing"])
+
+
+# ── plan_execute: a planner's JSON plan of the parent's tools, run by the server, with a fallback ──────────
+
+
+def plan_text(steps: list) -> str:
+    """A planner's answer: some prose, then the plan in a ```json fence (what the server extracts)."""
+    return "Here is my plan.\n\n```json\n" + json.dumps({"steps": steps}) + "\n```"
+
+
+def lookup_step(step_id: str, *keys: str, depends_on=None) -> dict:
+    step = {"id": step_id, "operations": [{"tool": "lookup", "args": {"key": key}} for key in keys]}
+    if len(keys) > 1:
+        step["parallel"] = True
+    if depends_on:
+        step["depends_on"] = depends_on
+    return step
+
+
+def planner_policy(make_steps):
+    """Plan from the run's marker: ``make_steps(marker)`` is the plan's steps."""
+
+    def policy(request):
+        return plan_text(make_steps(marker_of(request)))
+
+    return policy
+
+
+def plan_sub_run_tasks(agent_runtime, execution_id: str, agent_name: str) -> list:
+    """The tasks of the plan's sub-workflow (``pe_<agent>_plan``) of a plan_execute run."""
+    tasks = agent_runtime._api.get_workflow(execution_id, include_tasks=True)["tasks"]
+    [plan] = [t for t in tasks if t.get("taskType") == "SUB_WORKFLOW" and t.get("taskDefName") ==
+              f"pe_{agent_name}_plan"]
+    return agent_runtime._api.get_workflow(plan["subWorkflowId"], include_tasks=True)["tasks"]
+
+
+def test_a_planners_plan_runs_the_parents_tools(agent_runtime, scripted_llm, unique_name):
+    """strategy='plan_execute': the planner sees the prompt, the server's list of the parent's tools and its plan
+    schema, and answers with a JSON plan; the server runs it (a parallel step, then a step after it) as the
+    parent's tools, served here; the run's answer is the last step's output; agents_run names the planner."""
+    tools = LookupTools("here")
+    planner = Agent(name=unique_name("planner"), instructions="Plan the lookups.",
+                    model=scripted_llm.script(policy=planner_policy(lambda m: [
+                        lookup_step("both", f"{m}-a", f"{m}-b"),
+                        lookup_step("last", f"{m}-c", depends_on=["both"])])))
+    parent = Agent(name=unique_name("coder"), model=scripted_llm.script(["never asked"]), tools=[tools.lookup],
+                   strategy="plan_execute", planner=planner)
+    result = agent_runtime.run(parent, "Please look up run-plan-1.", timeout=180)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert sorted(tools.keys[:2]) == ["run-plan-1-a", "run-plan-1-b"] and tools.keys[2:] == ["run-plan-1-c"]
+    assert json.loads(result.output) == {"key": "run-plan-1-c", "by": "here"}
+    assert result.agents_run == (planner.name,) and result.answered_by == planner.name
+    [request] = scripted_llm.requests_for(planner.model)
+    assert "Please look up run-plan-1." in request.user_text
+    assert "## Available tools" in request.user_text and "`lookup`" in request.user_text
+    assert "## Plan schema" in request.user_text
+    steps = [t for t in plan_sub_run_tasks(agent_runtime, result.execution_id, parent.name)
+             if t.get("taskDefName") == "lookup"]
+    assert len(steps) == 3 and {t["status"] for t in steps} == {"COMPLETED"}
+    assert scripted_llm.requests_for(parent.model) == ()
+
+
+def test_a_plan_that_does_not_compile_goes_to_the_fallback(agent_runtime, scripted_llm, unique_name):
+    """A plan naming a tool the parent does not have fails PLAN_AND_COMPILE; the fallback agent gets the prompt
+    and the planner's text, and its answer (after a tool call of its own) is the run's. The server (3.32.3) means
+    to add the compiler's error but its script serialises it as '{}': the error is on the compile task only."""
+    tools = LookupTools("fallback")
+    planner = Agent(name=unique_name("planner"), model=scripted_llm.script(policy=lambda r: plan_text(
+        [{"id": "oops", "operations": [{"tool": "ghost", "args": {"key": "x"}}]}])))
+
+    def fallback_policy(request):
+        if request.is_first_turn:
+            return ToolCall("lookup", {"key": marker_of(request)})
+        return f"recovered {request.tool_outputs[0].output['key']}"
+
+    fallback = Agent(name=unique_name("fixer"), model=scripted_llm.script(policy=fallback_policy),
+                     tools=[tools.lookup], instructions="Do it yourself.")
+    parent = Agent(name=unique_name("coder"), model=scripted_llm.script(["never asked"]), tools=[tools.lookup],
+                   strategy="plan_execute", planner=planner, fallback=fallback, fallback_max_turns=3)
+    result = agent_runtime.run(parent, "Please look up run-plan-2.", timeout=180)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "recovered run-plan-2"
+    assert tools.keys == ["run-plan-2"]
+    assert result.agents_run == (planner.name, fallback.name) and result.answered_by == fallback.name
+    first = scripted_llm.requests_for(fallback.model)[0]
+    assert "Please look up run-plan-2." in first.user_text and "Plan:" in first.user_text
+    assert "Execution errors:\n{}" in first.user_text and "ghost" in first.user_text  # the plan's text
+    [compiled] = [t for t in agent_runtime._api.get_workflow(result.execution_id, include_tasks=True)["tasks"]
+                  if t.get("taskType") == "PLAN_AND_COMPILE"]
+    assert "unknown tool 'ghost'" in compiled["outputData"]["error"]
+
+
+def test_a_plan_whose_step_fails_goes_to_the_fallback(agent_runtime, scripted_llm, unique_name):
+    """A step's tool raising fails the plan's sub-workflow; the fallback answers instead."""
+    calls = []
+
+    @tool
+    def fragile(key: str) -> dict:
+        """Fails on purpose."""
+        calls.append(key)
+        raise RuntimeError(f"cannot look up {key}")
+
+    planner = Agent(name=unique_name("planner"), model=scripted_llm.script(policy=lambda r: plan_text(
+        [{"id": "try", "operations": [{"tool": "fragile", "args": {"key": marker_of(r)}}]}])))
+    fallback = Agent(name=unique_name("fixer"), model=scripted_llm.script(policy=lambda r: "fallback answer"))
+    parent = Agent(name=unique_name("coder"), model=scripted_llm.script(["never asked"]), tools=[fragile],
+                   strategy="plan_execute", planner=planner, fallback=fallback)
+    result = agent_runtime.run(parent, "Please look up run-plan-3.", timeout=240)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "fallback answer"
+    assert calls and set(calls) == {"run-plan-3"}
+    assert result.agents_run == (planner.name, fallback.name)
+    [request] = scripted_llm.requests_for(fallback.model)
+    assert "Execution errors:" in request.user_text
+
+
+def test_an_answer_without_a_plan_goes_to_the_fallback(agent_runtime, scripted_llm, unique_name):
+    """A planner answer with no JSON plan skips the plan; the fallback gets the prompt and the planner's text."""
+    tools = LookupTools("here")
+    planner = Agent(name=unique_name("planner"), model=scripted_llm.script(["I would rather not plan."]))
+    fallback = Agent(name=unique_name("fixer"), model=scripted_llm.script(policy=lambda r: "did it without a plan"))
+    parent = Agent(name=unique_name("coder"), model=scripted_llm.script(["never asked"]), tools=[tools.lookup],
+                   strategy="plan_execute", planner=planner, fallback=fallback)
+    result = agent_runtime.run(parent, "Please look up run-plan-6.", timeout=180)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "did it without a plan" and tools.keys == []
+    assert result.agents_run == (planner.name, fallback.name)
+    [request] = scripted_llm.requests_for(fallback.model)
+    assert "Please look up run-plan-6." in request.user_text
+    assert "Planner output:" in request.user_text and "I would rather not plan." in request.user_text
+
+
+def test_a_plan_that_does_not_compile_without_a_fallback_fails_the_run(agent_runtime, scripted_llm, unique_name):
+    """Without a fallback a bad plan ends the run FAILED with the compiler's error."""
+    tools = LookupTools("here")
+    planner = Agent(name=unique_name("planner"), model=scripted_llm.script(policy=lambda r: plan_text(
+        [{"id": "oops", "operations": [{"tool": "ghost", "args": {"key": "x"}}]}])))
+    parent = Agent(name=unique_name("coder"), model=scripted_llm.script(["never asked"]), tools=[tools.lookup],
+                   strategy="plan_execute", planner=planner)
+    result = agent_runtime.run(parent, "Please look up run-plan-4.", timeout=180)
+    assert result.status is RunStatus.FAILED
+    assert "Plan compilation failed" in (result.error or "") and "ghost" in result.error
+    assert tools.keys == []
+
+
+@pytest.mark.both_topologies
+def test_a_stateful_plan_runs_its_tools_in_its_process(topology, agent_runtime, scripted_llm, unique_name):
+    """A stateful plan_execute team: the planner's own tool and the plan's steps (in the plan's sub-workflow)
+    are on the run's domain and run here, on this process's tool threads, with this instance's state."""
+    calls = Calls()
+
+    @tool
+    def survey(topic: str) -> str:
+        """What is there to look up."""
+        calls.add(("survey", topic))
+        return f"keys for {topic}: -a"
+
+    tools = LookupTools("here")
+
+    def plan_policy(request):
+        if request.is_first_turn:
+            return ToolCall("survey", {"topic": marker_of(request)})
+        return plan_text([lookup_step("only", f"{marker_of(request)}-a")])
+
+    planner = Agent(name=unique_name("planner"), model=scripted_llm.script(policy=plan_policy), tools=[survey])
+    parent = Agent(name=unique_name("coder"), model=scripted_llm.script(["never asked"]), tools=[tools.lookup],
+                   strategy="plan_execute", planner=planner, stateful=True)
+    handle = agent_runtime.start(parent, "Please look up run-plan-5.")
+    result = handle.wait(timeout=180)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert tools.keys == ["run-plan-5-a"] and calls.items == [("survey", "run-plan-5")]
+    calls.assert_ran_in_tool_threads()
+    assert json.loads(result.output) == {"key": "run-plan-5-a", "by": "here"}
+    assert handle.run_id
+    steps = [t for t in plan_sub_run_tasks(agent_runtime, handle.execution_id, parent.name)
+             if t.get("taskDefName") == "lookup"]
+    assert steps and {t.get("domain") for t in steps} == {handle.run_id}
+    planner_runs = [t for t in agent_runtime._api.get_workflow(handle.execution_id, include_tasks=True)["tasks"]
+                    if t.get("taskDefName") == planner.name and t.get("taskType") == "SUB_WORKFLOW"]
+    [planner_run] = planner_runs
+    survey_tasks = [t for t in agent_runtime._api.get_workflow(planner_run["subWorkflowId"], include_tasks=True)
+                    ["tasks"] if t.get("taskDefName") == "survey"]
+    assert survey_tasks and {t.get("domain") for t in survey_tasks} == {handle.run_id}

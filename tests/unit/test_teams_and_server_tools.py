@@ -14,11 +14,13 @@ from conductor_agents import (
     Handoff,
     HandoffContext,
     HttpTool,
+    HumanTool,
     InvalidAnswerError,
     PendingRequest,
     McpTool,
     Strategy,
     ToolDefinitionError,
+    WaitForMessageTool,
     tool,
 )
 from conductor_agents.result import AgentResult, AgentStatus, RunStatus
@@ -556,3 +558,108 @@ class TestManual:
                                     pause=lambda s: None)
         assert answer.answer == "tech"
         assert sent[0]["outputData"]["selected"] == "tech" and sent[0]["taskId"] == "h7"
+
+
+@tool
+def optional_arg(key: str, limit: "int | None" = None) -> str:
+    """A tool with an optional argument."""
+    return key
+
+
+def shell(cmd: str) -> str:
+    """Run a command."""
+    return cmd
+
+
+class TestPlanExecute:
+    PLANNER = Agent(name="planner", model="openai/p", instructions="Plan.")
+
+    def team(self, **kwargs) -> Agent:
+        kwargs.setdefault("tools", [lookup])
+        kwargs.setdefault("planner", self.PLANNER)
+        return Agent(name="coder", model="openai/m", strategy="plan_execute", **kwargs)
+
+    def test_config_uses_the_servers_named_slots(self):
+        """strategy='plan_execute' sends planner, fallback and fallbackMaxTurns."""
+        fallback = Agent(name="fixer", model="openai/f", tools=[other_lookup])
+        team = self.team(fallback=fallback, fallback_max_turns=3)
+        assert team.strategy is Strategy.PLAN_EXECUTE
+        config = team.to_config()
+        assert config["strategy"] == "plan_execute"
+        assert config["planner"] == self.PLANNER.to_config() and config["fallback"] == fallback.to_config()
+        # also as agents: the server routes a stateful run's worker tools of its agents only to the run's domain
+        assert config["agents"] == [self.PLANNER.to_config(), fallback.to_config()]
+        assert config["fallbackMaxTurns"] == 3
+        assert [t["name"] for t in config["tools"]] == ["lookup"]
+        assert "fallback" not in self.team().to_config() and "fallbackMaxTurns" not in self.team().to_config()
+
+    def test_the_tree_of_worker_tools_and_the_agents_that_answer(self):
+        """The parent's tools (the plan's steps), the planner's and the fallback's are served here; a stateful
+        planner or fallback pins the tree; planner and fallback are what agents_run is made of."""
+        planner = Agent(name="planner", model="openai/p", tools=[other_lookup])
+        team = self.team(planner=planner, fallback=Agent(name="fixer", model="openai/f", stateful=True))
+        assert sorted(t.name for t in team.worker_tools) == ["lookup", "other_lookup"]
+        assert team.is_stateful and team.has_sub_runs
+        assert team.team_names == ("planner", "fixer") and team.agent_names == ()
+        assert not self.team().is_stateful
+        tasks = [
+            {"taskType": "SUB_WORKFLOW", "taskDefName": "planner", "status": "COMPLETED"},
+            {"taskType": "SUB_WORKFLOW", "taskDefName": "pe_coder_plan", "status": "FAILED"},
+            {"taskType": "SUB_WORKFLOW", "taskDefName": "fixer", "status": "COMPLETED"},
+        ]
+        status = AgentStatus(execution_id="e", status=RunStatus.COMPLETED, output={"result": "ok"})
+        result = AgentResult.from_server(status, {}, tasks, agent_names=team.team_names)
+        assert result.agents_run == ("planner", "fixer") and result.answered_by == "fixer"
+
+    @pytest.mark.parametrize("kwargs, message", [
+        (dict(planner=None), r"needs planner=<Agent>"),
+        (dict(tools=[]), "needs tools"),
+        (dict(agents=[specialist()]), r"never runs agents=\[...\]"),
+        (dict(fallback_max_turns=2), "fallback_max_turns needs a fallback"),
+        (dict(fallback_max_turns=0, fallback=Agent(name="f", model="openai/f")), "fallback_max_turns must be >= 1"),
+        (dict(stop_when=lambda text, turn: True), "never evaluates stop_when"),
+        (dict(planner=Agent(name="coder", model="openai/p")), "may not share their parent's name"),
+        (dict(fallback=Agent(name="planner", model="openai/x")), "two different agents are named 'planner'"),
+        (dict(tools=[optional_arg]), r"'optional_arg''s input schema uses 'anyOf' at /properties/limit.*"
+                                     r"Optional\[...\] or Union hint"),
+        (dict(tools=[HttpTool.create(name="get", url="http://h", input_schema={"type": "object", "properties": {
+            "when": {"type": "string", "format": "date"}}})]), r"'get''s input schema uses 'format' at /properties/when"),
+        (dict(tools=[tool(approval_required=True)(shell)]), "the tool 'shell' needs approval"),
+        (dict(tools=[HumanTool.create()]), "asks a person"),
+        (dict(tools=[WaitForMessageTool.create()]), "waits for messages"),
+        (dict(tools=[tool(guardrails=[Guardrail.regex("no_rm", ["rm"], on_fail="retry")])(shell)]),
+         "on_fail='retry'; in a plan the server can only stop the plan"),
+    ])
+    def test_bad_plan_teams_are_refused(self, kwargs, message):
+        """Each config the server (3.32.3) would refuse or silently never run raises an AgentDefinitionError."""
+        with pytest.raises(AgentDefinitionError, match=message):
+            self.team(**kwargs)
+
+    def test_a_retrying_tool_guardrail_is_fine_with_a_fallback(self):
+        """With a fallback the server accepts any on_fail of a tool guardrail (a failed plan goes to the fallback)."""
+        guarded = tool(name="guarded", guardrails=[Guardrail.regex("no_rm", ["rm"], on_fail="retry")])(shell)
+        assert self.team(tools=[guarded], fallback=Agent(name="f", model="openai/f")).to_config()["fallback"]
+
+    @pytest.mark.parametrize("field, value", [("planner", Agent(name="p", model="openai/p")),
+                                              ("fallback", Agent(name="f", model="openai/f")),
+                                              ("fallback_max_turns", 2)])
+    def test_the_slots_need_plan_execute(self, field, value):
+        """planner, fallback and fallback_max_turns mean nothing to another strategy (the server refuses them)."""
+        with pytest.raises(AgentDefinitionError, match=f"Agent.{field} is only used with strategy='plan_execute'"):
+            Agent(name="desk", model="openai/m", agents=[specialist()], strategy="sequential", **{field: value})
+
+    def test_slots_must_be_agents(self):
+        with pytest.raises(AgentTypeError, match="Agent.planner must be an Agent or None"):
+            self.team(planner="planner")
+
+    def test_a_plan_steps_ambient_inputs_do_not_reach_the_tool(self):
+        """A plan's step adds session_id, cwd and media to every tool call; a tool that does not declare them
+        never sees them, one that declares them does."""
+        assert lookup.parse_arguments({"key": "k", "session_id": "", "cwd": None, "media": None}) == {"key": "k"}
+
+        @tool
+        def where(cwd: str) -> str:
+            """Where am I."""
+            return cwd
+
+        assert where.parse_arguments({"cwd": "/tmp", "session_id": ""}) == {"cwd": "/tmp"}
