@@ -232,6 +232,12 @@ class ConductorApi:
         )
         return result if isinstance(result, list) else []
 
+    def mark_presence(self, task_type: str, *, worker_id: str, domain: str) -> None:
+        """A poll that takes nothing (``count=0``, no wait): the server records it in the poll data."""
+        self.transport.get_json(f"/tasks/poll/batch/{_seg(task_type)}",
+                                params={"workerid": worker_id, "domain": domain, "count": 0, "timeout": 0},
+                                timeout=(5.0, 10.0))
+
     def get_task(self, task_id: str) -> dict:
         """``GET /tasks/{taskId}`` (a 404 stays an HttpError: the task is unknown)."""
         result = self.transport.request("GET", f"/tasks/{_seg(task_id)}", timeout=(5.0, 10.0))

@@ -135,7 +135,8 @@ class LivePoller:
 
 
 def find_live_poller(api: ConductorApi, task_types: Iterable[str], domain: Optional[str], *,
-                     own_worker_id: str, clock: Clock = SYSTEM_CLOCK) -> Optional[LivePoller]:
+                     own_worker_id: str, clock: Clock = SYSTEM_CLOCK,
+                     ignore: Iterable[str] = ()) -> Optional[LivePoller]:
     """The most recent poll of ``domain`` by another worker within the window, or None.
 
     Ages are measured on the server's clock (its ``Date`` header against its ``lastPollTime``),
@@ -147,6 +148,7 @@ def find_live_poller(api: ConductorApi, task_types: Iterable[str], domain: Optio
     if not domain:
         return None  # shared (domain-less) tools may be served by many workers at once, by design
     window = freshness_window()
+    ignored = set(ignore)
     freshest: Optional[LivePoller] = None
     for task_type in task_types:
         rows, date = api.poll_data_sample(task_type)
@@ -157,7 +159,7 @@ def find_live_poller(api: ConductorApi, task_types: Iterable[str], domain: Optio
             if row.get("domain") != domain or not row.get("lastPollTime"):
                 continue
             worker = str(row.get("workerId") or "")
-            if worker == own_worker_id:
+            if worker == own_worker_id or worker in ignored:
                 continue
             if worker_is_dead_here(worker):
                 continue  # its process is gone: its last poll says nothing of a live worker

@@ -237,6 +237,19 @@ class WorkerSet:
             self.retire_if_idle(poller)
         self.unwatch(execution_id)
 
+    def serves_domain(self, domain: str) -> bool:
+        """Whether a run on ``domain`` is served here now (or its poller is reserved for one starting)."""
+        with self._lock:
+            poller = self._pollers.get(domain)
+        return poller is not None and not poller.is_idle()
+
+    def let_go(self, domain: str) -> None:
+        """Stop serving every run on ``domain`` at once (another process may serve them next)."""
+        with self._lock:
+            poller = self._pollers.get(domain)
+        for execution_id in poller.executions if poller is not None else ():
+            self.execution_ended(execution_id)
+
     # -- continued listeners ----------------------------------------------------------
 
     @property

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
 import os
 import threading
 import uuid
+import weakref
 from typing import Any, Callable, Iterator, Mapping, Optional
 
 from . import _approvals
@@ -23,6 +25,7 @@ from ._pending import HumanAnswer, PendingRequest
 from ._pending_watch import PendingMonitor
 from ._run_state import check_context, check_media
 from ._sending import send_to_listener
+from ._serving import Service
 from ._starting import start_run
 from ._switch import LinkSpec, link_start_body, pending_switch, read_commit
 from ._takeover import find_live_poller, freshness_window, make_worker_id
@@ -30,7 +33,15 @@ from ._tree import running_sub_runs
 from ._transport import Transport
 from ._workers import Reservation, WorkerSet
 from .agent import Agent
-from .errors import AgentTypeError, ResumeError, RuntimeClosedError, WorkerStallError, WorkerStartupError
+from .errors import (
+    AgentDefinitionError,
+    AgentTypeError,
+    ConfigurationError,
+    ResumeError,
+    RuntimeClosedError,
+    WorkerStallError,
+    WorkerStartupError,
+)
 from .handle import AgentHandle
 from .result import AgentResult, RunStatus
 from .settings import AgentSettings
@@ -119,6 +130,8 @@ class AgentRuntime:
         self._observer = TaskObserver(clock=clock)
         self._closed = False
         self._closing = threading.Event()  # set by close(): ends a start's retry pause at once
+        #: The agents serve() was called for, with their hooks: kept across a fork (the child serves them too).
+        self._served: "list[tuple[Agent, Optional[Callable[[AgentHandle], Any]]]]" = []
         self._build_process_parts()
         rebuild_after_fork(self)
 
@@ -131,6 +144,7 @@ class AgentRuntime:
         self.worker_id = make_worker_id(uuid.uuid4().hex[:6], pid=self._pid)
         self._workers = WorkerSet(self._api, self.settings, worker_id=self.worker_id, clock=self._clock,
                                   observer=self._observer, directory=self._directory)
+        self._service: Optional[Service] = None  # presence, leases, adoption: on the first serve()
 
     def _after_fork_in_child(self) -> None:
         """In a forked child (only its forking thread runs): forget the parent's workers, whose
@@ -142,6 +156,17 @@ class AgentRuntime:
             self._closing.set()
         self._build_process_parts()
         log.debug("forked: runtime worker %s replaces %s in pid %d", self.worker_id, parent_worker_id, self._pid)
+        if self._served and not self._closed:
+            # The child serves what the parent served, as a process of its own (a thread: the first
+            # presence row is a request, and the fork must return at once).
+            threading.Thread(target=self._serve_again, name="conductor-agents-serve-start", daemon=True).start()
+
+    def _serve_again(self) -> None:
+        for agent, on_adopt in list(self._served):
+            try:
+                self._service_for_process().add(agent, on_adopt)
+            except Exception:  # noqa: BLE001 - logged; this child serves only what it starts
+                log.exception("forked child %s could not serve %s", self.worker_id, agent.name)
 
     def _check_process(self) -> None:
         """A fork the hook did not see (a C-level ``fork()``, e.g. uWSGI without
@@ -225,6 +250,8 @@ class AgentRuntime:
         if media is not None:
             body["media"] = check_media(media)  # the first run's only: later runs carry the conversation
         serve = self.settings.auto_start_workers and (bool(agent.worker_tools) or spec is not None)
+        if serve and run_id and not self._lease_for_start(agent, run_id):
+            serve = False  # another live process holds this run (an idempotent start of a run it serves)
         reservation = self._workers.reserve(run_id, agent, continued=spec is not None) if serve else None
         try:
             started = start_run(self._api, body, pause=self._closing.wait)
@@ -346,6 +373,11 @@ class AgentRuntime:
         serve = self.settings.auto_start_workers and bool(agent.worker_tools)
         if serve and not force:
             self._refuse_if_served(execution_id, agent, domain)
+        if serve and domain:
+            self._lease_for_resume(agent, domain, execution_id)
+        return self._take_up_run(execution_id, agent, domain, serve=serve)
+
+    def _take_up_run(self, execution_id: str, agent: Agent, domain: Optional[str], *, serve: bool) -> AgentHandle:
         if serve:
             reservation = self._workers.reserve(domain, agent)
             with self._released_on_failure(reservation, execution_id):
@@ -356,7 +388,7 @@ class AgentRuntime:
         log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
         return self._handle(execution_id, agent.name, domain, agent, workers=serve)
 
-    def _resume_listener(self, chain: Chain, agent: Agent, *, force: bool) -> AgentHandle:
+    def _resume_listener(self, chain: Chain, agent: Agent, *, force: bool, lease: bool = True) -> AgentHandle:
         """``resume()`` of a continued listener: serve its current run (and finish a switch a dead
         process left half done), whichever id of it the caller holds."""
         newest = self._directory.refresh(chain)
@@ -369,6 +401,8 @@ class AgentRuntime:
         if serve:
             if not force:
                 self._refuse_if_served(chain.execution_id, agent, domain)
+            if lease:
+                self._lease_for_resume(agent, str(domain), chain.execution_id)
             workflow = self._api.get_workflow(newest.execution_id)
             prompt = str((workflow.get("input") or {}).get("prompt") or "")
             spec = LinkSpec(agent, prompt or "Continue.", self.settings.continuation_for(agent))
@@ -382,6 +416,107 @@ class AgentRuntime:
         log.info("resumed %s listener %s (run %d: %s)", agent.name, chain.execution_id,
                  newest.number - chain.first + 1, newest.execution_id)
         return self._handle(chain.execution_id, agent.name, domain, agent, workers=serve, tracker=tracker)
+
+    # -- serving an agent: every process of an app shares its runs ------------------------
+
+    def serve(self, agent: Agent, *, on_adopt: Optional[Callable[[AgentHandle], Any]] = None) -> None:
+        """Serve ``agent`` from this process: its runs started here, and the runs no live process serves.
+
+        After this call the process also *adopts* every running run of ``agent`` whose process is
+        gone: closed (``close()``, SIGTERM under ``conductor-agents serve``, a recycled web worker),
+        killed, or silent for ``liveness_stall_seconds``. Every process that serves the agent shares
+        its runs; an orphan goes to one of them (spread by a hash of its domain), and exactly one
+        process serves a run at any time: taking a run means creating its next *lease* on the
+        server, which only one process can do (see ``docs/operations.md``).
+
+        - A graceful close hands its runs over: others adopt them within about two
+          ``serve_interval`` (2 s each by default), not after the stall threshold.
+        - A process that dies is replaced once its presence row is older than
+          ``liveness_stall_seconds`` (at once for a process of this host whose pid is gone).
+        - A process that cannot renew its presence for ¾ of that stops serving its runs by itself
+          (the fence), before any other process may take them.
+        - An adopted run is served as :meth:`resume` would: tasks the dead process had taken are
+          handed back (``ctx.attempt`` 2), a listener keeps its identity and its budget.
+
+        ``on_adopt(handle)`` is called (on the ``conductor-agents-adopt`` thread) after each run is
+        adopted here: rebuild per-run state there. Tools get the run's ``ctx.execution_id`` and
+        ``ctx.state``; what a tool kept in this process's memory for a run does not move with it.
+
+        Calling it again for the same agent name updates the hook. A runtime built before ``fork()``
+        serves in each child as well (gunicorn ``--preload``: the master too). ``close()`` (also run
+        at interpreter exit) hands the runs over.
+
+        Raises:
+            AgentTypeError: ``agent`` is not an Agent, or ``on_adopt`` is not callable.
+            AgentDefinitionError: the agent is not stateful (its tools are served by any process
+                that runs them: there is nothing to adopt).
+            ConfigurationError: ``auto_start_workers`` is off.
+            WorkerStartupError: this process's presence could not be written to the server.
+        """
+        self._check_open()
+        if not isinstance(agent, Agent):
+            raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
+        if on_adopt is not None and not callable(on_adopt):
+            raise AgentTypeError(f"on_adopt must be callable, got {on_adopt!r}", field="on_adopt", value=on_adopt)
+        if not agent.is_stateful:
+            raise AgentDefinitionError(
+                f"serve() adopts the runs of a stateful agent; {agent.name!r} is not stateful (its tools are "
+                "served by any process that polls them): use Agent(stateful=True) or a WaitForMessageTool",
+                field="stateful", value=False)
+        if not self.settings.auto_start_workers:
+            raise ConfigurationError("serve() needs auto_start_workers: with it off this runtime serves no tools",
+                                     variable="CONDUCTOR_AGENT_AUTO_START_WORKERS")
+        with self._lock:
+            self._served = [(a, h) for a, h in self._served if a.name != agent.name] + [(agent, on_adopt)]
+            first = len(self._served) == 1
+        if first:
+            _close_at_exit(self)
+        self._service_for_process().add(agent, on_adopt)
+
+    def _service_for_process(self) -> Service:
+        with self._lock:
+            if self._service is None:
+                self._service = Service(
+                    self._api, worker_id=self.worker_id, dead_after=self.settings.liveness_stall_seconds,
+                    take_up=self._adopt, serving_here=self._workers.serves_domain, let_go=self._workers.let_go,
+                    pause=self._closing.wait)
+            return self._service
+
+    def _serving(self, agent: Agent) -> Optional[Service]:
+        service = self._service
+        return service if service is not None and service.serves(agent.name) else None
+
+    def _lease_for_start(self, agent: Agent, run_id: str) -> bool:
+        """A run of a served agent about to start here takes lease 0 first: False when another process
+        holds it (the same idempotency key started it there)."""
+        service = self._serving(agent)
+        if service is None:
+            return True
+        lease = service.claim_first(run_id)
+        if lease is not None and lease.owner == self.worker_id:
+            return True
+        if lease is None:
+            return True  # the record could not be read back: it is ours unless it shows otherwise later
+        log.info("run on domain %s is held by %s: this start does not serve it", run_id, lease.owner)
+        return False
+
+    def _lease_for_resume(self, agent: Agent, domain: str, execution_id: str) -> None:
+        service = self._serving(agent)
+        if service is not None and not service.claim_next(domain, execution_id):
+            raise ResumeError(f"run {execution_id} was taken by another serving process as this one resumed it",
+                              execution_id=execution_id)
+
+    def _adopt(self, execution_id: str, agent: Agent) -> AgentHandle:
+        """Serve a run whose lease this process just won (the adopter's take-up)."""
+        self._check_open()
+        workflow = self._api.get_workflow(execution_id)
+        domain = _single_domain(workflow, execution_id, required=True)
+        chain = self._directory.chain(execution_id) if agent.is_listener else None
+        if chain is not None and chain.continuable:
+            return self._resume_listener(chain, agent, force=True, lease=False)
+        if RunStatus.parse(workflow.get("status")).is_terminal:
+            return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
+        return self._take_up_run(execution_id, agent, domain, serve=bool(agent.worker_tools))
 
     def _serve_chain(self, reservation: Reservation, chain: Chain, spec: LinkSpec, *,
                      newest: Optional[Link] = None) -> Any:
@@ -566,10 +701,29 @@ class AgentRuntime:
         self._closing.set()
         if self._pending_monitor is not None and self._pending_monitor.pid == os.getpid():
             self._pending_monitor.close()
-        self._workers.close()
+        if self._service is not None:
+            self._service.close(self._workers.close)  # stop adopting, stop serving, then hand over
+        else:
+            self._workers.close()
         self._observer.close()  # open event streams end with the runtime
         if self._owns_transport:
             self._transport.close()
+
+
+def _close_at_exit(runtime: AgentRuntime) -> None:
+    """Close a serving runtime at interpreter exit (a recycled web worker exits normally): its runs
+    are handed over at once instead of after the stall threshold."""
+    ref = weakref.ref(runtime)
+
+    def close() -> None:
+        live = ref()
+        if live is not None and live._pid == os.getpid():
+            try:
+                live.close()
+            except Exception:  # noqa: BLE001 - exiting anyway
+                log.exception("closing the serving runtime at exit failed")
+
+    atexit.register(close)
 
 
 def _single_domain(workflow: Mapping[str, Any], execution_id: str, *, required: bool) -> Optional[str]:

@@ -17,6 +17,8 @@ import signal
 import sys
 import threading
 
+import attrs
+
 from conductor_agents import Agent, AgentRuntime, AgentSettings, Continuation, tool
 from tests import helpers
 
@@ -84,6 +86,21 @@ def read_actions(log_path: str) -> "list[dict]":
         return []
 
 
+def serve(agent: Agent, settings: AgentSettings, starts: int, parent_gone: threading.Event,
+          max_seconds: float) -> int:
+    """Serve the agent (and adopt its orphans) until SIGTERM, the parent going away or ``max_seconds``."""
+    signal.signal(signal.SIGTERM, lambda *_: parent_gone.set())
+    adopted: list = []
+    with AgentRuntime(settings) as runtime:
+        runtime.serve(agent, on_adopt=lambda handle: adopted.append(handle.execution_id))
+        started = [runtime.start(agent, "Start listening.").execution_id for _ in range(starts)]
+        print(json.dumps({"execution_ids": started, "pid": os.getpid(), "worker_id": runtime.worker_id}),
+              flush=True)
+        parent_gone.wait(max_seconds)
+    sys.stderr.write(f"crash_child: closed after adopting {len(adopted)} runs\n")
+    return 0
+
+
 def main(argv: "list[str]") -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--server-url", required=True)
@@ -97,6 +114,10 @@ def main(argv: "list[str]") -> int:
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--start", action="store_true")
     group.add_argument("--resume")
+    group.add_argument("--serve", action="store_true",
+                       help="runtime.serve(agent), start --starts runs, adopt orphans; SIGTERM hands over")
+    parser.add_argument("--starts", type=int, default=0)
+    parser.add_argument("--stall-seconds", type=float, default=None)
     args = parser.parse_args(argv)
 
     parent_gone = threading.Event()
@@ -111,6 +132,11 @@ def main(argv: "list[str]") -> int:
     agent = listener(args.name, args.model, FileActionTools(args.log, hang_on=args.hang_on),
                      continue_every=args.continue_every)
     settings = AgentSettings.from_env(environ={}, server_url=args.server_url)
+    if args.stall_seconds:
+        settings = attrs.evolve(settings, liveness_stall_seconds=args.stall_seconds,
+                                liveness_check_interval_seconds=1.0)
+    if args.serve:
+        return serve(agent, settings, args.starts, parent_gone, args.max_seconds)
     with AgentRuntime(settings) as runtime:
         if args.start:
             handle = runtime.start(agent, "Start listening.")
