@@ -19,6 +19,7 @@ the dead process handed back, a switch left half done finished).
 
 from __future__ import annotations
 
+import concurrent.futures
 import logging
 import threading
 import time
@@ -36,6 +37,9 @@ from .errors import ConductorAgentsError, ExecutionNotFoundError, ServerError
 __all__ = ["Adopter", "ServedAgent"]
 
 log = logging.getLogger("conductor_agents.serve")
+
+#: Runs looked at (and taken up) at once in one round: most of a take-up is waiting on the server.
+_TAKE_UPS_AT_ONCE = 8
 
 
 @attrs.frozen
@@ -69,6 +73,7 @@ class Adopter:
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # take-ups of one round, at once
         #: Counts, for tests and stats: runs adopted, leases lost to another process.
         self.adopted = 0
         self.lost = 0
@@ -119,6 +124,10 @@ class Adopter:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(30.0)
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
 
     def _loop(self) -> None:
         while not self._stop.is_set():
@@ -156,13 +165,23 @@ class Adopter:
             by_domain.setdefault(info.domain, []).append(execution_id)
             oldest[info.domain] = min(oldest.get(info.domain, info.start_ms), info.start_ms)
         self._prune(set(ids), set(by_domain))
+        pool = self._round_pool()
+        futures = [pool.submit(self._adopt_if_orphan, served, view, domain, executions[0], oldest[domain])
+                   for domain, executions in by_domain.items()]
         adopted = 0
-        for domain, executions in by_domain.items():
-            if self._stop.is_set():
-                break
-            if self._adopt_if_orphan(served, view, domain, executions[0], oldest[domain]):
-                adopted += 1
+        for future in futures:
+            try:
+                adopted += bool(future.result())
+            except (ServerError, HttpError, OSError) as err:
+                log.debug("adopting a run of %s failed: %s", agent.name, err)
         return adopted
+
+    def _round_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=_TAKE_UPS_AT_ONCE, thread_name_prefix="conductor-agents-adopt")
+            return self._pool
 
     def _adopt_if_orphan(self, served: ServedAgent, view: PeerView, domain: str, execution_id: str,
                          start_ms: float) -> bool:
@@ -181,7 +200,10 @@ class Adopter:
         now = time.monotonic()
         if lease is None and (time.time() - start_ms / 1000.0) < self._presence.dead_after:
             return False  # started lately by a runtime that does not serve the agent: it polls soon
-        first = self._orphan_since.setdefault(domain, now)
+        if self._stop.is_set():
+            return False
+        with self._lock:
+            first = self._orphan_since.setdefault(domain, now)
         if view.assignee(domain) != me and now - first < self._presence.interval * 2 + 1.0:
             return False
         previous = lease.owner if lease is not None else None

@@ -26,7 +26,8 @@ EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
 _EXIT_INTERRUPTED = 130
 
-VERB_GROUPS: List[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents", "conductor_agents.cli._humans"]
+VERB_GROUPS: List[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents", "conductor_agents.cli._serve",
+                           "conductor_agents.cli._humans"]
 """Modules that add verbs; each exposes ``register(subparsers)``."""
 
 _PROG = "conductor-agents"
