@@ -18,8 +18,11 @@ class ListenersConfig(AppConfig):
 
         if agents.runtime is not None:  # ready() may run twice (e.g. the autoreloader)
             return
+        agents.AGENT = agents.build_agent(agents.TOOLS)
         agents.runtime = AgentRuntime()  # CONDUCTOR_SERVER_URL, ... from the environment
         agents.runtime_built_in_pid = os.getpid()
-        # Every process that exits closes its own runtime: a forked worker closes the workers it
-        # built, never the master's (see docs/operations.md).
+        # Serve the agent: the listeners this process starts, and those of a worker that went away.
+        # Forked workers serve it too. Every process that exits closes its own runtime (serve() also
+        # does it at exit), which hands its listeners over to the other workers (docs/operations.md).
+        agents.runtime.serve(agents.AGENT, on_adopt=agents.adopted)
         atexit.register(agents.runtime.close)

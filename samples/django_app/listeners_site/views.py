@@ -1,7 +1,8 @@
 """The API: start listeners, message them, read them, stop them (from any worker process).
 
     GET  /listeners                     this process: pid, worker id, its listeners    -> 200
-    POST /listeners                     start a listener (its tools run in this process) -> 201
+    POST /listeners                     start a listener (served here, adopted elsewhere
+                                        if this process goes away)                        -> 201
     POST /listeners/<id>/messages       send it a JSON message (from any process)       -> 202
     GET  /listeners/<id>                its status; its reports when it runs here       -> 200
     POST /listeners/<id>/stop           stop it and wait (<= 30 s), from any process    -> 200
@@ -15,9 +16,10 @@ needs a person's approval: the run waits on the server (no process has to) until
 on ``/approvals`` through any worker; the tool then runs in the process that serves the listener.
 
 A message or a stop may arrive at any worker: it goes to the run through the server, by
-execution id, and the run's tools still execute in the process that started it (its task
-domain is served only there). Every answer names the ``pid`` that handled the request, and
-each tool output the ``pid`` that ran the tool.
+execution id, and the run's tools execute in the one process that serves it (its task domain
+is served only there): the one that started it, until that process goes away and another
+adopts it. Every answer names the ``pid`` that handled the request, and each tool output the
+``pid`` that ran the tool.
 """
 
 from __future__ import annotations
@@ -61,15 +63,11 @@ def _answer(http_status: int = 200, **body: Any) -> JsonResponse:
 def listeners(request: HttpRequest) -> JsonResponse:
     runtime = agents.the_runtime()
     if request.method == "GET":
-        with agents.listeners_lock:
-            here = sorted(agents.listeners)
+        here = sorted(run.execution_id for run in runtime.stats().active_runs)
         return _answer(worker_id=runtime.worker_id, runtime_built_in_pid=agents.runtime_built_in_pid,
                        listeners=here)
     body = _json_body(request) or {}
-    tools = agents.ActionTools()
-    handle = runtime.start(agents.build_agent(tools), str(body.get("prompt") or "Start listening."))
-    with agents.listeners_lock:
-        agents.listeners[handle.execution_id] = (handle, tools)
+    handle = runtime.start(agents.the_agent(), str(body.get("prompt") or "Start listening."))
     return _answer(201, execution_id=handle.execution_id, run_id=handle.run_id, status="RUNNING",
                    worker_id=runtime.worker_id)
 
@@ -90,35 +88,28 @@ def send_message(request: HttpRequest, execution_id: str) -> JsonResponse:
 
 @require_GET
 def listener_status(request: HttpRequest, execution_id: str) -> JsonResponse:
-    with agents.listeners_lock:
-        local = agents.listeners.get(execution_id)
     try:
-        handle = local[0] if local else agents.the_runtime().attach(execution_id)
+        handle = agents.the_runtime().attach(execution_id)
         status = handle.status()
     except ExecutionNotFoundError as err:
         return _answer(404, error=str(err))
-    if local and status.is_terminal:  # e.g. stopped through another worker: forget it here
-        with agents.listeners_lock:
-            agents.listeners.pop(execution_id, None)
+    here = agents.served_here(handle.run_id)
+    state = agents.TOOLS.state_of(handle.run_id or "") if here else None
     return _answer(execution_id=execution_id, status=status.status.value, waiting=status.is_waiting,
-                   served_here=local is not None, reports=list(local[1].reports) if local else None,
-                   published=list(local[1].published) if local else None)
+                   served_here=here, reports=(state[0] if state else []) if here else None,
+                   published=(state[1] if state else []) if here else None)
 
 
 @require_POST
 def stop_listener(request: HttpRequest, execution_id: str) -> JsonResponse:
-    with agents.listeners_lock:
-        local = agents.listeners.get(execution_id)
     try:
-        handle = local[0] if local else agents.the_runtime().attach(execution_id)
+        handle = agents.the_runtime().attach(execution_id)
         handle.stop()
         result = handle.wait(timeout=STOP_TIMEOUT)
     except ExecutionNotFoundError as err:
         return _answer(404, error=str(err))
     except WaitTimeoutError:
         return _answer(202, execution_id=execution_id, status="STOPPING")
-    with agents.listeners_lock:
-        agents.listeners.pop(execution_id, None)
     # A long listener is continued as new runs: ``tool_calls`` are those of its last run (of ``runs``).
     return _answer(execution_id=execution_id, status=result.status.value, output=result.output, runs=result.runs,
                    tool_calls=[{"name": c.name, "arguments": dict(c.arguments), "output": dict(c.output)}
