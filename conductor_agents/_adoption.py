@@ -41,6 +41,12 @@ log = logging.getLogger("conductor_agents.serve")
 #: Runs looked at (and taken up) at once in one round: most of a take-up is waiting on the server.
 _TAKE_UPS_AT_ONCE = 8
 
+#: Set when the interpreter begins to exit: a process on its way out adopts nothing. (Its runtime is
+#: closed by an ``atexit`` hook, which runs later, after the executors have been shut down.)
+_EXITING = threading.Event()
+if hasattr(threading, "_register_atexit"):  # CPython: runs first thing at exit, before threads are joined
+    threading._register_atexit(_EXITING.set)  # type: ignore[attr-defined]
+
 
 @attrs.frozen
 class ServedAgent:
@@ -129,16 +135,19 @@ class Adopter:
         if pool is not None:
             pool.shutdown(wait=True)
 
+    def _stopping(self) -> bool:
+        return self._stop.is_set() or _EXITING.is_set()
+
     def _loop(self) -> None:
-        while not self._stop.is_set():
+        while not self._stopping():
             self._wake.wait(self._presence.interval * 2)
             self._wake.clear()
-            if self._stop.is_set():
+            if self._stopping():
                 return
             with self._lock:
                 agents = list(self._agents.values())
             for served in agents:
-                if self._stop.is_set():
+                if self._stopping():
                     return
                 try:
                     self.run_round(served)
@@ -166,8 +175,13 @@ class Adopter:
             oldest[info.domain] = min(oldest.get(info.domain, info.start_ms), info.start_ms)
         self._prune(set(ids), set(by_domain))
         pool = self._round_pool()
-        futures = [pool.submit(self._adopt_if_orphan, served, view, domain, executions[0], oldest[domain])
-                   for domain, executions in by_domain.items()]
+        futures = []
+        for domain, executions in by_domain.items():
+            try:
+                futures.append(pool.submit(self._adopt_if_orphan, served, view, domain, executions[0],
+                                           oldest[domain]))
+            except RuntimeError:  # the interpreter is exiting (its executors are shut down)
+                break
         adopted = 0
         for future in futures:
             try:
@@ -200,7 +214,7 @@ class Adopter:
         now = time.monotonic()
         if lease is None and (time.time() - start_ms / 1000.0) < self._presence.dead_after:
             return False  # started lately by a runtime that does not serve the agent: it polls soon
-        if self._stop.is_set():
+        if self._stopping():
             return False
         with self._lock:
             first = self._orphan_since.setdefault(domain, now)
@@ -212,6 +226,8 @@ class Adopter:
         if find_live_poller(self._api, tool_types, domain, own_worker_id=me, ignore=ignore) is not None:
             return False  # someone else polls it (a resume() elsewhere): not an orphan
         epoch = lease.epoch + 1 if lease is not None else 0
+        if self._stopping():
+            return False
         won = self._book.claim(domain, epoch, me, execution_id=execution_id)
         if won is None or won.owner != me:
             self.lost += 1

@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from . import _approvals
 from ._api import ConductorApi
-from ._chain import link_key, run_id_for_key
+from ._chain import link_id, link_key, run_id_for_key
 from ._chain_directory import Chain, ChainDirectory, Link
 from ._clock import SYSTEM_CLOCK, Clock
 from ._following import current_status
@@ -512,6 +512,11 @@ class AgentRuntime:
         workflow = self._api.get_workflow(execution_id)
         domain = _single_domain(workflow, execution_id, required=True)
         chain = self._directory.chain(execution_id) if agent.is_listener else None
+        if chain is not None and chain.continuable and chain.first > 0:
+            # The adopter may list a later run of the listener (even one whose switch the dead process
+            # began and did not finish): serve it as the listener it is, from its first run's id, so
+            # that a switch left half done is finished and the handle keeps the listener's identity.
+            chain = self._directory.chain(_first_link_id(chain))
         if chain is not None and chain.continuable:
             return self._resume_listener(chain, agent, force=True, lease=False)
         if RunStatus.parse(workflow.get("status")).is_terminal:
@@ -710,6 +715,12 @@ class AgentRuntime:
             self._transport.close()
 
 
+def _first_link_id(chain: Chain) -> str:
+    """The execution id of the first run of the continued listener ``chain`` (derived, no request)."""
+    assert chain.run_id is not None and chain.agent_name is not None
+    return link_id(chain.agent_name, link_key(chain.run_id, 0, chain.agent_name))
+
+
 def _close_at_exit(runtime: AgentRuntime) -> None:
     """Close a serving runtime at interpreter exit (a recycled web worker exits normally): its runs
     are handed over at once instead of after the stall threshold."""
@@ -723,6 +734,15 @@ def _close_at_exit(runtime: AgentRuntime) -> None:
             except Exception:  # noqa: BLE001 - exiting anyway
                 log.exception("closing the serving runtime at exit failed")
 
+    # CPython's threading hook runs first at exit (hooks in reverse order, so before the one that shuts
+    # down the executors, registered earlier): the close hands over while tools can still finish.
+    register = getattr(threading, "_register_atexit", None)
+    try:
+        if register is not None:
+            register(close)
+            return
+    except RuntimeError:  # already exiting
+        return
     atexit.register(close)
 
 

@@ -17,9 +17,11 @@ USE_TZ = True
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
-    "handlers": {"console": {"class": "logging.StreamHandler"}},
+    "formatters": {"pid": {"format": "%(asctime)s pid %(process)d %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "pid"}},
     "loggers": {
-        "conductor_agents": {"handlers": ["console"], "level": "WARNING"},
+        "conductor_agents": {"handlers": ["console"],
+                             "level": os.environ.get("LISTENERS_SITE_SDK_LOG_LEVEL", "WARNING")},
         "django.request": {"handlers": ["console"], "level": "ERROR"},  # a view that raised, with its traceback
     },
 }
