@@ -56,7 +56,7 @@ class Chain:
         return self.run_id is not None and self.agent_name is not None
 
     def link(self, number: int) -> Link:
-        """Link ``number`` (>= ``first``) of this chain."""
+        """Link ``number`` of this chain: any number, also one before ``first`` (its id is derived)."""
         if number == self.first or not self.continuable:
             return Link(self.first, self.execution_id)
         assert self.run_id is not None and self.agent_name is not None

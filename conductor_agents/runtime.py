@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 
 from . import _approvals
 from ._api import ConductorApi
-from ._chain import link_id, link_key, run_id_for_key
+from ._chain import link_key, run_id_for_key
 from ._chain_directory import Chain, ChainDirectory, Link
 from ._clock import SYSTEM_CLOCK, Clock
 from ._following import current_status
@@ -516,7 +516,7 @@ class AgentRuntime:
             # The adopter may list a later run of the listener (even one whose switch the dead process
             # began and did not finish): serve it as the listener it is, from its first run's id, so
             # that a switch left half done is finished and the handle keeps the listener's identity.
-            chain = self._directory.chain(_first_link_id(chain))
+            chain = self._directory.chain(chain.link(0).execution_id)
         if chain is not None and chain.continuable:
             return self._resume_listener(chain, agent, force=True, lease=False)
         if RunStatus.parse(workflow.get("status")).is_terminal:
@@ -713,12 +713,6 @@ class AgentRuntime:
         self._observer.close()  # open event streams end with the runtime
         if self._owns_transport:
             self._transport.close()
-
-
-def _first_link_id(chain: Chain) -> str:
-    """The execution id of the first run of the continued listener ``chain`` (derived, no request)."""
-    assert chain.run_id is not None and chain.agent_name is not None
-    return link_id(chain.agent_name, link_key(chain.run_id, 0, chain.agent_name))
 
 
 def _close_at_exit(runtime: AgentRuntime) -> None:
