@@ -20,6 +20,7 @@ the dead process handed back, a switch left half done finished).
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.thread  # noqa: F401  (registers its exit hook before ours: see _EXITING)
 import logging
 import threading
 import time
@@ -41,10 +42,14 @@ log = logging.getLogger("conductor_agents.serve")
 #: Runs looked at (and taken up) at once in one round: most of a take-up is waiting on the server.
 _TAKE_UPS_AT_ONCE = 8
 
-#: Set when the interpreter begins to exit: a process on its way out adopts nothing. (Its runtime is
-#: closed by an ``atexit`` hook, which runs later, after the executors have been shut down.)
+#: Set when the interpreter begins to exit: a process on its way out adopts nothing. CPython runs the
+#: threading exit hooks in reverse order of registration, before non-daemon threads are joined; the
+#: executors' own hook (registered when ``concurrent.futures.thread`` is first imported) shuts their
+#: pools down. Importing that module above, before registering here, makes this hook run first, so
+#: no round starts a take-up on a pool that is shutting down. The runtime itself is closed later, by
+#: an ``atexit`` hook.
 _EXITING = threading.Event()
-if hasattr(threading, "_register_atexit"):  # CPython: runs first thing at exit, before threads are joined
+if hasattr(threading, "_register_atexit"):
     threading._register_atexit(_EXITING.set)  # type: ignore[attr-defined]
 
 
