@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Optional, TypeVar
 
 import requests
 
 from conductor_agents import Agent, Continuation, ToolRegistry, WaitForMessageTool
 from conductor_agents._chain import link_id, link_key, parse_link_key
+from conductor_agents._leases import lease_execution_id
 
 T = TypeVar("T")
 
@@ -25,6 +26,17 @@ def eventually(check: Callable[[], T], *, timeout: float = 10.0, interval: float
         time.sleep(interval)
         last = check()
     return last
+
+
+def lease_owner(base_url: str, domain: str, epoch: int) -> Optional[str]:
+    """The worker id that owns lease ``epoch`` of ``domain``, read straight from the server: None if
+    that lease was never taken (no such record), "" if it was taken as a release (no owner)."""
+    response = requests.get(f"{base_url}/workflow/{lease_execution_id(domain, epoch)}",
+                            params={"includeTasks": "false"}, timeout=10)
+    if response.status_code == 404:
+        return None
+    response.raise_for_status()
+    return response.json()["input"]["context"]["owner"]
 
 
 def listener_runs(base_url: str, execution_id: str) -> "list[str]":

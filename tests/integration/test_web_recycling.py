@@ -17,10 +17,9 @@ from typing import Dict, List
 import pytest
 import requests
 
-from conductor_agents._leases import lease_execution_id
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually, listener_runs
+from ..helpers import eventually, lease_owner, listener_runs
 from .test_django_sample import SAMPLE, Site, concurrently, free_port, report_on
 
 pytestmark = pytest.mark.integration
@@ -43,14 +42,10 @@ def _reports(server_url: str, execution_id: str) -> "List[dict]":
 
 def _lease_pids(server_url: str, domain: str) -> "List[int]":
     pids, epoch = [], 0
-    while True:
-        response = requests.get(f"{server_url}/workflow/{lease_execution_id(domain, epoch)}",
-                                params={"includeTasks": "false"}, timeout=10)
-        if response.status_code == 404:
-            return pids
-        owner = response.json()["input"]["context"]["owner"]
+    while (owner := lease_owner(server_url, domain, epoch)) is not None:
         pids.append(int(owner.rsplit("-", 2)[1]) if owner else None)
         epoch += 1
+    return pids
 
 
 def _diagnose(base: str, started: "List[dict]", sent: "Dict[str, Dict[str, float]]") -> str:

@@ -12,12 +12,11 @@ import attrs
 import pytest
 
 from conductor_agents import AgentDefinitionError, AgentRuntime, RunStatus
-from conductor_agents._leases import LeaseBook, lease_execution_id
+from conductor_agents._leases import LeaseBook
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually, listener
+from ..helpers import eventually, lease_owner, listener
 from ..integration.test_stateful_listener import ActionTools, act_on
-from .support import server_get
 
 pytestmark = pytest.mark.reliability
 
@@ -26,11 +25,6 @@ pytestmark = pytest.mark.reliability
 def serve_settings(agent_settings):
     # A short stall threshold: presence rows every 0.75 s, a silent process counts as gone after 6 s.
     return attrs.evolve(agent_settings, liveness_stall_seconds=6.0, liveness_check_interval_seconds=1.0)
-
-
-def _lease_owner(base_url: str, domain: str, epoch: int) -> str:
-    record = server_get(base_url, f"/workflow/{lease_execution_id(domain, epoch)}", includeTasks="false")
-    return record["input"]["context"]["owner"]
 
 
 def test_a_closing_process_hands_its_listener_over_within_seconds(serve_settings, scripted_llm, unique_name):
@@ -46,7 +40,7 @@ def test_a_closing_process_hands_its_listener_over_within_seconds(serve_settings
         a.serve(listener(name, model, tools_a))
         b.serve(listener(name, model, tools_b), on_adopt=adopted.append)
         handle = a.start(listener(name, model, tools_a), "Start listening.")
-        assert _lease_owner(base, handle.run_id, 0) == a.worker_id
+        assert lease_owner(base, handle.run_id, 0) == a.worker_id
         handle.send_message({"action": "m1"})
         eventually(lambda: tools_a.actions, timeout=60, message="A acted")
         time.sleep(3 * 0.75)  # B's rounds see A present: it adopts nothing
@@ -57,7 +51,7 @@ def test_a_closing_process_hands_its_listener_over_within_seconds(serve_settings
         took = time.monotonic() - closed_at
         assert took < 5.0, took
         assert adopted[0].execution_id == handle.execution_id
-        assert _lease_owner(base, handle.run_id, 1) == b.worker_id
+        assert lease_owner(base, handle.run_id, 1) == b.worker_id
         b.send_message(handle.execution_id, {"action": "m2"})
         eventually(lambda: tools_b.actions, timeout=60, message="B acted")
         b.attach(handle.execution_id).stop()
@@ -93,7 +87,7 @@ def test_a_lease_is_won_by_exactly_one_of_many_racers(serve_settings, unique_nam
         t.join(60)
     owners = {lease.owner for lease in results.values() if lease is not None}
     assert len(results) == 8 and len(owners) == 1, results
-    assert _lease_owner(serve_settings.server_url, domain, 0) == owners.pop()
+    assert lease_owner(serve_settings.server_url, domain, 0) == owners.pop()
 
 
 def test_serve_refuses_a_stateless_agent(agent_runtime, scripted_llm, unique_name):

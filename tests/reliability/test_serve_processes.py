@@ -3,7 +3,6 @@ spread, each run is served by exactly one process, and a SIGTERMed one hands its
 
 from __future__ import annotations
 
-import os
 import signal
 import time
 from collections import Counter
@@ -11,10 +10,9 @@ from collections import Counter
 import pytest
 import requests
 
-from conductor_agents._leases import lease_execution_id
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually
+from ..helpers import eventually, lease_owner
 from ..integration.test_stateful_listener import act_on
 from .crash_child import read_actions
 from .support import Child, kill_all, server_get
@@ -23,15 +21,6 @@ pytestmark = [pytest.mark.reliability, pytest.mark.both_topologies]
 
 STALL = 6.0
 RUNS = 30
-
-
-def _lease(base: str, domain: str, epoch: int):
-    response = requests.get(f"{base}/workflow/{lease_execution_id(domain, epoch)}",
-                            params={"includeTasks": "false"}, timeout=10)
-    if response.status_code == 404:
-        return None
-    response.raise_for_status()
-    return response.json()["input"]["context"]["owner"]
 
 
 def _domain(base: str, execution_id: str) -> str:
@@ -66,13 +55,13 @@ def test_three_processes_replace_a_killed_one_and_share_its_30_runs(agent_settin
         children.append(starter)
         runs = starter.read_info(timeout=240)["execution_ids"]
         domains = {run: _domain(base, run) for run in runs}
-        assert all(_lease(base, d, 0) == starter.info["worker_id"] for d in domains.values())
+        assert all(lease_owner(base, d, 0) == starter.info["worker_id"] for d in domains.values())
 
         servers = [_server(common, tmp_path, f"server{i}") for i in range(3)]  # started together
         children += servers
         workers = {s.read_info(timeout=60)["worker_id"]: s for s in servers}
         time.sleep(3 * STALL / 8)  # a few rounds: the starter is present, nothing is adopted
-        assert all(_lease(base, d, 1) is None for d in domains.values())
+        assert all(lease_owner(base, d, 1) is None for d in domains.values())
 
         starter.kill()
         killed_at = time.monotonic()
@@ -81,7 +70,7 @@ def test_three_processes_replace_a_killed_one_and_share_its_30_runs(agent_settin
         def adopted_all():
             for run, domain in domains.items():
                 if run not in owners:
-                    owner = _lease(base, domain, 1)
+                    owner = lease_owner(base, domain, 1)
                     if owner:
                         owners[run] = owner
             return len(owners) == RUNS
@@ -93,7 +82,7 @@ def test_three_processes_replace_a_killed_one_and_share_its_30_runs(agent_settin
         assert set(owners.values()) <= set(workers)
         share = Counter(owners.values())
         assert len(share) == 3 and min(share.values()) >= 3, share  # spread, not taken by the first to look
-        assert all(_lease(base, d, 2) is None for d in domains.values())  # nobody took one a second time
+        assert all(lease_owner(base, d, 2) is None for d in domains.values())  # nobody took one a second time
 
         # Each run is polled by its owner, and acted on there, once.
         eventually(lambda: all(_pollers(base).get(domains[r]) == owners[r] for r in runs), timeout=60,
@@ -117,7 +106,7 @@ def test_three_processes_replace_a_killed_one_and_share_its_30_runs(agent_settin
 
         def handed_over():
             for run in its_runs:
-                owner = _lease(base, domains[run], 2)
+                owner = lease_owner(base, domains[run], 2)
                 if owner:
                     moved[run] = owner
             return len(moved) == len(its_runs)
