@@ -333,7 +333,9 @@ class ContinuationDriver:
         self._finish(served)
 
     def _turns_of(self, link: Link) -> int:
-        page = self._api.workflow_tasks(link.execution_id, statuses=("IN_PROGRESS",), start=1, count=5)
+        # From the first task in progress on (offsets count from 0): the loop task carries the
+        # iteration as well, and between two of its tasks it is the only one in progress.
+        page = self._api.workflow_tasks(link.execution_id, statuses=("IN_PROGRESS",), start=0, count=5)
         return max((int(t.get("iteration") or 0) for t in page.tasks), default=0)
 
     def _finish(self, served: _Served) -> None:

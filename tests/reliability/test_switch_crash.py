@@ -5,7 +5,11 @@ message acted on exactly once (issue 18)."""
 from __future__ import annotations
 
 import collections
+import os
+import re
 import time
+
+import attrs
 
 import pytest
 import requests
@@ -37,6 +41,14 @@ def chain_state(base: str, runtime: AgentRuntime, execution_id: str) -> "list[tu
         status = requests.get(f"{base}/agent/{link}/status", timeout=10).json()
         links.append((link, status.get("status"), status.get("reasonForIncompletion")))
     return links
+
+
+def turn_limit(base: str, execution_id: str) -> int:
+    """The most turns run ``execution_id`` may take, from its compiled loop on the server."""
+    flow = requests.get(f"{base}/workflow/{execution_id}", params={"includeTasks": "false"}, timeout=10)
+    flow.raise_for_status()
+    (limit,) = set(re.findall(r"_loop\['iteration'\] < (\d+)", flow.text))
+    return int(limit)
 
 
 @pytest.mark.parametrize("step", ["started", "terminated", "committed"])
@@ -89,3 +101,60 @@ def test_a_crash_at_each_step_of_a_switch_leaves_one_live_run(agent_settings, sc
         assert all(s == "TERMINATED" and is_abandoned(r) for _, s, r in links[done + 1:]), links
         assert len(links) - done <= 2, links
         assert requests.get(f"{base}/workflow/running/{name}", timeout=10).json() == []
+
+
+def test_a_crash_mid_switch_under_serve_leaves_one_live_run_adopted_with_its_identity(
+        agent_settings, scripted_llm, unique_name, tmp_path):
+    """A serving child starts a listener and is SIGKILLed right after its first switch started the new
+    run (both runs live, the switch half done). This process serves the same agent: it adopts the
+    listener once, by its first id, finishes the switch (one live run), acts on every message once,
+    and the later links' turn budget counts the turns before the crash."""
+    base = agent_settings.server_url
+    serving = attrs.evolve(agent_settings, liveness_stall_seconds=6.0, liveness_check_interval_seconds=1.0)
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    name = unique_name("adoptswitch")
+    log = str(tmp_path / "actions.jsonl")
+    agent = make_listener(name, model, FileActionTools(log), batch_size=5, continuation=Continuation(max_turns=2))
+    adopted: list = []
+    with AgentRuntime(serving) as adopter:
+        adopter.serve(agent, on_adopt=adopted.append)
+        child = Child(["--server-url", base, "--name", name, "--model", model, "--log", log, "--serve",
+                       "--starts", "1", "--continue-every", "2", "--crash-at", "started", "--stall-seconds", "6"],
+                      stderr_path=str(tmp_path / "child.err"))
+        sent: "list[str]" = []
+        try:
+            execution_id = child.read_info(timeout=60)["execution_ids"][0]
+            deadline = time.monotonic() + 60
+            while child.proc.poll() is None:  # one message at a time until the first switch kills it
+                assert time.monotonic() < deadline, f"the child did not crash: {child.stderr_tail()}"
+                sent.append(f"before-{len(sent)}")
+                adopter.send_message(execution_id, {"action": sent[-1], "tag": "before"})
+                eventually(lambda: len(read_actions(log)) >= len(sent) or child.proc.poll() is not None,
+                           timeout=30, interval=0.05, message="the message acted on, or the crash")
+            died = time.monotonic()
+            assert "killed after the switch step started" in child.stderr_tail()
+        finally:
+            kill_all([child])
+        eventually(lambda: adopted, timeout=6.0 + 10, interval=0.1, message="the listener adopted")
+        took = time.monotonic() - died
+        assert [h.execution_id for h in adopted] == [execution_id], adopted  # once, by its first id
+        handle = adopted[0]
+        for i in range(6):  # a few more switches, served here
+            sent.append(f"after-{i}")
+            adopter.send_message(execution_id, {"action": sent[-1], "tag": "after"})
+        eventually(lambda: len(read_actions(log)) >= len(sent), timeout=90, interval=0.2,
+                   message=f"all {len(sent)} messages acted on")
+        counts = collections.Counter(a["action"] for a in read_actions(log))
+        assert sorted(counts) == sorted(sent) and set(counts.values()) == {1}, counts
+        assert {a["pid"] for a in read_actions(log) if a["tag"] == "after"} == {os.getpid()}
+        # One live run once any switch under way is done (a switch runs both links for a moment).
+        links = eventually(lambda: (lambda ls: ls if [s for _, s, _ in ls].count("RUNNING") == 1 else None)(
+            chain_state(base, adopter, execution_id)), timeout=30, interval=0.2, message="one live run")
+        limits = [turn_limit(base, link) for link, _, _ in links]
+        print(f"\nadopted {took:.1f}s after the crash; links' turn limits {limits}")
+        # The budget is the listener's: each link may take what the ones before it left (10,000 in all).
+        assert limits[0] == 10_000 and all(a > b for a, b in zip(limits, limits[1:])), limits
+        assert adopted == [handle] and handle.status().runs == len(links)
+        handle.stop()
+        assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+    assert requests.get(f"{base}/workflow/running/{name}", timeout=10).json() == []
