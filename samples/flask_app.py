@@ -42,9 +42,12 @@ Or against your own server and a real model:
     CONDUCTOR_SERVER_URL=http://localhost:8080/api CONDUCTOR_AGENT_MODEL=anthropic/claude-sonnet-4-6 \\
         flask --app samples/flask_app.py run
 
-Or under gunicorn, any number of workers (recycled or not; docs/operations.md):
+Or under gunicorn, any number of workers (recycled or not: a recycled worker's listeners are
+adopted by the others within seconds; docs/operations.md):
 
-    gunicorn --workers 4 --threads 8 --max-requests 1000 --preload 'flask_app:app' --chdir samples
+    CONDUCTOR_SERVER_URL=... CONDUCTOR_AGENT_MODEL=... \\
+        gunicorn --workers 4 --threads 8 --max-requests 1000 --max-requests-jitter 100 --preload \\
+                 --chdir samples flask_app:app
 """
 
 from __future__ import annotations
@@ -351,3 +354,8 @@ def scripted_action(payload: Any) -> Any:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+else:
+    # Imported by gunicorn, ``flask run`` or a test: serve the agent from now on, so that this process
+    # adopts orphaned listeners before its first request (with ``gunicorn --preload`` the master builds
+    # the runtime and every forked worker serves the agent too).
+    runtime()
