@@ -24,6 +24,10 @@ listener's identity, pending approvals) moves with the listener; this process's 
 Publishing a report needs a person's approval: ``{"action": "publish-report", "topic": ...}``
 makes the listener wait until someone approves or rejects the call on ``/approvals``.
 
+Any process may answer any of these. ``reports`` and ``published`` (in the status and the stop
+answer) are what the tools did in the process that answered: empty when another process serves
+the listener.
+
 Run it offline (a real Conductor server on this machine, with a scripted model):
 
     pip install 'conductor-agents[samples]'
