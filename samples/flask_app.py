@@ -1,8 +1,17 @@
 """Stateful listeners behind a small Flask API.
 
 One :class:`AgentRuntime` per process, kept at module level and shared by every request
-(it is thread-safe). Each listener's tools run in this process, on its own ``ActionTools``
-instance, so ``GET /listeners/<id>`` can show state the tools built up.
+(it is thread-safe), which calls ``runtime.serve(agent)``: each process serves the listeners it
+starts *and* adopts the listeners of a process that went away (a gunicorn worker recycled by
+``--max-requests``, a deploy, a crash), so a listener lives as long as any process of the app
+does, and exactly one process serves it at any time. Every request works from any process: the
+handles are looked up by execution id (``runtime.attach``) and act through the server.
+
+The tools keep their state per listener, keyed by its run id (``ctx.run_id``, the same for the
+whole life of a listener), in the process that serves it; ``GET /listeners/<id>`` shows it when
+that process answers. An adopting process starts that state afresh in ``on_adopt`` (the place to
+reload it from your own store): what the server keeps (the conversation, the budget, the
+listener's identity, pending approvals) moves with the listener; this process's memory does not.
 
     POST /listeners                     start a listener          -> 201 {"execution_id", ...}
     POST /listeners/<id>/messages       send it a JSON message    -> 202 {"message_id"}
@@ -14,6 +23,10 @@ instance, so ``GET /listeners/<id>`` can show state the tools built up.
 
 Publishing a report needs a person's approval: ``{"action": "publish-report", "topic": ...}``
 makes the listener wait until someone approves or rejects the call on ``/approvals``.
+
+Any process may answer any of these. ``reports`` and ``published`` (in the status and the stop
+answer) are what the tools did in the process that answered: empty when another process serves
+the listener.
 
 Run it offline (a real Conductor server on this machine, with a scripted model):
 
@@ -33,8 +46,12 @@ Or against your own server and a real model:
     CONDUCTOR_SERVER_URL=http://localhost:8080/api CONDUCTOR_AGENT_MODEL=anthropic/claude-sonnet-4-6 \\
         flask --app samples/flask_app.py run
 
-Run a single process (``flask run``, or gunicorn with one worker and threads): a
-listener's tools run in the process that started it, and its handle lives there too.
+Or under gunicorn, any number of workers (recycled or not: a recycled worker's listeners are
+adopted by the others within seconds; docs/operations.md):
+
+    CONDUCTOR_SERVER_URL=... CONDUCTOR_AGENT_MODEL=... \\
+        gunicorn --workers 4 --threads 8 --max-requests 1000 --max-requests-jitter 100 --preload \\
+                 --chdir samples flask_app:app
 """
 
 from __future__ import annotations
@@ -46,7 +63,7 @@ import logging
 import os
 import threading
 import time
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from flask import Flask, jsonify, redirect, request
 
@@ -55,9 +72,11 @@ from conductor_agents import (
     AgentHandle,
     AgentRuntime,
     AnswerConflictError,
+    ExecutionNotFoundError,
     ExecutionNotRunningError,
     NothingPendingError,
     PendingRequest,
+    ToolContext,
     ToolRegistry,
     WaitForMessageTool,
     WaitTimeoutError,
@@ -68,26 +87,41 @@ STOP_TIMEOUT = 30.0
 
 
 class ActionTools:
-    """One listener's tools and their state."""
+    """The listeners' tools, shared by every listener this process serves; state kept per listener."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.reports: list[str] = []
-        self.published: list[str] = []
+        self.reports: Dict[str, List[str]] = {}
+        self.published: Dict[str, List[str]] = {}
 
     @tool
-    def generate_report(self, topic: str = "weekly") -> dict:
+    def generate_report(self, ctx: ToolContext, topic: str = "weekly") -> dict:
         """Generate a report on a topic and return where it was saved."""
         with self._lock:
-            self.reports.append(topic)
+            self.reports.setdefault(ctx.run_id or ctx.execution_id, []).append(topic)
         return {"saved_to": f"/reports/{topic}.pdf"}
 
     @tool(approval_required=True)
-    def publish_report(self, topic: str) -> dict:
+    def publish_report(self, ctx: ToolContext, topic: str) -> dict:
         """Publish a report to customers (a person approves each publication first)."""
         with self._lock:
-            self.published.append(topic)
+            self.published.setdefault(ctx.run_id or ctx.execution_id, []).append(topic)
         return {"published": f"https://example.com/reports/{topic}"}
+
+    def begin(self, run_id: str) -> None:
+        """Fresh state for a listener served here from now on (started here, or adopted)."""
+        with self._lock:
+            self.reports.setdefault(run_id, [])
+            self.published.setdefault(run_id, [])
+
+    def state_of(self, run_id: Optional[str]) -> Tuple[List[str], List[str]]:
+        with self._lock:
+            return list(self.reports.get(run_id or "", ())), list(self.published.get(run_id or "", ()))
+
+    def forget(self, run_id: Optional[str]) -> None:
+        with self._lock:
+            self.reports.pop(run_id or "", None)
+            self.published.pop(run_id or "", None)
 
 
 def build_agent(model: str, tools: ActionTools) -> Agent:
@@ -107,22 +141,44 @@ def build_agent(model: str, tools: ActionTools) -> Agent:
     )
 
 
-# --- one runtime per process -----------------------------------------------------------------
+# --- one runtime per process, serving the agent ------------------------------------------------
 
+TOOLS = ActionTools()
 _runtime: Optional[AgentRuntime] = None
+_agent: Optional[Agent] = None
 _runtime_lock = threading.Lock()
-#: execution id -> (handle, tools) of the listeners this process started.
-listeners: Dict[str, Tuple[AgentHandle, ActionTools]] = {}
+#: run id -> handle of the listeners this process started or adopted (their stall flag is watched here).
+served: Dict[str, AgentHandle] = {}
 
 
 def runtime() -> AgentRuntime:
-    """The process's runtime, created on first use from the environment (CONDUCTOR_SERVER_URL...)."""
-    global _runtime
+    """The process's runtime, created on first use from the environment (CONDUCTOR_SERVER_URL...),
+    serving the listener agent: from then on this process also adopts listeners nobody serves."""
+    global _runtime, _agent
     with _runtime_lock:
         if _runtime is None:
             _runtime = AgentRuntime(on_stall=_stalled, on_pending=_pending)
-            atexit.register(_runtime.close)
+            _agent = build_agent(model(), TOOLS)
+            _runtime.serve(_agent, on_adopt=_adopted)
+            atexit.register(_runtime.close)  # hands this process's listeners over to the others
         return _runtime
+
+
+def agent() -> Agent:
+    runtime()
+    assert _agent is not None
+    return _agent
+
+
+def _adopted(handle: AgentHandle) -> None:
+    """``serve(..., on_adopt=)``: a listener whose process went away is served here now (on the adopt thread).
+
+    The server kept its conversation, budget and identity; the tools' memory stayed with the old
+    process. Rebuild it here (from your own store, keyed by the run id); this sample starts afresh."""
+    run_id = handle.run_id or handle.execution_id
+    TOOLS.begin(run_id)
+    served[run_id] = handle
+    logging.getLogger("flask_app").warning("pid %d adopted listener %s", os.getpid(), handle.execution_id)
 
 
 def _stalled(handle: AgentHandle, err: Exception) -> None:
@@ -143,35 +199,38 @@ def model() -> str:
 app = Flask(__name__)
 
 
-def _listener(execution_id: str) -> Tuple[AgentHandle, ActionTools]:
-    found = listeners.get(execution_id)
-    if found is None:
-        raise KeyError(execution_id)
-    return found
+def _listener(execution_id: str) -> AgentHandle:
+    """A handle on listener ``execution_id``, from any process (404 when the server has no such run)."""
+    try:
+        return runtime().attach(execution_id)
+    except ExecutionNotFoundError:
+        raise KeyError(execution_id) from None
 
 
 @app.errorhandler(KeyError)
 def _unknown(err: KeyError) -> Any:
-    return jsonify(error=f"no listener {err.args[0]!r} in this process"), 404
+    return jsonify(error=f"no listener {err.args[0]!r}"), 404
 
 
 @app.post("/listeners")
 def start_listener() -> Any:
     body = request.get_json(silent=True) or {}
-    tools = ActionTools()
-    handle = runtime().start(build_agent(model(), tools), str(body.get("prompt") or "Start listening."))
-    listeners[handle.execution_id] = (handle, tools)
+    handle = runtime().start(agent(), str(body.get("prompt") or "Start listening."))
+    run_id = handle.run_id or handle.execution_id
+    TOOLS.begin(run_id)
+    served[run_id] = handle
     return jsonify(execution_id=handle.execution_id, run_id=handle.run_id, status="RUNNING"), 201
 
 
 @app.post("/listeners/<execution_id>/messages")
 def send_message(execution_id: str) -> Any:
-    handle, _ = _listener(execution_id)
     payload = request.get_json(silent=True)
     if payload is None:
         return jsonify(error="send a JSON body"), 400
     try:
-        message_id = handle.send_message(payload)
+        message_id = runtime().send_message(execution_id, payload)
+    except ExecutionNotFoundError:
+        raise KeyError(execution_id) from None
     except ExecutionNotRunningError as err:
         return jsonify(error=str(err)), 409
     return jsonify(message_id=message_id), 202
@@ -179,25 +238,34 @@ def send_message(execution_id: str) -> Any:
 
 @app.get("/listeners/<execution_id>")
 def listener_status(execution_id: str) -> Any:
-    handle, tools = _listener(execution_id)
-    status = handle.status()
-    stall = handle.stall  # set by the runtime's watchdog when no worker polls the listener's tasks
+    handle = _listener(execution_id)
+    try:
+        status = handle.status()
+    except ExecutionNotFoundError:
+        raise KeyError(execution_id) from None
+    here = served.get(handle.run_id or "")
+    stall = here.stall if here is not None else None  # set by this process's watchdog when nobody polls its tasks
+    reports, published = TOOLS.state_of(handle.run_id)  # what the tools did for it in *this* process
     return jsonify(execution_id=execution_id, status=status.status.value, waiting=status.is_waiting,
-                   reports=list(tools.reports), published=list(tools.published), stalled=str(stall) if stall else None)
+                   reports=reports, published=published, stalled=str(stall) if stall else None)
 
 
 @app.post("/listeners/<execution_id>/stop")
 def stop_listener(execution_id: str) -> Any:
-    handle, tools = _listener(execution_id)
-    handle.stop()
+    handle = _listener(execution_id)
     try:
+        handle.stop()
         result = handle.wait(timeout=STOP_TIMEOUT)
+    except ExecutionNotFoundError:
+        raise KeyError(execution_id) from None
     except WaitTimeoutError:
         return jsonify(execution_id=execution_id, status="STOPPING"), 202
-    listeners.pop(execution_id, None)
+    reports, _ = TOOLS.state_of(handle.run_id)
+    TOOLS.forget(handle.run_id)
+    served.pop(handle.run_id or "", None)
     # A long listener is continued as new runs: ``tool_calls`` are those of its last run (of ``runs``).
     return jsonify(execution_id=execution_id, status=result.status.value, output=result.output, runs=result.runs,
-                   reports=list(tools.reports), tool_calls=[c.name for c in result.tool_calls])
+                   reports=reports, tool_calls=[c.name for c in result.tool_calls])
 
 
 # --- the approval queue ------------------------------------------------------------------------
@@ -290,3 +358,8 @@ def scripted_action(payload: Any) -> Any:
 
 if __name__ == "__main__":
     raise SystemExit(main())
+else:
+    # Imported by gunicorn, ``flask run`` or a test: serve the agent from now on, so that this process
+    # adopts orphaned listeners before its first request (with ``gunicorn --preload`` the master builds
+    # the runtime and every forked worker serves the agent too).
+    runtime()

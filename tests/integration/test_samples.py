@@ -12,6 +12,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Dict, Iterator
 
@@ -121,7 +122,53 @@ def test_flask_sample_starts_messages_reads_and_stops_a_listener(flask_sample) -
     body = stopped.get_json()
     assert body["status"] == "COMPLETED" and body["reports"] == ["sales"]
     assert "generate_report" in body["tool_calls"]
-    assert client.get(f"/listeners/{execution_id}").status_code == 404  # forgotten once stopped
+    after = client.get(f"/listeners/{execution_id}").get_json()  # the server's status; the tools' state forgotten
+    assert after["status"] == "COMPLETED" and after["reports"] == []
+
+
+def _load_flask_sample(module_name: str) -> object:
+    spec = importlib.util.spec_from_file_location(module_name, SAMPLES / "flask_app.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_flask_sample_listener_is_adopted_by_another_process_when_the_first_closes(
+        remote_env: Dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two copies of the app (two runtimes: two processes, as two gunicorn workers would be) serve the
+    agent. A listener started through A is served by A; A closes (a recycled worker); B adopts it within
+    seconds (``on_adopt``), and a message sent through B is acted on by B's tools."""
+    pytest.importorskip("flask", reason="pip install -e '.[test]' brings Flask")
+    for key in ("CONDUCTOR_SERVER_URL", "CONDUCTOR_AGENT_MODEL"):
+        monkeypatch.setenv(key, remote_env[key])
+    monkeypatch.setenv("CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS", "6")  # serving rounds every 0.75 s
+    a, b = _load_flask_sample("flask_app_a"), _load_flask_sample("flask_app_b")
+    try:
+        client_a, client_b = a.app.test_client(), b.app.test_client()
+        b.runtime()  # B serves the agent before A starts anything
+        execution_id = client_a.post("/listeners", json={}).get_json()["execution_id"]
+        client_b.post(f"/listeners/{execution_id}/messages", json={"action": "generate-report", "topic": "one"})
+        eventually(lambda: client_a.get(f"/listeners/{execution_id}").get_json()["reports"] == ["one"], timeout=30,
+                   message="A's tools acted")
+        assert client_b.get(f"/listeners/{execution_id}").get_json()["reports"] == []  # B does not serve it
+
+        closed_at = time.monotonic()
+        a._runtime.close()
+        run_id = eventually(lambda: next((rid for rid, h in list(b.served.items())
+                                          if h.execution_id == execution_id), None),
+                            timeout=30, interval=0.1, message="B adopted the listener")
+        assert time.monotonic() - closed_at < 10.0
+        client_b.post(f"/listeners/{execution_id}/messages", json={"action": "generate-report", "topic": "two"})
+        eventually(lambda: client_b.get(f"/listeners/{execution_id}").get_json()["reports"] == ["two"], timeout=30,
+                   message="B's tools acted on the next message")
+        assert b.TOOLS.state_of(run_id) == (["two"], [])
+        stopped = client_b.post(f"/listeners/{execution_id}/stop").get_json()
+        assert stopped["status"] == "COMPLETED" and stopped["reports"] == ["two"]
+    finally:
+        for module in (a, b):
+            if module._runtime is not None:
+                module._runtime.close()
 
 
 def test_notebook_sample_runs_cell_by_cell(remote_env: Dict[str, str], monkeypatch: pytest.MonkeyPatch) -> None:
