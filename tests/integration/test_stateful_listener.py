@@ -60,9 +60,13 @@ def test_seed_scenario_runs_the_tool_in_this_process(agent_runtime, scripted_llm
     scripted_llm.assert_no_anomalies(model)
 
 
+#: Messages to each of two listeners that run at once: enough to interleave their turns many times.
+EACH = 12
+
+
 @pytest.mark.both_topologies
 def test_two_runs_of_one_agent_at_once_never_cross(agent_runtime, scripted_llm, unique_name):
-    """Two concurrent stateful runs of the same agent, 25 interleaved messages each: zero crossovers."""
+    """Two concurrent stateful runs of the same agent, interleaved messages to each: zero crossovers."""
     model = scripted_llm.script(policy=listener_policy(act_on))
     name = unique_name("listener")
     tools_a, tools_b = ActionTools("a"), ActionTools("b")
@@ -71,14 +75,14 @@ def test_two_runs_of_one_agent_at_once_never_cross(agent_runtime, scripted_llm, 
     assert handle_a.execution_id != handle_b.execution_id
     assert handle_a.run_id != handle_b.run_id
 
-    for i in range(25):
+    for i in range(EACH):
         handle_a.send_message({"action": f"a-{i}", "tag": "a"})
         handle_b.send_message({"action": f"b-{i}", "tag": "b"})
 
-    eventually(lambda: len(tools_a.actions) >= 25 and len(tools_b.actions) >= 25, timeout=120,
-               message="50 actions")
-    assert sorted(a for a, _ in tools_a.actions) == sorted(f"a-{i}" for i in range(25))
-    assert sorted(a for a, _ in tools_b.actions) == sorted(f"b-{i}" for i in range(25))
+    eventually(lambda: len(tools_a.actions) >= EACH and len(tools_b.actions) >= EACH, timeout=120,
+               message="every action")
+    assert sorted(a for a, _ in tools_a.actions) == sorted(f"a-{i}" for i in range(EACH))
+    assert sorted(a for a, _ in tools_b.actions) == sorted(f"b-{i}" for i in range(EACH))
     assert {t for _, t in tools_a.actions} == {"a"} and {t for _, t in tools_b.actions} == {"b"}
 
     handle_a.stop()
@@ -117,14 +121,14 @@ def test_two_processes_each_get_only_their_own_messages(agent_runtime, agent_set
         child_exec = json.loads(child.stdout.readline())["execution_id"]
         tools_here = ActionTools("parent")
         here = agent_runtime.start(listener(name, model, tools_here), "Start listening.")
-        for i in range(25):
+        for i in range(EACH):
             here.send_message({"action": f"p-{i}", "tag": "parent"})
             agent_runtime.send_message(child_exec, {"action": f"c-{i}", "tag": "child"})
-        eventually(lambda: len(tools_here.actions) >= 25, timeout=120, message="25 actions here")
-        # Stop the child's run only once all 25 of its messages were acted on (the server
+        eventually(lambda: len(tools_here.actions) >= EACH, timeout=120, message="every action here")
+        # Stop the child's run only once all of its messages were acted on (the server
         # shows its act tasks): a stop ends the run with whatever is still queued unread.
-        eventually(lambda: _completed_acts(agent_runtime, child_exec) >= 25, timeout=120,
-                   interval=0.5, message="25 actions in the child")
+        eventually(lambda: _completed_acts(agent_runtime, child_exec) >= EACH, timeout=120,
+                   interval=0.5, message="every action in the child")
         agent_runtime.attach(child_exec).stop()
         out, _ = child.communicate(timeout=120)
         child_report = json.loads(out.strip().splitlines()[-1])
@@ -133,9 +137,9 @@ def test_two_processes_each_get_only_their_own_messages(agent_runtime, agent_set
             child.kill()
             child.wait(timeout=10)
     assert child_report["status"] == "COMPLETED"
-    assert sorted(a for a, _ in child_report["actions"]) == sorted(f"c-{i}" for i in range(25))
+    assert sorted(a for a, _ in child_report["actions"]) == sorted(f"c-{i}" for i in range(EACH))
     assert {t for _, t in child_report["actions"]} == {"child"}
-    assert sorted(a for a, _ in tools_here.actions) == sorted(f"p-{i}" for i in range(25))
+    assert sorted(a for a, _ in tools_here.actions) == sorted(f"p-{i}" for i in range(EACH))
     assert {t for _, t in tools_here.actions} == {"parent"}
     here.stop()
     assert here.wait(timeout=60).status is RunStatus.COMPLETED
