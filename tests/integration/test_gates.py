@@ -163,3 +163,31 @@ def test_a_stateful_teams_gate_runs_in_its_process(agent_runtime, scripted_llm, 
     tasks = agent_runtime._api.get_workflow(handle.execution_id, include_tasks=True)["tasks"]
     assert handle.run_id and {t.get("domain") for t in tasks if t.get("taskDefName") == gate_task_name(team.name, 0)} \
         == {handle.run_id}
+
+
+def test_a_gate_in_a_stateful_trees_sub_team_runs_in_its_process(agent_runtime, scripted_llm, unique_name):
+    """A stateful sequential team whose first stage is itself a sequential team with a Python gate: the gate
+    task is in the sub-run, on the parent run's domain, served here; stopping ends only the sub-team."""
+    seen = Seen()
+
+    def check(answer: str) -> bool:
+        seen.add("gate", answer)
+        return True
+
+    inner, names = pipeline(scripted_llm, unique_name, seen, {"one": "first answer", "two": "drafted", "three": "x"},
+                            {"one": Gate.function(check)})
+    closing = Agent(name=unique_name("closing"), model=scripted_llm.script(policy=lambda r: "closed"))
+    outer = Agent(name=unique_name("outer"), model=scripted_llm.script(["never asked"]), agents=[inner, closing],
+                  strategy="sequential", stateful=True)
+    handle = agent_runtime.start(outer, "Go.")
+    result = handle.wait(timeout=120)
+    assert result.status is RunStatus.COMPLETED, result.error
+    assert result.output == "closed"
+    assert seen.of("gate") == [("first answer",)]
+    assert seen.of("model") == [("one",)]
+    assert all(name.startswith("conductor-agents-tool") for name in seen.threads_of("gate"))
+    tasks = agent_runtime._api.get_workflow(handle.execution_id, include_tasks=True)["tasks"]
+    [sub_run] = [t["subWorkflowId"] for t in tasks if t.get("referenceTaskName", "").endswith(inner.name)]
+    sub_tasks = agent_runtime._api.get_workflow(sub_run, include_tasks=True)["tasks"]
+    assert {t.get("domain") for t in sub_tasks if t.get("taskDefName") == gate_task_name(inner.name, 0)} \
+        == {handle.run_id}
