@@ -13,8 +13,9 @@ What the server (3.32.3) does with a stage's ``gate``, checked against its compi
   worker): ``stop`` when the stage's answer contains ``text``.
 - ``{"taskName": ...}`` compiles to a ``SIMPLE`` task of that name (the server registers its task
   definition), given ``result``: the stage's answer as a string. The worker's output must be
-  ``{"result": {"decision": "stop" | "continue"}}`` (the SWITCH reads ``output.result.decision``); a
-  worker task that fails fails the run. It runs in the parent's run, so a stateful tree's domain
+  ``{"result": {"decision": "stop" | "continue"}}`` (the SWITCH reads ``output.result.decision``:
+  ``{"decision": "continue"}`` without ``result``, or ``"CONTINUE"``, ends the pipeline, checked on a
+  running server); a worker task that fails fails the run. It runs in the parent's run, so a stateful tree's domain
   covers it like the parent's other worker tasks.
 
 Pure values and functions; thread-safe.
