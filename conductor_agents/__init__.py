@@ -11,6 +11,7 @@ from ._delivery import MessageDelivery
 from ._pending import HumanAnswer, PendingRequest, PendingToolCall
 from .agent import Agent
 from ._guardrails import Guardrail, GuardrailResult
+from ._gates import Gate
 from ._subagents import Handoff, HandoffContext, Strategy
 from ._termination import Termination
 from .continuation import CarryOver, Continuation
@@ -69,6 +70,7 @@ __all__ = [
     "Strategy",
     "Handoff",
     "HandoffContext",
+    "Gate",
     "Guardrail",
     "GuardrailResult",
     "Termination",

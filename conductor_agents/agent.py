@@ -8,6 +8,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import attrs
 
 from .continuation import Continuation
+from ._gates import Gate, gate_task_name, gate_worker
 from ._guardrails import Guardrail
 from ._output_type import OutputSpec
 from ._secrets import check_credential_names
@@ -201,6 +202,12 @@ def _check_stop_when(instance: Any, attribute: "attrs.Attribute[Any]", value: An
                              value=value)
 
 
+def _check_gate(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None and not isinstance(value, Gate):
+        raise AgentTypeError(f"Agent.gate must be a Gate or None (Gate.text_contains(...), Gate.function(...)), "
+                             f"got {value!r}", field="gate", value=value)
+
+
 def _check_unique_names(instance: Any, attribute: "attrs.Attribute[Any]", value: tuple) -> None:
     names = [item.name for item in value]
     for name in names:
@@ -285,6 +292,10 @@ class Agent:
         kw_only=True, default=None,
         validator=attrs.validators.optional(attrs.validators.instance_of(Termination)))
 
+    #: A stage of a ``strategy="sequential"`` team: the check after this agent's answer that may stop the
+    #: pipeline there (see :class:`Gate`). Refused anywhere the server would ignore it.
+    gate: Optional[Gate] = attrs.field(kw_only=True, default=None, validator=_check_gate)
+
     def __attrs_post_init__(self) -> None:
         _check_team(self)
         if self.stop_when is not None:
@@ -329,6 +340,8 @@ class Agent:
             groups.append([selection_worker(self.name, self.agent_names)])
         groups.append([handoff_worker(self.name, i, h, self.agent_names)
                        for i, h in enumerate(self.handoffs) if h.kind == "on_condition"])
+        groups.append([gate_worker(self.name, i, a.name, a.gate)
+                       for i, a in enumerate(self.agents) if a.gate is not None and a.gate.needs_worker])
         groups += [a.worker_tools for a in (*self.agents, *self._router_agents, *self._plan_agents)]
         return groups
 
@@ -399,7 +412,28 @@ class Agent:
         return OutputSpec.of(self.output_type) if self.output_type is not None else None
 
     def to_config(self) -> dict:
-        """The server's ``agentConfig`` for ``POST /agent/start``."""
+        """The server's ``agentConfig`` for ``POST /agent/start``.
+
+        Raises:
+            AgentDefinitionError: the agent has a ``gate``: only a sequential team's stage has one (the server
+                ignores it on an agent run on its own or as a tool).
+        """
+        if self.gate is not None:
+            raise AgentDefinitionError(
+                f"Agent {self.name!r} has a gate, which only a stage of a sequential team runs "
+                "(Agent(agents=[...], strategy='sequential')); the server ignores it on an agent run on its own "
+                "or as a tool", field="gate", value=self.gate)
+        return self._config()
+
+    def _stage_config(self, index: int, stage: "Agent") -> dict:
+        """A sub-agent's config as this team sends it: with its ``gate`` (a sequential team's stage only)."""
+        config = stage._config()
+        if stage.gate is not None:
+            config["gate"] = stage.gate.to_config(gate_task_name(self.name, index) if stage.gate.needs_worker
+                                                  else None)
+        return config
+
+    def _config(self) -> dict:
         config: dict[str, Any] = {
             "name": self.name,
             "model": self.model,
@@ -424,7 +458,7 @@ class Agent:
         if self.guardrails:
             config["guardrails"] = [g.to_config() for g in self.guardrails]
         if self.agents:
-            config["agents"] = [a.to_config() for a in self.agents]
+            config["agents"] = [self._stage_config(i, a) for i, a in enumerate(self.agents)]
             config["strategy"] = (self.strategy or Strategy.HANDOFF).value
             if not self.synthesize:
                 config["synthesize"] = False
@@ -489,9 +523,38 @@ def _check_team(agent: Agent) -> None:
             if name not in known:
                 raise AgentDefinitionError(f"Agent.allowed_transitions: no agent is named {name!r}",
                                            field="allowed_transitions", value=name)
+    _check_gates(agent)
     if agent.agents and any(t.tool_type == "pull_workflow_messages" for a in agent.agents for t in a.tools):
         raise AgentDefinitionError("Agent.agents: a sub-agent cannot wait for messages (the run's message "
                                    "queue is the parent's)", field="agents", value=agent.agent_names)
+
+
+def _check_gates(agent: Agent) -> None:
+    """Gates only where the server (3.32.3) runs them: after a stage of a sequential team other than the last.
+
+    Raises:
+        AgentDefinitionError: a sub-agent of another strategy, the last stage, a router, planner or fallback
+            has a gate.
+    """
+    for sub in (*agent._router_agents, *agent._plan_agents):
+        if sub.gate is not None:
+            role = "router" if sub is agent.router else "planner" if sub is agent.planner else "fallback"
+            raise AgentDefinitionError(
+                f"Agent {agent.name!r}: the {role} {sub.name!r} has a gate, which only a stage of a sequential "
+                "team runs (the server ignores it)", field="gate", value=sub.name)
+    gated = [(i, sub) for i, sub in enumerate(agent.agents) if sub.gate is not None]
+    if not gated:
+        return
+    strategy = agent.strategy or Strategy.HANDOFF
+    if strategy is not Strategy.SEQUENTIAL:
+        raise AgentDefinitionError(
+            f"Agent {agent.name!r}: the sub-agent {gated[0][1].name!r} has a gate, which only strategy='sequential' "
+            f"runs (the server ignores it with strategy={strategy.value!r})", field="gate", value=gated[0][1].name)
+    last = len(agent.agents) - 1
+    if gated[-1][0] == last:
+        raise AgentDefinitionError(
+            f"Agent {agent.name!r}: the last stage {agent.agents[last].name!r} has a gate, but no stage follows it "
+            "(the server never runs a gate after the last stage)", field="gate", value=agent.agents[last].name)
 
 
 def _check_plan_execute(agent: Agent) -> None:

@@ -158,7 +158,7 @@ def test_http_error_fields():
 
 PACKAGE_ALL = [
     "Agent", "Continuation", "CarryOver", "ToolDef", "ToolRegistry", "WaitForMessageTool", "HumanTool", "HttpTool",
-    "McpTool", "ApiTool", "tool", "Strategy", "Handoff", "HandoffContext", "Guardrail", "GuardrailResult", "Termination",
+    "McpTool", "ApiTool", "tool", "Strategy", "Handoff", "HandoffContext", "Gate", "Guardrail", "GuardrailResult", "Termination",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
     "AgentRuntime", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
     "ToolCallRecord", "MessageDelivery",
