@@ -32,6 +32,15 @@ class Seen:
         with self.lock:
             return {item[-1] for item in self.items if item[0] == kind}
 
+    def gate(self, decision: bool) -> Gate:
+        """A Python gate that records each answer it is asked about (as "gate") and returns ``decision``."""
+
+        def check(answer: str) -> bool:
+            self.add("gate", answer)
+            return decision
+
+        return Gate.function(check)
+
 
 def pipeline(scripted_llm, unique_name, seen: Seen, answers: dict, gates: dict, *, stateful: bool = False):
     """A team of the stages one, two, three (in order), each answering ``answers[stage]``; ``gates[stage]``
@@ -88,12 +97,8 @@ def test_a_python_gate_decides_after_its_stage(stop, agent_runtime, scripted_llm
     """Gate.function: the server asks the function (a worker task here) with the stage's answer; True stops."""
     seen = Seen()
 
-    def check(answer: str) -> bool:
-        seen.add("gate", answer)
-        return stop
-
     team, names = pipeline(scripted_llm, unique_name, seen, {"one": "first answer", "two": "drafted", "three": "sent"},
-                           {"one": Gate.function(check)})
+                           {"one": seen.gate(stop)})
     result = agent_runtime.run(team, "Go.", timeout=120)
     assert result.status is RunStatus.COMPLETED, result.error
     assert seen.of("gate") == [("first answer",)]
@@ -109,12 +114,8 @@ def test_a_second_gate_stops_after_the_first_let_the_pipeline_on(agent_runtime, 
     """Gates on two stages: the first (Python) continues, the second (text) stops; the answer is stage two's."""
     seen = Seen()
 
-    def check(answer: str) -> bool:
-        seen.add("gate", answer)
-        return False
-
     team, names = pipeline(scripted_llm, unique_name, seen, {"one": "first answer", "two": "DONE here", "three": "x"},
-                           {"one": Gate.function(check), "two": Gate.text_contains("DONE")})
+                           {"one": seen.gate(False), "two": Gate.text_contains("DONE")})
     result = agent_runtime.run(team, "Go.", timeout=120)
     assert result.status is RunStatus.COMPLETED, result.error
     assert result.agents_run == tuple(names[:2])
@@ -148,12 +149,8 @@ def test_a_stateful_teams_gate_runs_in_its_process(agent_runtime, scripted_llm, 
     """A stateful team: its gate task is on the run's domain, served here."""
     seen = Seen()
 
-    def check(answer: str) -> bool:
-        seen.add("gate", answer)
-        return True
-
     team, names = pipeline(scripted_llm, unique_name, seen, {"one": "first answer", "two": "drafted", "three": "sent"},
-                           {"one": Gate.function(check)}, stateful=True)
+                           {"one": seen.gate(True)}, stateful=True)
     handle = agent_runtime.start(team, "Go.")
     result = handle.wait(timeout=120)
     assert result.status is RunStatus.COMPLETED, result.error
@@ -170,12 +167,8 @@ def test_a_gate_in_a_stateful_trees_sub_team_runs_in_its_process(agent_runtime, 
     task is in the sub-run, on the parent run's domain, served here; stopping ends only the sub-team."""
     seen = Seen()
 
-    def check(answer: str) -> bool:
-        seen.add("gate", answer)
-        return True
-
     inner, names = pipeline(scripted_llm, unique_name, seen, {"one": "first answer", "two": "drafted", "three": "x"},
-                            {"one": Gate.function(check)})
+                            {"one": seen.gate(True)})
     closing = Agent(name=unique_name("closing"), model=scripted_llm.script(policy=lambda r: "closed"))
     outer = Agent(name=unique_name("outer"), model=scripted_llm.script(["never asked"]), agents=[inner, closing],
                   strategy="sequential", stateful=True)

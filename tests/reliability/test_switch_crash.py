@@ -43,6 +43,19 @@ def chain_state(base: str, runtime: AgentRuntime, execution_id: str) -> "list[tu
     return links
 
 
+def send_until_the_child_crashes(child: Child, sender: AgentRuntime, execution_id: str, log: str,
+                                 sent: "list[str]", where: str = "") -> None:
+    """Send the listener one message at a time (``before-<n>``, appended to ``sent``), each acted on
+    before the next, until the child's first switch kills it (60 s at most)."""
+    deadline = time.monotonic() + 60
+    while child.proc.poll() is None:
+        assert time.monotonic() < deadline, f"the child did not crash{where}: {child.stderr_tail()}"
+        sent.append(f"before-{len(sent)}")
+        sender.send_message(execution_id, {"action": sent[-1], "tag": "before"})
+        eventually(lambda: len(read_actions(log)) >= len(sent) or child.proc.poll() is not None,
+                   timeout=30, interval=0.05, message="the message acted on, or the crash")
+
+
 def turn_limit(base: str, execution_id: str) -> int:
     """The most turns run ``execution_id`` may take, from its compiled loop on the server."""
     flow = requests.get(f"{base}/workflow/{execution_id}", params={"includeTasks": "false"}, timeout=10)
@@ -64,13 +77,7 @@ def test_a_crash_at_each_step_of_a_switch_leaves_one_live_run(agent_settings, sc
     try:
         execution_id = child.read_info(timeout=60)["execution_id"]
         with AgentRuntime(agent_settings) as sender:
-            deadline = time.monotonic() + 60
-            while child.proc.poll() is None:  # one message at a time until the first switch kills it
-                assert time.monotonic() < deadline, f"the child did not crash at {step}: {child.stderr_tail()}"
-                sent.append(f"before-{len(sent)}")
-                sender.send_message(execution_id, {"action": sent[-1], "tag": "before"})
-                eventually(lambda: len(read_actions(log)) >= len(sent) or child.proc.poll() is not None,
-                           timeout=30, interval=0.05, message="the message acted on, or the crash")
+            send_until_the_child_crashes(child, sender, execution_id, log, sent, f" at {step}")
             assert f"killed after the switch step {step}" in child.stderr_tail()
             for i in range(3):  # while nobody serves the listener
                 sent.append(f"orphaned-{i}")
@@ -124,13 +131,7 @@ def test_a_crash_mid_switch_under_serve_leaves_one_live_run_adopted_with_its_ide
         sent: "list[str]" = []
         try:
             execution_id = child.read_info(timeout=60)["execution_ids"][0]
-            deadline = time.monotonic() + 60
-            while child.proc.poll() is None:  # one message at a time until the first switch kills it
-                assert time.monotonic() < deadline, f"the child did not crash: {child.stderr_tail()}"
-                sent.append(f"before-{len(sent)}")
-                adopter.send_message(execution_id, {"action": sent[-1], "tag": "before"})
-                eventually(lambda: len(read_actions(log)) >= len(sent) or child.proc.poll() is not None,
-                           timeout=30, interval=0.05, message="the message acted on, or the crash")
+            send_until_the_child_crashes(child, adopter, execution_id, log, sent)
             died = time.monotonic()
             assert "killed after the switch step started" in child.stderr_tail()
         finally:
