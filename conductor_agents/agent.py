@@ -8,14 +8,14 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import attrs
 
 from .continuation import Continuation
-from ._gates import Gate, gate_task_name, gate_worker
-from ._guardrails import Guardrail
-from ._output_type import OutputSpec
-from ._secrets import check_credential_names
-from ._stopping import StopRule, stop_task_name, stop_worker
-from ._subagents import (Handoff, Strategy, agent_tool, check_plan_schema, handoff_task_name, handoff_worker,
+from ._teams.gates import Gate, gate_task_name, gate_worker
+from ._answers.guardrails import Guardrail
+from ._answers.output_type import OutputSpec
+from ._common.secrets import check_credential_names
+from ._teams.stopping import StopRule, stop_task_name, stop_worker
+from ._teams.subagents import (Handoff, Strategy, agent_tool, check_plan_schema, handoff_task_name, handoff_worker,
                          merge_worker_tools, router_task_name, router_worker, selection_task_name, selection_worker)
-from ._termination import Termination, termination_task_name, termination_worker
+from ._teams.termination import Termination, termination_task_name, termination_worker
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
 

@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import attrs
 
-from . import _approvals
-from ._api import ConductorApi
-from ._chain_directory import Chain, ChainDirectory, Link
-from ._chained_events import ChainedEvents
-from ._clock import Clock
-from ._delivery import MessageDelivery, wait_for_delivery
-from ._following import current_status, live_links
-from ._output_type import typed_result
-from ._payload import message_payload
-from ._pending import HumanAnswer, PendingRequest
-from ._sending import send_to_listener
-from ._transport import HttpError
+from ._people import approvals as _approvals
+from ._wire.api import ConductorApi
+from ._listener.directory import Chain, ChainDirectory, Link
+from ._listener.chained_events import ChainedEvents
+from ._common.clock import Clock
+from ._listener.delivery import MessageDelivery, wait_for_delivery
+from ._listener.following import current_status, live_links
+from ._answers.output_type import typed_result
+from ._wire.payload import message_payload
+from ._people.pending import HumanAnswer, PendingRequest
+from ._listener.sending import send_to_listener
+from ._wire.transport import HttpError
 from .errors import (
     ConductorAgentsError,
     ExecutionNotRunningError,
@@ -33,7 +33,7 @@ from .result import AgentResult, AgentStatus, RunStatus
 from .stats import RunStats
 
 if TYPE_CHECKING:
-    from ._watchdog import RunWatch
+    from ._liveness.watchdog import RunWatch
     from .agent import Agent
     from .settings import AgentSettings
 

@@ -11,27 +11,27 @@ import uuid
 import weakref
 from typing import Any, Callable, Iterator, Mapping, Optional
 
-from . import _approvals
-from ._api import ConductorApi
-from ._chain import link_key, run_id_for_key
-from ._chain_directory import Chain, ChainDirectory, Link
-from ._clock import SYSTEM_CLOCK, Clock
-from ._following import current_status
-from ._fork import rebuild_after_fork
-from ._observer import TaskObserver
-from ._delivery import MessageDelivery
-from ._payload import message_payload
-from ._pending import HumanAnswer, PendingRequest
-from ._pending_watch import PendingMonitor
-from ._run_state import check_context, check_media
-from ._sending import send_to_listener
-from ._serving import Service
-from ._starting import start_run
-from ._switch import LinkSpec, link_start_body, pending_switch, read_commit
-from ._takeover import find_live_poller, freshness_window, make_worker_id
-from ._tree import running_sub_runs
-from ._transport import Transport
-from ._workers import Reservation, WorkerSet
+from ._people import approvals as _approvals
+from ._wire.api import ConductorApi
+from ._listener.chain import link_key, run_id_for_key
+from ._listener.directory import Chain, ChainDirectory, Link
+from ._common.clock import SYSTEM_CLOCK, Clock
+from ._listener.following import current_status
+from ._common.fork import rebuild_after_fork
+from ._worker.observer import TaskObserver
+from ._listener.delivery import MessageDelivery
+from ._wire.payload import message_payload
+from ._people.pending import HumanAnswer, PendingRequest
+from ._people.pending_watch import PendingMonitor
+from ._tooldefs.run_state import check_context, check_media
+from ._listener.sending import send_to_listener
+from ._serving.service import Service
+from ._wire.starting import start_run
+from ._listener.switch import LinkSpec, link_start_body, pending_switch, read_commit
+from ._serving.takeover import find_live_poller, freshness_window, make_worker_id
+from ._liveness.tree import running_sub_runs
+from ._wire.transport import Transport
+from ._worker.workers import Reservation, WorkerSet
 from .agent import Agent
 from .errors import (
     AgentDefinitionError,

@@ -34,7 +34,7 @@ from ..errors import (
     WaitTimeoutError,
     WorkerStallError,
 )
-from .._pending import waits_on_person
+from .._people.pending import waits_on_person
 from ..handle import AgentHandle
 from ..result import AgentResult, AgentStatus
 from ..runtime import AgentRuntime

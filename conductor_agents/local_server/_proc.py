@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Mapping, Optional, Sequence, TextIO
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import LocalServerError
 
 _log = logging.getLogger("conductor_agents.local_server")

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, LocalServerError
 from . import _boot_archive, _http, _logs, _proc
 from ._boot_archive import BootLaunch
@@ -579,7 +579,7 @@ def _secret_environment(secrets: Optional[Mapping[str, str]]) -> Dict[str, str]:
         ConfigurationError: a name is not a secret name or a value is not a non-empty str (the
             message names the secret, never its value).
     """
-    from .._secrets import SECRET_ENV_PREFIX, check_credential_names
+    from .._common.secrets import SECRET_ENV_PREFIX, check_credential_names
 
     out: Dict[str, str] = {}
     for name, value in (secrets or {}).items():
