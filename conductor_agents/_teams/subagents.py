@@ -55,17 +55,16 @@ Pure values and functions; thread-safe.
 from __future__ import annotations
 
 import enum
-import hashlib
-import re
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
 
 import attrs
 
-from .._tooldefs.tooldef import AGENT_TOOL, TOOL_NAME, ToolDef
+from .._common.task_names import handoff_task_name, router_task_name, selection_task_name
+from .._tooldefs.tooldef import AGENT_TOOL, ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "check_plan_schema", "handoff_task_name", "handoff_worker",
-           "merge_worker_tools", "router_task_name", "router_worker", "selection_task_name", "selection_worker"]
+__all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "check_plan_schema", "handoff_worker",
+           "merge_worker_tools", "router_worker", "selection_worker"]
 
 #: ``router(conversation)``: the name of the sub-agent to run next, or ``"DONE"`` (None: done).
 RouterFunction = Callable[[str], Any]
@@ -198,33 +197,6 @@ class HandoffContext:
     state: Mapping[str, Any] = attrs.field(factory=dict)
 
 
-def _task_name(agent_name: str, suffix: str, field: str) -> str:
-    """``<agent name><suffix>``, or for a name too long for a task (64 characters) its start and a hash
-    of the whole name (the same each time).
-
-    Raises:
-        AgentDefinitionError: no task name can be made of the agent's name.
-    """
-    name = agent_name + suffix
-    if len(name) > 64:
-        digest = hashlib.sha1(agent_name.encode("utf-8")).hexdigest()[:8]
-        name = f"{agent_name[:64 - len(suffix) - 9]}_{digest}{suffix}"
-    if not TOOL_NAME.fullmatch(name):
-        raise AgentDefinitionError(f"Agent.{field}: no task name can be made of the agent's name {agent_name!r}",
-                                   field=field, value=agent_name)
-    return name
-
-
-def handoff_task_name(agent_name: str, index: int) -> str:
-    """The worker task of the swarm ``agent_name``'s ``index``-th handoff (an ``on_condition`` one)."""
-    return _task_name(agent_name, f"_handoff_{index}", "handoffs")
-
-
-def router_task_name(agent_name: str) -> str:
-    """The worker task of the agent ``agent_name``'s Python router."""
-    return _task_name(agent_name, "_route", "router")
-
-
 def _text(value: Any) -> str:
     return "" if value is None else value if isinstance(value, str) else str(value)
 
@@ -341,29 +313,6 @@ def agent_tool(agent: Any, *, name: Optional[str] = None, description: Optional[
         config=config,
         nested_tools=workers,
     )
-
-
-def _server_ref(agent_name: str) -> str:
-    """The server's ``toRef``: the name with every character other than letters, digits and ``_`` made ``_``."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", agent_name)
-
-
-PICK_SUFFIX, SELECTION_SUFFIX = "_pick_agent", "_process_selection"
-
-
-def selection_task_name(agent_name: str) -> str:
-    """The worker task the server schedules after a person picked a ``manual`` team's next sub-agent.
-
-    Raises:
-        AgentDefinitionError: the server's name for it is longer than a task this SDK serves (64 characters).
-    """
-    name = _server_ref(agent_name) + SELECTION_SUFFIX
-    if not TOOL_NAME.fullmatch(name):
-        raise AgentDefinitionError(
-            f"Agent.strategy='manual': the server names its task {name!r}, longer than the 64 characters this SDK "
-            f"serves; use an agent name of at most {64 - len(SELECTION_SUFFIX)} characters", field="strategy",
-            value=agent_name)
-    return name
 
 
 @attrs.frozen
