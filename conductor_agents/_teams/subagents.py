@@ -63,8 +63,8 @@ from .._common.task_names import handoff_task_name, router_task_name, selection_
 from .._tooldefs.tooldef import AGENT_TOOL, ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "check_plan_schema", "handoff_worker",
-           "merge_worker_tools", "router_worker", "selection_worker"]
+__all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "check_plan_execute", "check_plan_schema",
+           "handoff_worker", "merge_worker_tools", "router_worker", "selection_worker"]
 
 #: ``router(conversation)``: the name of the sub-agent to run next, or ``"DONE"`` (None: done).
 RouterFunction = Callable[[str], Any]
@@ -377,3 +377,66 @@ def check_plan_schema(tool_name: str, schema: Any, *, where: str) -> None:
                 walk(sub, f"{path}/items[{i}]")
 
     walk(schema, "")
+
+
+def check_plan_execute(agent: Any) -> None:
+    """A ``plan_execute`` agent has what the server's compiler (3.32.3) needs, and only it has a planner.
+
+    Raises:
+        AgentDefinitionError: ``planner``/``fallback``/``fallback_max_turns`` without ``plan_execute``; a
+            ``plan_execute`` agent without a planner or tools, with ``agents`` (the strategy never runs
+            them), a stopping rule (never evaluated), a tool schema or tool guardrail the server refuses.
+    """
+    where = f"Agent {agent.name!r} (strategy='plan_execute')"
+    if agent.strategy is not Strategy.PLAN_EXECUTE:
+        for field in ("planner", "fallback", "fallback_max_turns"):
+            value = getattr(agent, field)
+            if value is not None:
+                raise AgentDefinitionError(f"Agent.{field} is only used with strategy='plan_execute'", field=field,
+                                           value=getattr(value, "name", value))
+        return
+    if agent.planner is None:
+        raise AgentDefinitionError(f"{where} needs planner=<Agent>: the agent whose answer is the JSON plan",
+                                   field="planner", value=None)
+    if agent.agents:
+        raise AgentDefinitionError(
+            f"{where}: the server never runs agents=[...] in a plan; a plan calls this agent's tools, so give a "
+            "sub-agent to the plan as a tool (tools=[sub.as_tool()])", field="agents", value=agent.agent_names)
+    if not agent.tools:
+        raise AgentDefinitionError(f"{where} needs tools: a plan's every step calls one of this agent's tools",
+                                   field="tools", value=())
+    if agent.fallback_max_turns is not None and agent.fallback is None:
+        raise AgentDefinitionError(f"{where}: fallback_max_turns needs a fallback agent", field="fallback_max_turns",
+                                   value=agent.fallback_max_turns)
+    for field in ("stop_when", "termination"):
+        if getattr(agent, field) is not None:
+            raise AgentDefinitionError(f"{where}: the server (3.32.3) never evaluates {field} in a plan",
+                                       field=field, value=getattr(agent, field))
+    slots = agent._plan_agents
+    for sub in slots:
+        if sub.name == agent.name:
+            raise AgentDefinitionError(f"{where}: the planner and fallback may not share their parent's name",
+                                       field="planner" if sub is agent.planner else "fallback", value=sub.name)
+        if sub.needs_message_queue:
+            raise AgentDefinitionError(f"{where}: a planner or fallback cannot wait for messages (the run's message "
+                                       "queue is the parent's)", field="planner" if sub is agent.planner
+                                       else "fallback", value=sub.name)
+    if len(slots) == 2 and slots[0].name == slots[1].name and slots[0] != slots[1]:
+        raise AgentDefinitionError(f"{where}: two different agents are named {slots[0].name!r}", field="fallback",
+                                   value=slots[1].name)
+    for tool_def in agent.tools:
+        check_plan_schema(tool_def.name, tool_def.input_schema, where=where)
+        if tool_def.approval_required or tool_def.tool_type in ("human", "pull_workflow_messages"):
+            what = ("needs approval" if tool_def.approval_required else
+                    "asks a person" if tool_def.tool_type == "human" else "waits for messages")
+            raise AgentDefinitionError(
+                f"{where}: the tool {tool_def.name!r} {what}; the server (3.32.3) runs a plan's steps with no "
+                "approval, person or message queue, so a plan cannot use it (give it to the planner or fallback)",
+                field="tools", value=tool_def.name)
+        if agent.fallback is None:
+            for guardrail in tool_def.guardrails:
+                if guardrail.on_fail != "raise":
+                    raise AgentDefinitionError(
+                        f"{where}: the tool {tool_def.name!r}'s guardrail {guardrail.name!r} has "
+                        f"on_fail={guardrail.on_fail!r}; in a plan the server can only stop the plan, so without "
+                        "a fallback agent it needs on_fail='raise'", field="tools", value=guardrail.name)
