@@ -30,7 +30,8 @@ from typing import Any, Callable, Dict, Iterable, Optional, Union
 
 import attrs
 
-from .._tooldefs.tooldef import TOOL_NAME, ToolDef
+from .._common.task_names import TOOL_NAME
+from .._tooldefs.tooldef import ToolCheck, ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
 
 __all__ = ["Guardrail", "GuardrailResult"]
@@ -91,7 +92,7 @@ def _to_patterns(value: Any) -> "tuple[str, ...]":
 
 
 @attrs.frozen
-class Guardrail:
+class Guardrail(ToolCheck):
     """A check of the model's answer; build one with :meth:`regex`, :meth:`llm` or :meth:`function`.
 
     Immutable; thread-safe.

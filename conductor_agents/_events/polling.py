@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, List, Mapping, Tuple
 
-from .._listener.chain import INTERNAL_TASK_TYPES
+from .._common.task_names import INTERNAL_TASK_TYPES
 from ..events import (
     SOURCE_POLL,
     AgentEvent,

@@ -30,11 +30,8 @@ import attrs
 
 __all__ = [
     "ABANDONED_REASON",
-    "CARRY_TASK",
     "CONTINUED_REASON",
-    "INTERNAL_TASK_TYPES",
     "LinkKey",
-    "TURN_TASK",
     "continued_reason",
     "is_abandoned",
     "is_continued",
@@ -44,14 +41,6 @@ __all__ = [
     "parse_link_key",
 ]
 
-#: The prefill task that holds a new link until the switch is committed; its output is the commit
-#: record (first writer wins: the server ignores updates to a finished task).
-CARRY_TASK = "conductor_agents_carry"
-#: The worker task the SDK adds before each model call of a continued listener (a ``before_model``
-#: callback): it tells the serving process that a turn began, and which, without any polling.
-TURN_TASK = "conductor_agents_turn"
-#: The task types the SDK adds to a listener's runs for itself: never a tool call of the model's.
-INTERNAL_TASK_TYPES = frozenset({CARRY_TASK, TURN_TASK})
 #: The termination reason of a link that was continued (followed by " as <next id>").
 CONTINUED_REASON = "conductor-agents: continued"
 #: The termination reason of a link started for a switch that could not happen (the old run ended

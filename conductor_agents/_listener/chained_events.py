@@ -10,7 +10,8 @@ from __future__ import annotations
 import time
 from typing import Any, Optional
 
-from .chain import INTERNAL_TASK_TYPES, is_continued
+from .._common.task_names import INTERNAL_TASK_TYPES
+from .chain import is_continued
 from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._events.stream import EventStream

@@ -24,7 +24,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .._wire.api import ConductorApi
 from .budget import RunSize, SizeModel
-from .chain import TURN_TASK
+from .._common.task_names import TURN_TASK
 from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._tooldefs.context import ToolContext

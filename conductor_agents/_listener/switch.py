@@ -43,7 +43,8 @@ import attrs
 
 from .._wire.api import ConductorApi
 from .carryover import CommitRecord, build_record
-from .chain import ABANDONED_REASON, CARRY_TASK, TURN_TASK, continued_reason, is_continued
+from .._common.task_names import CARRY_TASK, TURN_TASK
+from .chain import ABANDONED_REASON, continued_reason, is_continued
 from .directory import Chain, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._wire.transport import HttpError
@@ -95,7 +96,7 @@ def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns
     link included), started with idempotency key ``key``.
 
     Every link reports each model turn to the serving process (a ``before_model`` callback, task
-    :data:`~._chain.TURN_TASK`); links after the first begin with the carry task.
+    :data:`~conductor_agents._common.task_names.TURN_TASK`); links after the first begin with the carry task.
     """
     config = spec.agent.to_config()
     config["maxTurns"] = max(1, spec.agent.max_turns - turns_before)

@@ -27,11 +27,11 @@ from typing import Any, Callable, Dict, Optional
 
 import attrs
 
-from .subagents import _task_name
+from .._common.task_names import gate_task_name
 from .._tooldefs.tooldef import ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["Gate", "GateCheck", "gate_task_name", "gate_worker"]
+__all__ = ["Gate", "GateCheck", "gate_worker"]
 
 #: ``check(answer)``: True stops the pipeline after the stage, False runs the next stage.
 GateCheck = Callable[[str], bool]
@@ -114,11 +114,6 @@ class Gate:
             raise AgentDefinitionError("Gate.function: its task name comes from the sequential team "
                                        "(Agent.to_config())", field="gate", value=self.check)
         return {"taskName": task_name}
-
-
-def gate_task_name(agent_name: str, index: int) -> str:
-    """The worker task of the gate after stage ``index`` of the sequential team ``agent_name``."""
-    return _task_name(agent_name, f"_gate_{index}", "gate")
 
 
 CONTINUE, STOP = "continue", "stop"

@@ -11,36 +11,17 @@ Pure values; thread-safe. The rule may run on several worker threads at once.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any, Callable, Dict
 
 import attrs
 
-from .._tooldefs.tooldef import TOOL_NAME, ToolDef
-from ..errors import AgentDefinitionError
+from .._common.task_names import stop_task_name
+from .._tooldefs.tooldef import ToolDef
 
-__all__ = ["StopRule", "stop_task_name", "stop_worker"]
+__all__ = ["StopRule", "stop_worker"]
 
 #: ``stop_when(text, turn)``: True ends the loop after this turn.
 StopRule = Callable[[str, int], Any]
-_SUFFIX = "_stop_when"
-
-
-def stop_task_name(agent_name: str) -> str:
-    """The worker task of an agent's stop rule: ``<name>_stop_when``, or for a name too long for a task
-    name (64 characters) its first 44 characters and a hash of the whole name.
-
-    Raises:
-        AgentDefinitionError: no task name can be made of the agent's name.
-    """
-    name = agent_name + _SUFFIX
-    if len(name) > 64:
-        digest = hashlib.sha1(agent_name.encode("utf-8")).hexdigest()[:8]
-        name = f"{agent_name[:44]}_{digest}{_SUFFIX}"
-    if not TOOL_NAME.fullmatch(name):
-        raise AgentDefinitionError(f"Agent.stop_when: no task name can be made of the agent's name {agent_name!r}",
-                                   field="stop_when", value=agent_name)
-    return name
 
 
 @attrs.frozen

@@ -55,17 +55,16 @@ Pure values and functions; thread-safe.
 from __future__ import annotations
 
 import enum
-import hashlib
-import re
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
 
 import attrs
 
-from .._tooldefs.tooldef import AGENT_TOOL, TOOL_NAME, ToolDef
+from .._common.task_names import handoff_task_name, router_task_name, selection_task_name
+from .._tooldefs.tooldef import AGENT_TOOL, ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "check_plan_schema", "handoff_task_name", "handoff_worker",
-           "merge_worker_tools", "router_task_name", "router_worker", "selection_task_name", "selection_worker"]
+__all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "check_plan_execute", "check_plan_schema",
+           "handoff_worker", "merge_worker_tools", "router_worker", "selection_worker"]
 
 #: ``router(conversation)``: the name of the sub-agent to run next, or ``"DONE"`` (None: done).
 RouterFunction = Callable[[str], Any]
@@ -198,33 +197,6 @@ class HandoffContext:
     state: Mapping[str, Any] = attrs.field(factory=dict)
 
 
-def _task_name(agent_name: str, suffix: str, field: str) -> str:
-    """``<agent name><suffix>``, or for a name too long for a task (64 characters) its start and a hash
-    of the whole name (the same each time).
-
-    Raises:
-        AgentDefinitionError: no task name can be made of the agent's name.
-    """
-    name = agent_name + suffix
-    if len(name) > 64:
-        digest = hashlib.sha1(agent_name.encode("utf-8")).hexdigest()[:8]
-        name = f"{agent_name[:64 - len(suffix) - 9]}_{digest}{suffix}"
-    if not TOOL_NAME.fullmatch(name):
-        raise AgentDefinitionError(f"Agent.{field}: no task name can be made of the agent's name {agent_name!r}",
-                                   field=field, value=agent_name)
-    return name
-
-
-def handoff_task_name(agent_name: str, index: int) -> str:
-    """The worker task of the swarm ``agent_name``'s ``index``-th handoff (an ``on_condition`` one)."""
-    return _task_name(agent_name, f"_handoff_{index}", "handoffs")
-
-
-def router_task_name(agent_name: str) -> str:
-    """The worker task of the agent ``agent_name``'s Python router."""
-    return _task_name(agent_name, "_route", "router")
-
-
 def _text(value: Any) -> str:
     return "" if value is None else value if isinstance(value, str) else str(value)
 
@@ -343,29 +315,6 @@ def agent_tool(agent: Any, *, name: Optional[str] = None, description: Optional[
     )
 
 
-def _server_ref(agent_name: str) -> str:
-    """The server's ``toRef``: the name with every character other than letters, digits and ``_`` made ``_``."""
-    return re.sub(r"[^A-Za-z0-9_]", "_", agent_name)
-
-
-PICK_SUFFIX, SELECTION_SUFFIX = "_pick_agent", "_process_selection"
-
-
-def selection_task_name(agent_name: str) -> str:
-    """The worker task the server schedules after a person picked a ``manual`` team's next sub-agent.
-
-    Raises:
-        AgentDefinitionError: the server's name for it is longer than a task this SDK serves (64 characters).
-    """
-    name = _server_ref(agent_name) + SELECTION_SUFFIX
-    if not TOOL_NAME.fullmatch(name):
-        raise AgentDefinitionError(
-            f"Agent.strategy='manual': the server names its task {name!r}, longer than the 64 characters this SDK "
-            f"serves; use an agent name of at most {64 - len(SELECTION_SUFFIX)} characters", field="strategy",
-            value=agent_name)
-    return name
-
-
 @attrs.frozen
 class _Selection:
     """The worker body of a ``manual`` pick: the person's answer (a sub-agent's name) as the server's index."""
@@ -428,3 +377,66 @@ def check_plan_schema(tool_name: str, schema: Any, *, where: str) -> None:
                 walk(sub, f"{path}/items[{i}]")
 
     walk(schema, "")
+
+
+def check_plan_execute(agent: Any) -> None:
+    """A ``plan_execute`` agent has what the server's compiler (3.32.3) needs, and only it has a planner.
+
+    Raises:
+        AgentDefinitionError: ``planner``/``fallback``/``fallback_max_turns`` without ``plan_execute``; a
+            ``plan_execute`` agent without a planner or tools, with ``agents`` (the strategy never runs
+            them), a stopping rule (never evaluated), a tool schema or tool guardrail the server refuses.
+    """
+    where = f"Agent {agent.name!r} (strategy='plan_execute')"
+    if agent.strategy is not Strategy.PLAN_EXECUTE:
+        for field in ("planner", "fallback", "fallback_max_turns"):
+            value = getattr(agent, field)
+            if value is not None:
+                raise AgentDefinitionError(f"Agent.{field} is only used with strategy='plan_execute'", field=field,
+                                           value=getattr(value, "name", value))
+        return
+    if agent.planner is None:
+        raise AgentDefinitionError(f"{where} needs planner=<Agent>: the agent whose answer is the JSON plan",
+                                   field="planner", value=None)
+    if agent.agents:
+        raise AgentDefinitionError(
+            f"{where}: the server never runs agents=[...] in a plan; a plan calls this agent's tools, so give a "
+            "sub-agent to the plan as a tool (tools=[sub.as_tool()])", field="agents", value=agent.agent_names)
+    if not agent.tools:
+        raise AgentDefinitionError(f"{where} needs tools: a plan's every step calls one of this agent's tools",
+                                   field="tools", value=())
+    if agent.fallback_max_turns is not None and agent.fallback is None:
+        raise AgentDefinitionError(f"{where}: fallback_max_turns needs a fallback agent", field="fallback_max_turns",
+                                   value=agent.fallback_max_turns)
+    for field in ("stop_when", "termination"):
+        if getattr(agent, field) is not None:
+            raise AgentDefinitionError(f"{where}: the server (3.32.3) never evaluates {field} in a plan",
+                                       field=field, value=getattr(agent, field))
+    slots = agent._plan_agents
+    for sub in slots:
+        if sub.name == agent.name:
+            raise AgentDefinitionError(f"{where}: the planner and fallback may not share their parent's name",
+                                       field="planner" if sub is agent.planner else "fallback", value=sub.name)
+        if sub.needs_message_queue:
+            raise AgentDefinitionError(f"{where}: a planner or fallback cannot wait for messages (the run's message "
+                                       "queue is the parent's)", field="planner" if sub is agent.planner
+                                       else "fallback", value=sub.name)
+    if len(slots) == 2 and slots[0].name == slots[1].name and slots[0] != slots[1]:
+        raise AgentDefinitionError(f"{where}: two different agents are named {slots[0].name!r}", field="fallback",
+                                   value=slots[1].name)
+    for tool_def in agent.tools:
+        check_plan_schema(tool_def.name, tool_def.input_schema, where=where)
+        if tool_def.approval_required or tool_def.tool_type in ("human", "pull_workflow_messages"):
+            what = ("needs approval" if tool_def.approval_required else
+                    "asks a person" if tool_def.tool_type == "human" else "waits for messages")
+            raise AgentDefinitionError(
+                f"{where}: the tool {tool_def.name!r} {what}; the server (3.32.3) runs a plan's steps with no "
+                "approval, person or message queue, so a plan cannot use it (give it to the planner or fallback)",
+                field="tools", value=tool_def.name)
+        if agent.fallback is None:
+            for guardrail in tool_def.guardrails:
+                if guardrail.on_fail != "raise":
+                    raise AgentDefinitionError(
+                        f"{where}: the tool {tool_def.name!r}'s guardrail {guardrail.name!r} has "
+                        f"on_fail={guardrail.on_fail!r}; in a plan the server can only stop the plan, so without "
+                        "a fallback agent it needs on_fail='raise'", field="tools", value=guardrail.name)

@@ -19,15 +19,15 @@ Pure values; thread-safe.
 
 from __future__ import annotations
 
-import re
 from typing import Any, Dict, Mapping, Optional
 
 import attrs
 
-from .._tooldefs.tooldef import TOOL_NAME, ToolDef
+from .._common.task_names import termination_task_name
+from .._tooldefs.tooldef import ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["Termination", "termination_task_name", "termination_worker"]
+__all__ = ["Termination", "termination_worker"]
 
 _KINDS = ("text_mention", "stop_message", "max_message", "token_usage", "and", "or")
 #: The input key under which the executor hands a token-usage check the run's usage.
@@ -146,21 +146,6 @@ class Termination:
                     config[name] = getattr(self, attr)
             return config
         return {"type": self.kind, "conditions": [c.to_config() for c in self.conditions]}
-
-
-def termination_task_name(agent_name: str) -> str:
-    """The task the server schedules for an agent's termination condition.
-
-    Raises:
-        AgentDefinitionError: the name is too long for a task this SDK serves (64 characters).
-    """
-    name = re.sub(r"[^A-Za-z0-9_]", "_", agent_name) + "_termination"
-    if not TOOL_NAME.fullmatch(name):
-        raise AgentDefinitionError(
-            f"Agent.termination: the server names its task {name!r}, longer than the 64 characters this SDK "
-            f"serves; use an agent name of at most {64 - len('_termination')} characters", field="termination",
-            value=agent_name)
-    return name
 
 
 def _count(value: Any) -> int:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import collections.abc
 import inspect
-import re
 import types
 from typing import Any, Callable, Dict, Iterable, Mapping, Optional
 
@@ -20,11 +19,11 @@ from .._common import json_check as _json_check
 from . import schema as _schema
 from .context import ToolContext
 from .._common.secrets import check_credential_names
+from .._common.task_names import TOOL_NAME
 from ..errors import ConductorAgentsError, ToolDefinitionError
 
-__all__ = ["ToolArgumentsError", "ToolDef"]
+__all__ = ["ToolArgumentsError", "ToolCheck", "ToolDef"]
 
-TOOL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]{0,63}")
 WORKER = "worker"
 PULL_WORKFLOW_MESSAGES = "pull_workflow_messages"
 HUMAN = "human"
@@ -170,16 +169,26 @@ def _check_nested(tool: "ToolDef", _: Any, value: "tuple[ToolDef, ...]") -> None
             "sub-agent has nested_tools")
 
 
-def _to_guardrails(value: Any) -> "tuple[Any, ...]":
-    from .._answers.guardrails import Guardrail  # a Guardrail's worker is a ToolDef: imported late
+class ToolCheck:
+    """What a tool's ``guardrails`` hold: a check of a turn's tool calls (:class:`~conductor_agents.Guardrail`
+    subclasses it).
 
+    A marker, so this module can refuse anything else without importing the guardrails, which build
+    their worker tasks from :class:`ToolDef`. Its instances have a ``name``, an ``on_fail`` and
+    ``to_config(position=...)``.
+    """
+
+    __slots__ = ()
+
+
+def _to_guardrails(value: Any) -> "tuple[Any, ...]":
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Iterable):
         value = (value,)
     items = tuple(value)
     for item in items:
-        if not isinstance(item, Guardrail):
+        if not isinstance(item, ToolCheck):
             raise ToolDefinitionError(f"guardrails holds Guardrail values, got {item!r}")
         if item.on_fail == "fix":
             raise ToolDefinitionError(

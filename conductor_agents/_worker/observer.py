@@ -14,7 +14,7 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Protocol
 
-from .._listener.chain import INTERNAL_TASK_TYPES
+from .._common.task_names import INTERNAL_TASK_TYPES
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.fork import rebuild_after_fork
 from ..errors import ConductorAgentsError, RuntimeClosedError

@@ -15,7 +15,7 @@ import threading
 from typing import Optional
 
 from .._wire.api import ConductorApi
-from .._listener.chain import CARRY_TASK, INTERNAL_TASK_TYPES, TURN_TASK
+from .._common.task_names import CARRY_TASK, INTERNAL_TASK_TYPES, TURN_TASK
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._listener.driver import ChainTracker, ContinuationDriver

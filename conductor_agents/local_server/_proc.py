@@ -173,14 +173,21 @@ def _stat_fields(pid: int) -> Optional[List[str]]:
     return content[content.rindex(")") + 2 :].split()
 
 
-def is_alive(pid: int) -> bool:
-    """Return True when ``pid`` exists and is not a zombie."""
+def exists(pid: int) -> bool:
+    """Return True when ``pid`` exists (a zombie too): what a process that cannot wait for it may ask."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        pass
+        return True
+    return True
+
+
+def is_alive(pid: int) -> bool:
+    """Return True when ``pid`` exists and is not a zombie."""
+    if not exists(pid):
+        return False
     fields = _stat_fields(pid)
     return not (fields and fields[0] in ("Z", "X"))
 

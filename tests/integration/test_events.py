@@ -8,7 +8,7 @@ from typing import List
 import pytest
 import requests
 
-from conductor_agents._listener.chain import INTERNAL_TASK_TYPES
+from conductor_agents._common.task_names import INTERNAL_TASK_TYPES
 
 from conductor_agents import AgentRuntime, AgentSettings, RunStatus
 from conductor_agents._wire.sse import SseDecoder

@@ -4,7 +4,8 @@
 import pytest
 
 from conductor_agents._listener.carryover import CommitRecord
-from conductor_agents._listener.chain import CARRY_TASK, LinkKey, continued_reason, parse_link_key
+from conductor_agents._common.task_names import CARRY_TASK
+from conductor_agents._listener.chain import LinkKey, continued_reason, parse_link_key
 from conductor_agents._listener.directory import Chain, ChainDirectory, Link
 from conductor_agents._listener.sending import send_to_listener
 from conductor_agents.errors import ExecutionNotFoundError, ExecutionNotRunningError, ServerError

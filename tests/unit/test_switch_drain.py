@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any, Callable, List, Optional
 
 from conductor_agents._wire.api import TaskPage
-from conductor_agents._listener.chain import CARRY_TASK
+from conductor_agents._common.task_names import CARRY_TASK
 from conductor_agents._listener.directory import Chain
 from conductor_agents._listener.switch import Switch
 
