@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple
 
 import attrs
 
+from .._common.task_names import PICK_SUFFIX, SELECTION_SUFFIX
 from ..result import SERVER_INPUT_KEYS
 
 __all__ = ["HumanAnswer", "PendingRequest", "PendingToolCall", "approval_decision", "consumed_answer",
@@ -47,7 +48,6 @@ __all__ = ["HumanAnswer", "PendingRequest", "PendingToolCall", "approval_decisio
 
 HUMAN = "HUMAN"
 APPROVAL_MARK = "_approval_human"
-PICK_MARK, SELECTION_MARK = "_pick_agent", "_process_selection"
 REVIEW_MARK = "_guardrail_human"
 #: Keys of a HUMAN task's input that describe the form, not the model's question.
 _FORM_KEYS = frozenset({"__humanTaskDefinition", "response_schema", "response_ui_schema", "_description"})
@@ -163,7 +163,7 @@ def _tool_call(call: Mapping[str, Any]) -> PendingToolCall:
 
 def is_pick_task(task: Mapping[str, Any]) -> bool:
     """Whether a HUMAN task is a ``manual`` team's pick of its next sub-agent."""
-    return (str(task.get("taskType")) == HUMAN and PICK_MARK in str(task.get("referenceTaskName") or "")
+    return (str(task.get("taskType")) == HUMAN and PICK_SUFFIX in str(task.get("referenceTaskName") or "")
             and isinstance(_freeze(task.get("inputData")).get("agent_options"), Mapping))
 
 
@@ -182,8 +182,8 @@ def _pick_options(inputs: Mapping[str, Any]) -> "tuple[str, ...]":
 
 def _selection_ref(pick_ref: str) -> str:
     """``X_pick_agent__2`` → ``X_process_selection__2`` (the worker task given the person's answer)."""
-    base, _, rest = pick_ref.rpartition(PICK_MARK)
-    return f"{base}{SELECTION_MARK}{rest}"
+    base, _, rest = pick_ref.rpartition(PICK_SUFFIX)
+    return f"{base}{SELECTION_SUFFIX}{rest}"
 
 
 def is_approval_task(task: Mapping[str, Any]) -> bool:
