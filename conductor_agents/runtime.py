@@ -262,9 +262,9 @@ class AgentRuntime:
         A run whose domain another worker still polls is not taken over: two processes
         polling one domain would split the run's tasks (and its in-memory state) between
         them. The server's poll data says who polled last and when; a poll within
-        ``_takeover.freshness_window()`` (75 s: a live poller polls each task type at least
+        ``takeover.freshness_window()`` (75 s: a live poller polls each task type at least
         every 60 s) counts as alive, unless that worker is a process of this machine that no
-        longer exists (worker ids name host and pid, see ``_takeover.worker_is_dead_here``): a
+        longer exists (worker ids name host and pid, see ``takeover.worker_is_dead_here``): a
         run whose process died on this host is resumed at once. When you know a process on
         another host is gone, pass ``force=True``.
 

@@ -11,7 +11,7 @@ How the reader gets server events:
    ``Last-Event-ID`` (the server replays what came after); events whose id was already
    delivered are dropped, so nothing is repeated.
 2. **Polling** ``GET /workflow/{id}?includeTasks=true`` every ``poll_interval`` and
-   rebuilding the events (:mod:`._event_polling`) when the stream cannot serve the run:
+   rebuilding the events (:mod:`conductor_agents._events.polling`) when the stream cannot serve the run:
    the endpoint is missing (404 for a run that exists, 405/501...), refused on the first
    connection or after repeated reconnect failures, the run had already ended when the
    stream was opened, the server's replay has a gap (it keeps the last 200 events), or the

@@ -2,7 +2,7 @@
 
 When link *n* of a listener is continued by link *n+1*, whoever completes the switch reads link
 *n*'s final state (its last model turn, the tasks after it, its variables) and turns it into a
-:class:`CommitRecord`, written as the output of link *n+1*'s carry task (see :mod:`._switch`):
+:class:`CommitRecord`, written as the output of link *n+1*'s carry task (see :mod:`conductor_agents._listener.switch`):
 
 - ``text``: what the new run's model sees before its first turn (the server puts the carry task's
   ``result`` into the system prompt as "pre-loaded context"): a compact record of the older

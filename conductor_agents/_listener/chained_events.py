@@ -1,6 +1,6 @@
 """The events of a listener across its runs: each run's events, then a ``continued`` event and the next's.
 
-Wraps one :class:`~._event_stream.EventStream` per link. When a link ends because it was continued
+Wraps one :class:`~conductor_agents._events.stream.EventStream` per link. When a link ends because it was continued
 (TERMINATED with the continuation's reason) its closing run-level error is replaced by a
 :class:`~conductor_agents.events.ContinuedEvent` and the next link's events follow, from its start.
 """
@@ -26,7 +26,7 @@ class ChainedEvents:
     """An iterator of a listener's events until its last run ends. One thread iterates; :meth:`close`
     may be called from any thread.
 
-    Raises (from ``next()``): as :class:`~._event_stream.EventStream`; the timeout covers every run.
+    Raises (from ``next()``): as :class:`~conductor_agents._events.stream.EventStream`; the timeout covers every run.
     """
 
     def __init__(self, api: Any, directory: ChainDirectory, chain: Chain, *, timeout: float, observer: Any = None,

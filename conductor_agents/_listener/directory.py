@@ -1,4 +1,4 @@
-"""Finding the current run of a continued listener from any id of it (see :mod:`._chain`).
+"""Finding the current run of a continued listener from any id of it (see :mod:`conductor_agents._listener.chain`).
 
 :class:`ChainDirectory` answers, for an execution id a caller holds, which chain it belongs to
 (once per id and process: one small request) and which link is the newest. The newest link it knows is cached per chain; a

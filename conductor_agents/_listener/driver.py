@@ -3,8 +3,8 @@
 For every continued listener this process serves, :class:`ContinuationDriver` keeps its current
 link, and learns of each model turn from the turn task the SDK adds to every link (a ``before_model``
 callback: the serving process runs it, so it costs no polling). At some turns it reads the link's
-size with two small requests (``_budget``); once the budget is near, it runs the
-:class:`~._switch.Switch` on a thread of its own (``conductor-agents-continue-<run id>``): the new
+size with two small requests (``budget``); once the budget is near, it runs the
+:class:`~conductor_agents._listener.switch.Switch` on a thread of its own (``conductor-agents-continue-<run id>``): the new
 run is started at once (from then on messages go to it) and the old one is ended once it has come
 to rest (waiting for a message, no tool running). A switch left half done (this process
 closed, or a request failed) is taken up again at the next turn, or by any process that resumes
@@ -124,7 +124,7 @@ class ContinuationDriver:
 
     Args:
         locally_busy: whether this process runs a tool of the given execution right now.
-        drain_seconds: the bound of a switch's drain (see :mod:`._switch`).
+        drain_seconds: the bound of a switch's drain (see :mod:`conductor_agents._listener.switch`).
     """
 
     def __init__(self, api: ConductorApi, directory: ChainDirectory, *, worker_id: str,

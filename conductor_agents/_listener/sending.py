@@ -1,4 +1,4 @@
-"""Sending a message to a listener that may be in the middle of a continuation (see :mod:`._switch`).
+"""Sending a message to a listener that may be in the middle of a continuation (see :mod:`conductor_agents._listener.switch`).
 
 A message goes to the newest link this process knows. Once the server accepted it (``200``), one
 small request asks whether a newer link exists; almost always it does not, and the message is in
@@ -36,7 +36,7 @@ _COMMIT_POLL = 0.25
 #: wait-for-message task evaluated as it ended writes its output a moment later).
 _FINAL_AFTER_SECONDS = 2.0
 #: A run still running this long after it accepted a message, while its switch is under way, pulls it
-#: before it ends (a switch re-drains when more than ``_switch.QUIET_VALID_SECONDS`` pass between the
+#: before it ends (a switch re-drains when more than ``switch.QUIET_VALID_SECONDS`` pass between the
 #: drain's last look and the end of the run; this leaves as much again for that request).
 _RUNNING_IS_SAFE_AFTER = 10.0
 #: Most times one message is sent again (each resend follows a switch that dropped it).
@@ -109,7 +109,7 @@ def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout:
                 return message_id in pulled_message_ids(variables, tail)
         elif clock.monotonic() - started >= _RUNNING_IS_SAFE_AFTER:
             # Still running this long after it took the message: a switch ends a run within seconds of the
-            # evaluation that found its queue empty (``_switch``), so that evaluation came after the message,
+            # evaluation that found its queue empty (``switch``), so that evaluation came after the message,
             # and whoever ends the run drains it first: the message is pulled there.
             return None
         if clock.monotonic() >= deadline:

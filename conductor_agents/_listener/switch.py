@@ -9,7 +9,7 @@ the middle of them (every fact lives on the server):
    the same serving process, idempotency key ``conductor-agents/<run id>/<n+1>/<agent>``): create-once,
    so a repeat gets the same run. It begins with a *carry* task (a prefill tool call the server routes
    to the domain) that nobody polls: the new run takes no model turn until the switch is committed.
-   From now on link n+1 exists, which is what the SDK's senders look at (:mod:`._sending`), and it
+   From now on link n+1 exists, which is what the SDK's senders look at (:mod:`conductor_agents._listener.sending`), and it
    accepts messages.
 2. **Drain link n.** Link n goes on as usual: a message accepted before step 1 (or pushed by a sender
    that had not looked yet) is pulled and acted on there. The drain ends once link n waits for a
@@ -23,7 +23,7 @@ the middle of them (every fact lives on the server):
    a message accepted after the drain's last evaluation is dropped with it, and the SDK sender that
    pushed it sends it again to link n+1 (it waits for step 4 to know).
 4. **Commit**: read link n's final state (its last model turn, the tasks after it, its variables),
-   build the :class:`~._carryover.CommitRecord` and write it as the carry task's output. The server
+   build the :class:`~conductor_agents._listener.carryover.CommitRecord` and write it as the carry task's output. The server
    keeps the first output written (a finished task ignores later updates), so two processes that
    commit at once agree on the first one; each reads it back. Link n+1's model then starts, with the
    carried-over conversation in its system prompt.
@@ -58,7 +58,7 @@ __all__ = ["LinkSpec", "Switch", "SwitchOutcome", "link_start_body"]
 log = logging.getLogger("conductor_agents.continuation")
 
 #: The drain's verdict ("link n is at rest, its queue empty") holds this long: the run must be ended
-#: within it, or it is drained again (``_sending`` counts on it to know a message is safe).
+#: within it, or it is drained again (``sending`` counts on it to know a message is safe).
 QUIET_VALID_SECONDS = 5.0
 #: Evaluations of link n's waiting wait-for-message task, after link n+1 exists, that end the drain.
 _EVALUATIONS = 2

@@ -15,7 +15,7 @@ A full tool pool is not a dead worker: a pool that is full stops this process's 
 the run's next task waits unpolled. The watchdog holds off while this process serves the
 domain and its pool was full within the stall threshold (``is_busy``), and a stall seen
 from another process is dismissed when the server's poll data shows the domain polled within
-the threshold (a busy process keeps polling with ``count=0``, see ``_poller``).
+the threshold (a busy process keeps polling with ``count=0``, see ``poller``).
 
 **Idle runs cost little.** A served stateful run whose queues the runtime's queue watcher has
 just read empty has no task waiting, so it cannot be stalled: its sample is skipped (no

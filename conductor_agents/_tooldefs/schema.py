@@ -5,7 +5,7 @@ Two halves, both pure functions without shared state (thread-safe):
 * :func:`signature_schema` turns a function's signature, type hints and docstring into the
   ``inputSchema`` object the LLM sees, plus per-parameter converters that turn checked JSON
   values into the Python values the hints promise (``Enum`` members, ``tuple``, ``float``).
-* :func:`check_arguments` (in :mod:`._json_check`, re-exported here) checks the LLM's
+* :func:`check_arguments` (in :mod:`conductor_agents._common.json_check`, re-exported here) checks the LLM's
   arguments against a JSON schema subset and describes every problem in words the LLM can
   act on.
 """

@@ -36,7 +36,7 @@ __all__ = ["ToolExecutor", "TaskRef"]
 log = logging.getLogger("conductor_agents.worker")
 
 _TERMINAL_FAILURE = "FAILED_WITH_TERMINAL_ERROR"
-#: The status of a task handed back for another delivery (see ``_task_watch.hand_back``).
+#: The status of a task handed back for another delivery (see ``task_watch.hand_back``).
 _HANDED_BACK = "IN_PROGRESS"
 #: Deliveries a tool call gets when the task does not say (agent tool tasks: retryCount 2).
 _DEFAULT_RETRY_COUNT = 2

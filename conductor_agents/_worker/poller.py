@@ -35,7 +35,7 @@ _MAX_BACKOFF = 5.0
 #: (nothing waits, or the server is down for every call) the pause keeps doubling.
 _RUNG_RETRY_SECONDS = 0.5
 #: While a queue watcher rings this poller, it still polls on its own this often: a missed ring,
-#: and the server's poll data shows the domain served by a live worker (``_takeover``).
+#: and the server's poll data shows the domain served by a live worker (``takeover``).
 _SAFETY_POLL_SECONDS = 60.0
 #: A poller counts as active (the watcher looks at it often) this long after a task or a new run.
 _ACTIVE_SECONDS = 5.0

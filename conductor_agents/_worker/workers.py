@@ -392,7 +392,7 @@ class WorkerSet:
 
         A worker killed mid-tool leaves its task IN_PROGRESS until its lease ends (an hour
         for agent tools). ``resume()`` is the caller saying that process is gone, so each
-        such task is handed back (requeued IN_PROGRESS, see ``_task_watch.hand_back``): the
+        such task is handed back (requeued IN_PROGRESS, see ``task_watch.hand_back``): the
         server delivers the same call again on the same domain, which this process serves,
         and the model sees only that delivery's result. Returns the reference names reclaimed.
         """
