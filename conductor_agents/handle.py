@@ -12,6 +12,7 @@ from ._wire.api import ConductorApi
 from ._listener.directory import Chain, ChainDirectory, Link
 from ._listener.chained_events import ChainedEvents
 from ._common.clock import Clock
+from ._common.transient import TransientErrors
 from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.following import current_status, live_links
 from ._answers.output_type import typed_result
@@ -197,7 +198,7 @@ class AgentHandle:
         return typed_result(result, self.agent.output_spec if self.agent is not None else None)
 
     def _wait_loop(self, deadline: float, limit: float) -> AgentResult:
-        errors = 0
+        budget = TransientErrors(self._settings.max_transient_errors)
         while True:
             self._raise_if_stalled()
             remaining = deadline - self._clock.monotonic()
@@ -206,15 +207,12 @@ class AgentHandle:
                     self._api, self._directory, self._chain(),
                     timeout=max(1.0, min(self._settings.http_timeout_seconds, remaining)))
                 status = self._as_listener(status, link)
-                errors = 0
+                budget.ok()
             except (ServerUnavailableError, HttpError) as err:
-                if isinstance(err, HttpError) and not err.transient:
-                    raise
-                errors += 1
-                if errors > self._settings.max_transient_errors:
+                if not budget.tolerate(err):
                     raise
                 log.info("status of %s failed (%s); %d consecutive transient errors",
-                         self.execution_id, err, errors)
+                         self.execution_id, err, budget.count)
                 status = None
             if status is not None:
                 self._last_status = status.status

@@ -43,6 +43,8 @@ import threading
 from typing import Any, Callable, Deque, Hashable, Iterator, Optional, Set, Tuple
 
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.loops import BackgroundLoop
+from .._common.transient import TransientErrors
 from .polling import TaskEvents
 from .._wire.sse import SseDecoder, SseMessage
 from .._wire.transport import ByteStream, HttpError
@@ -213,8 +215,9 @@ class _Reader:
         with self._lock:
             self._stream = stream
         done = threading.Event()
-        watch = threading.Thread(target=self._watch_quiet, args=(stream, done),
-                                 name=f"conductor-agents-events-{self._execution_id}-quiet", daemon=True)
+        # Daemon, as the reader it serves; ``done`` stops it when the connection ends.
+        watch = BackgroundLoop(f"events-{self._execution_id}-quiet", lambda: self._watch_quiet(stream, done),
+                               daemon=True, stop=done)
         try:
             if self._stop.is_set():
                 return _DROPPED
@@ -233,8 +236,7 @@ class _Reader:
             with self._lock:
                 self._stream = None
             stream.close()
-            if watch.ident is not None:
-                watch.join(15.0)  # at most one status request (10 s timeout) in flight
+            watch.join(15.0)  # at most one status request (10 s timeout) in flight
 
     def _watch_quiet(self, stream: ByteStream, done: threading.Event) -> None:
         """While the connection is open: check a quiet stream against the task list; cut it when partial."""
@@ -367,15 +369,12 @@ class _Reader:
     # -- status and polling -----------------------------------------------------------
 
     def _status(self) -> Optional[dict]:
-        errors = 0
+        budget = TransientErrors(self._max_transient)
         while not self._stopped():
             try:
                 return self._api.agent_status(self._execution_id, timeout=10.0)
             except (ServerUnavailableError, HttpError) as err:
-                if isinstance(err, HttpError) and not err.transient:
-                    raise
-                errors += 1
-                if errors > self._max_transient:
+                if not budget.tolerate(err):
                     raise
                 self._pause(self._poll_interval)
         return None
@@ -384,20 +383,18 @@ class _Reader:
         """Deliver the events rebuilt from the task list until the run's last one (True) or a stop."""
         self.mode = "poll"
         emitted: Set[str] = set()
-        errors = 0
+        budget = TransientErrors(self._max_transient)
         while not self._stopped():
             try:
                 _, events = self._task_events.read()
-                errors = 0
+                budget.ok()
             except ExecutionNotFoundError:
                 raise
             except (ServerUnavailableError, HttpError) as err:
-                if isinstance(err, HttpError) and not err.transient:
+                if not budget.tolerate(err):
                     raise
-                errors += 1
-                if errors > self._max_transient:
-                    raise
-                log.info("polling the tasks of %s failed (%s); %d consecutive errors", self._execution_id, err, errors)
+                log.info("polling the tasks of %s failed (%s); %d consecutive errors", self._execution_id, err,
+                         budget.count)
             else:
                 for event in events:
                     if event.id in emitted:
@@ -448,8 +445,7 @@ class EventStream:
                                idle_check_seconds=idle_check_seconds)
         # Daemon: if the interpreter exits while it reads, only this stream's events are lost.
         # close() stops it (it cuts the connection) and joins it.
-        self._thread = threading.Thread(target=self._reader.run, name=f"conductor-agents-events-{execution_id}",
-                                        daemon=True)
+        self._thread = BackgroundLoop(f"events-{execution_id}", self._reader.run, daemon=True)
         self._observer = observer
         self._unsubscribe: Optional[Callable[[], None]] = None
         if observer is not None:
@@ -518,10 +514,8 @@ class EventStream:
             self._unsubscribe()
         if self._observer is not None:
             self._observer.unregister_stream(self)
-        if started and threading.current_thread() is not self._thread:
-            self._thread.join(timeout=5.0)
-            if self._thread.is_alive():
-                log.warning("the event reader of %s did not stop within 5s", self.execution_id)
+        if started and not self._thread.is_current() and not self._thread.join(5.0):
+            log.warning("the event reader of %s did not stop within 5s", self.execution_id)
 
     def __enter__(self) -> "EventStream":
         return self

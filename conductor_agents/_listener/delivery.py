@@ -34,6 +34,7 @@ from .._wire.api import ConductorApi
 from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
 from .._common.clock import Clock
+from .._common.transient import TransientErrors
 from .switch import read_commit
 from .._wire.transport import HttpError
 from ..errors import MessageLostError, ServerUnavailableError, WaitTimeoutError
@@ -244,18 +245,16 @@ def wait_for_delivery(
                 pass  # not pulled by the earlier run: look in the newest
     check = DeliveryCheck(link.execution_id, message_id)
     deadline = clock.monotonic() + timeout
-    errors = 0
+    budget = TransientErrors(max_transient_errors)
     while True:
         try:
             sample: Optional[Mapping[str, Any]] = _sample(api, link.execution_id, message_id)
-            errors = 0
+            budget.ok()
         except (ServerUnavailableError, HttpError) as err:
-            if isinstance(err, HttpError) and not err.transient:
+            if not budget.tolerate(err):
                 raise
-            errors += 1
-            if errors > max_transient_errors:
-                raise
-            log.info("sampling run %s failed (%s); %d consecutive transient errors", link.execution_id, err, errors)
+            log.info("sampling run %s failed (%s); %d consecutive transient errors", link.execution_id, err,
+                     budget.count)
             sample = None
         if sample is not None:
             if sample.get("status") in _TERMINAL_RUN and chain.continuable \

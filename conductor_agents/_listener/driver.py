@@ -27,6 +27,7 @@ from .budget import RunSize, SizeModel
 from .._common.task_names import TURN_TASK
 from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.loops import BackgroundLoop
 from .._tooldefs.context import ToolContext
 from .switch import LinkSpec, Switch
 from ..errors import ConductorAgentsError, WorkerStallError
@@ -114,7 +115,7 @@ class _Served:
         self.missed_turn = 0  # a turn of the current link reported while a job ran
         self.new_link_turn = 0  # the latest turn the new link of a switch under way has begun
         self.switch: Optional[Switch] = None  # a switch under way (steps 2-4 left)
-        self.thread: Optional[threading.Thread] = None
+        self.thread: Optional[BackgroundLoop] = None
         self.disabled = False
         self.agent_key = f"{spec.agent.name}:{hash(json.dumps(spec.agent.to_config(), sort_keys=True, default=str))}"
 
@@ -141,7 +142,7 @@ class ContinuationDriver:
         self._by_run: Dict[str, _Served] = {}
         self._by_link: Dict[str, _Served] = {}
         self._closing = threading.Event()
-        self._threads: List[threading.Thread] = []
+        self._threads: List[BackgroundLoop] = []
         self.switches = 0  # committed switches (tests, stats)
         self.turn_tool = self._make_turn_tool()
 
@@ -227,21 +228,22 @@ class ContinuationDriver:
                 return  # else: the old link of a switch under way
             if served.switch is None and turn < served.next_check:
                 return
-            if served.thread is not None and served.thread.is_alive():
+            if served.thread is not None and served.thread.is_alive:
                 served.missed_turn = turn  # the running job looks at it when it is done
                 return
         self._start_job(served, turn=turn)
 
     def _start_job(self, served: _Served, *, turn: int = 0, resume_switch: bool = False) -> None:
         with self._lock:
-            if self._closing.is_set() or (served.thread is not None and served.thread.is_alive()):
+            if self._closing.is_set() or (served.thread is not None and served.thread.is_alive):
                 return
             # Not a daemon: a switch's steps are each short and bounded, and close() joins it; an
             # interpreter exit without close() leaves it for the next process (the switch resumes).
-            thread = threading.Thread(target=self._job, args=(served, turn), daemon=False,
-                                      name=f"conductor-agents-continue-{served.chain.run_id}")
+            # Every job stops on the driver's ``_closing``.
+            thread = BackgroundLoop(f"continue-{served.chain.run_id}", lambda: self._job(served, turn),
+                                    daemon=False, stop=self._closing)
             served.thread = thread
-            self._threads = [t for t in self._threads if t.is_alive()] + [thread]
+            self._threads = [t for t in self._threads if t.is_alive] + [thread]
         thread.start()
 
     def _job(self, served: _Served, turn: int) -> None:
@@ -372,5 +374,4 @@ class ContinuationDriver:
             threads = list(self._threads)
         deadline = self._clock.monotonic() + timeout
         for thread in threads:
-            if thread is not threading.current_thread():
-                thread.join(max(0.0, deadline - self._clock.monotonic()))
+            thread.join(max(0.0, deadline - self._clock.monotonic()))

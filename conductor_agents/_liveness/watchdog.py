@@ -45,6 +45,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.loops import BackgroundLoop
 from .stall import Stall, find_stall, server_time_from_date, stall_error
 from .._wire.transport import HttpError
 from .tree import running_sub_runs
@@ -171,8 +172,8 @@ class RunWatchdog:
         self._due: List[Tuple[float, int, str]] = []  # heap; entries of forgotten runs are skipped
         self._order = itertools.count()
         self._wake = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-        self._previous: Optional[threading.Thread] = None  # one that is ending, joined by close()
+        self._thread: Optional[BackgroundLoop] = None
+        self._previous: Optional[BackgroundLoop] = None  # one that is ending, joined by close()
         self._closed = False
         self.threads_started = 0
         # workflow name -> (when fetched, its running ids); only the watchdog thread touches it
@@ -252,13 +253,14 @@ class RunWatchdog:
         """Whether the thread is alive (it is only while some run is watched)."""
         with self._lock:
             thread = self._thread
-        return thread is not None and thread.is_alive()
+        return thread is not None and thread.is_alive
 
     # -- lifecycle --------------------------------------------------------------------
 
     def _start_thread(self) -> None:
-        # Daemon: the watchdog only observes; losing it at interpreter exit loses nothing.
-        self._thread = threading.Thread(target=self._loop, name="conductor-agents-watchdog", daemon=True)
+        # Daemon: the watchdog only observes; losing it at interpreter exit loses nothing. It is
+        # stopped by ``_closed`` (or no run left) and a wake: the loop ends in ``_next_due``.
+        self._thread = BackgroundLoop("watchdog", self._loop, daemon=True, on_crash=self._crashed)
         self.threads_started += 1
         self._thread.start()
 
@@ -274,8 +276,7 @@ class RunWatchdog:
         for run in runs:
             run._set_stall(None)
         for thread in threads:
-            if thread is not threading.current_thread():
-                thread.join(timeout)
+            thread.join(timeout)
 
     # -- the loop ---------------------------------------------------------------------
 
@@ -300,28 +301,28 @@ class RunWatchdog:
                 self._schedule(run, self._clock.monotonic() + self._interval)
                 return run, 0.0
             if self._closed or not self._runs:
-                if self._thread is threading.current_thread():
+                if self._thread is not None and self._thread.is_current():
                     self._thread, self._previous = None, self._thread
                 return None, -1.0
             return None, self._interval  # unreachable in practice: every run has a heap entry
 
     def _loop(self) -> None:
-        try:
-            while True:
-                run, delay = self._next_due()
-                if delay < 0:
-                    return
-                if run is None:
-                    self._wake.wait(delay)
-                    self._wake.clear()
-                    continue
-                self.sample(run)
-        except BaseException:
-            log.exception("the liveness watchdog crashed")
-            with self._lock:
-                if self._thread is threading.current_thread():
-                    self._thread = None
-            raise
+        while True:
+            run, delay = self._next_due()
+            if delay < 0:
+                return
+            if run is None:
+                self._wake.wait(delay)
+                self._wake.clear()
+                continue
+            self.sample(run)
+
+    def _crashed(self, err: BaseException) -> None:
+        # On the crashed thread: the next watch() starts a new one.
+        log.exception("the liveness watchdog crashed")
+        with self._lock:
+            if self._thread is not None and self._thread.is_current():
+                self._thread = None
 
     def run_due(self) -> int:
         """Sample every run that is due now, on the caller's thread; how many (tests, fake clock)."""

@@ -19,6 +19,7 @@ import os
 import threading
 from typing import Any, Callable, Dict, Optional, Set
 
+from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
 from .pending import PendingRequest, pending_in, waits_on_person
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
@@ -46,8 +47,7 @@ class PendingMonitor:
         self._lock = threading.Lock()
         self._runs: Dict[str, Any] = {}  # execution id -> handle
         self._reported: Dict[str, Set[str]] = {}  # execution id -> task ids already reported
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: Optional[BackgroundLoop] = None
         self._closed = False
 
     def watch(self, handle: Any) -> None:
@@ -57,12 +57,12 @@ class PendingMonitor:
                 return
             self._runs[handle.execution_id] = handle
             self._reported.setdefault(handle.execution_id, set())
-            if self._thread is None or not self._thread.is_alive():
-                self._stop = threading.Event()
+            if self._thread is None or not self._thread.is_alive:
+                stop = threading.Event()
                 # Daemon: if the interpreter exits without close(), only on_pending calls are lost
                 # (the runs go on on the server). It ends on its stop event within one interval.
-                self._thread = threading.Thread(target=self._loop, args=(self._stop,), daemon=True,
-                                                name="conductor-agents-pending")
+                self._thread = BackgroundLoop.every("pending", self._interval, lambda: self._sample_all(stop),
+                                                    daemon=True, stop=stop)
                 self._thread.start()
 
     @property
@@ -75,26 +75,27 @@ class PendingMonitor:
         with self._lock:
             self._closed = True
             self._runs.clear()
-            thread, stop = self._thread, self._stop
-        stop.set()
-        if thread is not None and thread is not threading.current_thread():
+            thread = self._thread
+        if thread is not None:
+            thread.stop()
             thread.join(timeout)
 
-    def _loop(self, stop: threading.Event) -> None:
-        while not stop.wait(self._interval):
-            with self._lock:
-                runs = list(self._runs.items())
-            for execution_id, handle in runs:
-                if stop.is_set():
-                    return
-                try:
-                    self.sample(execution_id, handle)
-                except Exception:  # never let the thread die: a bad sample is logged and retried
-                    log.exception("pending check of run %s failed", execution_id)
-            with self._lock:
-                if not self._runs:
-                    self._thread = None
-                    return
+    def _sample_all(self, stop: threading.Event) -> bool:
+        """One round of the thread: sample every run; True when the thread ends (stopped, or no run left)."""
+        with self._lock:
+            runs = list(self._runs.items())
+        for execution_id, handle in runs:
+            if stop.is_set():
+                return True
+            try:
+                self.sample(execution_id, handle)
+            except Exception:  # never let the thread die: a bad sample is logged and retried
+                log.exception("pending check of run %s failed", execution_id)
+        with self._lock:
+            if not self._runs:
+                self._thread = None
+                return True
+        return False
 
     def sample(self, execution_id: str, handle: Any) -> None:
         """Look at one run once; report what is newly pending."""

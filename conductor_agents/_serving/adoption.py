@@ -28,6 +28,7 @@ from typing import Any, Callable, Optional
 
 import attrs
 
+from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
 from .leases import Lease, LeaseBook
 from .presence import PeerView, Presence
@@ -82,8 +83,9 @@ class Adopter:
         self._runs: dict[str, _RunInfo] = {}
         self._orphan_since: dict[str, float] = {}
         self._wake = threading.Event()
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        # Daemon: if it dies with the interpreter, only adoptions by this process are lost (the
+        # other present processes adopt the orphans).
+        self._thread = BackgroundLoop("adopt", self._loop, daemon=True, wake=self._wake)
         self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # take-ups of one round, at once
         #: Counts, for tests and stats: runs adopted, leases lost to another process.
         self.adopted = 0
@@ -123,25 +125,20 @@ class Adopter:
     # -- the thread ---------------------------------------------------------------------
 
     def start(self) -> None:
-        with self._lock:
-            if self._thread is not None:
-                return
-            self._thread = threading.Thread(target=self._loop, name="conductor-agents-adopt", daemon=True)
-        self._thread.start()
+        """Start the thread; only the first call does."""
+        self._thread.start_once()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._wake.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(30.0)
+        """Stop the thread, join it (30 s at most), then the pool of its take-ups. Idempotent."""
+        self._thread.stop()
+        self._thread.join(30.0)
         with self._lock:
             pool, self._pool = self._pool, None
         if pool is not None:
             pool.shutdown(wait=True)
 
     def _stopping(self) -> bool:
-        return self._stop.is_set() or _EXITING.is_set()
+        return self._thread.stopping or _EXITING.is_set()
 
     def _loop(self) -> None:
         while not self._stopping():

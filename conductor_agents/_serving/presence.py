@@ -30,6 +30,7 @@ import attrs
 
 from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.loops import BackgroundLoop
 from .._liveness.stall import server_time_from_date
 from .._wire.transport import HttpError
 from ..errors import ServerError
@@ -105,8 +106,9 @@ class Presence:
         #: (when the read came back, this process's row's age then): the fence's evidence.
         self._own: Optional["tuple[float, float]"] = None
         self._fenced = False
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        # Daemon: if it dies with the interpreter, only the beacon stops: this process's runs are
+        # adopted by others once its row is older than ``dead_after``, as after a crash.
+        self._thread = BackgroundLoop.every("presence", interval, self._beat, daemon=True)
 
     # -- what others read ---------------------------------------------------------------
 
@@ -164,28 +166,24 @@ class Presence:
                             "presence ages out (%.0fs)", agent_name, err, self.dead_after)
 
     def start(self) -> None:
-        with self._lock:
-            if self._thread is not None:
-                return
-            self._thread = threading.Thread(target=self._loop, name="conductor-agents-presence", daemon=True)
-        self._thread.start()
+        """Keep the rows fresh on the thread, every ``interval``. Only the first call starts it."""
+        self._thread.start_once()
 
     def stop(self) -> None:
-        self._stop.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(15.0)
+        """Stop the thread and join it (15 s at most). Idempotent, safe before start."""
+        self._thread.stop()
+        self._thread.join(15.0)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval):
-            try:
-                self.beacon()
-                self._on_read()
-            except (ServerError, HttpError, OSError) as err:
-                log.debug("presence beacon failed: %s", err)
-            except Exception:  # noqa: BLE001 - the thread must go on; the fence decides
-                log.exception("presence beacon failed")
-            self._check_fence()
+    def _beat(self) -> None:
+        """One round of the thread: the beacon, then the fence."""
+        try:
+            self.beacon()
+            self._on_read()
+        except (ServerError, HttpError, OSError) as err:
+            log.debug("presence beacon failed: %s", err)
+        except Exception:  # noqa: BLE001 - the thread must go on; the fence decides
+            log.exception("presence beacon failed")
+        self._check_fence()
 
     def _check_fence(self) -> None:
         with self._lock:

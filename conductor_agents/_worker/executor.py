@@ -23,6 +23,7 @@ from .._tooldefs import context as _context
 from .._tooldefs import run_state as _run_state
 from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.loops import BackgroundLoop
 from .._tooldefs.context import CancelReason, ToolContext
 from .._wire.payload import ToolOutputError, tool_output
 from .results import ResultPoster
@@ -143,9 +144,8 @@ class ToolExecutor:
         self._watch = CancellationWatch(api, worker_id=worker_id)
         # Daemon: if it dies with the interpreter only lease extension is lost (the tools it
         # served die too). It exits on the stop event within one second.
-        self._lease_thread = threading.Thread(
-            target=self._lease_loop, name="conductor-agents-lease", daemon=True
-        )
+        self._lease_thread = BackgroundLoop.every(
+            "lease", 1.0, lambda: self._lease_tick(self._clock.monotonic()), daemon=True, stop=self._stop)
         self._lease_thread.start()
 
     # -- capacity ---------------------------------------------------------------------
@@ -366,10 +366,6 @@ class ToolExecutor:
         self._results.post(task, result, self._abandon)
 
     # -- leases -----------------------------------------------------------------------
-
-    def _lease_loop(self) -> None:
-        while not self._stop.wait(1.0):
-            self._lease_tick(self._clock.monotonic())
 
     def _lease_tick(self, now: float) -> None:
         """Look at long-running calls (cancellation) and extend the leases that are due."""

@@ -15,6 +15,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.loops import BackgroundLoop
 from .executor import ToolExecutor
 from .._wire.transport import HttpError
 from ..errors import ServerError, ServerUnavailableError
@@ -114,11 +115,9 @@ class DomainPoller:
         self.poll_errors = 0
         # Daemon: a poller is pure I/O; if the interpreter exits without close(), the
         # tasks it would have fetched stay SCHEDULED and the liveness monitor reports them.
-        self._thread = threading.Thread(
-            target=self._loop,
-            name=f"conductor-agents-poll-{name_suffix or domain or 'shared'}",
-            daemon=True,
-        )
+        self._thread = BackgroundLoop(
+            f"poll-{name_suffix or domain or 'shared'}", self._loop, daemon=True, stop=self._stop, wake=self._wake,
+            on_crash=lambda err: log.exception("poller for domain %s crashed", self.domain), on_exit=self._exit)
 
     def __repr__(self) -> str:
         return f"DomainPoller(domain={self.domain!r}, executions={len(self._executions)})"
@@ -219,15 +218,11 @@ class DomainPoller:
 
     def stop(self) -> None:
         """Ask the loop to end (idempotent, safe before start)."""
-        self._stop.set()
-        self._wake.set()
+        self._thread.stop()
 
     def join(self, timeout: float) -> bool:
         """Wait for the thread to end; True when it did."""
-        if not self._thread.is_alive() and not self._thread.ident:
-            return True
-        self._thread.join(timeout)
-        return not self._thread.is_alive()
+        return self._thread.join(timeout)
 
     @property
     def retired(self) -> bool:
@@ -236,7 +231,7 @@ class DomainPoller:
 
     @property
     def is_alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive
 
     @property
     def has_exited(self) -> bool:
@@ -245,33 +240,31 @@ class DomainPoller:
     # -- the loop ---------------------------------------------------------------------
 
     def _loop(self) -> None:
+        """The thread's body (its crash is logged, and :meth:`_exit` called, by the BackgroundLoop)."""
         backoff = 0.0
-        try:
-            while not self._stop.is_set():
-                now = self._clock.monotonic()
-                types = self.task_types
-                if not types:
-                    self._wake.wait()  # a registration or stop() sets it
-                    self._wake.clear()
-                    continue
-                watched = self._watched()
-                if watched and not self._rung and not self._draining and now < self._next_safety \
-                        and set(types) <= self._polled:
-                    # The watcher rings when one of our queues holds a task: no poll until then.
-                    self._wake.wait(max(0.0, self._next_safety - now))
-                    self._wake.clear()
-                    continue
-                rung, self._rung = self._rung, False
-                backoff = self._poll_round(types, backoff, short_only=watched, rung=rung)
-                if backoff:
-                    self._pause_after_failure(backoff)
-        except BaseException:
-            log.exception("poller for domain %s crashed", self.domain)
-            raise
-        finally:
-            self._exited.set()
-            if self._on_exit is not None:
-                self._on_exit(self)
+        while not self._stop.is_set():
+            now = self._clock.monotonic()
+            types = self.task_types
+            if not types:
+                self._wake.wait()  # a registration or stop() sets it
+                self._wake.clear()
+                continue
+            watched = self._watched()
+            if watched and not self._rung and not self._draining and now < self._next_safety \
+                    and set(types) <= self._polled:
+                # The watcher rings when one of our queues holds a task: no poll until then.
+                self._wake.wait(max(0.0, self._next_safety - now))
+                self._wake.clear()
+                continue
+            rung, self._rung = self._rung, False
+            backoff = self._poll_round(types, backoff, short_only=watched, rung=rung)
+            if backoff:
+                self._pause_after_failure(backoff)
+
+    def _exit(self) -> None:
+        self._exited.set()
+        if self._on_exit is not None:
+            self._on_exit(self)
 
     def _pause_after_failure(self, backoff: float) -> None:
         """Wait ``backoff`` seconds after a failed poll, or only ``_RUNG_RETRY_SECONDS`` when rung.

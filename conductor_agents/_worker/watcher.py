@@ -35,6 +35,7 @@ from typing import Callable, Dict, List, Mapping, Optional
 
 from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.loops import BackgroundLoop
 from .poller import _ACTIVE_SECONDS, DomainPoller
 from .._wire.transport import HttpError
 from ..errors import AuthenticationError, ServerError, ServerUnavailableError
@@ -110,7 +111,9 @@ class QueueWatcher:
         self._stop = threading.Event()
         # Daemon: if it dies with the interpreter, only the rings are lost (pollers fall back
         # to long polls when it is unhealthy; at exit they die too).
-        self._thread = threading.Thread(target=self._loop, name="conductor-agents-watch", daemon=True)
+        self._thread = BackgroundLoop(
+            "watch", self._loop, daemon=True, stop=self._stop, on_exit=lambda: self._set_health(False),
+            on_crash=lambda err: log.exception("the queue watcher crashed; pollers long-poll instead"))
 
     @property
     def healthy(self) -> bool:
@@ -120,15 +123,14 @@ class QueueWatcher:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._thread.stop()
 
     def join(self, timeout: float) -> None:
-        if self._thread.ident:
-            self._thread.join(timeout)
+        self._thread.join(timeout)
 
     @property
     def is_alive(self) -> bool:
-        return self._thread.is_alive()
+        return self._thread.is_alive
 
     def _set_health(self, healthy: bool) -> None:
         if healthy != self._healthy:
@@ -137,38 +139,33 @@ class QueueWatcher:
                 poller.ring()
 
     def _loop(self) -> None:
+        """The thread's body (its crash is logged and its health cleared by the BackgroundLoop)."""
         next_full = 0.0
         backoff = 0.0
-        try:
-            while not self._stop.is_set():
-                now = self._clock.monotonic()
-                pollers = self._pollers()
-                if not pollers and self._may_stop is not None and self._may_stop(self):
-                    log.debug("no poller left; the queue watcher stops until the next run")
+        while not self._stop.is_set():
+            now = self._clock.monotonic()
+            pollers = self._pollers()
+            if not pollers and self._may_stop is not None and self._may_stop(self):
+                log.debug("no poller left; the queue watcher stops until the next run")
+                return
+            full = now >= next_full
+            try:
+                self._round(pollers, now, full=full)
+            except HttpError as err:
+                if not err.transient:
+                    log.info("the server cannot report queue sizes (%s); pollers long-poll instead", err)
                     return
-                full = now >= next_full
-                try:
-                    self._round(pollers, now, full=full)
-                except HttpError as err:
-                    if not err.transient:
-                        log.info("the server cannot report queue sizes (%s); pollers long-poll instead", err)
-                        return
-                    backoff = self._unhealthy(backoff, err)
-                    continue
-                except (ServerUnavailableError, ServerError) as err:
-                    backoff = self._unhealthy(backoff, err)
-                    continue
-                backoff = 0.0
-                self._set_health(True)
-                if full:
-                    next_full = now + self.idle_interval()
-                active = now - self._activity_at < _ACTIVE_SECONDS
-                self._stop.wait(self._fast if active else max(0.0, next_full - self._clock.monotonic()))
-        except BaseException:
-            log.exception("the queue watcher crashed; pollers long-poll instead")
-            raise
-        finally:
-            self._set_health(False)
+                backoff = self._unhealthy(backoff, err)
+                continue
+            except (ServerUnavailableError, ServerError) as err:
+                backoff = self._unhealthy(backoff, err)
+                continue
+            backoff = 0.0
+            self._set_health(True)
+            if full:
+                next_full = now + self.idle_interval()
+            active = now - self._activity_at < _ACTIVE_SECONDS
+            self._stop.wait(self._fast if active else max(0.0, next_full - self._clock.monotonic()))
 
     def note_activity(self, now: float) -> None:
         """A poller got a task or a run (``now`` on the watcher's clock): read fast for a while."""
