@@ -1,11 +1,11 @@
 """A background loop: one named thread that its owner starts once, stops with an Event and joins.
 
-Every long-lived thread of the SDK follows the same rules (``docs`` style guide, "thread
-ownership"): a name ``conductor-agents-<role>`` (the thread-leak checks look for it), an explicit
-``daemon=`` with a comment at the owner saying what is lost if it dies with the interpreter, one
-owner that starts, stops (a :class:`threading.Event`) and joins it with a timeout, waits on an
-event rather than ``time.sleep`` (so a stop is seen at once), and a fatal error that is recorded
-and reported rather than lost. :class:`BackgroundLoop` is that, once; the owner keeps what its
+Every long-lived thread of the SDK follows the same rules of ownership: a name
+``conductor-agents-<role>`` (the thread-leak checks look for it), an explicit ``daemon=`` with a
+comment at the owner saying what is lost if it dies with the interpreter, one owner that starts,
+stops (a :class:`threading.Event`) and joins it with a timeout, waits on an event rather than
+``time.sleep`` (so a stop is seen at once), and a fatal error that is recorded and reported
+rather than lost. :class:`BackgroundLoop` is that, once; the owner keeps what its
 loop does.
 """
 
