@@ -16,7 +16,7 @@ from ._common.transient import TransientErrors
 from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.following import current_status, live_links
 from ._answers.output_type import typed_result
-from ._runs.by_id import RunsById
+from ._listener.by_id import RunsById
 from ._wire.payload import message_payload
 from ._people.pending import HumanAnswer, PendingRequest
 from ._wire.transport import HttpError

@@ -14,7 +14,7 @@ from ._listener.delivery import MessageDelivery
 from ._listener.directory import ChainDirectory
 from ._people import approvals as _approvals
 from ._people.pending import HumanAnswer, PendingRequest
-from ._runs.by_id import RunsById
+from ._listener.by_id import RunsById
 from ._runs.exit import close_at_exit
 from ._runs.handles import HandleMaker
 from ._runs.serving import ProcessServing, check_servable

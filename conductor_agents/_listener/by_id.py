@@ -10,8 +10,8 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Optional
 
 from .._common.clock import Clock
-from .._listener.directory import Chain, ChainDirectory
-from .._listener.sending import send_to_listener
+from .directory import Chain, ChainDirectory
+from .sending import send_to_listener
 from .._people import approvals
 from .._people.pending import HumanAnswer, PendingRequest
 from .._wire.api import ConductorApi
