@@ -13,7 +13,7 @@ else
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 endif
 
-.PHONY: install server-deps cluster-deps test test-fast unit demo clean bench
+.PHONY: install server-deps cluster-deps layering test test-fast unit demo clean bench
 
 $(STAMP):
 	$(PYTHON) -m venv $(VENV)
@@ -49,14 +49,18 @@ cluster-deps:
 	  fi; \
 	fi
 
-test: server-deps
+# The house rules first (imports point down, no cycle, module sizes: docs/architecture.md); then the suite.
+layering: install
+	$(PY) tests/layering.py
+
+test: server-deps layering
 	$(PY) -m pytest $(PYTEST_PARALLEL) $(PYTEST_ARGS)
 
 # The edit-test loop: everything but the cluster and the server-restart tests (make test runs those too).
-test-fast: server-deps
+test-fast: server-deps layering
 	$(PY) -m pytest $(PYTEST_PARALLEL) -m "not cluster and not restarts" $(PYTEST_ARGS)
 
-unit: install
+unit: install layering
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 demo: server-deps

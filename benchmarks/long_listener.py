@@ -35,8 +35,8 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from _harness import Bench, percentiles  # noqa: E402
 
-from conductor_agents._chain import parse_link_key  # noqa: E402
-from conductor_agents._chain_directory import Chain  # noqa: E402
+from conductor_agents._listener.chain import parse_link_key  # noqa: E402
+from conductor_agents._listener.directory import Chain  # noqa: E402
 
 
 def parse_args(argv: "list[str]") -> argparse.Namespace:

@@ -29,7 +29,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from conductor_agents import Agent, AgentRuntime, AgentSettings, LocalServer, tool  # noqa: E402
-from conductor_agents._event_polling import TaskEvents  # noqa: E402
+from conductor_agents._events.polling import TaskEvents  # noqa: E402
 from conductor_agents.testing import ScriptedLLM, ToolCall  # noqa: E402
 
 

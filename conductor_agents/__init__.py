@@ -6,14 +6,14 @@ The public names are re-exported here; everything else lives in private modules.
 import logging as _logging
 
 from ._version import __version__
-from ._context import CancelReason, ToolContext, current_tool_context
-from ._delivery import MessageDelivery
-from ._pending import HumanAnswer, PendingRequest, PendingToolCall
+from ._tooldefs.context import CancelReason, ToolContext, current_tool_context
+from ._listener.delivery import MessageDelivery
+from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
 from .agent import Agent
-from ._guardrails import Guardrail, GuardrailResult
-from ._gates import Gate
-from ._subagents import Handoff, HandoffContext, Strategy
-from ._termination import Termination
+from ._answers.guardrails import Guardrail, GuardrailResult
+from ._teams.gates import Gate
+from ._teams.subagents import Handoff, HandoffContext, Strategy
+from ._teams.termination import Termination
 from .continuation import CarryOver, Continuation
 from .errors import (
     AgentDefinitionError,

@@ -8,14 +8,14 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 import attrs
 
 from .continuation import Continuation
-from ._gates import Gate, gate_task_name, gate_worker
-from ._guardrails import Guardrail
-from ._output_type import OutputSpec
-from ._secrets import check_credential_names
-from ._stopping import StopRule, stop_task_name, stop_worker
-from ._subagents import (Handoff, Strategy, agent_tool, check_plan_schema, handoff_task_name, handoff_worker,
-                         merge_worker_tools, router_task_name, router_worker, selection_task_name, selection_worker)
-from ._termination import Termination, termination_task_name, termination_worker
+from ._answers.guardrails import Guardrail
+from ._answers.output_type import OutputSpec
+from ._common.secrets import check_credential_names
+from ._teams.compile import agent_config, check_task_names, worker_groups
+from ._teams.gates import Gate
+from ._teams.stopping import StopRule
+from ._teams.subagents import Handoff, Strategy, agent_tool, check_plan_execute, merge_worker_tools
+from ._teams.termination import Termination
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
 
@@ -298,21 +298,14 @@ class Agent:
 
     def __attrs_post_init__(self) -> None:
         _check_team(self)
-        if self.stop_when is not None:
-            stop_task_name(self.name)
-        if self.termination is not None:
-            termination_task_name(self.name)
-        if self.router is not None and not isinstance(self.router, Agent):
-            router_task_name(self.name)
-        if self.strategy is Strategy.MANUAL:
-            selection_task_name(self.name)
+        check_task_names(self)
         if (self.stop_when is not None or self.termination is not None) and not self.tools and not self.agents:
             which = "termination" if self.termination is not None else "stop_when"
             raise AgentDefinitionError(
                 f"Agent {self.name!r}: {which} needs tools or sub-agents; the server (3.32.3) runs an agent "
                 "with neither as one model call and never evaluates a stopping rule", field=which,
                 value=getattr(self, which))
-        merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
+        merge_worker_tools(worker_groups(self), where=f"agent {self.name!r}")
 
     def as_tool(self, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
         """This agent as a tool another agent's model calls with a ``request``; its answer is the result.
@@ -324,26 +317,6 @@ class Agent:
             ToolDefinitionError: ``name`` (default: the agent's name) or ``description`` is invalid.
         """
         return agent_tool(self, name=name, description=description)
-
-    def _worker_groups(self) -> "list[Iterable[ToolDef]]":
-        groups: "list[Iterable[ToolDef]]" = [[t for t in self.tools if t.is_worker]]
-        groups += [t.nested_tools for t in self.tools]
-        groups.append([g.worker for g in self.guardrails if g.worker is not None])
-        groups.append([g.worker for t in self.tools for g in t.guardrails if g.worker is not None])
-        if self.stop_when is not None:
-            groups.append([stop_worker(self.name, self.stop_when)])
-        if self.termination is not None:
-            groups.append([termination_worker(self.name, self.termination)])
-        if self.router is not None and not isinstance(self.router, Agent):
-            groups.append([router_worker(self.name, self.router, self.agent_names)])
-        if self.strategy is Strategy.MANUAL:
-            groups.append([selection_worker(self.name, self.agent_names)])
-        groups.append([handoff_worker(self.name, i, h, self.agent_names)
-                       for i, h in enumerate(self.handoffs) if h.kind == "on_condition"])
-        groups.append([gate_worker(self.name, i, a.name, a.gate)
-                       for i, a in enumerate(self.agents) if a.gate is not None and a.gate.needs_worker])
-        groups += [a.worker_tools for a in (*self.agents, *self._router_agents, *self._plan_agents)]
-        return groups
 
     @property
     def _router_agents(self) -> "tuple[Agent, ...]":
@@ -367,7 +340,7 @@ class Agent:
     def worker_tools(self) -> "tuple[ToolDef, ...]":
         """The tools whose bodies run in this process (not the server's own tools): this agent's,
         its function guardrails', its agent tools' and its sub-agents' (each name once)."""
-        return merge_worker_tools(self._worker_groups(), where=f"agent {self.name!r}")
+        return merge_worker_tools(worker_groups(self), where=f"agent {self.name!r}")
 
     @property
     def has_sub_runs(self) -> bool:
@@ -423,71 +396,7 @@ class Agent:
                 f"Agent {self.name!r} has a gate, which only a stage of a sequential team runs "
                 "(Agent(agents=[...], strategy='sequential')); the server ignores it on an agent run on its own "
                 "or as a tool", field="gate", value=self.gate)
-        return self._config()
-
-    def _stage_config(self, index: int, stage: "Agent") -> dict:
-        """A sub-agent's config as this team sends it: with its ``gate`` (a sequential team's stage only)."""
-        config = stage._config()
-        if stage.gate is not None:
-            config["gate"] = stage.gate.to_config(gate_task_name(self.name, index) if stage.gate.needs_worker
-                                                  else None)
-        return config
-
-    def _config(self) -> dict:
-        config: dict[str, Any] = {
-            "name": self.name,
-            "model": self.model,
-            "instructions": self.instructions,
-            "tools": [t.to_config() for t in self.tools],
-            "maxTurns": self.max_turns,
-        }
-        if self.description:
-            config["description"] = self.description
-        if self.timeout_seconds:
-            config["timeoutSeconds"] = self.timeout_seconds
-        if self.temperature is not None:
-            config["temperature"] = self.temperature
-        if self.max_tokens is not None:
-            config["maxTokens"] = self.max_tokens
-        if self.metadata:
-            config["metadata"] = dict(self.metadata)
-        if self.output_type is not None:
-            config["outputType"] = OutputSpec.of(self.output_type).to_config()
-        if self.credentials:
-            config["credentials"] = list(self.credentials)
-        if self.guardrails:
-            config["guardrails"] = [g.to_config() for g in self.guardrails]
-        if self.agents:
-            config["agents"] = [self._stage_config(i, a) for i, a in enumerate(self.agents)]
-            config["strategy"] = (self.strategy or Strategy.HANDOFF).value
-            if not self.synthesize:
-                config["synthesize"] = False
-        if self.strategy is Strategy.PLAN_EXECUTE:
-            config["strategy"] = Strategy.PLAN_EXECUTE.value
-            assert self.planner is not None  # _check_team
-            config["planner"] = self.planner.to_config()
-            if self.fallback is not None:
-                config["fallback"] = self.fallback.to_config()
-            # The compiler never runs ``agents`` of a plan_execute agent, but the server (3.32.3) routes to a
-            # stateful run's domain, and registers, only the worker tools of the agent and of its ``agents``
-            # (never of planner/fallback): listed there too, their tools stay in the run's process.
-            config["agents"] = [a.to_config() for a in self._plan_agents]
-            if self.fallback_max_turns is not None:
-                config["fallbackMaxTurns"] = self.fallback_max_turns
-        if isinstance(self.router, Agent):
-            config["router"] = self.router.to_config()
-        elif self.router is not None:
-            config["router"] = {"taskName": router_task_name(self.name)}
-        if self.handoffs:
-            config["handoffs"] = [h.to_config(handoff_task_name(self.name, i) if h.kind == "on_condition" else None)
-                                  for i, h in enumerate(self.handoffs)]
-        if self.stop_when is not None:
-            config["stopWhen"] = {"taskName": stop_task_name(self.name)}
-        if self.termination is not None:
-            config["termination"] = self.termination.to_config()
-        if self.allowed_transitions:
-            config["allowedTransitions"] = {k: list(v) for k, v in self.allowed_transitions.items()}
-        return config
+        return agent_config(self)
 
 
 def _check_team(agent: Agent) -> None:
@@ -503,7 +412,7 @@ def _check_team(agent: Agent) -> None:
             raise AgentDefinitionError(f"Agent.agents: a sub-agent may not share its parent's name {agent.name!r}",
                                        field="agents", value=sub.name)
     names = set(agent.agent_names)
-    _check_plan_execute(agent)
+    check_plan_execute(agent)
     if agent.strategy is not None and agent.strategy is not Strategy.PLAN_EXECUTE and not agent.agents:
         raise AgentDefinitionError("Agent.strategy needs sub-agents (agents=[...])", field="strategy",
                                    value=agent.strategy.value)
@@ -555,66 +464,3 @@ def _check_gates(agent: Agent) -> None:
         raise AgentDefinitionError(
             f"Agent {agent.name!r}: the last stage {agent.agents[last].name!r} has a gate, but no stage follows it "
             "(the server never runs a gate after the last stage)", field="gate", value=agent.agents[last].name)
-
-
-def _check_plan_execute(agent: Agent) -> None:
-    """A ``plan_execute`` agent has what the server's compiler (3.32.3) needs, and only it has a planner.
-
-    Raises:
-        AgentDefinitionError: ``planner``/``fallback``/``fallback_max_turns`` without ``plan_execute``; a
-            ``plan_execute`` agent without a planner or tools, with ``agents`` (the strategy never runs
-            them), a stopping rule (never evaluated), a tool schema or tool guardrail the server refuses.
-    """
-    where = f"Agent {agent.name!r} (strategy='plan_execute')"
-    if agent.strategy is not Strategy.PLAN_EXECUTE:
-        for field in ("planner", "fallback", "fallback_max_turns"):
-            value = getattr(agent, field)
-            if value is not None:
-                raise AgentDefinitionError(f"Agent.{field} is only used with strategy='plan_execute'", field=field,
-                                           value=getattr(value, "name", value))
-        return
-    if agent.planner is None:
-        raise AgentDefinitionError(f"{where} needs planner=<Agent>: the agent whose answer is the JSON plan",
-                                   field="planner", value=None)
-    if agent.agents:
-        raise AgentDefinitionError(
-            f"{where}: the server never runs agents=[...] in a plan; a plan calls this agent's tools, so give a "
-            "sub-agent to the plan as a tool (tools=[sub.as_tool()])", field="agents", value=agent.agent_names)
-    if not agent.tools:
-        raise AgentDefinitionError(f"{where} needs tools: a plan's every step calls one of this agent's tools",
-                                   field="tools", value=())
-    if agent.fallback_max_turns is not None and agent.fallback is None:
-        raise AgentDefinitionError(f"{where}: fallback_max_turns needs a fallback agent", field="fallback_max_turns",
-                                   value=agent.fallback_max_turns)
-    for field in ("stop_when", "termination"):
-        if getattr(agent, field) is not None:
-            raise AgentDefinitionError(f"{where}: the server (3.32.3) never evaluates {field} in a plan",
-                                       field=field, value=getattr(agent, field))
-    slots = agent._plan_agents
-    for sub in slots:
-        if sub.name == agent.name:
-            raise AgentDefinitionError(f"{where}: the planner and fallback may not share their parent's name",
-                                       field="planner" if sub is agent.planner else "fallback", value=sub.name)
-        if sub.needs_message_queue:
-            raise AgentDefinitionError(f"{where}: a planner or fallback cannot wait for messages (the run's message "
-                                       "queue is the parent's)", field="planner" if sub is agent.planner
-                                       else "fallback", value=sub.name)
-    if len(slots) == 2 and slots[0].name == slots[1].name and slots[0] != slots[1]:
-        raise AgentDefinitionError(f"{where}: two different agents are named {slots[0].name!r}", field="fallback",
-                                   value=slots[1].name)
-    for tool_def in agent.tools:
-        check_plan_schema(tool_def.name, tool_def.input_schema, where=where)
-        if tool_def.approval_required or tool_def.tool_type in ("human", "pull_workflow_messages"):
-            what = ("needs approval" if tool_def.approval_required else
-                    "asks a person" if tool_def.tool_type == "human" else "waits for messages")
-            raise AgentDefinitionError(
-                f"{where}: the tool {tool_def.name!r} {what}; the server (3.32.3) runs a plan's steps with no "
-                "approval, person or message queue, so a plan cannot use it (give it to the planner or fallback)",
-                field="tools", value=tool_def.name)
-        if agent.fallback is None:
-            for guardrail in tool_def.guardrails:
-                if guardrail.on_fail != "raise":
-                    raise AgentDefinitionError(
-                        f"{where}: the tool {tool_def.name!r}'s guardrail {guardrail.name!r} has "
-                        f"on_fail={guardrail.on_fail!r}; in a plan the server can only stop the plan, so without "
-                        "a fallback agent it needs on_fail='raise'", field="tools", value=guardrail.name)

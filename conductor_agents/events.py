@@ -34,8 +34,8 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import attrs
 
-from ._pending import PendingToolCall
-from ._sse import SseMessage
+from ._people.pending import PendingToolCall
+from ._wire.sse import SseMessage
 from .result import SERVER_INPUT_KEYS
 
 __all__ = [

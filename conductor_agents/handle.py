@@ -8,18 +8,18 @@ from typing import TYPE_CHECKING, Any, Optional
 
 import attrs
 
-from . import _approvals
-from ._api import ConductorApi
-from ._chain_directory import Chain, ChainDirectory, Link
-from ._chained_events import ChainedEvents
-from ._clock import Clock
-from ._delivery import MessageDelivery, wait_for_delivery
-from ._following import current_status, live_links
-from ._output_type import typed_result
-from ._payload import message_payload
-from ._pending import HumanAnswer, PendingRequest
-from ._sending import send_to_listener
-from ._transport import HttpError
+from ._wire.api import ConductorApi
+from ._listener.directory import Chain, ChainDirectory, Link
+from ._listener.chained_events import ChainedEvents
+from ._common.clock import Clock
+from ._common.transient import TransientErrors
+from ._listener.delivery import MessageDelivery, wait_for_delivery
+from ._listener.following import current_status, live_links
+from ._answers.output_type import typed_result
+from ._listener.by_id import RunsById
+from ._wire.payload import message_payload
+from ._people.pending import HumanAnswer, PendingRequest
+from ._wire.transport import HttpError
 from .errors import (
     ConductorAgentsError,
     ExecutionNotRunningError,
@@ -33,7 +33,7 @@ from .result import AgentResult, AgentStatus, RunStatus
 from .stats import RunStats
 
 if TYPE_CHECKING:
-    from ._watchdog import RunWatch
+    from ._liveness.watchdog import RunWatch
     from .agent import Agent
     from .settings import AgentSettings
 
@@ -77,6 +77,8 @@ class AgentHandle:
     ) -> None:
         self._api = api
         self._directory = directory if directory is not None else ChainDirectory(api)
+        #: Messages and answers: the same code as the runtime's verbs by execution id.
+        self._by_id = RunsById(api, self._directory, settings, clock)
         self._chain_known = chain
         self._observer = observer
         self.execution_id = execution_id
@@ -112,12 +114,6 @@ class AgentHandle:
         link = self._directory.newest(chain)
         current = getattr(self._liveness, "current", None)
         return current if isinstance(current, Link) and current.number > link.number else link
-
-    def _live_id(self) -> str:
-        """The execution id of the listener's current run, as the server says now (one small request
-        for a continued listener; none otherwise)."""
-        chain = self._chain()
-        return self._directory.refresh(chain).execution_id if chain.continuable else self.execution_id
 
     @property
     def current_execution_id(self) -> str:
@@ -202,7 +198,7 @@ class AgentHandle:
         return typed_result(result, self.agent.output_spec if self.agent is not None else None)
 
     def _wait_loop(self, deadline: float, limit: float) -> AgentResult:
-        errors = 0
+        budget = TransientErrors(self._settings.max_transient_errors)
         while True:
             self._raise_if_stalled()
             remaining = deadline - self._clock.monotonic()
@@ -211,15 +207,12 @@ class AgentHandle:
                     self._api, self._directory, self._chain(),
                     timeout=max(1.0, min(self._settings.http_timeout_seconds, remaining)))
                 status = self._as_listener(status, link)
-                errors = 0
+                budget.ok()
             except (ServerUnavailableError, HttpError) as err:
-                if isinstance(err, HttpError) and not err.transient:
-                    raise
-                errors += 1
-                if errors > self._settings.max_transient_errors:
+                if not budget.tolerate(err):
                     raise
                 log.info("status of %s failed (%s); %d consecutive transient errors",
-                         self.execution_id, err, errors)
+                         self.execution_id, err, budget.count)
                 status = None
             if status is not None:
                 self._last_status = status.status
@@ -320,10 +313,7 @@ class AgentHandle:
 
     def send_message(self, payload: Any) -> str:
         """Push a message into the run's queue (see :meth:`AgentRuntime.send_message`)."""
-        return send_to_listener(
-            self._api, self._directory, self.execution_id, message_payload(payload),
-            switch_wait=self._settings.switch_wait_seconds, clock=self._clock, pause=self._pause,
-            on_accepted=self._directory.note_accepted)
+        return self._by_id.send_message(self.execution_id, message_payload(payload), pause=self._pause)
 
     def wait_delivered(self, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
         """Block until the run has pulled message ``message_id``; never longer than ``timeout``.
@@ -414,7 +404,7 @@ class AgentHandle:
         Raises:
             ExecutionNotFoundError, ServerUnavailableError, ServerError: the request failed.
         """
-        return _approvals.pending(self._api, self._live_id())
+        return self._by_id.pending(self.execution_id, chain=self._chain())
 
     def approve(self, *, reason: Optional[str] = None, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
@@ -431,16 +421,16 @@ class AgentHandle:
             ExecutionNotRunningError: the run has ended.
             WaitTimeoutError: the run did not take an answer in time (it may still).
         """
-        return _approvals.approve(self._api, self._live_id(), reason=reason, by=by, request=request,
-                                  timeout=timeout, clock=self._clock)
+        return self._by_id.approve(self.execution_id, chain=self._chain(), reason=reason, by=by, request=request,
+                                   timeout=timeout)
 
     def reject(self, reason: str, *, by: Optional[str] = None,
                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Reject the tool calls the run waits on: none runs, the model sees the rejection and
         ``reason``, and the run goes on. Rejecting an answer a guardrail holds for review ends the
         run FAILED with ``reason`` (the server's only outcome). Otherwise as :meth:`approve`."""
-        return _approvals.reject(self._api, self._live_id(), reason, by=by, request=request, timeout=timeout,
-                                 clock=self._clock)
+        return self._by_id.reject(self.execution_id, reason, chain=self._chain(), by=by, request=request,
+                                  timeout=timeout)
 
     def respond(self, answer: Any, *, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
@@ -455,8 +445,8 @@ class AgentHandle:
             InvalidAnswerError: the request has ``options`` and ``answer`` is none of them.
             ValueError: a review's corrected answer is not a non-empty str. Otherwise as :meth:`approve`.
         """
-        return _approvals.respond(self._api, self._live_id(), answer, by=by, request=request, timeout=timeout,
-                                  clock=self._clock)
+        return self._by_id.respond(self.execution_id, answer, chain=self._chain(), by=by, request=request,
+                                   timeout=timeout)
 
     # -- context manager --------------------------------------------------------------
 

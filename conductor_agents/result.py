@@ -8,7 +8,7 @@ from typing import Any, Mapping, Optional, Sequence
 
 import attrs
 
-from ._chain import INTERNAL_TASK_TYPES
+from ._common.task_names import INTERNAL_TASK_TYPES
 
 __all__ = ["AgentResult", "AgentStatus", "RunStatus", "TokenUsage", "ToolCallRecord"]
 

@@ -2,48 +2,34 @@
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import logging
 import os
 import threading
 import uuid
-import weakref
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
-from . import _approvals
-from ._api import ConductorApi
-from ._chain import link_key, run_id_for_key
-from ._chain_directory import Chain, ChainDirectory, Link
-from ._clock import SYSTEM_CLOCK, Clock
-from ._following import current_status
-from ._fork import rebuild_after_fork
-from ._observer import TaskObserver
-from ._delivery import MessageDelivery
-from ._payload import message_payload
-from ._pending import HumanAnswer, PendingRequest
-from ._pending_watch import PendingMonitor
-from ._run_state import check_context, check_media
-from ._sending import send_to_listener
-from ._serving import Service
-from ._starting import start_run
-from ._switch import LinkSpec, link_start_body, pending_switch, read_commit
-from ._takeover import find_live_poller, freshness_window, make_worker_id
-from ._tree import running_sub_runs
-from ._transport import Transport
-from ._workers import Reservation, WorkerSet
+from ._common.clock import SYSTEM_CLOCK, Clock
+from ._common.fork import rebuild_after_fork
+from ._listener.delivery import MessageDelivery
+from ._listener.directory import ChainDirectory
+from ._people import approvals as _approvals
+from ._people.pending import HumanAnswer, PendingRequest
+from ._listener.by_id import RunsById
+from ._runs.exit import close_at_exit
+from ._runs.handles import HandleMaker
+from ._runs.serving import ProcessServing, check_servable
+from ._runs.start import RunStarter, check_prompt
+from ._runs.take_up import RunTaker
+from ._serving.takeover import make_worker_id
+from ._wire.api import ConductorApi
+from ._wire.payload import message_payload
+from ._wire.transport import Transport
+from ._worker.observer import TaskObserver
+from ._worker.workers import WorkerSet
 from .agent import Agent
-from .errors import (
-    AgentDefinitionError,
-    AgentTypeError,
-    ConfigurationError,
-    ResumeError,
-    RuntimeClosedError,
-    WorkerStallError,
-    WorkerStartupError,
-)
+from .errors import AgentTypeError, RuntimeClosedError, WorkerStallError
 from .handle import AgentHandle
-from .result import AgentResult, RunStatus
+from .result import AgentResult
 from .settings import AgentSettings
 from .stats import RuntimeStats
 
@@ -53,14 +39,6 @@ log = logging.getLogger("conductor_agents.runtime")
 
 #: Serializes the rebuild of a runtime found in a new process without the fork hook having run.
 _process_check_lock = threading.Lock()
-
-
-def _check_prompt(prompt: Any) -> str:
-    if not isinstance(prompt, str):
-        raise AgentTypeError(f"prompt must be a str, got {prompt!r}", field="prompt", value=prompt)
-    if not prompt.strip():
-        raise ValueError("prompt must not be blank: the server needs something to start the agent with")
-    return prompt
 
 
 class AgentRuntime:
@@ -109,25 +87,21 @@ class AgentRuntime:
         if on_pending is not None and not callable(on_pending):
             raise AgentTypeError(f"on_pending must be callable, got {on_pending!r}", field="on_pending",
                                  value=on_pending)
-        self._on_stall = on_stall
-        self._on_pending = on_pending
-        self._pending_monitor: Optional[PendingMonitor] = None
         self.settings = settings if settings is not None else AgentSettings.from_env()
         self._clock = clock
         self._owns_transport = transport is None
         self._transport = transport if transport is not None else Transport(
-            self.settings.server_url,
-            auth_key=self.settings.auth_key,
-            auth_secret=self.settings.auth_secret,
-            timeout=self.settings.http_timeout_seconds,
-            pool_size=max(64, self.settings.worker_threads * 2),
-            clock=clock,
-        )
+            self.settings.server_url, auth_key=self.settings.auth_key, auth_secret=self.settings.auth_secret,
+            timeout=self.settings.http_timeout_seconds, pool_size=max(64, self.settings.worker_threads * 2),
+            clock=clock)
         self._api = ConductorApi(self._transport)
         #: Which runs belong to which continued listener (shared by every handle of this runtime).
         self._directory = ChainDirectory(self._api)
         #: Counts and local events; survives a fork (reset in the child) so handles keep theirs.
         self._observer = TaskObserver(clock=clock)
+        self._on_stall, self._on_pending = on_stall, on_pending
+        #: Messages and answers by execution id (shared with every handle's twins of these verbs).
+        self._by_id = RunsById(self._api, self._directory, self.settings, clock)
         self._closed = False
         self._closing = threading.Event()  # set by close(): ends a start's retry pause at once
         #: The agents serve() was called for, with their hooks: kept across a fork (the child serves them too).
@@ -137,14 +111,23 @@ class AgentRuntime:
 
     def _build_process_parts(self) -> None:
         """Everything that belongs to one process: the worker id, the lock, the workers and
-        every thread they own (created on first use). The one place they are made: at
-        construction and again in a forked child."""
+        every thread they own (created on first use), and the components that start and take
+        up runs with them. The one place they are made: at construction and again in a forked child."""
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self.worker_id = make_worker_id(uuid.uuid4().hex[:6], pid=self._pid)
         self._workers = WorkerSet(self._api, self.settings, worker_id=self.worker_id, clock=self._clock,
                                   observer=self._observer, directory=self._directory)
-        self._service: Optional[Service] = None  # presence, leases, adoption: on the first serve()
+        #: Presence, leases, adoption: this process's Service, made on the first serve().
+        self._serving = ProcessServing(self._api, self.settings, self._workers, worker_id=self.worker_id,
+                                       take_up=self._adopt, pause=self._closing.wait)
+        self._handles = HandleMaker(self._api, self._directory, self.settings, clock=self._clock,
+                                    observer=self._observer, workers=lambda: self._workers, new_handle=AgentHandle,
+                                    on_stall=self._on_stall, on_pending=self._on_pending)
+        self._taker = RunTaker(self._api, self._directory, self._workers, self.settings, clock=self._clock,
+                               worker_id=self.worker_id, service=self._serving.get, handle=self._handles.make)
+        self._starter = RunStarter(self._api, self._directory, self._workers, self.settings, taker=self._taker,
+                                   pause=self._closing.wait, handle=self._handles.make)
 
     def _after_fork_in_child(self) -> None:
         """In a forked child (only its forking thread runs): forget the parent's workers, whose
@@ -157,16 +140,7 @@ class AgentRuntime:
         self._build_process_parts()
         log.debug("forked: runtime worker %s replaces %s in pid %d", self.worker_id, parent_worker_id, self._pid)
         if self._served and not self._closed:
-            # The child serves what the parent served, as a process of its own (a thread: the first
-            # presence row is a request, and the fork must return at once).
-            threading.Thread(target=self._serve_again, name="conductor-agents-serve-start", daemon=True).start()
-
-    def _serve_again(self) -> None:
-        for agent, on_adopt in list(self._served):
-            try:
-                self._service_for_process().add(agent, on_adopt)
-            except Exception:  # noqa: BLE001 - logged; this child serves only what it starts
-                log.exception("forked child %s could not serve %s", self.worker_id, agent.name)
+            self._serving.serve_again(lambda: self._served)  # the child serves what the parent served
 
     def _check_process(self) -> None:
         """A fork the hook did not see (a C-level ``fork()``, e.g. uWSGI without
@@ -226,57 +200,8 @@ class AgentRuntime:
         self._check_open()
         if not isinstance(agent, Agent):
             raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
-        _check_prompt(prompt)
-        run_id = uuid.uuid4().hex if agent.is_stateful else None
-        checked_context = check_context(context) if context is not None else None
-        spec = None
-        if agent.is_listener:
-            spec = LinkSpec(agent, prompt, self.settings.continuation_for(agent), context=checked_context or {})
-        if spec is not None:
-            # A listener's first run carries the SDK's key (its chain's name: see _chain); the caller's
-            # idempotency key picks the run id, so the same key still gives the same run.
-            if idempotency_key is not None:
-                run_id = run_id_for_key(agent.name, str(idempotency_key))
-            assert run_id is not None
-            body = link_start_body(spec, run_id, link_key(run_id, 0, agent.name), number=0, turns_before=0)
-        else:
-            body = {"agentConfig": agent.to_config(), "prompt": prompt}
-            if checked_context is not None:
-                body["context"] = checked_context
-            if run_id:
-                body["runId"] = run_id
-            if idempotency_key is not None:
-                body["idempotencyKey"] = str(idempotency_key)
-        if media is not None:
-            body["media"] = check_media(media)  # the first run's only: later runs carry the conversation
-        serve = self.settings.auto_start_workers and (bool(agent.worker_tools) or spec is not None)
-        if serve and run_id and not self._lease_for_start(agent, run_id):
-            serve = False  # another live process holds this run (an idempotent start of a run it serves)
-        reservation = self._workers.reserve(run_id, agent, continued=spec is not None) if serve else None
-        try:
-            started = start_run(self._api, body, pause=self._closing.wait)
-        except BaseException:
-            if reservation is not None:
-                reservation.cancel()
-            raise
-        execution_id = str(started["executionId"])
-        tracker = None
-        with self._released_on_failure(reservation, execution_id):
-            if run_id and idempotency_key is not None:
-                run_id = self._domain_of_existing(execution_id, run_id)
-            if reservation is not None:
-                reservation.commit(execution_id, domain=run_id)
-                self._workers.confirm_polling(reservation)
-            if spec is not None:
-                chain = Chain(execution_id, run_id, agent.name, 0)
-                self._directory.remember(chain, newest=Link(0, execution_id))
-                if reservation is not None:
-                    tracker = self._serve_chain(reservation, chain, spec)
-            else:
-                self._directory.remember(Chain(execution_id))  # never continued: sends need no lookup
-        log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")
-        return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None,
-                            tracker=tracker)
+        check_prompt(prompt)
+        return self._starter.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media)
 
     def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0,
             idempotency_key: Optional[str] = None, context: Optional[Mapping[str, Any]] = None,
@@ -303,9 +228,7 @@ class AgentRuntime:
         """
         body = message_payload(payload)
         self._check_open()
-        return send_to_listener(self._api, self._directory, str(execution_id), body,
-                                switch_wait=self.settings.switch_wait_seconds, clock=self._clock,
-                                pause=self._closing.wait, on_accepted=self._directory.note_accepted)
+        return self._by_id.send_message(str(execution_id), body, pause=self._closing.wait)
 
     def wait_delivered(self, execution_id: str, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
         """Block until run ``execution_id`` has pulled message ``message_id`` (see
@@ -314,7 +237,7 @@ class AgentRuntime:
         Raises: as :meth:`AgentHandle.wait_delivered`, and RuntimeClosedError.
         """
         self._check_open()
-        handle = self._handle(str(execution_id), "", None, None, workers=False, monitor=False)
+        handle = self._handles.make(str(execution_id), "", None, None, workers=False, monitor=False)
         return handle.wait_delivered(message_id, timeout=timeout)
 
     def attach(self, execution_id: str) -> AgentHandle:
@@ -324,13 +247,7 @@ class AgentRuntime:
             ExecutionNotFoundError: the server does not know the execution.
         """
         self._check_open()
-        workflow = self._api.get_workflow(str(execution_id))
-        domain = _single_domain(workflow, str(execution_id), required=False)
-        chain = self._directory.chain(str(execution_id))
-        if chain.continuable:
-            self._directory.refresh(chain)
-        return self._handle(str(execution_id), str(workflow.get("workflowName") or ""), domain, None,
-                            workers=False, monitor=False)
+        return self._taker.attach(str(execution_id))
 
     def resume(self, execution_id: str, agent: Agent, *, force: bool = False) -> AgentHandle:
         """Re-attach to a run after a restart and serve its tools from this process.
@@ -345,9 +262,9 @@ class AgentRuntime:
         A run whose domain another worker still polls is not taken over: two processes
         polling one domain would split the run's tasks (and its in-memory state) between
         them. The server's poll data says who polled last and when; a poll within
-        ``_takeover.freshness_window()`` (75 s: a live poller polls each task type at least
+        ``takeover.freshness_window()`` (75 s: a live poller polls each task type at least
         every 60 s) counts as alive, unless that worker is a process of this machine that no
-        longer exists (worker ids name host and pid, see ``_takeover.worker_is_dead_here``): a
+        longer exists (worker ids name host and pid, see ``takeover.worker_is_dead_here``): a
         run whose process died on this host is resumed at once. When you know a process on
         another host is gone, pass ``force=True``.
 
@@ -361,61 +278,7 @@ class AgentRuntime:
         self._check_open()
         if not isinstance(agent, Agent):
             raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
-        execution_id = str(execution_id)
-        workflow = self._api.get_workflow(execution_id)  # no tasks: the ones to reclaim are read by status
-        needs_domain = agent.is_stateful and (bool(agent.worker_tools) or agent.is_listener)
-        domain = _single_domain(workflow, execution_id, required=needs_domain)
-        chain = self._directory.chain(execution_id) if agent.is_listener else None
-        if chain is not None and chain.continuable:
-            return self._resume_listener(chain, agent, force=force)
-        if RunStatus.parse(workflow.get("status")).is_terminal:
-            return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
-        serve = self.settings.auto_start_workers and bool(agent.worker_tools)
-        if serve and not force:
-            self._refuse_if_served(execution_id, agent, domain)
-        if serve and domain:
-            self._lease_for_resume(agent, domain, execution_id)
-        return self._take_up_run(execution_id, agent, domain, serve=serve)
-
-    def _take_up_run(self, execution_id: str, agent: Agent, domain: Optional[str], *, serve: bool) -> AgentHandle:
-        if serve:
-            reservation = self._workers.reserve(domain, agent)
-            with self._released_on_failure(reservation, execution_id):
-                reservation.commit(execution_id, domain=domain)
-                self._workers.confirm_polling(reservation)
-            if domain:
-                self._reclaim(execution_id, domain)
-        log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
-        return self._handle(execution_id, agent.name, domain, agent, workers=serve)
-
-    def _resume_listener(self, chain: Chain, agent: Agent, *, force: bool, lease: bool = True) -> AgentHandle:
-        """``resume()`` of a continued listener: serve its current run (and finish a switch a dead
-        process left half done), whichever id of it the caller holds."""
-        newest = self._directory.refresh(chain)
-        link, status = current_status(self._api, self._directory, chain)
-        domain = chain.run_id
-        if status.is_terminal:
-            return self._handle(chain.execution_id, agent.name, domain, agent, workers=False, monitor=False)
-        serve = self.settings.auto_start_workers
-        tracker = None
-        if serve:
-            if not force:
-                self._refuse_if_served(chain.execution_id, agent, domain)
-            if lease:
-                self._lease_for_resume(agent, str(domain), chain.execution_id)
-            workflow = self._api.get_workflow(newest.execution_id)
-            prompt = str((workflow.get("input") or {}).get("prompt") or "")
-            spec = LinkSpec(agent, prompt or "Continue.", self.settings.continuation_for(agent))
-            reservation = self._workers.reserve(domain, agent, continued=True)
-            with self._released_on_failure(reservation, chain.execution_id):
-                reservation.commit(newest.execution_id, domain=domain)
-                self._workers.confirm_polling(reservation)
-                tracker = self._serve_chain(reservation, chain, spec, newest=newest)
-            for live in {newest.execution_id, link.execution_id}:
-                self._reclaim(live, domain)
-        log.info("resumed %s listener %s (run %d: %s)", agent.name, chain.execution_id,
-                 newest.number - chain.first + 1, newest.execution_id)
-        return self._handle(chain.execution_id, agent.name, domain, agent, workers=serve, tracker=tracker)
+        return self._taker.resume(str(execution_id), agent, force=force)
 
     # -- serving an agent: every process of an app shares its runs ------------------------
 
@@ -454,104 +317,25 @@ class AgentRuntime:
             WorkerStartupError: this process's presence could not be written to the server.
         """
         self._check_open()
-        if not isinstance(agent, Agent):
-            raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
-        if on_adopt is not None and not callable(on_adopt):
-            raise AgentTypeError(f"on_adopt must be callable, got {on_adopt!r}", field="on_adopt", value=on_adopt)
-        if not agent.is_stateful:
-            raise AgentDefinitionError(
-                f"serve() adopts the runs of a stateful agent; {agent.name!r} is not stateful (its tools are "
-                "served by any process that polls them): use Agent(stateful=True) or a WaitForMessageTool",
-                field="stateful", value=False)
-        if not self.settings.auto_start_workers:
-            raise ConfigurationError("serve() needs auto_start_workers: with it off this runtime serves no tools",
-                                     variable="CONDUCTOR_AGENT_AUTO_START_WORKERS")
+        check_servable(agent, on_adopt, self.settings)
         with self._lock:
             self._served = [(a, h) for a, h in self._served if a.name != agent.name] + [(agent, on_adopt)]
             first = len(self._served) == 1
         if first:
-            _close_at_exit(self)
-        self._service_for_process().add(agent, on_adopt)
-
-    def _service_for_process(self) -> Service:
-        with self._lock:
-            if self._service is None:
-                self._service = Service(
-                    self._api, worker_id=self.worker_id, dead_after=self.settings.liveness_stall_seconds,
-                    take_up=self._adopt, serving_here=self._workers.serves_domain, let_go=self._workers.let_go,
-                    pause=self._closing.wait)
-            return self._service
-
-    def _serving(self, agent: Agent) -> Optional[Service]:
-        service = self._service
-        return service if service is not None and service.serves(agent.name) else None
-
-    def _lease_for_start(self, agent: Agent, run_id: str) -> bool:
-        """A run of a served agent about to start here takes lease 0 first: False when another process
-        holds it (the same idempotency key started it there)."""
-        service = self._serving(agent)
-        if service is None:
-            return True
-        lease = service.claim_first(run_id)
-        if lease is not None and lease.owner == self.worker_id:
-            return True
-        if lease is None:
-            return True  # the record could not be read back: it is ours unless it shows otherwise later
-        log.info("run on domain %s is held by %s: this start does not serve it", run_id, lease.owner)
-        return False
-
-    def _lease_for_resume(self, agent: Agent, domain: str, execution_id: str) -> None:
-        service = self._serving(agent)
-        if service is not None and not service.claim_next(domain, execution_id):
-            raise ResumeError(f"run {execution_id} was taken by another serving process as this one resumed it",
-                              execution_id=execution_id)
+            close_at_exit(self, here=lambda runtime: runtime._pid == os.getpid())
+        self._serving.add(agent, on_adopt)
 
     def _adopt(self, execution_id: str, agent: Agent) -> AgentHandle:
         """Serve a run whose lease this process just won (the adopter's take-up)."""
         self._check_open()
-        workflow = self._api.get_workflow(execution_id)
-        domain = _single_domain(workflow, execution_id, required=True)
-        chain = self._directory.chain(execution_id) if agent.is_listener else None
-        if chain is not None and chain.continuable and chain.first > 0:
-            # The adopter may list a later run of the listener (even one whose switch the dead process
-            # began and did not finish): serve it as the listener it is, from its first run's id, so
-            # that a switch left half done is finished and the handle keeps the listener's identity.
-            chain = self._directory.chain(chain.link(0).execution_id)
-        if chain is not None and chain.continuable:
-            return self._resume_listener(chain, agent, force=True, lease=False)
-        if RunStatus.parse(workflow.get("status")).is_terminal:
-            return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
-        return self._take_up_run(execution_id, agent, domain, serve=bool(agent.worker_tools))
-
-    def _serve_chain(self, reservation: Reservation, chain: Chain, spec: LinkSpec, *,
-                     newest: Optional[Link] = None) -> Any:
-        """Serve the continued listener ``chain`` on ``reservation`` from its newest link, finishing a switch
-        left half done; the chain's tracker."""
-        newest = newest if newest is not None else self._directory.refresh(chain)
-        pending = pending_switch(self._api, chain, newest)
-        turns_before = 0
-        if pending is None and newest.number > chain.first:
-            record, _ = read_commit(self._api, newest)
-            turns_before = record.turns if record is not None else 0
-        if pending is not None:
-            log.info("listener %s: finishing the switch from %s to %s that another process began",
-                     chain.execution_id, pending.execution_id, newest.execution_id)
-        return self._workers.serve_chain(reservation, chain, spec, newest, turns_before=turns_before,
-                                         pending_from=pending)
-
-    def _reclaim(self, execution_id: str, domain: str) -> None:
-        """Hand back the tasks of ``domain`` in run ``execution_id`` and its running sub-runs (sub-agents,
-        agent tools: they share its domain) that a dead worker had taken."""
-        for run in (execution_id, *running_sub_runs(self._api, execution_id)):
-            page = self._api.workflow_tasks(run, statuses=("IN_PROGRESS",), start=0, count=200)
-            self._workers.reclaim_orphans({"tasks": page.tasks}, domain)
+        return self._taker.adopt(execution_id, agent)
 
     # -- people in the loop, by execution id (any process may answer) -------------------
 
     def pending(self, execution_id: str) -> "tuple[PendingRequest, ...]":
         """What run ``execution_id`` waits on from a person (see :meth:`AgentHandle.pending`)."""
         self._check_open()
-        return _approvals.pending(self._api, self._live_id(execution_id))
+        return self._by_id.pending(str(execution_id))
 
     def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
         """What every running run of ``agent`` (an Agent or its name) waits on from a person,
@@ -573,39 +357,19 @@ class AgentRuntime:
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Approve what run ``execution_id`` waits on (see :meth:`AgentHandle.approve`)."""
         self._check_open()
-        return _approvals.approve(self._api, self._live_id(execution_id), reason=reason, by=by, request=request,
-                                  timeout=timeout, clock=self._clock)
+        return self._by_id.approve(str(execution_id), reason=reason, by=by, request=request, timeout=timeout)
 
     def reject(self, execution_id: str, reason: str, *, by: Optional[str] = None,
                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Reject what run ``execution_id`` waits on (see :meth:`AgentHandle.reject`)."""
         self._check_open()
-        return _approvals.reject(self._api, self._live_id(execution_id), reason, by=by, request=request, timeout=timeout,
-                                 clock=self._clock)
+        return self._by_id.reject(str(execution_id), reason, by=by, request=request, timeout=timeout)
 
     def respond(self, execution_id: str, answer: Any, *, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
         """Answer the question run ``execution_id`` asks (see :meth:`AgentHandle.respond`)."""
         self._check_open()
-        return _approvals.respond(self._api, self._live_id(execution_id), answer, by=by, request=request, timeout=timeout,
-                                  clock=self._clock)
-
-    def _live_id(self, execution_id: str) -> str:
-        """The current run of the listener ``execution_id`` names (itself unless it was continued)."""
-        chain = self._directory.chain(str(execution_id))
-        return self._directory.refresh(chain).execution_id if chain.continuable else str(execution_id)
-
-    def _watch_pending(self, handle: AgentHandle) -> None:
-        on_pending = self._on_pending
-        monitor = self._pending_monitor
-        if monitor is None or monitor.pid != os.getpid():  # first use, or first use in a forked child
-            with self._lock:
-                monitor = self._pending_monitor
-                if monitor is None or monitor.pid != os.getpid():
-                    monitor = self._pending_monitor = PendingMonitor(
-                        self._api, lambda h, r: on_pending(h, r),  # type: ignore[misc]
-                        interval=self.settings.pending_check_interval_seconds)
-        monitor.watch(handle)
+        return self._by_id.respond(str(execution_id), answer, by=by, request=request, timeout=timeout)
 
     def stats(self) -> RuntimeStats:
         """Counts and timings of the tools this runtime ran, and the runs it serves now.
@@ -614,84 +378,6 @@ class AgentRuntime:
         """
         self._check_process()
         return self._observer.runtime_stats(self._workers.pollers())
-
-    # -- internals --------------------------------------------------------------------
-
-    @contextlib.contextmanager
-    def _released_on_failure(self, reservation: Optional[Reservation], execution_id: str) -> Iterator[None]:
-        """Taking up a run that exists on the server: on any failure, serve nothing of it and say which run.
-
-        Whatever was reserved is released (its poller stops if no other run needs it) and the
-        error becomes a :class:`WorkerStartupError` carrying ``execution_id``, the cause chained.
-        """
-        try:
-            yield
-        except BaseException as err:
-            if reservation is not None:
-                reservation.release()
-            if isinstance(err, WorkerStartupError):
-                raise WorkerStartupError(str(err), execution_id=execution_id) from None
-            if not isinstance(err, Exception):
-                raise  # KeyboardInterrupt and the like: released, not re-labelled
-            raise WorkerStartupError(
-                f"run {execution_id} exists on the server, but this process could not take it up "
-                f"({type(err).__name__}: {err}); it does not serve the run. Cancel it, or resume it "
-                "once the server is reachable.",
-                execution_id=execution_id,
-            ) from err
-
-    def _refuse_if_served(self, execution_id: str, agent: Agent, domain: Optional[str]) -> None:
-        # Before this process polls the domain itself (its poll would overwrite the poll data).
-        live = find_live_poller(self._api, [t.name for t in agent.worker_tools], domain,
-                                own_worker_id=self.worker_id, clock=self._clock)
-        if live is None:
-            return
-        raise ResumeError(
-            f"run {execution_id} is still served: worker {live.worker_id} polled its domain {domain} "
-            f"{live.seconds_ago:.0f}s ago (task {live.task_type!r}), so that process looks alive and two "
-            "processes would split the run's tasks. Stop that process, or wait until it has not polled "
-            f"for {freshness_window():.0f}s; if you know it is dead, resume with force=True "
-            "(CLI: conductor-agents resume --force).",
-            execution_id=execution_id,
-        )
-
-    def _domain_of_existing(self, execution_id: str, minted: str) -> str:
-        workflow = self._api.get_workflow(execution_id)
-        domain = _single_domain(workflow, execution_id, required=False)
-        if domain and domain != minted:
-            log.info("idempotent start returned the existing run %s; joining its domain %s", execution_id, domain)
-            return domain
-        return minted
-
-    def _handle(self, execution_id: str, agent_name: str, run_id: Optional[str], agent: Optional[Agent],
-                *, workers: bool, monitor: bool = True, tracker: Any = None,
-                chain: Optional[Chain] = None) -> AgentHandle:
-        watch: Any = None
-        if monitor and run_id and self.settings.liveness_enabled:
-            tree = agent is not None and agent.has_sub_runs
-            watch = tracker if tracker is not None else self._workers.watch(execution_id, domain=run_id, tree=tree)
-        handle = AgentHandle(
-            api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
-            settings=self.settings, clock=self._clock, agent=agent, liveness=watch,
-            on_terminal=self._execution_ended, on_stop=self._stop_requested, workers_attached=workers,
-            observer=self._observer, directory=self._directory,
-            chain=self._directory.known(execution_id) if chain is None else chain,
-        )
-        on_stall = self._on_stall
-        if watch is not None and on_stall is not None:
-            watch.add_listener(lambda error: on_stall(handle, error))
-        if monitor and self._on_pending is not None and agent is not None and agent.waits_for_people:
-            self._watch_pending(handle)
-        return handle
-
-    def _execution_ended(self, execution_id: str) -> None:
-        # Through the runtime, not bound to a WorkerSet: a handle made before a fork then
-        # reaches the child's workers (which do not serve the parent's run: a no-op).
-        self._workers.execution_ended(execution_id)
-
-    def _stop_requested(self, execution_id: str) -> None:
-        # Through the runtime for the same reason: its tools running here see ctx.stop_requested.
-        self._workers.stop_requested(execution_id)
 
     def close(self) -> None:
         """Stop polling, let running tools finish (``shutdown_grace_seconds``), join every
@@ -704,61 +390,8 @@ class AgentRuntime:
                 return
             self._closed = True
         self._closing.set()
-        if self._pending_monitor is not None and self._pending_monitor.pid == os.getpid():
-            self._pending_monitor.close()
-        if self._service is not None:
-            self._service.close(self._workers.close)  # stop adopting, stop serving, then hand over
-        else:
-            self._workers.close()
+        self._handles.close()
+        self._serving.close()  # stop adopting, stop serving (the workers), then hand over
         self._observer.close()  # open event streams end with the runtime
         if self._owns_transport:
             self._transport.close()
-
-
-def _close_at_exit(runtime: AgentRuntime) -> None:
-    """Close a serving runtime at interpreter exit (a recycled web worker exits normally): its runs
-    are handed over at once instead of after the stall threshold."""
-    ref = weakref.ref(runtime)
-
-    def close() -> None:
-        live = ref()
-        if live is not None and live._pid == os.getpid():
-            try:
-                live.close()
-            except Exception:  # noqa: BLE001 - exiting anyway
-                log.exception("closing the serving runtime at exit failed")
-
-    # CPython's threading hook runs first at exit (hooks in reverse order, so before the one that shuts
-    # down the executors, registered earlier): the close hands over while tools can still finish.
-    register = getattr(threading, "_register_atexit", None)
-    try:
-        if register is not None:
-            register(close)
-            return
-    except RuntimeError:  # already exiting
-        return
-    atexit.register(close)
-
-
-def _single_domain(workflow: Mapping[str, Any], execution_id: str, *, required: bool) -> Optional[str]:
-    """The one domain of a run's ``taskToDomain``; None when it has none."""
-    domains = {str(d) for d in (workflow.get("taskToDomain") or {}).values() if d}
-    if len(domains) > 1:
-        raise ResumeError(
-            f"run {execution_id} routes its tasks to several domains {sorted(domains)}; "
-            "this SDK pins a run to one domain and cannot tell which to serve",
-            execution_id=execution_id,
-        )
-    if not domains:
-        if required:
-            raise ResumeError(
-                f"run {execution_id} has no task domain, but the agent is stateful: it was not "
-                "started as a stateful run (or by another SDK without a run id), so its tasks are "
-                "not pinned to any process",
-                execution_id=execution_id,
-            )
-        return None
-    return domains.pop()
-
-
-

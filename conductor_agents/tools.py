@@ -17,10 +17,10 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Tuple, Union, ov
 
 import attrs
 
-from . import _schema
-from ._human_tool import HumanTool
-from ._server_tools import ApiTool, HttpTool, McpTool
-from ._tooldef import (
+from ._tooldefs import schema as _schema
+from ._tooldefs.human_tool import HumanTool
+from ._tooldefs.server_tools import ApiTool, HttpTool, McpTool
+from ._tooldefs.tooldef import (
     CLASSMETHOD,
     FUNCTION,
     METHOD,

@@ -9,8 +9,8 @@ from typing import Callable, Optional, TypeVar
 import requests
 
 from conductor_agents import Agent, Continuation, ToolRegistry, WaitForMessageTool
-from conductor_agents._chain import link_id, link_key, parse_link_key
-from conductor_agents._leases import lease_execution_id
+from conductor_agents._listener.chain import link_id, link_key, parse_link_key
+from conductor_agents._serving.leases import lease_execution_id
 
 T = TypeVar("T")
 

@@ -17,9 +17,8 @@ import argparse
 import json
 import math
 import sys
-import textwrap
 import time
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Dict, Optional
 
 import attrs
 
@@ -34,13 +33,13 @@ from ..errors import (
     WaitTimeoutError,
     WorkerStallError,
 )
-from .._pending import waits_on_person
+from .._people.pending import waits_on_person
 from ..handle import AgentHandle
 from ..result import AgentResult, AgentStatus
 from ..runtime import AgentRuntime
-from ..settings import AgentSettings
 from ._foreground import wait_in_foreground
 from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error
+from ._options import Handler, add_target, add_verb, on_errors, positive_seconds, settings
 from ._progress import ProgressDisplay, RunWatcher
 from ._target import TargetError, TargetImportError, load_agent
 
@@ -66,26 +65,19 @@ _STOP_GRACE = 30.0
 
 def register(subparsers: Any) -> None:
     """Add the agent verbs to the top-level ``subparsers``."""
-    server = argparse.ArgumentParser(add_help=False)
-    server.add_argument("--server-url", metavar="URL",
-                        help="Conductor API base URL (default: CONDUCTOR_SERVER_URL, else http://localhost:8080/api)")
     follow = argparse.ArgumentParser(add_help=False)
     follow.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     follow.add_argument("-q", "--quiet", action="store_true", help="no progress on stderr")
 
-    def add(name: str, handler: Callable[[argparse.Namespace], int], help_: str, description: str,
+    def add(name: str, handler: Handler, help_: str, description: str,
             *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        parser = subparsers.add_parser(name, help=help_, description=textwrap.fill(description, 88),
-                                       epilog=EXIT_CODES,
-                                       parents=[server, *parents], formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.set_defaults(handler=_guarded(handler))
-        return parser
+        return add_verb(subparsers, name, _guarded(handler), help_, description, *parents, epilog=EXIT_CODES)
 
     run = add("run", _run, "start an agent and serve its tools until the run ends",
               "Import MODULE:AGENT (an Agent, or a function returning one), start a run with PROMPT and "
               "serve its tools from this process, printing progress, until the run ends. Ctrl-C stops "
               "the run gracefully (it ends after its current turn); a second Ctrl-C cancels it.", follow)
-    _target_args(run)
+    add_target(run)
     run.add_argument("prompt", metavar="PROMPT", help="what the agent starts with")
     _foreground_args(run)
 
@@ -93,14 +85,14 @@ def register(subparsers: Any) -> None:
                 "Start a run of MODULE:AGENT and print its execution id. This process exits at once, so "
                 "it serves none of the agent's tools: use it for agents whose tools run elsewhere, or "
                 "serve them later with `conductor-agents resume MODULE:AGENT ID`.")
-    _target_args(start)
+    add_target(start)
     start.add_argument("prompt", metavar="PROMPT", help="what the agent starts with")
     start.add_argument("--idempotency-key", help="starting twice with one key returns the first run")
 
     resume = add("resume", _resume, "serve a run's tools from this process until it ends",
                  "Re-attach to run EXECUTION_ID with MODULE:AGENT's tools (after a crash, or after "
                  "`start`) and serve them in the foreground, like `run`.", follow)
-    _target_args(resume)
+    add_target(resume)
     resume.add_argument("execution_id", metavar="EXECUTION_ID")
     resume.add_argument("--force", action="store_true",
                         help="take the run over even if another worker polled its domain lately "
@@ -117,8 +109,7 @@ def register(subparsers: Any) -> None:
     send.add_argument("--wait-delivered", action="store_true",
                       help="after printing the id, wait until the run has pulled the message; exit 6 if it "
                            "can no longer arrive")
-    send.add_argument("--timeout", type=_positive, default=_WAIT_TIMEOUT, metavar="SECONDS",
-                      help=f"with --wait-delivered: give up after SECONDS (default {_WAIT_TIMEOUT:g}); exit 5")
+    _wait_timeout(send, "with --wait-delivered: give up after SECONDS")
 
     status = add("status", _status, "print an execution's status",
                  "Print the run's status (exit 0 whatever it is, 3 when the execution is unknown).")
@@ -129,16 +120,14 @@ def register(subparsers: Any) -> None:
                "Wait until the run ends and print its output; the exit code says how it ended. "
                "Ctrl-C stops waiting (the run goes on).", follow)
     wait.add_argument("execution_id", metavar="EXECUTION_ID")
-    wait.add_argument("--timeout", type=_positive, default=_WAIT_TIMEOUT, metavar="SECONDS",
-                      help=f"give up waiting after SECONDS (default {_WAIT_TIMEOUT:g}); exit 5")
+    _wait_timeout(wait, "give up waiting after SECONDS")
 
     stop = add("stop", _stop, "ask an execution to finish gracefully",
                "Ask the run to stop: it ends after its current turn, COMPLETED (a run blocked on "
                "wait-for-message gets a stop signal). With --wait, wait for it to end.", follow)
     stop.add_argument("execution_id", metavar="EXECUTION_ID")
     stop.add_argument("--wait", action="store_true", help="wait for the run to end")
-    stop.add_argument("--timeout", type=_positive, default=_WAIT_TIMEOUT, metavar="SECONDS",
-                      help=f"with --wait: give up after SECONDS (default {_WAIT_TIMEOUT:g}); exit 5")
+    _wait_timeout(stop, "with --wait: give up after SECONDS")
 
     cancel = add("cancel", _cancel, "terminate an execution at once",
                  "Terminate the run now (TERMINATED). A tool already running is not interrupted.")
@@ -146,70 +135,42 @@ def register(subparsers: Any) -> None:
     cancel.add_argument("--reason", default="cancelled from the command line", help="recorded on the run")
 
 
-def _target_args(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("target", metavar="MODULE:AGENT",
-                        help="a module (dotted name or .py file) and the Agent in it, or a function returning one")
+def _wait_timeout(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--timeout", type=positive_seconds, default=_WAIT_TIMEOUT, metavar="SECONDS",
+                        help=f"{what} (default {_WAIT_TIMEOUT:g}); exit 5")
 
 
 def _foreground_args(parser: argparse.ArgumentParser) -> None:
     # No default deadline: serving a run is what the command is for (a listener may wait for days).
-    parser.add_argument("--timeout", type=_positive, default=None, metavar="SECONDS",
+    parser.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
                         help="stop serving after SECONDS (default: serve until the run ends or Ctrl-C); "
                              "exit 5, the run goes on")
-    parser.add_argument("--stop-grace", type=_positive, default=_STOP_GRACE, metavar="SECONDS",
+    parser.add_argument("--stop-grace", type=positive_seconds, default=_STOP_GRACE, metavar="SECONDS",
                         help=f"after Ctrl-C, cancel the run if it has not stopped within SECONDS "
                              f"(default {_STOP_GRACE:g})")
-
-
-def _positive(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not value > 0 or value == float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
-    return value
 
 
 # --- error policy --------------------------------------------------------------------------
 
 
-def _guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+#: The agent verbs' errors: their exit codes, tried in order.
+_ERRORS = (
+    ((TargetError, ConfigurationError), EXIT_USAGE),
+    (TargetImportError, EXIT_ERROR),
+    ((ExecutionNotFoundError, ExecutionNotRunningError), EXIT_NOT_FOUND),
+    (ServerUnavailableError, EXIT_UNREACHABLE,
+     lambda err: f"{err} (is the Conductor server running? set CONDUCTOR_SERVER_URL or --server-url)"),
+    (WaitTimeoutError, EXIT_TIMED_OUT,
+     lambda err: f"run {err.execution_id} did not end within {err.timeout:g}s; it goes on on the server and is "
+                 f"not cancelled (see `conductor-agents status|wait|resume|stop|cancel`)"),
+    (WorkerStallError, EXIT_ERROR),
+    (ConductorAgentsError, EXIT_ERROR),
+)
+
+
+def _guarded(handler: Handler) -> Handler:
     """Map the errors of an agent verb to its documented exit code and one line on stderr."""
-
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except (TargetError, ConfigurationError) as err:
-            error(str(err))
-            return EXIT_USAGE
-        except TargetImportError as err:
-            error(str(err))
-            return EXIT_ERROR
-        except (ExecutionNotFoundError, ExecutionNotRunningError) as err:
-            error(str(err))
-            return EXIT_NOT_FOUND
-        except ServerUnavailableError as err:
-            error(f"{err} (is the Conductor server running? set CONDUCTOR_SERVER_URL or --server-url)")
-            return EXIT_UNREACHABLE
-        except WaitTimeoutError as err:
-            error(f"run {err.execution_id} did not end within {err.timeout:g}s; it goes on on the server and is "
-                  f"not cancelled (see `conductor-agents status|wait|resume|stop|cancel`)")
-            return EXIT_TIMED_OUT
-        except WorkerStallError as err:
-            error(str(err))
-            return EXIT_ERROR
-        except ConductorAgentsError as err:
-            error(str(err))
-            return EXIT_ERROR
-
-    return run
-
-
-def _settings(args: argparse.Namespace, **overrides: Any) -> AgentSettings:
-    if args.server_url:
-        overrides["server_url"] = args.server_url
-    return AgentSettings.from_env(**overrides)
+    return on_errors(handler, *_ERRORS)
 
 
 def _note(text: str) -> None:
@@ -221,7 +182,7 @@ def _note(text: str) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     agent = load_agent(args.target)
-    with AgentRuntime(_settings(args, auto_start_workers=True)) as runtime:
+    with AgentRuntime(settings(args, auto_start_workers=True)) as runtime:
         handle = runtime.start(agent, args.prompt)
         _note(f"started {agent.name}: execution {handle.execution_id}")
         return _serve(runtime, handle, agent, args)
@@ -229,7 +190,7 @@ def _run(args: argparse.Namespace) -> int:
 
 def _resume(args: argparse.Namespace) -> int:
     agent = load_agent(args.target)
-    with AgentRuntime(_settings(args, auto_start_workers=True)) as runtime:
+    with AgentRuntime(settings(args, auto_start_workers=True)) as runtime:
         handle = runtime.resume(args.execution_id, agent, force=args.force)
         _note(f"resumed {agent.name}: execution {handle.execution_id}"
               + ("" if handle.workers_attached else " (already ended)"))
@@ -253,7 +214,7 @@ def _serve(runtime: AgentRuntime, handle: AgentHandle, agent: Agent, args: argpa
 
 def _start(args: argparse.Namespace) -> int:
     agent = load_agent(args.target)
-    with AgentRuntime(_settings(args, auto_start_workers=False)) as runtime:
+    with AgentRuntime(settings(args, auto_start_workers=False)) as runtime:
         handle = runtime.start(agent, args.prompt, idempotency_key=args.idempotency_key)
     print(handle.execution_id, flush=True)
     if agent.worker_tools:
@@ -264,7 +225,7 @@ def _start(args: argparse.Namespace) -> int:
 
 def _send(args: argparse.Namespace) -> int:
     payload = _parse_message(args.message, as_text=args.text)
-    with AgentRuntime(_settings(args)) as runtime:
+    with AgentRuntime(settings(args)) as runtime:
         message_id = runtime.send_message(args.execution_id, payload)
         print(message_id, flush=True)
         if not args.wait_delivered:
@@ -293,7 +254,7 @@ def _parse_message(text: str, *, as_text: bool) -> Any:
 
 
 def _status(args: argparse.Namespace) -> int:
-    with AgentRuntime(_settings(args)) as runtime:
+    with AgentRuntime(settings(args)) as runtime:
         handle = runtime.attach(args.execution_id)
         status = handle.status()
     if args.json:
@@ -335,7 +296,7 @@ def _status_dict(status: AgentStatus, handle: AgentHandle) -> Dict[str, Any]:
 
 
 def _wait(args: argparse.Namespace) -> int:
-    with AgentRuntime(_settings(args)) as runtime:
+    with AgentRuntime(settings(args)) as runtime:
         handle = runtime.attach(args.execution_id)
         return _wait_on(runtime, handle, args)
 
@@ -349,7 +310,7 @@ def _wait_on(runtime: AgentRuntime, handle: AgentHandle, args: argparse.Namespac
 
 
 def _stop(args: argparse.Namespace) -> int:
-    with AgentRuntime(_settings(args)) as runtime:
+    with AgentRuntime(settings(args)) as runtime:
         handle = runtime.attach(args.execution_id)
         status = handle.status()
         if status.is_terminal:
@@ -363,7 +324,7 @@ def _stop(args: argparse.Namespace) -> int:
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    with AgentRuntime(_settings(args)) as runtime:
+    with AgentRuntime(settings(args)) as runtime:
         handle = runtime.attach(args.execution_id)
         handle.cancel(args.reason)
     _note(f"cancelled execution {args.execution_id}")

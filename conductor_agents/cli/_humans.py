@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import textwrap
-from typing import Any, Callable
+from typing import Any
 
 from ..errors import AnswerConflictError, NothingPendingError
 from ..runtime import AgentRuntime
-from ._agents import EXIT_CODES, _guarded, _note, _parse_message, _settings
-from ._main import EXIT_NOT_FOUND, EXIT_OK, error
+from ._agents import EXIT_CODES, _guarded, _note, _parse_message
+from ._main import EXIT_NOT_FOUND, EXIT_OK
+from ._options import Handler, add_verb, on_errors, settings
 
 __all__ = ["EXIT_CONFLICT", "register"]
 
@@ -32,21 +32,16 @@ _EXIT_CODES = EXIT_CODES.replace(
 
 def register(subparsers: Any) -> None:
     """Add the verbs to the top-level ``subparsers``."""
-    server = argparse.ArgumentParser(add_help=False)
-    server.add_argument("--server-url", metavar="URL",
-                        help="Conductor API base URL (default: CONDUCTOR_SERVER_URL, else http://localhost:8080/api)")
     answer = argparse.ArgumentParser(add_help=False)
     answer.add_argument("--by", metavar="NAME", help="who answers (shown with the answer)")
     answer.add_argument("--request", metavar="REF",
                         help="the request to answer (its task reference name from `pending`); default: the oldest")
     answer.add_argument("--json", action="store_true", help="print the answer the run took as JSON")
 
-    def add(name: str, handler: Callable[[argparse.Namespace], int], help_: str, description: str,
+    def add(name: str, handler: Handler, help_: str, description: str,
             *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        parser = subparsers.add_parser(name, help=help_, description=textwrap.fill(description, 88),
-                                       epilog=_EXIT_CODES, parents=[server, *parents],
-                                       formatter_class=argparse.RawDescriptionHelpFormatter)
-        parser.set_defaults(handler=_answers_guarded(handler))
+        parser = add_verb(subparsers, name, _answers_guarded(handler), help_, description, *parents,
+                          epilog=_EXIT_CODES)
         parser.add_argument("execution_id", metavar="EXECUTION_ID")
         return parser
 
@@ -72,24 +67,13 @@ def register(subparsers: Any) -> None:
     respond.add_argument("--text", action="store_true", help="send ANSWER as text even if it parses as JSON")
 
 
-def _answers_guarded(handler: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def _answers_guarded(handler: Handler) -> Handler:
     """The agent verbs' error policy, plus exit 3 for nothing pending and 7 for a lost race."""
-
-    def answering(args: argparse.Namespace) -> int:
-        try:
-            return handler(args)
-        except NothingPendingError as err:
-            error(str(err))
-            return EXIT_NOT_FOUND
-        except AnswerConflictError as err:
-            error(str(err))
-            return EXIT_CONFLICT
-
-    return _guarded(answering)
+    return _guarded(on_errors(handler, (NothingPendingError, EXIT_NOT_FOUND), (AnswerConflictError, EXIT_CONFLICT)))
 
 
 def _pending(args: argparse.Namespace) -> int:
-    with AgentRuntime(_settings(args)) as runtime:
+    with AgentRuntime(settings(args)) as runtime:
         requests = runtime.pending(args.execution_id)
     if args.json:
         print(json.dumps([r.to_dict() for r in requests], indent=2, default=str))
@@ -109,20 +93,20 @@ def _pending(args: argparse.Namespace) -> int:
 
 
 def _approve(args: argparse.Namespace) -> int:
-    with AgentRuntime(_settings(args)) as runtime:
+    with AgentRuntime(settings(args)) as runtime:
         answer = runtime.approve(args.execution_id, reason=args.reason, by=args.by, request=args.request)
     return _print(args, answer, f"approved {answer.task_reference_name} of run {answer.execution_id}")
 
 
 def _reject(args: argparse.Namespace) -> int:
-    with AgentRuntime(_settings(args)) as runtime:
+    with AgentRuntime(settings(args)) as runtime:
         answer = runtime.reject(args.execution_id, args.reason, by=args.by, request=args.request)
     return _print(args, answer, f"rejected {answer.task_reference_name} of run {answer.execution_id}")
 
 
 def _respond(args: argparse.Namespace) -> int:
     value = _parse_message(args.answer, as_text=args.text)
-    with AgentRuntime(_settings(args)) as runtime:
+    with AgentRuntime(settings(args)) as runtime:
         answer = runtime.respond(args.execution_id, value, by=args.by, request=args.request)
     return _print(args, answer, f"answered {answer.task_reference_name} of run {answer.execution_id}")
 

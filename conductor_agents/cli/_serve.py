@@ -10,33 +10,28 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-import textwrap
 import threading
 from typing import Any
 
 from ..runtime import AgentRuntime
-from ._agents import EXIT_CODES, _guarded, _positive, _settings
+from ._agents import EXIT_CODES, _guarded
+from ._options import add_target, add_verb, positive_seconds, settings
 from ._target import load_agent
 
 __all__ = ["register"]
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "serve", help="serve an agent's runs from this process, adopting orphans, until SIGTERM",
-        description=textwrap.fill(
-            "Import MODULE:AGENT (a stateful Agent, or a function returning one) and serve its runs from this "
-            "process: the runs no live process serves are adopted here (spread over every process that serves "
-            "the agent), each run served by exactly one process. SIGTERM or Ctrl-C hands this process's runs "
-            "over to the others and exits 0.", 88),
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--server-url", metavar="URL",
-                        help="Conductor API base URL (default: CONDUCTOR_SERVER_URL, else http://localhost:8080/api)")
-    parser.add_argument("target", metavar="MODULE:AGENT",
-                        help="a module (dotted name or .py file) and the Agent in it, or a function returning one")
-    parser.add_argument("--timeout", type=_positive, default=None, metavar="SECONDS",
+    parser = add_verb(
+        subparsers, "serve", _guarded(_serve),
+        "serve an agent's runs from this process, adopting orphans, until SIGTERM",
+        "Import MODULE:AGENT (a stateful Agent, or a function returning one) and serve its runs from this "
+        "process: the runs no live process serves are adopted here (spread over every process that serves "
+        "the agent), each run served by exactly one process. SIGTERM or Ctrl-C hands this process's runs "
+        "over to the others and exits 0.", epilog=EXIT_CODES)
+    add_target(parser)
+    parser.add_argument("--timeout", type=positive_seconds, default=None, metavar="SECONDS",
                         help="hand over and exit after SECONDS (default: serve until SIGTERM or Ctrl-C)")
-    parser.set_defaults(handler=_guarded(_serve))
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -44,7 +39,7 @@ def _serve(args: argparse.Namespace) -> int:
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda *_: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        with AgentRuntime(_settings(args, auto_start_workers=True)) as runtime:
+        with AgentRuntime(settings(args, auto_start_workers=True)) as runtime:
             adopted = []
             runtime.serve(agent, on_adopt=lambda handle: adopted.append(handle.execution_id))
             print(f"serving {agent.name} as {runtime.worker_id}; SIGTERM or Ctrl-C hands its runs over",

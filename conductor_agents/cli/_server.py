@@ -14,7 +14,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Union
+from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 
 from ..local_server import BACKENDS, LocalCluster, LocalServer, find_java, resolve_server_jar
 from ..local_server import _dirs, _http, _logs, _proc, _state
@@ -83,14 +83,28 @@ def _env_item(text: str) -> tuple[str, str]:
 # --- verbs -------------------------------------------------------------------------------
 
 
+_Recorded = Tuple[Optional[_state.ServerRecord], Optional[int]]
+
+
+def _live_record(state: Path, *, stop_timeout: Optional[float] = None) -> _Recorded:
+    """The record in ``state`` of a server that runs, and None; else None and the pid of a record whose
+    server is gone (removed, after stopping what outlives it when ``stop_timeout`` is given), or None
+    when there is no record."""
+    record = _state.load(state)
+    if record is None or record.is_alive():
+        return record, None
+    if stop_timeout is not None:
+        _stop_processes(record, stop_timeout)  # a cluster's other parts may outlive its balancer
+    _state.remove(state)
+    return None, record.pid
+
+
 def _start(args: argparse.Namespace) -> int:
     state = _state.state_file()
-    record = _state.load(state)
-    if record is not None and record.is_alive():
+    record, _ = _live_record(state)
+    if record is not None:
         error(f"a server is already running at {record.url} (pid {record.pid}); stop it first")
         return EXIT_ERROR
-    if record is not None:
-        _state.remove(state)
     data_dir = args.data_dir or _dirs.default_data_dir()
     env: Dict[str, str] = dict(args.env)
     backend = args.backend or ("redis" if args.nodes > 1 else "sqlite")
@@ -219,14 +233,10 @@ def _stopped_elsewhere(state: Path, record: _state.ServerRecord) -> bool:
 
 def _stop(args: argparse.Namespace) -> int:
     state = _state.state_file()
-    record = _state.load(state)
+    record, gone = _live_record(state, stop_timeout=args.timeout)
     if record is None:
-        error("no server is running (none was started with `conductor-agents server start`)")
-        return EXIT_NOT_FOUND
-    if not record.is_alive():
-        _stop_processes(record, args.timeout)  # a cluster's other parts may outlive its balancer
-        _state.remove(state)
-        error(f"no server is running (removed the stale record of pid {record.pid})")
+        error("no server is running (" + ("none was started with `conductor-agents server start`" if gone is None
+                                          else f"removed the stale record of pid {gone}") + ")")
         return EXIT_NOT_FOUND
     stuck = _stop_processes(record, args.timeout)
     if stuck:
@@ -248,14 +258,10 @@ def _stop_processes(record: _state.ServerRecord, timeout: float) -> List[int]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    state = _state.state_file()
-    record = _state.load(state)
+    record, gone = _live_record(_state.state_file())
     if record is None:
-        print("not running")
-        return EXIT_NOT_FOUND
-    if not record.is_alive():
-        _state.remove(state)
-        print(f"not running (the recorded server, pid {record.pid}, is gone; record removed)")
+        print("not running" if gone is None
+              else f"not running (the recorded server, pid {gone}, is gone; record removed)")
         return EXIT_NOT_FOUND
     health = "healthy" if _http.probe_health(record.base_url) else "not answering /health"
     print(f"running at {record.url} (pid {record.pid}, version {record.version or 'unknown'}, "

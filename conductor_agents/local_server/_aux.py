@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import Callable, Optional, Sequence
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import LocalServerError
 from . import _exit_registry, _logs, _proc
 

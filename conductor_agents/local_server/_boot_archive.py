@@ -35,7 +35,7 @@ from typing import Callable, Mapping, Optional, Sequence, Set, Tuple
 
 import attrs
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, JarDownloadError
 from . import _dirs, _proc
 from ._jar import _exclusive

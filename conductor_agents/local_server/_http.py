@@ -1,7 +1,7 @@
 """The only place in ``local_server`` that speaks HTTP: jar downloads and health probes.
 
 This is infrastructure traffic (a Maven repository, the server's ``/health``), not
-the Conductor API, so it does not go through :mod:`conductor_agents._transport`
+the Conductor API, so it does not go through :mod:`conductor_agents._wire.transport`
 and its retry policy. Every call has bounded connect and read timeouts.
 """
 
@@ -13,7 +13,7 @@ from typing import Optional, TextIO
 
 import requests
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import JarDownloadError
 
 _CONNECT_TIMEOUT = 10.0

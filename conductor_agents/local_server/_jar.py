@@ -24,7 +24,7 @@ import zipfile
 from pathlib import Path
 from typing import Iterator, Mapping, Optional, Union
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, JarDownloadError
 from . import _dirs, _http, _maven
 

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Callable, List, Mapping, Optional, Sequence, TextIO
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import LocalServerError
 
 _log = logging.getLogger("conductor_agents.local_server")
@@ -173,14 +173,21 @@ def _stat_fields(pid: int) -> Optional[List[str]]:
     return content[content.rindex(")") + 2 :].split()
 
 
-def is_alive(pid: int) -> bool:
-    """Return True when ``pid`` exists and is not a zombie."""
+def exists(pid: int) -> bool:
+    """Return True when ``pid`` exists (a zombie too): what a process that cannot wait for it may ask."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
-        pass
+        return True
+    return True
+
+
+def is_alive(pid: int) -> bool:
+    """Return True when ``pid`` exists and is not a zombie."""
+    if not exists(pid):
+        return False
     fields = _stat_fields(pid)
     return not (fields and fields[0] in ("Z", "X"))
 

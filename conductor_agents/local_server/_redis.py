@@ -12,7 +12,7 @@ import socket
 from pathlib import Path
 from typing import Dict, Optional
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._common.clock import SYSTEM_CLOCK, Clock
 from ._aux import AuxService
 
 REDIS_PACKAGE = "redis-server"

@@ -2,23 +2,21 @@
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import re
 import shutil
 import subprocess
 import threading
-import time
 from pathlib import Path
 from types import TracebackType
 from typing import Dict, Mapping, Optional, Sequence, Tuple, Type, Union
 
-from .._clock import SYSTEM_CLOCK, Clock
+from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, LocalServerError
-from . import _boot_archive, _http, _logs, _proc
+from . import _boot_archive, _logs, _proc
 from ._boot_archive import BootLaunch
-from ._command import DEFAULT_JVM_OPTIONS, java_command, redacted, server_properties, training_command
+from ._command import DEFAULT_JVM_OPTIONS, java_command, server_properties, training_command
 from ._jar import resolve_server_jar
 from ._java import JavaRuntime, find_java, probe_java
 from ._exit_registry import _attached  # noqa: F401  (tests inspect the registry through this module)
@@ -27,16 +25,13 @@ from ._exit_registry import stop_all_at_exit as _stop_all_at_exit  # noqa: F401
 from ._exit_registry import unregister as _unregister
 from ._dirs import run_data_dir
 from ._redis import RedisServer
+from ._server_process import KILL_WAIT_SECONDS, LOG_TAIL_LINES, ExitedDuringStartup, spawn, terminate, wait_healthy
 
 _log = logging.getLogger("conductor_agents.local_server")
 
 BACKENDS: Tuple[str, ...] = ("sqlite", "redis")
 """What :class:`LocalServer` can keep its data in (``backend=``)."""
 
-LOG_TAIL_LINES = 40
-_HEALTH_POLL_SECONDS = 0.25
-_HEALTH_PROBE_TIMEOUT = 2.0
-_KILL_WAIT_SECONDS = 10.0
 #: The least time the first start gives the making of the boot archive (a training start, then the
 #: JVM writing the archive: 1-2 minutes on 2 busy cores); past it the server starts from the jar.
 _BOOT_ARCHIVE_TIMEOUT = 900.0
@@ -244,7 +239,7 @@ class LocalServer:
             if proc is not None:
                 _log.info("killing Conductor server (pid %d)", proc.pid)
                 proc.kill()
-                proc.wait(_KILL_WAIT_SECONDS)
+                proc.wait(KILL_WAIT_SECONDS)
                 self._proc = None
                 _unregister(self)
 
@@ -297,7 +292,7 @@ class LocalServer:
         if proc is None:
             return None
         if self._owner_pid != os.getpid():  # a forked child cannot wait for it: ask the kernel
-            return proc.pid if _alive(proc.pid) else None
+            return proc.pid if _proc.exists(proc.pid) else None
         return proc.pid if proc.poll() is None else None
 
     @property
@@ -365,7 +360,7 @@ class LocalServer:
             launch = self._boot_launch(jar)
             try:
                 self._spawn_and_wait(java, launch, data_dir, port, redis_port)
-            except _ExitedDuringStartup:
+            except ExitedDuringStartup:
                 if launch.archive is None:
                     raise
                 _log.warning("the server exited during a start from its boot archive; starting it from the jar")
@@ -384,28 +379,14 @@ class LocalServer:
         cmd = self._command(java, launch, data_dir, port, redis_port)
         _log.info("starting Conductor server %s on port %d (data %s)", self._running_version, port, data_dir)
         began = self._clock.monotonic()
-        lock_fd = _lock_data_dir(data_dir)
-        try:
-            with open(log_path, "a", encoding="utf-8") as log:
-                offset = log.tell()
-                stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-                log.write(f"--- conductor-agents: starting the server at {stamp}: {redacted(cmd)}\n")
-                log.flush()
-                self._proc = _proc.spawn(
-                    cmd,
-                    env={**os.environ, **self._env, **self._secret_env},
-                    log_file=log,
-                    cwd=data_dir,
-                    detached=self._detached,
-                    pass_fds=(lock_fd,),  # the server holds the data dir lock while it lives
-                )
-        finally:
-            os.close(lock_fd)
+        self._proc, offset = spawn(cmd, log_path=log_path, env={**os.environ, **self._env, **self._secret_env},
+                                   data_dir=data_dir, detached=self._detached)
         if not self._detached:
             _register(self)
         try:
-            self._wait_healthy(self._proc, port, offset)
-        except _ExitedDuringStartup:
+            wait_healthy(self._proc, port, offset, log_path=log_path, timeout=self._startup_timeout,
+                         clock=self._clock)
+        except ExitedDuringStartup:
             self._proc = None
             _unregister(self)
             raise
@@ -473,36 +454,11 @@ class LocalServer:
         props = {**server_properties(data_dir, redis_port), **self._properties}
         return java_command(java, launch.jar, [*self._jvm_options, *launch.jvm_options], props, port)
 
-    def _wait_healthy(self, proc: subprocess.Popen[bytes], port: int, offset: int) -> None:
-        deadline = self._clock.monotonic() + self._startup_timeout
-        base_url = f"http://127.0.0.1:{port}"
-        while True:
-            try:
-                code = proc.wait(timeout=_HEALTH_POLL_SECONDS)  # doubles as the poll interval
-            except subprocess.TimeoutExpired:
-                pass
-            else:
-                failure = self._failure(f"the server exited with code {code} during startup", offset)
-                raise _ExitedDuringStartup(str(failure), log_tail=failure.log_tail)
-            if _http.probe_health(base_url, _HEALTH_PROBE_TIMEOUT):
-                if _proc.listens_on(proc.pid, port) is False:
-                    raise self._failure(f"another process answers on port {port}", offset)
-                if proc.poll() is None:
-                    return
-            if self._clock.monotonic() >= deadline:
-                raise self._failure(f"the server was not healthy within {self._startup_timeout:.0f} s", offset)
-
-    def _failure(self, message: str, offset: int) -> LocalServerError:
-        # First line: what happened and where the log is (the CLI prints only that line).
-        path = self.log_path
-        tail = _logs.tail_lines(path, LOG_TAIL_LINES, offset) if path is not None else ""
-        return LocalServerError(f"{message} (log: {path}); last lines:\n{tail}", log_tail=tail)
-
     def _stop(self, *, remove_owned_dir: bool) -> None:
         proc = self._proc
         if proc is not None:
             _log.info("stopping Conductor server (pid %d)", proc.pid)
-            _terminate(proc, self._stop_timeout)
+            terminate(proc, self._stop_timeout)
             self._proc = None
             _unregister(self)
         if self._redis is not None:
@@ -521,55 +477,7 @@ class LocalServer:
             return
         proc = self._proc
         if proc is not None:
-            _terminate(proc, self._stop_timeout)
-
-
-class _ExitedDuringStartup(LocalServerError):
-    """The server process ended before it was healthy (a start from the jar alone may still work)."""
-
-
-def _lock_data_dir(data_dir: Path) -> int:
-    """Take the data directory's lock (``flock``) and return its descriptor.
-
-    The descriptor is inherited by the server, so the lock lasts exactly as long as the
-    server process: two servers never share one SQLite database.
-
-    Raises:
-        LocalServerError: another server uses this data directory.
-    """
-    fd = os.open(data_dir / ".conductor-agents.lock", os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError as err:
-        os.close(fd)
-        raise LocalServerError(f"another server is using the data directory {data_dir}") from err
-    return fd
-
-
-def _terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-        return
-    except subprocess.TimeoutExpired:
-        _log.warning("server pid %d ignored SIGTERM for %.0f s; killing it", proc.pid, timeout)
-    proc.kill()
-    try:
-        proc.wait(_KILL_WAIT_SECONDS)
-    except subprocess.TimeoutExpired as err:
-        raise LocalServerError(f"server pid {proc.pid} survived SIGKILL") from err
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
+            terminate(proc, self._stop_timeout)
 
 
 def _secret_environment(secrets: Optional[Mapping[str, str]]) -> Dict[str, str]:
@@ -579,7 +487,7 @@ def _secret_environment(secrets: Optional[Mapping[str, str]]) -> Dict[str, str]:
         ConfigurationError: a name is not a secret name or a value is not a non-empty str (the
             message names the secret, never its value).
     """
-    from .._secrets import SECRET_ENV_PREFIX, check_credential_names
+    from .._common.secrets import SECRET_ENV_PREFIX, check_credential_names
 
     out: Dict[str, str] = {}
     for name, value in (secrets or {}).items():

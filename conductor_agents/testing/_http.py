@@ -17,7 +17,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Set, Tuple
 
-from conductor_agents._clock import Clock
+from conductor_agents._common.clock import Clock
 from conductor_agents.testing._llm_request import LLMRequest
 from conductor_agents.testing._scripts import Anomaly, ScriptBook
 from conductor_agents.testing._wire import error_body, render

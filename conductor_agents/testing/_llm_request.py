@@ -19,8 +19,8 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import attrs
 
-from conductor_agents._carryover import PENDING_CLOSE, PENDING_OPEN
-from conductor_agents._chain import CARRY_TASK
+from conductor_agents._listener.carryover import PENDING_CLOSE, PENDING_OPEN
+from conductor_agents._common.task_names import CARRY_TASK
 
 #: How the server heads the carried-over conversation in a continued run's system prompt.
 CARRY_HEADING = f"## {CARRY_TASK}"

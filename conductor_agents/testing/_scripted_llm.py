@@ -7,7 +7,7 @@ import os
 import threading
 from typing import Any, Dict, Iterable, Optional, Tuple
 
-from conductor_agents._clock import SYSTEM_CLOCK, Clock
+from conductor_agents._common.clock import SYSTEM_CLOCK, Clock
 from conductor_agents.testing._errors import ScriptedLLMStateError
 from conductor_agents.testing._http import THREAD_NAME, LoopbackServer, Responder
 from conductor_agents.testing._llm_request import LLMRequest

@@ -15,7 +15,7 @@ from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
 
 import attrs
 
-from conductor_agents._clock import SYSTEM_CLOCK, Clock
+from conductor_agents._common.clock import SYSTEM_CLOCK, Clock
 from conductor_agents.testing._errors import ScriptedLLMTimeoutError, ScriptError
 from conductor_agents.testing._llm_request import LLMRequest
 from conductor_agents.testing._turns import Failure, Outcome, Reply, to_outcome

@@ -8,10 +8,10 @@ from typing import List
 import pytest
 import requests
 
-from conductor_agents._chain import INTERNAL_TASK_TYPES
+from conductor_agents._common.task_names import INTERNAL_TASK_TYPES
 
 from conductor_agents import AgentRuntime, AgentSettings, RunStatus
-from conductor_agents._sse import SseDecoder
+from conductor_agents._wire.sse import SseDecoder
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener, sdk_threads

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from conductor_agents import Agent, Gate, RunStatus
-from conductor_agents._gates import gate_task_name
+from conductor_agents._common.task_names import gate_task_name
 
 pytestmark = pytest.mark.integration
 

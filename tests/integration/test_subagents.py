@@ -14,7 +14,7 @@ import time
 import pytest
 
 from conductor_agents import Agent, AgentRuntime, InvalidAnswerError, RunStatus, Strategy, ToolContext, tool
-from conductor_agents._subagents import handoff_task_name, router_task_name, selection_task_name
+from conductor_agents._common.task_names import handoff_task_name, router_task_name, selection_task_name
 from conductor_agents.testing import ToolCall
 
 pytestmark = pytest.mark.integration

@@ -56,13 +56,13 @@ def listener(name: str, model: str, tools: object, *, continue_every: "int | Non
     return helpers.listener(name, model, tools, batch_size=5, continuation=continuation)
 
 
-#: The steps of a switch (``conductor_agents._switch.Switch``) after which ``--crash-at`` kills the process.
+#: The steps of a switch (``conductor_agents._listener.switch.Switch``) after which ``--crash-at`` kills the process.
 CRASH_STEPS = {"started": "start_new", "terminated": "terminate_old", "committed": "commit"}
 
 
 def crash_after(step: str) -> None:
     """SIGKILL this process as soon as the first switch has done ``step`` (a test of crashes mid-switch)."""
-    from conductor_agents import _switch
+    from conductor_agents._listener import switch as _switch
 
     name = CRASH_STEPS[step]
     original = getattr(_switch.Switch, name)

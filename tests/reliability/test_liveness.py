@@ -16,7 +16,7 @@ import attrs
 import pytest
 
 from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, WaitTimeoutError, WorkerStallError, tool
-from conductor_agents._chain import TURN_TASK
+from conductor_agents._common.task_names import TURN_TASK
 from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, listener, sdk_threads

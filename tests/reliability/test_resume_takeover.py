@@ -13,7 +13,8 @@ import time
 import pytest
 
 from conductor_agents import AgentRuntime, ResumeError, RunStatus
-from conductor_agents import _poller, _takeover
+from conductor_agents._worker import poller as _poller
+from conductor_agents._serving import takeover as _takeover
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener

@@ -12,7 +12,7 @@ import attrs
 import pytest
 
 from conductor_agents import AgentDefinitionError, AgentRuntime, RunStatus
-from conductor_agents._leases import LeaseBook
+from conductor_agents._serving.leases import LeaseBook
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, lease_owner, listener
@@ -68,8 +68,8 @@ def test_a_lease_is_won_by_exactly_one_of_many_racers(serve_settings, unique_nam
     import threading
     import uuid
 
-    from conductor_agents._api import ConductorApi
-    from conductor_agents._transport import Transport
+    from conductor_agents._wire.api import ConductorApi
+    from conductor_agents._wire.transport import Transport
 
     domain = uuid.uuid4().hex
     results = {}

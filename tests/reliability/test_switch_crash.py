@@ -15,8 +15,8 @@ import pytest
 import requests
 
 from conductor_agents import AgentRuntime, Continuation, RunStatus
-from conductor_agents._chain import is_abandoned, is_continued
-from conductor_agents._chain_directory import ChainDirectory
+from conductor_agents._listener.chain import is_abandoned, is_continued
+from conductor_agents._listener.directory import ChainDirectory
 from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, listener as make_listener

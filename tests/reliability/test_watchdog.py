@@ -14,7 +14,7 @@ import pytest
 from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, WorkerStallError, tool
 from conductor_agents.testing import ToolCall, listener_policy
 
-from conductor_agents._watchdog import IDLE_SAMPLE_INTERVALS
+from conductor_agents._liveness.watchdog import IDLE_SAMPLE_INTERVALS
 
 from ..helpers import eventually, listener, sdk_threads
 from ..integration.test_stateful_listener import ActionTools, act_on
@@ -24,7 +24,7 @@ from .support import tasks_of
 pytestmark = pytest.mark.reliability
 
 WATCHDOG = "conductor-agents-watchdog"
-SAFETY_POLL_SECONDS = 60.0  # an idle poller's own poll, conductor_agents._poller._SAFETY_POLL_SECONDS
+SAFETY_POLL_SECONDS = 60.0  # an idle poller's own poll, conductor_agents._worker.poller._SAFETY_POLL_SECONDS
 
 
 def watchdog_threads() -> int:

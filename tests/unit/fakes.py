@@ -17,7 +17,7 @@ WALL_START = 1_700_000_000.0
 
 
 class FakeClock:
-    """A :class:`conductor_agents._clock.Clock` that moves only when a test moves it. Thread-safe.
+    """A :class:`conductor_agents._common.clock.Clock` that moves only when a test moves it. Thread-safe.
 
     ``skew`` shifts both readings (a client whose clock is off); ``auto_advance`` is added to
     the monotonic time after every ``monotonic()`` read (for loops that wait on real

@@ -1,9 +1,9 @@
-"""Unit tests for conductor_agents._carryover: what a continued run is told, and the commit record."""
+"""Unit tests for conductor_agents._listener.carryover: what a continued run is told, and the commit record."""
 
 import json
 
 from conductor_agents import Continuation
-from conductor_agents._carryover import PENDING_CLOSE, PENDING_OPEN, CommitRecord, build_record, pulled_message_ids
+from conductor_agents._listener.carryover import PENDING_CLOSE, PENDING_OPEN, CommitRecord, build_record, pulled_message_ids
 from conductor_agents.testing import LLMRequest, ToolCall, listener_policy
 
 

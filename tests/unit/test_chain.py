@@ -1,9 +1,9 @@
-"""Unit tests for conductor_agents._chain (how a continued listener's runs are named) and _budget."""
+"""Unit tests for conductor_agents._listener.chain (how a continued listener's runs are named) and _budget."""
 
 import pytest
 
-from conductor_agents._budget import RunSize, SizeModel
-from conductor_agents._chain import (
+from conductor_agents._listener.budget import RunSize, SizeModel
+from conductor_agents._listener.chain import (
     ABANDONED_REASON, LinkKey, continued_reason, is_abandoned, is_continued, link_id, link_key, parse_link_key,
     run_id_for_key,
 )

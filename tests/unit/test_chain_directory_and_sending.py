@@ -3,10 +3,11 @@
 
 import pytest
 
-from conductor_agents._carryover import CommitRecord
-from conductor_agents._chain import CARRY_TASK, LinkKey, continued_reason, parse_link_key
-from conductor_agents._chain_directory import Chain, ChainDirectory, Link
-from conductor_agents._sending import send_to_listener
+from conductor_agents._listener.carryover import CommitRecord
+from conductor_agents._common.task_names import CARRY_TASK
+from conductor_agents._listener.chain import LinkKey, continued_reason, parse_link_key
+from conductor_agents._listener.directory import Chain, ChainDirectory, Link
+from conductor_agents._listener.sending import send_to_listener
 from conductor_agents.errors import ExecutionNotFoundError, ExecutionNotRunningError, ServerError
 from tests.unit.fakes import FakeClock
 
@@ -72,7 +73,7 @@ class FakeChainServer:
         return message_id
 
     def workflow_tasks(self, execution_id, start=0, count=15, statuses=()):
-        from conductor_agents._api import TaskPage
+        from conductor_agents._wire.api import TaskPage
         run = self.runs[execution_id]
         tasks = []
         if run["number"] > 0:

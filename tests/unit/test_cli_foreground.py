@@ -9,9 +9,9 @@ import math
 
 import pytest
 
-from conductor_agents._chain_directory import Chain
-from conductor_agents._api import ConductorApi
-from conductor_agents._transport import Transport
+from conductor_agents._listener.directory import Chain
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._wire.transport import Transport
 from conductor_agents.cli._foreground import wait_in_foreground
 from conductor_agents.cli._main import build_parser
 from conductor_agents.cli._progress import ProgressDisplay

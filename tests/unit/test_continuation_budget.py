@@ -5,9 +5,9 @@ from __future__ import annotations
 import types
 from typing import Any, List
 
-from conductor_agents._api import TaskPage
-from conductor_agents._chain_directory import Chain
-from conductor_agents._continuation import ContinuationDriver
+from conductor_agents._wire.api import TaskPage
+from conductor_agents._listener.directory import Chain
+from conductor_agents._listener.driver import ContinuationDriver
 
 OLD = Chain("first-run", "0" * 32, "listener", 0).link(0)
 

@@ -8,11 +8,11 @@ import threading
 import pytest
 
 from conductor_agents import tool
-from conductor_agents._api import ConductorApi
-from conductor_agents._executor import ToolExecutor
-from conductor_agents._json_check import json_copy
-from conductor_agents._payload import ToolOutputError, message_payload, tool_output
-from conductor_agents._transport import Transport
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._worker.executor import ToolExecutor
+from conductor_agents._common.json_check import json_copy
+from conductor_agents._wire.payload import ToolOutputError, message_payload, tool_output
+from conductor_agents._wire.transport import Transport
 from conductor_agents.errors import PayloadError, ToolDefinitionError
 from conductor_agents.runtime import AgentRuntime
 from conductor_agents.settings import AgentSettings

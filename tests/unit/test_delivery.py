@@ -1,4 +1,4 @@
-"""Unit tests for message delivery checks (conductor_agents._delivery): delivered, lost, not known yet.
+"""Unit tests for message delivery checks (conductor_agents._listener.delivery): delivered, lost, not known yet.
 
 The task lists have the shape the real server returns (checked in
 tests/integration/test_message_delivery.py): each wait-for-message task completes with
@@ -11,10 +11,10 @@ import requests
 import responses
 
 from conductor_agents import MessageDelivery, MessageLostError
-from conductor_agents._api import ConductorApi
-from conductor_agents._chain_directory import Chain
-from conductor_agents._delivery import DeliveryCheck
-from conductor_agents._transport import Transport
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._listener.directory import Chain
+from conductor_agents._listener.delivery import DeliveryCheck
+from conductor_agents._wire.transport import Transport
 from conductor_agents.errors import ExecutionNotFoundError, ServerUnavailableError, WaitTimeoutError
 from conductor_agents.handle import AgentHandle
 from conductor_agents.settings import AgentSettings

@@ -9,7 +9,7 @@ import pytest
 import conductor_agents
 import conductor_agents.testing
 from conductor_agents import errors
-from conductor_agents._transport import HttpError
+from conductor_agents._wire.transport import HttpError
 from conductor_agents.errors import ConductorAgentsError
 from conductor_agents.testing import ScriptedLLMStateError, ScriptedLLMTimeoutError, ScriptError
 from conductor_agents.tools import ToolArgumentsError

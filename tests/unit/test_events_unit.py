@@ -12,11 +12,11 @@ from typing import Any, List, Optional
 import pytest
 import responses
 
-from conductor_agents._event_polling import events_from_workflow
-from conductor_agents._event_stream import EventStream, signature
-from conductor_agents._executor import TaskRef
-from conductor_agents._observer import TaskObserver
-from conductor_agents._transport import HttpError, Transport
+from conductor_agents._events.polling import events_from_workflow
+from conductor_agents._events.stream import EventStream, signature
+from conductor_agents._worker.executor import TaskRef
+from conductor_agents._worker.observer import TaskObserver
+from conductor_agents._wire.transport import HttpError, Transport
 from conductor_agents.errors import (
     ExecutionNotFoundError,
     RuntimeClosedError,
@@ -119,7 +119,7 @@ class FakeApi:
 
     def workflow_tasks(self, execution_id: str, *, start: int = 0, count: int = 15, statuses=()):
         """The task list, a page at a time (what the event reader reads instead of the whole run)."""
-        from conductor_agents._api import TaskPage
+        from conductor_agents._wire.api import TaskPage
         self.task_pages.append(start)
         if self.workflow is None:
             raise ExecutionNotFoundError(f"no execution {execution_id!r}", execution_id=execution_id)
@@ -489,7 +489,7 @@ class _Poller:
 def test_open_stream_sends_the_headers_and_yields_the_body():
     responses.add(responses.GET, BASE_URL + "/agent/stream/wf-1", body=b"".join(SEED),
                   content_type="text/event-stream")
-    from conductor_agents._api import ConductorApi
+    from conductor_agents._wire.api import ConductorApi
 
     api = ConductorApi(Transport(BASE_URL))
     with api.agent_stream("wf-1", last_event_id="4") as stream:
@@ -525,7 +525,7 @@ def test_task_list_reads_start_where_events_may_still_change():
     """Each read asks for the tasks from the first one whose events may change, not the whole run again."""
     api = FakeApi([], status="RUNNING", workflow=seed_workflow(status="RUNNING"))
     api.workflow["tasks"] = api.workflow["tasks"][:4]
-    from conductor_agents._event_polling import TaskEvents
+    from conductor_agents._events.polling import TaskEvents
     reader = TaskEvents(api, EXEC)
     first = [e.kind for e in reader.read()[1]]
     api.workflow = seed_workflow()

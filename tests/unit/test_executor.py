@@ -1,4 +1,4 @@
-"""Unit tests for conductor_agents._executor.ToolExecutor: outcomes, result retries, duplicates, leases, shutdown."""
+"""Unit tests for conductor_agents._worker.executor.ToolExecutor: outcomes, result retries, duplicates, leases, shutdown."""
 
 import json
 import logging
@@ -8,9 +8,9 @@ import pytest
 import requests
 
 from conductor_agents import tool
-from conductor_agents._api import ConductorApi
-from conductor_agents._executor import ToolExecutor
-from conductor_agents._transport import Transport
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._worker.executor import ToolExecutor
+from conductor_agents._wire.transport import Transport
 from tests.helpers import eventually
 from tests.unit.fakes import BASE_URL, FakeClock, FakeEvent
 
@@ -382,7 +382,7 @@ def test_full_within_tells_a_full_pool_from_one_that_has_been_free_long_enough(h
 def test_a_token_usage_termination_gets_the_runs_usage_from_the_server(http, make_executor):
     """A Termination.token_usage check reads GET /agent/execution/{id} and decides on its tokenUsage."""
     from conductor_agents import Termination
-    from conductor_agents._termination import termination_worker
+    from conductor_agents._teams.termination import termination_worker
 
     http.add("POST", TASKS_URL, body="")
     http.add("GET", BASE_URL + "/agent/execution/wf-1",

@@ -15,8 +15,8 @@ import pytest
 import requests
 
 from conductor_agents import AgentRuntime, AgentSettings
-from conductor_agents import _fork
-from conductor_agents._transport import Transport
+from conductor_agents._common import fork as _fork
+from conductor_agents._wire.transport import Transport
 
 URL = "http://127.0.0.1:9/api"  # never contacted
 

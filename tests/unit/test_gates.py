@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from conductor_agents import Agent, AgentDefinitionError, AgentTypeError, Gate, tool
-from conductor_agents._gates import gate_task_name
+from conductor_agents._common.task_names import gate_task_name
 
 MODEL = "openai/gpt-4o"
 

@@ -20,8 +20,8 @@ from conductor_agents import (
     NothingPendingError,
     PendingRequest,
 )
-from conductor_agents import _approvals
-from conductor_agents._pending import consumed_answer, pending_in, request_kind, stored_answer
+from conductor_agents._people import approvals as _approvals
+from conductor_agents._people.pending import consumed_answer, pending_in, request_kind, stored_answer
 from conductor_agents.result import tool_calls_from_tasks
 
 REF = "desk_guardrail_human__1"

@@ -1,4 +1,4 @@
-"""Unit tests for conductor_agents._liveness: find_stall, server_time_from_date, stall_error."""
+"""Unit tests for conductor_agents._liveness.stall: find_stall, server_time_from_date, stall_error."""
 
 import os
 import time
@@ -6,7 +6,7 @@ from email.utils import formatdate
 
 import pytest
 
-from conductor_agents._liveness import Stall, find_stall, server_time_from_date, stall_error
+from conductor_agents._liveness.stall import Stall, find_stall, server_time_from_date, stall_error
 from tests.unit.fakes import WALL_START
 
 DOMAIN = "0123456789abcdef0123456789abcdef"

@@ -1,4 +1,4 @@
-"""Unit tests for conductor_agents._payload (message and tool-output normalisation) and result."""
+"""Unit tests for conductor_agents._wire.payload (message and tool-output normalisation) and result."""
 
 import datetime
 import decimal
@@ -6,10 +6,10 @@ import decimal
 import pytest
 import responses
 
-from conductor_agents._chain_directory import Chain
-from conductor_agents._api import ConductorApi
-from conductor_agents._payload import ToolOutputError, message_payload, tool_output
-from conductor_agents._transport import Transport
+from conductor_agents._listener.directory import Chain
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._wire.payload import ToolOutputError, message_payload, tool_output
+from conductor_agents._wire.transport import Transport
 from conductor_agents.errors import PayloadError
 from conductor_agents.handle import AgentHandle
 from conductor_agents.result import (

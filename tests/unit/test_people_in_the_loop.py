@@ -30,12 +30,12 @@ from conductor_agents import (
     WaitForMessageTool,
     tool,
 )
-from conductor_agents._event_polling import events_from_workflow
-from conductor_agents._output_type import OutputSpec, typed_result
-from conductor_agents._pending import approval_decision, consumed_answer, pending_in, stored_answer
-from conductor_agents._pending import waits_on_person
-from conductor_agents._run_state import check_context, merge_updates
-from conductor_agents._secrets import SecretValues, redact
+from conductor_agents._events.polling import events_from_workflow
+from conductor_agents._answers.output_type import OutputSpec, typed_result
+from conductor_agents._people.pending import approval_decision, consumed_answer, pending_in, stored_answer
+from conductor_agents._people.pending import waits_on_person
+from conductor_agents._tooldefs.run_state import check_context, merge_updates
+from conductor_agents._common.secrets import SecretValues, redact
 from conductor_agents.events import WaitingEvent
 from conductor_agents.local_server import LocalServer
 from conductor_agents.result import AgentResult, AgentStatus
@@ -254,7 +254,7 @@ def test_a_tool_reads_and_updates_the_run_state():
         ctx.state["n"] = 2  # type: ignore[index]
     ctx.update_state({"n": 2}, seen=True)
     assert ctx.state_updates == {"n": 2, "seen": True}
-    from conductor_agents._context import state_updates_of
+    from conductor_agents._tooldefs.context import state_updates_of
 
     merged = merge_updates({"ok": 1, "_state_updates": {"other": 1, "n": 9}}, state_updates_of(ctx))
     assert merged == {"ok": 1, "_state_updates": {"other": 1, "n": 2, "seen": True}}
@@ -303,7 +303,7 @@ def test_local_server_secrets_become_the_servers_environment_and_stay_hidden(tmp
 
 def test_the_executor_scrubs_a_secret_from_a_failure(caplog):
     """A tool that puts its secret in an exception: the posted reason, traceback and log line hide it."""
-    from conductor_agents._executor import ToolExecutor
+    from conductor_agents._worker.executor import ToolExecutor
 
     class Api:
         posted: list = []
@@ -391,7 +391,7 @@ class Handle:
 
 def test_the_monitor_reports_each_request_once_and_forgets_ended_runs():
     """A HUMAN wait is read once per sample and reported once; a message wait costs one status only."""
-    from conductor_agents._pending_watch import PendingMonitor
+    from conductor_agents._people.pending_watch import PendingMonitor
 
     human = ({"status": "RUNNING", "isWaiting": True, "pendingTool": {"response_schema": {}}},
              workflow(APPROVAL_HUMAN))
@@ -423,7 +423,7 @@ def test_the_monitor_thread_starts_with_a_run_and_is_joined_on_close():
     """No thread before watch(); close() joins it; a closed monitor takes no run."""
     import threading
 
-    from conductor_agents._pending_watch import PendingMonitor
+    from conductor_agents._people.pending_watch import PendingMonitor
 
     api = StatusApi([({"status": "RUNNING", "isWaiting": False}, None)] * 10)
     monitor = PendingMonitor(api, lambda h, r: None, interval=0.01)  # type: ignore[arg-type]
@@ -438,7 +438,7 @@ def test_the_monitor_thread_starts_with_a_run_and_is_joined_on_close():
 
 def test_answers_check_their_arguments_before_any_request():
     """A blank rejection reason, a non-text `by`, a bad timeout or a non-JSON answer send nothing."""
-    from conductor_agents import _approvals
+    from conductor_agents._people import approvals as _approvals
 
     class NoApi:
         def __getattr__(self, name):

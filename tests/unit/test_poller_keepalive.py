@@ -1,6 +1,6 @@
 """Unit tests for DomainPoller's keep-alive: a poller whose tool pool is full polls for no task."""
 
-from conductor_agents._poller import DomainPoller
+from conductor_agents._worker.poller import DomainPoller
 from tests.unit.fakes import FakeClock
 
 DOMAIN = "0123456789abcdef0123456789abcdef"

@@ -8,8 +8,8 @@ from __future__ import annotations
 import threading
 import time
 
-from conductor_agents import _poller
-from conductor_agents._poller import DomainPoller
+from conductor_agents._worker import poller as _poller
+from conductor_agents._worker.poller import DomainPoller
 from conductor_agents.errors import ServerUnavailableError
 from tests.unit.fakes import FakeClock
 
@@ -115,7 +115,7 @@ def test_a_healed_poller_thread_takes_a_waiting_task_within_the_rung_retry(monke
     """The loop: polls fail long enough for the back-off to reach 5 s; the server comes back and a
     ring (the watcher counts the waiting task) gets the task taken within about half a second, not
     at the end of the 5 s pause."""
-    from conductor_agents._clock import SYSTEM_CLOCK
+    from conductor_agents._common.clock import SYSTEM_CLOCK
 
     poller, api, executor = make(clock=SYSTEM_CLOCK)
     poller._tools = {}

@@ -10,9 +10,9 @@ import threading
 import pytest
 import requests
 
-from conductor_agents._api import ConductorApi
-from conductor_agents._executor import TaskRef, ToolExecutor
-from conductor_agents._transport import Transport
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._worker.executor import TaskRef, ToolExecutor
+from conductor_agents._wire.transport import Transport
 from tests.unit.fakes import BASE_URL, FakeClock, FakeEvent
 
 TASKS_URL = BASE_URL + "/tasks"

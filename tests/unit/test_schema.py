@@ -1,4 +1,4 @@
-"""Unit tests for conductor_agents._schema: hints -> JSON schema, docstrings, argument checks.
+"""Unit tests for conductor_agents._tooldefs.schema: hints -> JSON schema, docstrings, argument checks.
 
 This module uses postponed annotations on purpose: every hint below is a string that the
 schema derivation has to resolve.
@@ -25,7 +25,7 @@ from typing import (  # noqa: F401 - several are used only by hints written as s
 
 import pytest
 
-from conductor_agents import _schema
+from conductor_agents._tooldefs import schema as _schema
 from conductor_agents.errors import ToolDefinitionError
 from conductor_agents.tools import tool
 

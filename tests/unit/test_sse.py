@@ -1,4 +1,4 @@
-"""Unit tests for the server-sent events decoder (conductor_agents._sse) and the typed events."""
+"""Unit tests for the server-sent events decoder (conductor_agents._wire.sse) and the typed events."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import logging
 
 import pytest
 
-from conductor_agents._sse import SseDecoder, SseMessage
+from conductor_agents._wire.sse import SseDecoder, SseMessage
 from conductor_agents.events import (
     DoneEvent,
     ErrorEvent,

@@ -1,12 +1,12 @@
-"""Unit tests for conductor_agents._starting: the definition race of first starts is retried, nothing else."""
+"""Unit tests for conductor_agents._wire.starting: the definition race of first starts is retried, nothing else."""
 
 from __future__ import annotations
 
 import pytest
 
-from conductor_agents._api import ConductorApi
-from conductor_agents._starting import start_run
-from conductor_agents._transport import HttpError, Transport
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._wire.starting import start_run
+from conductor_agents._wire.transport import HttpError, Transport
 from tests.unit.fakes import BASE_URL
 
 START_URL = BASE_URL + "/agent/start"

@@ -1,4 +1,4 @@
-"""Unit tests for structured tool parameters and results (conductor_agents._structured via @tool)."""
+"""Unit tests for structured tool parameters and results (conductor_agents._common.structured via @tool)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ import pydantic  # test extra only: the SDK never imports it
 import pytest
 
 from conductor_agents import ToolArgumentsError, tool
-from conductor_agents._payload import ToolOutputError, tool_output
-from conductor_agents._structured import jsonable
+from conductor_agents._wire.payload import ToolOutputError, tool_output
+from conductor_agents._common.structured import jsonable
 from conductor_agents.errors import ToolDefinitionError
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
-from conductor_agents._api import TaskPage
-from conductor_agents._chain import CARRY_TASK
-from conductor_agents._chain_directory import Chain
-from conductor_agents._switch import Switch
+from conductor_agents._wire.api import TaskPage
+from conductor_agents._common.task_names import CARRY_TASK
+from conductor_agents._listener.directory import Chain
+from conductor_agents._listener.switch import Switch
 
 RUN_ID = "0" * 32
 CHAIN = Chain("first-run", RUN_ID, "listener", 0)

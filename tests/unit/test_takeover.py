@@ -1,4 +1,4 @@
-"""Unit tests for conductor_agents._takeover: who polled a run's domain lately, on the server's clock."""
+"""Unit tests for conductor_agents._serving.takeover: who polled a run's domain lately, on the server's clock."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ from email.utils import formatdate
 
 import pytest
 
-from conductor_agents._api import ConductorApi
-from conductor_agents._takeover import find_live_poller, freshness_window
-from conductor_agents._transport import Transport
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._serving.takeover import find_live_poller, freshness_window
+from conductor_agents._wire.transport import Transport
 from tests.unit.fakes import BASE_URL, FakeClock
 
 POLL_DATA_URL = BASE_URL + "/tasks/queue/polldata"
@@ -73,8 +73,8 @@ import subprocess
 import sys
 import time
 
-from conductor_agents import _takeover
-from conductor_agents._takeover import make_worker_id, worker_is_dead_here
+from conductor_agents._serving import takeover as _takeover
+from conductor_agents._serving.takeover import make_worker_id, worker_is_dead_here
 
 
 @pytest.fixture

@@ -444,7 +444,7 @@ class TestTermination:
 class TestTree:
     def test_root_finder_follows_parents_and_caches(self):
         """RootFinder climbs parentWorkflowId to the top-level run, one read per run, cached."""
-        from conductor_agents._tree import RootFinder
+        from conductor_agents._liveness.tree import RootFinder
         from conductor_agents.errors import ServerError
 
         reads: list = []
@@ -464,8 +464,8 @@ class TestTree:
 
     def test_running_sub_runs_descends(self):
         """running_sub_runs yields the IN_PROGRESS SUB_WORKFLOW tasks' sub-runs, depth first."""
-        from conductor_agents._api import TaskPage
-        from conductor_agents._tree import running_sub_runs
+        from conductor_agents._wire.api import TaskPage
+        from conductor_agents._liveness.tree import running_sub_runs
 
         tasks = {"p": [{"taskType": "SUB_WORKFLOW", "subWorkflowId": "a"}, {"taskType": "lookup"}],
                  "a": [{"taskType": "SUB_WORKFLOW", "subWorkflowId": "b"}], "b": []}
@@ -510,7 +510,7 @@ class TestManual:
 
     def test_the_pick_is_a_question_with_options(self):
         """The pick shows as a question whose options are the sub-agents in the server's order."""
-        from conductor_agents._pending import pending_in
+        from conductor_agents._people.pending import pending_in
 
         [pick] = pending_in({"workflowId": "wf", "status": "RUNNING", "tasks": [self.PICK]}, "wf")
         assert (pick.kind, pick.options, pick.task_id) == (PendingRequest.QUESTION, ("billing", "tech"), "h7")
@@ -519,7 +519,7 @@ class TestManual:
         assert pick.to_dict()["options"] == ["billing", "tech"]
 
     def test_the_answer_the_run_took_is_what_the_selection_task_was_given(self):
-        from conductor_agents._pending import consumed_answer
+        from conductor_agents._people.pending import consumed_answer
 
         human = {**self.PICK, "status": "COMPLETED", "outputData": {"answer": "tech", "answer_id": "late"}}
         selection = {"taskType": "SIMPLE", "status": "SCHEDULED", "seq": 5,
@@ -532,7 +532,7 @@ class TestManual:
     def test_respond_takes_only_an_option(self):
         """An answer that names no sub-agent is refused before anything is sent; a good one goes as answer
         and selected."""
-        from conductor_agents import _approvals
+        from conductor_agents._people import approvals as _approvals
 
         sent = []
 

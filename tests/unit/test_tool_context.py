@@ -8,10 +8,10 @@ import threading
 import pytest
 
 from conductor_agents import CancelReason, ToolCancelled, ToolContext, ToolRetry, current_tool_context, tool
-from conductor_agents._api import ConductorApi
-from conductor_agents._context import call_key, cancel, delivery_attempt
-from conductor_agents._task_watch import CancellationWatch, held_by, stop_requested
-from conductor_agents._transport import Transport
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._tooldefs.context import call_key, cancel, delivery_attempt
+from conductor_agents._worker.task_watch import CancellationWatch, held_by, stop_requested
+from conductor_agents._wire.transport import Transport
 from conductor_agents.errors import ToolDefinitionError
 from tests.helpers import eventually
 from tests.unit.fakes import BASE_URL, FakeClock

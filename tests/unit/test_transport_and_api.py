@@ -1,12 +1,12 @@
-"""Unit tests for conductor_agents._transport (errors, auth, decoding) and _api (endpoint error mapping)."""
+"""Unit tests for conductor_agents._wire.transport (errors, auth, decoding) and _api (endpoint error mapping)."""
 
 import json
 
 import pytest
 import requests
 
-from conductor_agents._api import ConductorApi
-from conductor_agents._transport import TRANSIENT_STATUSES, HttpError, Transport
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._wire.transport import TRANSIENT_STATUSES, HttpError, Transport
 from conductor_agents.errors import (
     AuthenticationError,
     ExecutionNotFoundError,

@@ -17,7 +17,7 @@ import pytest
 import requests
 import responses
 
-from conductor_agents._transport import HttpError, Transport
+from conductor_agents._wire.transport import HttpError, Transport
 from conductor_agents.errors import AuthenticationError, ServerError, ServerUnavailableError
 
 

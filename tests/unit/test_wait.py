@@ -4,10 +4,10 @@ import pytest
 import requests
 import responses
 
-from conductor_agents._chain_directory import Chain
-from conductor_agents._api import ConductorApi
-from conductor_agents._liveness import Stall, stall_error
-from conductor_agents._transport import HttpError, Transport
+from conductor_agents._listener.directory import Chain
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._liveness.stall import Stall, stall_error
+from conductor_agents._wire.transport import HttpError, Transport
 from conductor_agents.errors import (
     ExecutionNotFoundError,
     ServerUnavailableError,

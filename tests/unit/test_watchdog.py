@@ -1,4 +1,4 @@
-"""Unit tests for conductor_agents._watchdog: one thread samples every run for its end and its liveness.
+"""Unit tests for conductor_agents._liveness.watchdog: one thread samples every run for its end and its liveness.
 
 Time is a FakeClock and samples are taken with ``run_due()`` on the test's thread, except in
 the last section, which checks the real thread's lifecycle.
@@ -11,9 +11,9 @@ from email.utils import formatdate
 import pytest
 import responses
 
-from conductor_agents._api import ConductorApi
-from conductor_agents._transport import Transport
-from conductor_agents._watchdog import RunWatchdog
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._wire.transport import Transport
+from conductor_agents._liveness.watchdog import RunWatchdog
 from conductor_agents.errors import ExecutionNotFoundError, ServerUnavailableError, WorkerStallError
 from tests.helpers import eventually
 from tests.unit.fakes import BASE_URL, WALL_START, FakeClock
@@ -533,7 +533,7 @@ def test_an_idle_run_missing_from_the_running_list_is_sampled_and_released(no_th
 
 
 def test_a_server_without_the_running_list_gets_one_sample_per_idle_run(no_thread):
-    from conductor_agents._transport import HttpError
+    from conductor_agents._wire.transport import HttpError
 
     watchdog, api, clock, _ = make(queues_empty=lambda d: True)
     api.running_ids = {"listener": HttpError("no", status=404, server_message="", method="GET", path="/x")}

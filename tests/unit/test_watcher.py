@@ -13,10 +13,10 @@ from typing import List
 import pytest
 import responses
 
-from conductor_agents._api import ConductorApi
-from conductor_agents._transport import HttpError, Transport
-from conductor_agents._watcher import QueueWatcher
-from conductor_agents._workers import WorkerSet
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._wire.transport import HttpError, Transport
+from conductor_agents._worker.watcher import QueueWatcher
+from conductor_agents._worker.workers import WorkerSet
 from conductor_agents.settings import AgentSettings
 from tests.helpers import eventually
 from tests.unit.fakes import BASE_URL, FakeClock
@@ -351,7 +351,7 @@ def test_the_idle_interval_grows_with_the_queues_a_round_reads(http, api):
 def test_a_pollers_activity_reaches_its_watcher_without_a_pass_over_the_pollers(api):
     """A new run or a task noted by a poller keeps the watcher on fast rounds for a while; the
     watcher no longer asks each poller every round."""
-    from conductor_agents._poller import DomainPoller
+    from conductor_agents._worker.poller import DomainPoller
     from tests.unit.fakes import FakeClock
 
     clock = FakeClock()

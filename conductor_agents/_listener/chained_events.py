@@ -1,0 +1,114 @@
+"""The events of a listener across its runs: each run's events, then a ``continued`` event and the next's.
+
+Wraps one :class:`~conductor_agents._events.stream.EventStream` per link. When a link ends because it was continued
+(TERMINATED with the continuation's reason) its closing run-level error is replaced by a
+:class:`~conductor_agents.events.ContinuedEvent` and the next link's events follow, from its start.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Optional
+
+from .._common.task_names import INTERNAL_TASK_TYPES
+from .chain import is_continued
+from .directory import Chain, ChainDirectory, Link
+from .._common.clock import SYSTEM_CLOCK, Clock
+from .._events.stream import EventStream
+from ..events import AgentEvent, ContinuedEvent, ErrorEvent
+from ..errors import WaitTimeoutError
+from ..result import AgentStatus
+
+__all__ = ["ChainedEvents"]
+
+
+class ChainedEvents:
+    """An iterator of a listener's events until its last run ends. One thread iterates; :meth:`close`
+    may be called from any thread.
+
+    Raises (from ``next()``): as :class:`~conductor_agents._events.stream.EventStream`; the timeout covers every run.
+    """
+
+    def __init__(self, api: Any, directory: ChainDirectory, chain: Chain, *, timeout: float, observer: Any = None,
+                 clock: Clock = SYSTEM_CLOCK, poll_interval: float = 0.5, max_transient_errors: int = 3) -> None:
+        if not timeout > 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        self._api = api
+        self._directory = directory
+        self._chain = chain
+        self._timeout = float(timeout)
+        self._clock = clock
+        self._deadline = clock.monotonic() + self._timeout
+        self._options = dict(observer=observer, clock=clock, poll_interval=poll_interval,
+                             max_transient_errors=max_transient_errors)
+        self._link: Link = directory.newest(chain)  # the current run as last known: its events, then the next's
+        self._stream: Optional[EventStream] = self._open(self._link)
+        self._closed = False
+
+    def _open(self, link: Link) -> EventStream:
+        remaining = self._deadline - self._clock.monotonic()
+        if remaining <= 0:
+            raise WaitTimeoutError(
+                f"run {self._chain.execution_id} did not end within {self._timeout:g}s of events(); it goes on "
+                "on the server (call events() again to keep watching)",
+                execution_id=self._chain.execution_id, timeout=self._timeout)
+        return EventStream(self._api, link.execution_id, timeout=remaining, **self._options)
+
+    @property
+    def execution_id(self) -> str:
+        return self._chain.execution_id
+
+    @property
+    def mode(self) -> str:
+        return self._stream.mode if self._stream is not None else "closed"
+
+    @property
+    def last_event_id(self) -> str:
+        return self._stream.last_event_id if self._stream is not None else ""
+
+    def __repr__(self) -> str:
+        return f"ChainedEvents(execution_id={self.execution_id!r}, run={self._link.execution_id!r})"
+
+    def __iter__(self) -> "ChainedEvents":
+        return self
+
+    def __next__(self) -> AgentEvent:
+        while True:
+            stream = self._stream
+            if stream is None or self._closed:
+                raise StopIteration
+            event = next(stream)
+            if getattr(event, "tool_name", None) in INTERNAL_TASK_TYPES:
+                continue  # the SDK's own tasks (a listener's turn reports) are not the model's tool calls
+            if not (isinstance(event, ErrorEvent) and event.run_level and self._chain.continuable):
+                return event
+            successor = self._successor()
+            if successor is None:
+                return event
+            stream.close()
+            previous, self._link = self._link, successor
+            self._stream = self._open(successor)
+            return ContinuedEvent(execution_id=previous.execution_id, id=f"continued:{successor.execution_id}",
+                                  timestamp=time.time(), source="local", next_execution_id=successor.execution_id,
+                                  run=successor.number - self._chain.first + 1)
+
+    def _successor(self) -> Optional[Link]:
+        status = AgentStatus.from_dict(self._api.agent_status(self._link.execution_id))
+        if not is_continued(status.reason):
+            return None
+        if not self._directory.exists(self._chain, self._link.number + 1):
+            return None
+        return self._chain.link(self._link.number + 1)
+
+    def close(self) -> None:
+        """Stop reading and close the connection. Idempotent."""
+        self._closed = True
+        stream = self._stream
+        if stream is not None:
+            stream.close()
+
+    def __enter__(self) -> "ChainedEvents":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

@@ -1,0 +1,212 @@
+"""Finding the current run of a continued listener from any id of it (see :mod:`conductor_agents._listener.chain`).
+
+:class:`ChainDirectory` answers, for an execution id a caller holds, which chain it belongs to
+(once per id and process: one small request) and which link is the newest. The newest link it knows is cached per chain; a
+caller that needs the truth asks :meth:`ChainDirectory.refresh`, which probes the links after it
+(``GET /workflow/{id}/status``, a few hundred bytes each): one probe when nothing changed, and
+about ``2 log2(n)`` for a process that last looked ``n`` links ago (links are never removed by the
+SDK, so "link *n* exists" is true up to the newest and false after it).
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+from typing import Optional
+
+import attrs
+
+from .._wire.api import ConductorApi
+from .chain import LinkKey, link_id, link_key, parse_link_key
+from .._common.fork import rebuild_after_fork
+from ..errors import ExecutionNotFoundError, ServerError
+
+__all__ = ["Chain", "ChainDirectory", "Link"]
+
+log = logging.getLogger("conductor_agents.continuation")
+
+#: Chains remembered per process (least recently used forgotten first).
+_CACHE_SIZE = 10_000
+
+
+@attrs.frozen
+class Link:
+    """One run of a chain: its number (0 is the first run) and execution id."""
+
+    number: int
+    execution_id: str
+
+
+@attrs.frozen
+class Chain:
+    """A listener as the server names it: the id a caller holds and where its links are.
+
+    ``run_id`` (the task domain every link shares) and ``agent_name`` are None for a run that is
+    not stateful: it is never continued and is its own only link.
+    """
+
+    execution_id: str
+    run_id: Optional[str] = None
+    agent_name: Optional[str] = None
+    first: int = 0  # the link ``execution_id`` is (0 unless a caller holds a later link's id)
+
+    @property
+    def continuable(self) -> bool:
+        return self.run_id is not None and self.agent_name is not None
+
+    def link(self, number: int) -> Link:
+        """Link ``number`` of this chain: any number, also one before ``first`` (its id is derived)."""
+        if number == self.first or not self.continuable:
+            return Link(self.first, self.execution_id)
+        assert self.run_id is not None and self.agent_name is not None
+        return Link(number, link_id(self.agent_name, link_key(self.run_id, number, self.agent_name)))
+
+    def key(self, number: int) -> LinkKey:
+        assert self.run_id is not None and self.agent_name is not None
+        return LinkKey(self.run_id, number, self.agent_name)
+
+
+class ChainDirectory:
+    """Chains and their newest links, as learned from the server. Thread-safe.
+
+    Requests are made outside the lock; two threads that miss at once may both ask.
+    """
+
+    def __init__(self, api: ConductorApi) -> None:
+        self._api = api
+        self._lock = threading.Lock()
+        rebuild_after_fork(self)
+        self._chains: "collections.OrderedDict[str, Chain]" = collections.OrderedDict()
+        self._newest: "collections.OrderedDict[tuple, Link]" = collections.OrderedDict()  # (run id, agent) -> Link
+        self._accepted: "collections.OrderedDict[str, Link]" = collections.OrderedDict()  # message id -> link
+
+    def _after_fork_in_child(self) -> None:
+        # What it knows stays true in a child; only its lock may be held by a thread that is gone.
+        self._lock = threading.Lock()
+
+    # -- which chain ------------------------------------------------------------------
+
+    def chain(self, execution_id: str) -> Chain:
+        """The chain ``execution_id`` belongs to (one or two requests the first time).
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the execution.
+        """
+        with self._lock:
+            known = self._chains.get(execution_id)
+            if known is not None:
+                self._chains.move_to_end(execution_id)
+                return known
+        chain = self._lookup(execution_id)
+        self.remember(chain)
+        return chain
+
+    def known(self, execution_id: str) -> Optional[Chain]:
+        """The chain of ``execution_id`` if this process already knows it (no request)."""
+        with self._lock:
+            return self._chains.get(execution_id)
+
+    def remember(self, chain: Chain, newest: Optional[Link] = None) -> None:
+        """Record ``chain`` (and its newest link, when the caller knows it: it just started it)."""
+        with self._lock:
+            self._chains[chain.execution_id] = chain
+            self._chains.move_to_end(chain.execution_id)
+            while len(self._chains) > _CACHE_SIZE:
+                self._chains.popitem(last=False)
+            if newest is not None:
+                self._advance_locked(chain, newest)
+
+    def _lookup(self, execution_id: str) -> Chain:
+        # Every run of a listener this SDK started carries its link key; any other run is its own
+        # only link (not stateful, not a listener, or started by another SDK): never continued.
+        status = self._api.workflow_status(execution_id)
+        key = parse_link_key(status.get("correlationId"))
+        if key is None:
+            return Chain(execution_id)
+        return Chain(execution_id, key.run_id, key.agent_name, key.number)
+
+    # -- which link took a message -------------------------------------------------------
+
+    def note_accepted(self, message_id: str, link: Link) -> None:
+        """Link ``link`` accepted message ``message_id`` (sent from this process)."""
+        with self._lock:
+            self._accepted[message_id] = link
+            while len(self._accepted) > _CACHE_SIZE:
+                self._accepted.popitem(last=False)
+
+    def accepted_by(self, message_id: str) -> Optional[Link]:
+        """The link that accepted a message this process sent, if it remembers."""
+        with self._lock:
+            return self._accepted.get(message_id)
+
+    # -- which link -------------------------------------------------------------------
+
+    def newest(self, chain: Chain) -> Link:
+        """The newest link this process knows of (no request)."""
+        if not chain.continuable:
+            return chain.link(chain.first)
+        with self._lock:
+            known = self._newest.get((chain.run_id, chain.agent_name))
+        if known is None or known.number < chain.first:
+            return chain.link(chain.first)
+        return known
+
+    def advance(self, chain: Chain, link: Link) -> None:
+        """Link ``link`` exists (this process started or found it)."""
+        with self._lock:
+            self._advance_locked(chain, link)
+
+    def _advance_locked(self, chain: Chain, link: Link) -> None:
+        key = (chain.run_id, chain.agent_name)
+        known = self._newest.get(key)
+        if known is None or link.number > known.number:
+            self._newest[key] = link
+        self._newest.move_to_end(key)
+        while len(self._newest) > _CACHE_SIZE:
+            self._newest.popitem(last=False)
+
+    def exists(self, chain: Chain, number: int) -> bool:
+        """Whether link ``number`` of ``chain`` exists on the server (one small request)."""
+        if number <= chain.first:
+            return True
+        link = chain.link(number)
+        try:
+            status = self._api.workflow_status(link.execution_id)
+        except ExecutionNotFoundError:
+            return False
+        key = parse_link_key(status.get("correlationId"))
+        if key is None or key.run_id != chain.run_id or key.number != number:
+            raise ServerError(
+                f"run {link.execution_id} should be link {number} of listener {chain.execution_id}, but the "
+                f"server knows it as something else (correlation id {status.get('correlationId')!r})")
+        self.advance(chain, link)
+        return True
+
+    def refresh(self, chain: Chain) -> Link:
+        """The newest link on the server: probes forward from the newest one known.
+
+        Raises:
+            ServerUnavailableError, ServerError: a probe failed.
+        """
+        if not chain.continuable:
+            return chain.link(chain.first)
+        low = self.newest(chain).number  # known to exist
+        step = 1
+        high = None
+        while True:  # gallop: low exists; find a number that does not
+            probe = low + step
+            if self.exists(chain, probe):
+                low, step = probe, step * 2
+                continue
+            high = probe
+            break
+        while high - low > 1:  # low exists, high does not
+            middle = (low + high) // 2
+            if self.exists(chain, middle):
+                low = middle
+            else:
+                high = middle
+        link = chain.link(low)
+        self.advance(chain, link)
+        return link

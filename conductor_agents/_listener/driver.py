@@ -1,0 +1,377 @@
+"""The serving process's side of continued listeners: when to switch, and running the switch.
+
+For every continued listener this process serves, :class:`ContinuationDriver` keeps its current
+link, and learns of each model turn from the turn task the SDK adds to every link (a ``before_model``
+callback: the serving process runs it, so it costs no polling). At some turns it reads the link's
+size with two small requests (``budget``); once the budget is near, it runs the
+:class:`~conductor_agents._listener.switch.Switch` on a thread of its own (``conductor-agents-continue-<run id>``): the new
+run is started at once (from then on messages go to it) and the old one is ended once it has come
+to rest (waiting for a message, no tool running). A switch left half done (this process
+closed, or a request failed) is taken up again at the next turn, or by any process that resumes
+the listener.
+
+:class:`ChainTracker` is what a handle of a served listener watches: the stall flag of whichever
+links are live, and the current link's id.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import threading
+from typing import Any, Callable, Dict, List, Optional
+
+from .._wire.api import ConductorApi
+from .budget import RunSize, SizeModel
+from .._common.task_names import TURN_TASK
+from .directory import Chain, ChainDirectory, Link
+from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.loops import BackgroundLoop
+from .._tooldefs.context import ToolContext
+from .switch import LinkSpec, Switch
+from ..errors import ConductorAgentsError, WorkerStallError
+from ..tools import ToolDef, tool
+
+__all__ = ["ChainTracker", "ContinuationDriver"]
+
+log = logging.getLogger("conductor_agents.continuation")
+
+_ITERATION = re.compile(r"__(\d+)$")
+#: A switch step that failed (the server unreachable, a 5xx) is tried again after these pauses.
+_RETRY_FIRST = 0.5
+_RETRY_MAX = 15.0
+#: Turns are counted from the link's own numbering; the budget is checked again after about half
+#: the turns it had left at the last check (at least every turn near the end).
+_RECHECK_FRACTION = 0.5
+
+
+class ChainTracker:
+    """The live links of one listener served here: its stall, and who to tell. Thread-safe.
+
+    Offers what a handle needs of a run's watch (``stall``, ``add_listener``) across links.
+    """
+
+    def __init__(self, chain: Chain, current: Link) -> None:
+        self.chain = chain
+        self._lock = threading.Lock()
+        self._current = current
+        self._watches: Dict[str, Any] = {}  # execution id -> RunWatch
+        self._listeners: List[Callable[[WorkerStallError], None]] = []
+
+    @property
+    def current(self) -> Link:
+        with self._lock:
+            return self._current
+
+    @property
+    def stall(self) -> Optional[WorkerStallError]:
+        with self._lock:
+            watches = list(self._watches.values())
+        for watch in watches:
+            if watch.stall is not None:
+                return watch.stall
+        return None
+
+    def add_listener(self, listener: Callable[[WorkerStallError], None]) -> None:
+        with self._lock:
+            self._listeners.append(listener)
+            watches = list(self._watches.values())
+        for watch in watches:
+            watch.add_listener(listener)
+
+    def link_added(self, link: Link, watch: Any) -> None:
+        with self._lock:
+            if watch is not None and link.execution_id not in self._watches:
+                self._watches[link.execution_id] = watch
+                listeners = list(self._listeners)
+            else:
+                listeners = []
+        for listener in listeners:
+            watch.add_listener(listener)
+
+    def link_removed(self, link: Link) -> None:
+        with self._lock:
+            self._watches.pop(link.execution_id, None)
+
+    def moved_to(self, link: Link) -> None:
+        with self._lock:
+            if link.number > self._current.number:
+                self._current = link
+
+
+class _Served:
+    """One listener this process serves (owned by the driver; its fields change under the driver's lock)."""
+
+    def __init__(self, chain: Chain, spec: LinkSpec, current: Link, turns_before: int, handle_link: Any,
+                 tracker: ChainTracker) -> None:
+        self.chain = chain
+        self.spec = spec
+        self.current = current
+        self.turns_before = turns_before
+        self.handle_link = handle_link  # (add: bool, execution_id) -> RunWatch or None
+        self.tracker = tracker
+        self.next_check = 1  # the link turn at which the budget is read next
+        self.missed_turn = 0  # a turn of the current link reported while a job ran
+        self.new_link_turn = 0  # the latest turn the new link of a switch under way has begun
+        self.switch: Optional[Switch] = None  # a switch under way (steps 2-4 left)
+        self.thread: Optional[BackgroundLoop] = None
+        self.disabled = False
+        self.agent_key = f"{spec.agent.name}:{hash(json.dumps(spec.agent.to_config(), sort_keys=True, default=str))}"
+
+
+class ContinuationDriver:
+    """Continues the listeners this process serves. Thread-safe; owned by the runtime's ``WorkerSet``.
+
+    Args:
+        locally_busy: whether this process runs a tool of the given execution right now.
+        drain_seconds: the bound of a switch's drain (see :mod:`conductor_agents._listener.switch`).
+    """
+
+    def __init__(self, api: ConductorApi, directory: ChainDirectory, *, worker_id: str,
+                 locally_busy: Callable[[str], bool], drain_seconds: float = 60.0,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
+        self._api = api
+        self._directory = directory
+        self._worker_id = worker_id
+        self._locally_busy = locally_busy
+        self._drain_seconds = drain_seconds
+        self._clock = clock
+        self._sizes = SizeModel()
+        self._lock = threading.Lock()
+        self._by_run: Dict[str, _Served] = {}
+        self._by_link: Dict[str, _Served] = {}
+        self._closing = threading.Event()
+        self._threads: List[BackgroundLoop] = []
+        self.switches = 0  # committed switches (tests, stats)
+        self.turn_tool = self._make_turn_tool()
+
+    # -- registration -----------------------------------------------------------------
+
+    def serve(self, chain: Chain, spec: LinkSpec, current: Link, *, turns_before: int,
+              handle_link: Callable[[bool, str], Any], pending_from: Optional[Link] = None) -> ChainTracker:
+        """Serve ``chain`` from its link ``current`` (both ``pending_from`` and ``current`` while the switch
+        from ``pending_from`` is completed). ``handle_link(True, id)`` registers a link's execution with
+        the workers (returning its watch, or None), ``handle_link(False, id)`` drops it."""
+        with self._lock:
+            served = self._by_run.get(str(chain.run_id))
+            if served is None:
+                served = _Served(chain, spec, current, turns_before, handle_link, ChainTracker(chain, current))
+                self._by_run[str(chain.run_id)] = served
+            served.current = current
+            self._by_link[current.execution_id] = served
+            if pending_from is not None:
+                self._by_link[pending_from.execution_id] = served
+        self._directory.advance(chain, current)
+        self._attach(served, current)
+        if pending_from is not None:
+            self._attach(served, pending_from)
+            served.switch = self._new_switch(served, pending_from)
+            self._start_job(served, resume_switch=True)
+        return served.tracker
+
+    def tracker(self, run_id: Optional[str]) -> Optional[ChainTracker]:
+        with self._lock:
+            served = self._by_run.get(str(run_id)) if run_id else None
+        return served.tracker if served is not None else None
+
+    def link_ended(self, execution_id: str) -> None:
+        """A link this process serves ended (a watchdog sample or a handle saw it)."""
+        with self._lock:
+            served = self._by_link.pop(execution_id, None)
+            if served is None:
+                return
+            if served.current.execution_id == execution_id and served.switch is None:
+                self._by_run.pop(str(served.chain.run_id), None)  # the listener ended
+        served.tracker.link_removed(Link(-1, execution_id))
+
+    def served_links(self) -> "list[str]":
+        with self._lock:
+            return list(self._by_link)
+
+    def _attach(self, served: _Served, link: Link) -> None:
+        watch = served.handle_link(True, link.execution_id)
+        served.tracker.link_added(link, watch)
+
+    def _detach(self, served: _Served, link: Link) -> None:
+        with self._lock:
+            self._by_link.pop(link.execution_id, None)
+        served.tracker.link_removed(link)
+        served.handle_link(False, link.execution_id)
+
+    # -- turns ------------------------------------------------------------------------
+
+    def _make_turn_tool(self) -> ToolDef:
+        driver = self
+
+        @tool(name=TURN_TASK)
+        def conductor_agents_turn(ctx: ToolContext, callback_position: str = "", agent_name: str = "",
+                                  llm_result: Optional[Any] = None, tool_calls: Optional[Any] = None) -> dict:
+            """Tells the serving process that a model turn of a continued listener begins (conductor-agents)."""
+            match = _ITERATION.search(ctx.reference_name or "")
+            driver.on_turn(ctx.execution_id, int(match.group(1)) if match else 0)
+            return {}
+
+        return conductor_agents_turn
+
+    def on_turn(self, execution_id: str, turn: int) -> None:
+        """Link ``execution_id`` begins model turn ``turn`` (its own count, from 1)."""
+        with self._lock:
+            served = self._by_link.get(execution_id)
+            if served is None or served.disabled or self._closing.is_set():
+                return
+            if served.current.execution_id != execution_id:
+                if served.switch is not None and served.switch.new.execution_id == execution_id:
+                    # The new link works while the old one drains: its budget is read once the switch
+                    # is done (dropping these turns let a new link grow far past its budget).
+                    served.new_link_turn = max(served.new_link_turn, turn)
+                return  # else: the old link of a switch under way
+            if served.switch is None and turn < served.next_check:
+                return
+            if served.thread is not None and served.thread.is_alive:
+                served.missed_turn = turn  # the running job looks at it when it is done
+                return
+        self._start_job(served, turn=turn)
+
+    def _start_job(self, served: _Served, *, turn: int = 0, resume_switch: bool = False) -> None:
+        with self._lock:
+            if self._closing.is_set() or (served.thread is not None and served.thread.is_alive):
+                return
+            # Not a daemon: a switch's steps are each short and bounded, and close() joins it; an
+            # interpreter exit without close() leaves it for the next process (the switch resumes).
+            # Every job stops on the driver's ``_closing``.
+            thread = BackgroundLoop(f"continue-{served.chain.run_id}", lambda: self._job(served, turn),
+                                    daemon=False, stop=self._closing)
+            served.thread = thread
+            self._threads = [t for t in self._threads if t.is_alive] + [thread]
+        thread.start()
+
+    def _job(self, served: _Served, turn: int) -> None:
+        retry = _RETRY_FIRST
+        while True:
+            try:
+                if served.switch is not None:
+                    self._finish(served)
+                elif self._due(served, turn):
+                    self._begin(served)
+            except ConductorAgentsError as err:
+                if served.switch is None:
+                    log.warning("listener %s: could not decide on a continuation (%s); it is looked at again at "
+                                "the next turn", served.chain.execution_id, err)
+                else:  # a switch under way waits for no turn (its new run takes none): try again soon
+                    log.warning("listener %s: a step of its switch to run %d failed (%s); trying again in %.0fs",
+                                served.chain.execution_id, served.switch.new.number + 1, err, retry)
+                    if not self._closing.wait(retry):
+                        retry = min(_RETRY_MAX, retry * 2)
+                        continue
+                    return
+            except Exception:
+                log.exception("listener %s: continuation failed", served.chain.execution_id)
+            with self._lock:  # a turn reported meanwhile (of the current link) is looked at now
+                turn, served.missed_turn = served.missed_turn, 0
+                if not turn or self._closing.is_set() or served.disabled or turn < served.next_check:
+                    return
+
+    # -- deciding ---------------------------------------------------------------------
+
+    def _due(self, served: _Served, turn: int) -> bool:
+        continuation = served.spec.continuation
+        if not continuation.enabled or served.disabled:
+            return False
+        if served.spec.agent.max_turns - (served.turns_before + turn) <= 2:
+            return False  # the listener ends by its turn limit before a new run would help
+        if turn >= continuation.max_turns:
+            return True
+        link = served.current.execution_id
+        tasks = self._api.workflow_tasks(link, start=0, count=1).total
+        variables = self._api.workflow_status(link, include_variables=True).get("variables") or {}
+        size = RunSize(tasks=tasks, turns=turn, digest=len(json.dumps(variables, separators=(",", ":"))))
+        if self._sizes.needs_measurement(served.agent_key, size):
+            whole = self._api.get_workflow(link, include_tasks=True)
+            actual = len(json.dumps(whole, separators=(",", ":"), default=str))
+            per_task = self._sizes.measured(served.agent_key, size, actual)
+            log.debug("listener %s: a run of %s stores %.0f bytes per task", served.chain.execution_id,
+                      served.spec.agent.name, per_task or 0)
+        estimate = self._sizes.estimate(served.agent_key, size)
+        left = self._sizes.turns_until(served.agent_key, size, continuation.max_bytes)
+        if left < 2:  # a switch takes a turn or two to come to rest
+            log.debug("listener %s: link %d at turn %d is about %d bytes: continuing it", served.chain.execution_id,
+                      served.current.number, turn, estimate)
+            return True
+        # Read again after half the turns left, but at least as often as the turns so far (messages can
+        # grow at any time: a check at turns 1, 2, 4, 8... never misses more than a doubling).
+        step = max(1, int(min(left * _RECHECK_FRACTION, turn)))
+        with self._lock:
+            served.next_check = min(continuation.max_turns, turn + step)
+        return False
+
+
+    # -- switching --------------------------------------------------------------------
+
+    def _new_switch(self, served: _Served, old: Link) -> Switch:
+        return Switch(self._api, served.chain, old, served.spec, worker_id=self._worker_id,
+                      locally_idle=lambda execution_id: not self._locally_busy(execution_id),
+                      stopping=self._closing, drain_seconds=self._drain_seconds, clock=self._clock)
+
+    def _begin(self, served: _Served) -> None:
+        old = served.current
+        switch = self._new_switch(served, old)
+        with self._lock:
+            served.switch = switch
+            self._by_link[switch.new.execution_id] = served
+        self._attach(served, switch.new)  # served before it exists: its first task is never missed
+        try:
+            switch.start_new(turns_before=served.turns_before + self._turns_of(old))
+        except ConductorAgentsError as err:
+            if "derives idempotent run ids differently" in str(err):
+                served.disabled = True
+                log.error("%s", err)
+            with self._lock:
+                served.switch = None
+                served.new_link_turn = 0
+            self._detach(served, switch.new)
+            raise
+        self._directory.advance(served.chain, switch.new)
+        self._finish(served)
+
+    def _turns_of(self, link: Link) -> int:
+        # From the first task in progress on (offsets count from 0): the loop task carries the
+        # iteration as well, and between two of its tasks it is the only one in progress.
+        page = self._api.workflow_tasks(link.execution_id, statuses=("IN_PROGRESS",), start=0, count=5)
+        return max((int(t.get("iteration") or 0) for t in page.tasks), default=0)
+
+    def _finish(self, served: _Served) -> None:
+        switch = served.switch
+        assert switch is not None
+        outcome = switch.finish()
+        if outcome is None:
+            return  # closing: the next process that serves the listener completes it
+        old = switch.old
+        with self._lock:
+            served.switch = None
+        if outcome.record is None:  # abandoned: the listener ended with its old link
+            self._detach(served, switch.new)
+            self._detach(served, old)
+            with self._lock:
+                self._by_run.pop(str(served.chain.run_id), None)
+            return
+        with self._lock:
+            served.current = switch.new
+            served.turns_before = outcome.record.turns
+            served.next_check = 1
+            served.missed_turn, served.new_link_turn = served.new_link_turn, 0  # looked at by the job next
+            self.switches += 1
+        served.tracker.moved_to(switch.new)
+        self._directory.advance(served.chain, switch.new)
+        self._detach(served, old)
+
+    # -- shutdown ---------------------------------------------------------------------
+
+    def close(self, timeout: float = 15.0) -> None:
+        """Stop between switch steps and join the switch threads (bounded). Idempotent."""
+        self._closing.set()
+        with self._lock:
+            threads = list(self._threads)
+        deadline = self._clock.monotonic() + timeout
+        for thread in threads:
+            thread.join(max(0.0, deadline - self._clock.monotonic()))

@@ -1,0 +1,118 @@
+"""Sending a message to a listener that may be in the middle of a continuation (see :mod:`conductor_agents._listener.switch`).
+
+A message goes to the newest link this process knows. Once the server accepted it (``200``), one
+small request asks whether a newer link exists; almost always it does not, and the message is in
+the queue of the listener's current run. If a newer link exists, a switch has begun, and the old
+link's queue is dropped when the switch ends: the message either reached the old run (it is acted
+on there, or carried over to the new one) or it did not (then it is sent again, to the new run).
+The switch's commit record says which (its ``pulled`` ids). A ``409`` from a link that was continued
+sends the message to its successor. So every message this SDK sends reaches the listener once.
+
+A sender that bypasses the SDK (``POST /workflow/{id}/messages`` itself) gets a ``409`` from a link
+that was continued (it must then find the current run itself), and a message it pushes to a link
+during the few seconds of its switch can be dropped: see ``docs/operations.md``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Mapping
+
+from .._wire.api import ConductorApi
+from .directory import Chain, ChainDirectory, Link
+from .._common.clock import Clock
+from .carryover import pulled_message_ids
+from .switch import read_commit, read_final_state
+from ..result import RunStatus
+from ..errors import ExecutionNotRunningError
+
+__all__ = ["send_to_listener"]
+
+log = logging.getLogger("conductor_agents.continuation")
+
+#: Pause between two looks at a switch a message is caught in.
+_COMMIT_POLL = 0.25
+#: A continued run's final state is read for a message's fate only this long after it ended (a
+#: wait-for-message task evaluated as it ended writes its output a moment later).
+_FINAL_AFTER_SECONDS = 2.0
+#: A run still running this long after it accepted a message, while its switch is under way, pulls it
+#: before it ends (a switch re-drains when more than ``switch.QUIET_VALID_SECONDS`` pass between the
+#: drain's last look and the end of the run; this leaves as much again for that request).
+_RUNNING_IS_SAFE_AFTER = 10.0
+#: Most times one message is sent again (each resend follows a switch that dropped it).
+_MAX_ATTEMPTS = 50
+
+
+def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id: str, body: Mapping[str, Any], *,
+                     switch_wait: float, clock: Clock, pause: Callable[[float], Any],
+                     on_accepted: Callable[[str, Link], None] = lambda message_id, link: None) -> str:
+    """Push ``body`` into the listener ``execution_id`` names; the message id of the copy that counts.
+
+    ``switch_wait`` bounds how long a message caught in a switch waits for the switch's commit; past
+    it the message id is returned as is (the switch's outcome decides its fate, and
+    ``wait_delivered`` tells it) and a warning is logged.
+
+    Raises:
+        as :meth:`ConductorApi.push_message`; ExecutionNotRunningError when the listener has ended.
+    """
+    chain = directory.chain(execution_id)
+    if not chain.continuable:
+        return api.push_message(execution_id, body)
+    link = directory.newest(chain)
+    for _ in range(_MAX_ATTEMPTS):
+        try:
+            message_id = api.push_message(link.execution_id, body)
+        except ExecutionNotRunningError:
+            newer = directory.refresh(chain)
+            if newer.number <= link.number:
+                raise
+            link = newer
+            continue
+        on_accepted(message_id, link)
+        if not directory.exists(chain, link.number + 1):
+            return message_id
+        # Link ``link`` is being (or was) continued: did the message reach it?
+        reached = _fate(api, chain, link, message_id, switch_wait, clock, pause)
+        if reached is not False:
+            return message_id
+        log.info("message %s was dropped with run %s's queue at a continuation; sending it again",
+                 message_id, link.execution_id)
+        link = directory.refresh(chain)
+    raise ExecutionNotRunningError(
+        f"listener {execution_id} was continued {_MAX_ATTEMPTS} times while one message was being sent; "
+        "it was not delivered", execution_id=execution_id)
+
+
+def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout: float, clock: Clock,
+          pause: Callable[[float], Any]) -> "bool | None":
+    """Whether a message ``link`` accepted while its switch was under way reached the listener (True),
+    was dropped with ``link``'s queue (False), or cannot be known yet (None: ``link`` is still running,
+    so whoever completes the switch pulls it before ending ``link``).
+
+    The switch's commit record says it; until it is written, ``link``'s own final state says it once
+    ``link`` has been terminated for a moment (the record is built from that same state).
+    """
+    new = chain.link(link.number + 1)
+    started = clock.monotonic()
+    deadline = started + timeout
+    ended_seen: "float | None" = None  # when this process first saw ``link`` ended (its own clock)
+    while True:
+        record, open_ = read_commit(api, new)
+        if record is not None:
+            return message_id in record.pulled
+        if not open_:
+            return None  # the switch was abandoned: the listener ended with ``link``
+        if RunStatus.parse(api.workflow_status(link.execution_id).get("status")).is_terminal:
+            ended_seen = clock.monotonic() if ended_seen is None else ended_seen
+            if clock.monotonic() - ended_seen >= _FINAL_AFTER_SECONDS:
+                _, tail, variables = read_final_state(api, link.execution_id)
+                return message_id in pulled_message_ids(variables, tail)
+        elif clock.monotonic() - started >= _RUNNING_IS_SAFE_AFTER:
+            # Still running this long after it took the message: a switch ends a run within seconds of the
+            # evaluation that found its queue empty (``switch``), so that evaluation came after the message,
+            # and whoever ends the run drains it first: the message is pulled there.
+            return None
+        if clock.monotonic() >= deadline:
+            return None
+        pause(_COMMIT_POLL)
+

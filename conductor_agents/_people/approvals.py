@@ -1,0 +1,349 @@
+"""Answering a run that waits for a person: ``approve``, ``reject``, ``respond``, and ``pending``.
+
+Any process can answer, by execution id: nothing here needs the process that serves the run.
+An answer completes the run's ``HUMAN`` task (``POST /tasks``, the same update
+``POST /agent/{id}/respond`` makes, aimed at one task) with the answer and an ``answer_id``, then
+reads the run back until it has gone on with an answer (see :mod:`conductor_agents._people.pending` for
+where that shows), so the caller learns whether its answer is the one the run took:
+
+- the run took it: the :class:`HumanAnswer` is returned;
+- another answer got there first (the task was answered already, or two answers raced: the
+  server has no compare-and-set on tasks, so both updates may be accepted): the loser gets
+  :class:`AnswerConflictError` with the winner.
+
+A question answered while other tool calls of its turn still run shows in the turn's JOIN only
+once they finish: then the answer stored on the task decides, after :data:`SETTLE_SECONDS` (any
+racing update has landed by then; the server applies an update within one request). An approval
+is taken at once (the server routes on it in the same request), so only the run decides it.
+
+Stateless functions over a :class:`ConductorApi`; thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any, Callable, Mapping, Optional, Union
+
+from .._wire.api import ConductorApi
+from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.json_check import json_copy
+from .pending import (
+    ANSWER_ID,
+    ANSWERED_BY,
+    DECISION,
+    REJECTED,
+    HumanAnswer,
+    PendingRequest,
+    consumed_answer,
+    pending_in,
+    request_kind,
+    stored_answer,
+    waits_on_person,
+)
+from ..errors import (
+    AnswerConflictError,
+    ExecutionNotFoundError,
+    ExecutionNotRunningError,
+    InvalidAnswerError,
+    NothingPendingError,
+    PayloadError,
+    WaitTimeoutError,
+)
+from ..result import RunStatus
+
+__all__ = ["approve", "pending", "pending_of_agent", "reject", "respond"]
+
+#: How long an answer waits for the run to go on with an answer, by default.
+DEFAULT_CONFIRM_SECONDS = 30.0
+#: Between samples of the run while confirming.
+_SAMPLE_SECONDS = 0.25
+#: A question whose turn's JOIN has not completed by then is decided by the answer stored on the task.
+SETTLE_SECONDS = 3.0
+
+Target = Union[PendingRequest, str, None]
+
+
+def pending(api: ConductorApi, execution_id: str) -> "tuple[PendingRequest, ...]":
+    """What run ``execution_id`` waits on from a person now, oldest first (one request).
+
+    Raises:
+        ExecutionNotFoundError: unknown execution.
+    """
+    return pending_in(api.get_workflow(execution_id, include_tasks=True), execution_id)
+
+
+def pending_of_agent(api: ConductorApi, agent_name: str) -> "tuple[PendingRequest, ...]":
+    """What every running run of agent ``agent_name`` waits on from a person, oldest first.
+
+    One ``GET /workflow/running/{name}``, one status per running run, and one task-list read per
+    run that waits on a person: a page of an approval queue, not something to call in a loop.
+    """
+    found = []
+    for execution_id in api.running_workflow_ids(agent_name):
+        try:
+            status = api.agent_status(execution_id)
+            if waits_on_person(status):
+                found.extend(pending(api, execution_id))
+        except ExecutionNotFoundError:
+            continue  # ended and cleaned up in between
+    return tuple(sorted(found, key=lambda r: (r.since or 0.0, r.execution_id)))
+
+
+def approve(api: ConductorApi, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
+            request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
+            pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
+    """Approve the tool calls run ``execution_id`` waits on (they run, in the process serving the
+    run), or the answer a guardrail holds for review (it leaves the run as it is)."""
+    reason = optional_text(reason, "reason")
+
+    def payload(kind: str) -> dict:
+        out: dict = {"approved": True} if kind == PendingRequest.REVIEW else {"approved": True, DECISION: "approved"}
+        if reason:
+            out["reason"] = reason
+        return out
+
+    return _answer(api, execution_id, (PendingRequest.APPROVAL, PendingRequest.REVIEW), payload, by=by,
+                   request=request, timeout=timeout, clock=clock, pause=pause)
+
+
+def reject(api: ConductorApi, execution_id: str, reason: str, *, by: Optional[str] = None,
+           request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
+           pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
+    """Reject the tool calls: none of them runs; the model sees the rejection and ``reason``, and the
+    run goes on. Sent as ``approved: true`` with ``decision: "rejected"``: the server ends the whole
+    run on ``approved: false`` (see :mod:`conductor_agents._people.pending`).
+
+    Reject an answer a guardrail holds for review: the server ends the run FAILED with ``reason``
+    as its error (3.32.3 offers no other outcome of a rejected review).
+    """
+    text = required_reason(reason)
+
+    def payload(kind: str) -> dict:
+        if kind == PendingRequest.REVIEW:
+            return {"approved": False, "reason": text}
+        return {"approved": True, DECISION: REJECTED, "reason": text}
+
+    return _answer(api, execution_id, (PendingRequest.APPROVAL, PendingRequest.REVIEW), payload, by=by,
+                   request=request, timeout=timeout, clock=clock, pause=pause)
+
+
+def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[str] = None,
+            request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
+            pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
+    """Answer the question run ``execution_id`` asks: the model gets ``{"answer": answer, ...}``.
+
+    A question with ``options`` (a ``manual`` team's pick of its next sub-agent) takes one of them
+    (a sub-agent's name, or the Agent). To an answer a guardrail holds for review, ``answer`` (a
+    non-empty str) is the corrected answer: it becomes the run's output instead of the model's.
+
+    Raises:
+        InvalidAnswerError: the answer is not one of the question's ``options``.
+    """
+    if hasattr(answer, "to_config") and isinstance(getattr(answer, "name", None), str):
+        answer = answer.name  # an Agent, picked for a manual team
+    try:
+        value = json_copy(answer)
+    except TypeError as err:
+        raise PayloadError(f"the answer must be JSON: {err}") from None
+
+    def payload(kind: str) -> dict:
+        if kind == PendingRequest.REVIEW:
+            if not isinstance(value, str) or not value.strip():
+                raise ValueError(f"the corrected answer of a guardrail review must be a non-empty str, got {value!r}")
+            return {"approved": False, "edited_output": value}
+        return {"answer": value}
+
+    return _answer(api, execution_id, (PendingRequest.QUESTION, PendingRequest.REVIEW), payload, by=by,
+                   request=request, timeout=timeout, clock=clock, pause=pause)
+
+
+def optional_text(value: Any, name: str) -> Optional[str]:
+    """A ``reason``/``by`` argument: None or a stripped str (blank counts as None).
+
+    Raises:
+        TypeError: not a str.
+    """
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a str or None, got {value!r}")
+    return value.strip() or None
+
+
+def required_reason(reason: Any) -> str:
+    """The reason of a rejection: the model reads it, so it must say something.
+
+    Raises:
+        ValueError: blank or not a str.
+    """
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValueError(f"reject() needs a reason the model can read, got {reason!r}")
+    return reason.strip()
+
+
+# --- the protocol ----------------------------------------------------------------------------
+
+
+def _answer(api: ConductorApi, execution_id: str, kinds: "tuple[str, ...]", payload: Callable[[str], dict], *,
+            by: Optional[str], request: Target, timeout: float, clock: Clock,
+            pause: Optional[Callable[[float], Any]]) -> HumanAnswer:
+    if not timeout > 0:
+        raise ValueError(f"timeout must be > 0, got {timeout!r}")
+    by = optional_text(by, "by")
+    wait = pause if pause is not None else threading.Event().wait
+    workflow = api.get_workflow(execution_id, include_tasks=True)
+    if request is not None:
+        _raise_if_answered(workflow, execution_id, request)  # told even when the run has ended since
+    _check_running(workflow, execution_id)
+    target = _target(workflow, execution_id, kinds, request)
+    body = payload(target.kind)
+    if target.options:
+        body = _picked(body, target)
+    answer_id = uuid.uuid4().hex[:16]
+    output = {**body, ANSWER_ID: answer_id}
+    if by:
+        output[ANSWERED_BY] = str(by)
+    api.update_task({"workflowInstanceId": execution_id, "taskId": target.task_id, "status": "COMPLETED",
+                     "outputData": output})
+    winner = _confirm(api, execution_id, target, timeout=timeout, clock=clock, pause=wait)
+    if winner.answer_id == answer_id:
+        return winner
+    raise _conflict(execution_id, target.task_reference_name, answer_id, winner)
+
+
+def _picked(payload: dict, target: PendingRequest) -> dict:
+    """The answer to a question with ``options`` (a manual team's pick): one of them, also sent as
+    ``selected`` (the field of the server's own form).
+
+    Raises:
+        InvalidAnswerError: the answer is not one of the options (nothing is sent).
+    """
+    answer = payload.get("answer")
+    if not isinstance(answer, str) or answer.strip() not in target.options:
+        raise InvalidAnswerError(f"run {target.execution_id} asks which agent answers next; the answer must be one "
+                                 f"of {list(target.options)}, got {answer!r}", execution_id=target.execution_id,
+                                 answer=answer, options=target.options)
+    return {**payload, "answer": answer.strip(), "selected": answer.strip()}
+
+
+def _check_running(workflow: Mapping[str, Any], execution_id: str) -> None:
+    status = RunStatus.parse(workflow.get("status"))
+    if status.is_terminal:
+        raise ExecutionNotRunningError(
+            f"run {execution_id} has ended ({status.value}); nothing waits for an answer",
+            execution_id=execution_id)
+
+
+def _target(workflow: Mapping[str, Any], execution_id: str, kinds: "tuple[str, ...]",
+            request: Target) -> PendingRequest:
+    """The pending request to answer (the oldest of ``kinds`` unless ``request`` names one).
+
+    Raises:
+        NothingPendingError: nothing of ``kinds`` waits (or ``request`` names none of the run's tasks).
+        AnswerConflictError: ``request`` was answered already.
+    """
+    waiting = pending_in(workflow, execution_id)
+    if request is not None:
+        wanted = request.task_id if isinstance(request, PendingRequest) else str(request)
+        for found in waiting:
+            if wanted in (found.task_id, found.task_reference_name):
+                if found.kind not in kinds:
+                    raise _wrong_kind(execution_id, kinds, found.kind)
+                return found
+        _raise_if_answered(workflow, execution_id, request)
+        raise NothingPendingError(f"run {execution_id} has no pending request {wanted!r}",
+                                  execution_id=execution_id, expected=kinds[0])
+    of_kind = [r for r in waiting if r.kind in kinds]
+    if of_kind:
+        return of_kind[0]
+    if waiting:
+        raise _wrong_kind(execution_id, kinds, waiting[0].kind)
+    last = _last_answer(workflow, execution_id, kinds)
+    told = ""
+    if last is not None:
+        who = f" by {last.answered_by}" if last.answered_by else ""
+        told = f"; the latest request, {last.task_reference_name}, was answered{who}"
+    verb = "answer" if PendingRequest.QUESTION in kinds else "approve"
+    raise NothingPendingError(
+        f"run {execution_id} waits for no person now (nothing to {verb}){told}", execution_id=execution_id,
+        expected=kinds[0], last_answer=last)
+
+
+def _last_answer(workflow: Mapping[str, Any], execution_id: str,
+                 kinds: "tuple[str, ...]") -> Optional[HumanAnswer]:
+    """The answer the run took for its latest request of ``kinds`` (None when it had none)."""
+    humans = [t for t in workflow.get("tasks") or () if t.get("taskType") == "HUMAN"
+              and t.get("status") == "COMPLETED" and request_kind(t) in kinds]
+    if not humans:
+        return None
+    latest = max(humans, key=lambda t: int(t.get("seq") or 0))
+    return consumed_answer(workflow, latest) or stored_answer(latest, execution_id)
+
+
+def _raise_if_answered(workflow: Mapping[str, Any], execution_id: str, request: Target) -> None:
+    """Raise AnswerConflictError when ``request`` names a HUMAN task that already has an answer."""
+    wanted = request.task_id if isinstance(request, PendingRequest) else str(request)
+    for task in workflow.get("tasks") or ():
+        if wanted in (task.get("taskId"), task.get("referenceTaskName")) and task.get("taskType") == "HUMAN":
+            winner = consumed_answer(workflow, task) or stored_answer(task, execution_id)
+            if winner is not None:
+                raise _conflict(execution_id, str(task.get("referenceTaskName")), None, winner)
+
+
+_WHAT = {PendingRequest.APPROVAL: "an approval", PendingRequest.QUESTION: "an answer to a question",
+         PendingRequest.REVIEW: "a review of an answer a guardrail stopped"}
+_USE = {PendingRequest.APPROVAL: "approve() or reject()", PendingRequest.QUESTION: "respond()",
+        PendingRequest.REVIEW: "approve(), respond(corrected_answer) or reject()"}
+
+
+def _wrong_kind(execution_id: str, kinds: "tuple[str, ...]", other: str) -> NothingPendingError:
+    return NothingPendingError(
+        f"run {execution_id} waits for {_WHAT.get(other, other)}, not for "
+        f"{' or '.join(_WHAT.get(k, k) for k in kinds)}: use {_USE.get(other, 'another answer')}",
+        execution_id=execution_id, expected=kinds[0], waiting_for=other)
+
+
+def _conflict(execution_id: str, ref: str, answer_id: Optional[str], winner: HumanAnswer) -> AnswerConflictError:
+    if winner.kind == PendingRequest.APPROVAL:
+        what = "approved" if winner.approved else "rejected"
+    elif winner.kind == PendingRequest.REVIEW:
+        what = {"approve": "approved", "edit": f"edited to {winner.answer!r}"}.get(str(winner.action), "rejected")
+    else:
+        what = f"answered {winner.answer!r}"
+    who = f" by {winner.answered_by}" if winner.answered_by else ""
+    return AnswerConflictError(
+        f"run {execution_id}: another answer won ({what}{who}); the run goes on with it, not with this one",
+        execution_id=execution_id, task_reference_name=ref, answer_id=answer_id or "", winner=winner)
+
+
+def _confirm(api: ConductorApi, execution_id: str, target: PendingRequest, *, timeout: float,
+             clock: Clock, pause: Callable[[float], Any]) -> HumanAnswer:
+    """The answer the run went on with, read back from the server (bounded by ``timeout``)."""
+    started = clock.monotonic()
+    deadline = started + timeout
+    while True:
+        workflow = api.get_workflow(execution_id, include_tasks=True)
+        human = next((t for t in workflow.get("tasks") or () if t.get("taskId") == target.task_id), None)
+        if human is None:
+            raise ExecutionNotRunningError(f"run {execution_id} no longer holds request {target.task_reference_name}",
+                                           execution_id=execution_id)
+        consumed = consumed_answer(workflow, human)
+        if consumed is not None:
+            return consumed
+        stored = stored_answer(human, execution_id)
+        if str(human.get("status")) in ("CANCELED", "SKIPPED", "FAILED", "TIMED_OUT") or (
+                stored is None and RunStatus.parse(workflow.get("status")).is_terminal):
+            raise ExecutionNotRunningError(
+                f"run {execution_id} ended ({workflow.get('status')}) before it took an answer to "
+                f"{target.task_reference_name}", execution_id=execution_id)
+        now = clock.monotonic()
+        if stored is not None and target.kind == PendingRequest.QUESTION and now - started >= SETTLE_SECONDS:
+            return stored  # its turn's other tool calls still run; the stored answer is what the run reads
+        if now >= deadline:
+            if stored is not None and target.kind == PendingRequest.QUESTION:
+                return stored
+            raise WaitTimeoutError(
+                f"run {execution_id} did not take an answer to {target.task_reference_name} within {timeout:g}s "
+                "(the answer was sent; it may still be taken)", execution_id=execution_id, timeout=timeout)
+        pause(min(_SAMPLE_SECONDS, max(0.0, deadline - now)))

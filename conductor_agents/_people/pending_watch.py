@@ -1,0 +1,132 @@
+"""The runtime's ``on_pending`` hook: tell the application when a run starts waiting for a person.
+
+One thread per runtime (``conductor-agents-pending``) samples the runs it was given (those started
+or resumed by the runtime whose agent can wait for a person: a tool needs approval, or a
+:class:`~conductor_agents.HumanTool`) every ``pending_check_interval_seconds``: one
+``GET /agent/{id}/status`` each, plus one task-list read when the status says the run waits on a
+``HUMAN`` task. Each pending request is reported once, to ``on_pending(handle, request)``. A run
+leaves the set when it ends. The thread starts with the first run and stops when none is left (or
+the runtime closes), so a runtime without such runs has no thread and sends nothing.
+
+The status names only the first task the run waits on: a :class:`HumanTool` call made in the
+same turn as a wait-for-message call shows once the message has arrived.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from typing import Any, Callable, Dict, Optional, Set
+
+from .._common.loops import BackgroundLoop
+from .._wire.api import ConductorApi
+from .pending import PendingRequest, pending_in, waits_on_person
+from ..errors import ConductorAgentsError, ExecutionNotFoundError
+from ..result import RunStatus
+
+__all__ = ["PendingMonitor", "waits_on_person"]
+
+log = logging.getLogger("conductor_agents.pending")
+
+PendingCallback = Callable[[Any, PendingRequest], Any]
+
+
+class PendingMonitor:
+    """Samples runs for pending requests and reports each once. Thread-safe; owned by one runtime.
+
+    Lifecycle: the thread starts with the first :meth:`watch` and ends when no run is left;
+    :meth:`close` stops and joins it and refuses new runs. Idempotent.
+    """
+
+    def __init__(self, api: ConductorApi, callback: PendingCallback, *, interval: float) -> None:
+        self._api = api
+        self._callback = callback
+        self._interval = interval
+        self.pid = os.getpid()  # a forked child builds its own (this one's thread is not there)
+        self._lock = threading.Lock()
+        self._runs: Dict[str, Any] = {}  # execution id -> handle
+        self._reported: Dict[str, Set[str]] = {}  # execution id -> task ids already reported
+        self._thread: Optional[BackgroundLoop] = None
+        self._closed = False
+
+    def watch(self, handle: Any) -> None:
+        """Report the pending requests of ``handle``'s run from now on, until it ends."""
+        with self._lock:
+            if self._closed:
+                return
+            self._runs[handle.execution_id] = handle
+            self._reported.setdefault(handle.execution_id, set())
+            if self._thread is None or not self._thread.is_alive:
+                stop = threading.Event()
+                # Daemon: if the interpreter exits without close(), only on_pending calls are lost
+                # (the runs go on on the server). It ends on its stop event within one interval.
+                self._thread = BackgroundLoop.every("pending", self._interval, lambda: self._sample_all(stop),
+                                                    daemon=True, stop=stop)
+                self._thread.start()
+
+    @property
+    def watched(self) -> "tuple[str, ...]":
+        with self._lock:
+            return tuple(self._runs)
+
+    def close(self, timeout: float = 5.0) -> None:
+        """Stop the thread and join it (at most ``timeout``). Idempotent."""
+        with self._lock:
+            self._closed = True
+            self._runs.clear()
+            thread = self._thread
+        if thread is not None:
+            thread.stop()
+            thread.join(timeout)
+
+    def _sample_all(self, stop: threading.Event) -> bool:
+        """One round of the thread: sample every run; True when the thread ends (stopped, or no run left)."""
+        with self._lock:
+            runs = list(self._runs.items())
+        for execution_id, handle in runs:
+            if stop.is_set():
+                return True
+            try:
+                self.sample(execution_id, handle)
+            except Exception:  # never let the thread die: a bad sample is logged and retried
+                log.exception("pending check of run %s failed", execution_id)
+        with self._lock:
+            if not self._runs:
+                self._thread = None
+                return True
+        return False
+
+    def sample(self, execution_id: str, handle: Any) -> None:
+        """Look at one run once; report what is newly pending."""
+        try:
+            status = self._api.agent_status(execution_id)
+        except ExecutionNotFoundError:
+            self._forget(execution_id)
+            return
+        except ConductorAgentsError as err:
+            log.debug("status of %s failed: %s", execution_id, err)
+            return
+        if RunStatus.parse(status.get("status")).is_terminal:
+            self._forget(execution_id)
+            return
+        if not waits_on_person(status):
+            return
+        requests = pending_in(self._api.get_workflow(execution_id, include_tasks=True), execution_id)
+        with self._lock:
+            seen = self._reported.get(execution_id)
+            if seen is None:
+                return
+            new = [r for r in requests if r.task_id not in seen]
+            seen.intersection_update(r.task_id for r in requests)
+            seen.update(r.task_id for r in new)
+        for request in new:
+            try:
+                self._callback(handle, request)
+            except Exception:
+                log.exception("on_pending callback failed for run %s (%s); ignored", execution_id, request.kind)
+
+    def _forget(self, execution_id: str) -> None:
+        with self._lock:
+            self._runs.pop(execution_id, None)
+            self._reported.pop(execution_id, None)

@@ -1,0 +1,102 @@
+"""The runtime's handle factory: an :class:`AgentHandle` with its liveness watch and the runtime's hooks.
+
+:class:`HandleMaker` gives every handle the runtime's api, directory, observer and settings, the
+watchdog's watch of its run (when it is monitored), the ``on_stall`` hook on that watch, and the
+``on_pending`` hook (one ``conductor-agents-pending`` thread per process, made on first use).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import TYPE_CHECKING, Any, Callable, Optional
+
+from .._common.clock import Clock
+from .._listener.directory import Chain, ChainDirectory
+from .._people.pending import PendingRequest
+from .._people.pending_watch import PendingMonitor
+from .._wire.api import ConductorApi
+from .._worker.observer import TaskObserver
+from .._worker.workers import WorkerSet
+from ..agent import Agent
+from ..errors import WorkerStallError
+from ..settings import AgentSettings
+
+if TYPE_CHECKING:
+    from ..handle import AgentHandle
+
+__all__ = ["HandleMaker"]
+
+
+class HandleMaker:
+    """Makes the handles of one process of a runtime (a forked child makes its own). Thread-safe.
+
+    ``workers`` returns the runtime's workers *now*: a handle made before a fork then reaches the
+    child's workers when its run ends or is stopped (they do not serve the parent's run: a no-op).
+    ``new_handle`` is :class:`AgentHandle` itself, given by the runtime: ``handle`` imports this
+    package (its by-id verbs), so this package does not import ``handle``.
+    """
+
+    def __init__(self, api: ConductorApi, directory: ChainDirectory, settings: AgentSettings, *, clock: Clock,
+                 observer: TaskObserver, workers: Callable[[], WorkerSet], new_handle: Callable[..., "AgentHandle"],
+                 on_stall: Optional[Callable[["AgentHandle", WorkerStallError], Any]],
+                 on_pending: Optional[Callable[["AgentHandle", PendingRequest], Any]]) -> None:
+        self._api = api
+        self._directory = directory
+        self._settings = settings
+        self._clock = clock
+        self._observer = observer
+        self._workers = workers
+        self._new_handle = new_handle
+        self._on_stall = on_stall
+        self._on_pending = on_pending
+        self._monitor: Optional[PendingMonitor] = None
+        self._lock = threading.Lock()
+
+    def make(self, execution_id: str, agent_name: str, run_id: Optional[str], agent: Optional[Agent],
+             *, workers: bool, monitor: bool = True, tracker: Any = None,
+             chain: Optional[Chain] = None) -> "AgentHandle":
+        """A handle on run ``execution_id``; ``workers``: this process serves it; ``monitor``: watch it
+        (liveness, the hooks); ``tracker``: a continued listener's watch, used instead of a new one."""
+        watch: Any = None
+        if monitor and run_id and self._settings.liveness_enabled:
+            tree = agent is not None and agent.has_sub_runs
+            watch = tracker if tracker is not None else self._workers().watch(execution_id, domain=run_id, tree=tree)
+        handle = self._new_handle(
+            api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
+            settings=self._settings, clock=self._clock, agent=agent, liveness=watch,
+            on_terminal=self._execution_ended, on_stop=self._stop_requested, workers_attached=workers,
+            observer=self._observer, directory=self._directory,
+            chain=self._directory.known(execution_id) if chain is None else chain,
+        )
+        on_stall = self._on_stall
+        if watch is not None and on_stall is not None:
+            watch.add_listener(lambda error: on_stall(handle, error))
+        if monitor and self._on_pending is not None and agent is not None and agent.waits_for_people:
+            self._watch_pending(handle)
+        return handle
+
+    def _watch_pending(self, handle: "AgentHandle") -> None:
+        on_pending = self._on_pending
+        monitor = self._monitor
+        if monitor is None or monitor.pid != os.getpid():  # first use, or first use in a forked child
+            with self._lock:
+                monitor = self._monitor
+                if monitor is None or monitor.pid != os.getpid():
+                    monitor = self._monitor = PendingMonitor(
+                        self._api, lambda h, r: on_pending(h, r),  # type: ignore[misc]
+                        interval=self._settings.pending_check_interval_seconds)
+        monitor.watch(handle)
+
+    def _execution_ended(self, execution_id: str) -> None:
+        self._workers().execution_ended(execution_id)
+
+    def _stop_requested(self, execution_id: str) -> None:
+        # Its tools running here see ctx.stop_requested at once.
+        self._workers().stop_requested(execution_id)
+
+    def close(self) -> None:
+        """Stop this process's pending monitor (never a parent's). Idempotent."""
+        monitor = self._monitor
+        if monitor is not None and monitor.pid == os.getpid():
+            monitor.close()

@@ -1,0 +1,105 @@
+"""Serving agents from one process: its :class:`Service` (presence, leases, adoption), made on first use.
+
+:meth:`AgentRuntime.serve` hands each agent to :class:`ProcessServing`; the first one makes the
+process's Service. A forked child serves again, with a Service of its own, the agents its parent
+served; :meth:`ProcessServing.close` stops adopting, stops the workers, then hands the runs over.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Callable, Iterable, Optional
+
+from .._serving.service import Service
+from .._wire.api import ConductorApi
+from .._worker.workers import WorkerSet
+from ..agent import Agent
+from ..errors import AgentDefinitionError, AgentTypeError, ConfigurationError
+from ..settings import AgentSettings
+
+__all__ = ["ProcessServing", "check_servable"]
+
+log = logging.getLogger("conductor_agents.runtime")
+
+#: ``on_adopt(handle)``, or None.
+AdoptHook = Optional[Callable[[Any], Any]]
+
+
+def check_servable(agent: Any, on_adopt: Any, settings: AgentSettings) -> None:
+    """Whether ``serve(agent, on_adopt=on_adopt)`` may serve ``agent`` with these settings.
+
+    Raises: as :meth:`AgentRuntime.serve` (AgentTypeError, AgentDefinitionError, ConfigurationError).
+    """
+    if not isinstance(agent, Agent):
+        raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
+    if on_adopt is not None and not callable(on_adopt):
+        raise AgentTypeError(f"on_adopt must be callable, got {on_adopt!r}", field="on_adopt", value=on_adopt)
+    if not agent.is_stateful:
+        raise AgentDefinitionError(
+            f"serve() adopts the runs of a stateful agent; {agent.name!r} is not stateful (its tools are "
+            "served by any process that polls them): use Agent(stateful=True) or a WaitForMessageTool",
+            field="stateful", value=False)
+    if not settings.auto_start_workers:
+        raise ConfigurationError("serve() needs auto_start_workers: with it off this runtime serves no tools",
+                                 variable="CONDUCTOR_AGENT_AUTO_START_WORKERS")
+
+
+class ProcessServing:
+    """The :class:`Service` of one process of a runtime, made on the first :meth:`add`. Thread-safe.
+
+    ``take_up(execution_id, agent)`` serves a run whose lease this process won; ``pause`` waits
+    between retries and returns at once when the runtime closes.
+    """
+
+    def __init__(self, api: ConductorApi, settings: AgentSettings, workers: WorkerSet, *, worker_id: str,
+                 take_up: Callable[[str, Agent], Any], pause: Callable[[float], bool]) -> None:
+        self._api = api
+        self._settings = settings
+        self._workers = workers
+        self._worker_id = worker_id
+        self._take_up = take_up
+        self._pause = pause
+        self._lock = threading.Lock()
+        self._service: Optional[Service] = None
+
+    def get(self) -> Optional[Service]:
+        """This process's Service; None before the first :meth:`add`."""
+        return self._service
+
+    def add(self, agent: Agent, on_adopt: AdoptHook) -> None:
+        """Serve ``agent`` from this process too (the first call writes its presence row).
+
+        Raises: WorkerStartupError: the first presence row could not be written and read back.
+        """
+        self._for_process().add(agent, on_adopt)
+
+    def _for_process(self) -> Service:
+        with self._lock:
+            if self._service is None:
+                self._service = Service(
+                    self._api, worker_id=self._worker_id, dead_after=self._settings.liveness_stall_seconds,
+                    take_up=self._take_up, serving_here=self._workers.serves_domain, let_go=self._workers.let_go,
+                    pause=self._pause)
+            return self._service
+
+    def serve_again(self, served: Callable[[], Iterable["tuple[Agent, AdoptHook]"]]) -> None:
+        """In a forked child: serve what the parent served, as a process of its own (on a thread: the
+        first presence row is a request, and the fork must return at once)."""
+        threading.Thread(target=self._serve_all, args=(served,), name="conductor-agents-serve-start",
+                         daemon=True).start()  # daemon: what it has not added yet is not served by this child
+
+    def _serve_all(self, served: Callable[[], Iterable["tuple[Agent, AdoptHook]"]]) -> None:
+        for agent, on_adopt in list(served()):
+            try:
+                self.add(agent, on_adopt)
+            except Exception:  # noqa: BLE001 - logged; this child serves only what it starts
+                log.exception("forked child %s could not serve %s", self._worker_id, agent.name)
+
+    def close(self) -> None:
+        """Stop adopting, stop serving (the workers), then hand the runs over; only the workers when this
+        process served nothing."""
+        if self._service is not None:
+            self._service.close(self._workers.close)
+        else:
+            self._workers.close()

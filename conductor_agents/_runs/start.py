@@ -1,0 +1,127 @@
+"""Starting a run: the body of ``POST /agent/start``, and serving the run from this process.
+
+:class:`RunStarter` builds the start request (a continued listener's first link, or a plain start
+with the caller's idempotency key, context and media), decides whether this process serves the run
+(and, for a served agent, takes its first lease), reserves the run's workers *before* the start so
+that its first task is never missed, then commits them to the run the server started. The runtime
+builds one per process (a forked child builds its own) and calls it after checking its arguments.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+
+from .._listener.chain import link_key, run_id_for_key
+from .._listener.directory import Chain, ChainDirectory, Link
+from .._listener.switch import LinkSpec, link_start_body
+from .._tooldefs.run_state import check_context, check_media
+from .._wire.api import ConductorApi
+from .._wire.starting import start_run
+from .._worker.workers import Reservation, WorkerSet
+from ..agent import Agent
+from ..errors import AgentTypeError
+from ..settings import AgentSettings
+from .take_up import HandleFactory, RunTaker, released_on_failure
+
+if TYPE_CHECKING:
+    from ..handle import AgentHandle
+
+__all__ = ["RunStarter", "check_prompt"]
+
+log = logging.getLogger("conductor_agents.runtime")
+
+
+def check_prompt(prompt: Any) -> str:
+    """``prompt`` if it can start a run.
+
+    Raises: AgentTypeError: not a str. ValueError: blank.
+    """
+    if not isinstance(prompt, str):
+        raise AgentTypeError(f"prompt must be a str, got {prompt!r}", field="prompt", value=prompt)
+    if not prompt.strip():
+        raise ValueError("prompt must not be blank: the server needs something to start the agent with")
+    return prompt
+
+
+class RunStarter:
+    """Starts runs for one process of a runtime and serves the ones that need this process.
+
+    Thread-safe: it keeps no state of its own; what it uses (workers, directory, taker) is.
+    """
+
+    def __init__(self, api: ConductorApi, directory: ChainDirectory, workers: WorkerSet, settings: AgentSettings,
+                 *, taker: RunTaker, pause: Callable[[float], Any], handle: HandleFactory) -> None:
+        self._api = api
+        self._directory = directory
+        self._workers = workers
+        self._settings = settings
+        self._taker = taker  # leases, the domain of an existing run, serving a listener's chain
+        self._pause = pause  # between retries of a start; returns at once when the runtime closes
+        self._handle = handle
+
+    def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str],
+              context: Optional[Mapping[str, Any]], media: Optional[Any]) -> "AgentHandle":
+        """Start a run of ``agent`` (arguments checked but these) and serve it (see :meth:`AgentRuntime.start`)."""
+        run_id = uuid.uuid4().hex if agent.is_stateful else None
+        checked_context = check_context(context) if context is not None else None
+        spec = None
+        if agent.is_listener:
+            spec = LinkSpec(agent, prompt, self._settings.continuation_for(agent), context=checked_context or {})
+            # A listener's first run carries the SDK's key (its chain's name: see _chain); the caller's
+            # idempotency key picks the run id, so the same key still gives the same run.
+            if idempotency_key is not None:
+                run_id = run_id_for_key(agent.name, str(idempotency_key))
+        body = start_body(agent, prompt, run_id, spec, context=checked_context, idempotency_key=idempotency_key)
+        if media is not None:
+            body["media"] = check_media(media)  # the first run's only: later runs carry the conversation
+        serve = self._settings.auto_start_workers and (bool(agent.worker_tools) or spec is not None)
+        if serve and run_id and not self._taker.lease_for_start(agent, run_id):
+            serve = False  # another live process holds this run (an idempotent start of a run it serves)
+        reservation = self._workers.reserve(run_id, agent, continued=spec is not None) if serve else None
+        return self._started(agent, body, reservation, run_id, spec, keyed=idempotency_key is not None)
+
+    def _started(self, agent: Agent, body: dict, reservation: Optional[Reservation], run_id: Optional[str],
+                 spec: Optional[LinkSpec], *, keyed: bool) -> "AgentHandle":
+        """Send the start, then commit ``reservation`` (if any) to the run the server started."""
+        try:
+            started = start_run(self._api, body, pause=self._pause)
+        except BaseException:
+            if reservation is not None:
+                reservation.cancel()
+            raise
+        execution_id = str(started["executionId"])
+        tracker = None
+        with released_on_failure(reservation, execution_id):
+            if run_id and keyed:
+                run_id = self._taker.domain_of_existing(execution_id, run_id)
+            if reservation is not None:
+                reservation.commit(execution_id, domain=run_id)
+                self._workers.confirm_polling(reservation)
+            if spec is not None:
+                chain = Chain(execution_id, run_id, agent.name, 0)
+                self._directory.remember(chain, newest=Link(0, execution_id))
+                if reservation is not None:
+                    tracker = self._taker.serve_chain(reservation, chain, spec)
+            else:
+                self._directory.remember(Chain(execution_id))  # never continued: sends need no lookup
+        log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")
+        return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None,
+                            tracker=tracker)
+
+
+def start_body(agent: Agent, prompt: str, run_id: Optional[str], spec: Optional[LinkSpec], *,
+               context: Optional[dict], idempotency_key: Optional[str]) -> dict:
+    """The body of ``POST /agent/start``: a continued listener's first link (``spec``), or a plain start."""
+    if spec is not None:
+        assert run_id is not None
+        return link_start_body(spec, run_id, link_key(run_id, 0, agent.name), number=0, turns_before=0)
+    body: dict = {"agentConfig": agent.to_config(), "prompt": prompt}
+    if context is not None:
+        body["context"] = context
+    if run_id:
+        body["runId"] = run_id
+    if idempotency_key is not None:
+        body["idempotencyKey"] = str(idempotency_key)
+    return body

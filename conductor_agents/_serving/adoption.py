@@ -1,0 +1,292 @@
+"""Adopting the runs of a served agent that no live process serves, one lease at a time.
+
+Each round (right after each presence read) the adopter lists the agent's running runs (``GET
+/workflow/running/{name}``: one indexed read), groups them by domain (a continued listener's runs
+share one) and, for each run this process does not hold, decides from what it already knows:
+
+- its newest lease's owner is present (its presence row is fresh): nothing to do, no request;
+- the owner is gone (closed, marked gone), silent past ``dead_after``, a process of this host that
+  no longer exists, or this very process after a fence: the run is an orphan;
+- it never had a lease (a runtime that does not serve the agent started it): an orphan once it is
+  older than ``dead_after`` and no other worker polled its domain within the freshness window.
+
+Orphans are spread: each goes to the present process its domain hashes to; any other present
+process takes it only when it is still an orphan two rounds later (the chosen one may be slow). A
+process takes a run by creating its next lease; if another process created that lease first, it
+leaves the run alone. Then it serves the run as ``resume()`` would (its workers, its tasks taken by
+the dead process handed back, a switch left half done finished).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import concurrent.futures.thread  # noqa: F401  (registers its exit hook before ours: see _EXITING)
+import logging
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import attrs
+
+from .._common.loops import BackgroundLoop
+from .._wire.api import ConductorApi
+from .leases import Lease, LeaseBook
+from .presence import PeerView, Presence
+from .takeover import find_live_poller, worker_is_dead_here
+from .._wire.transport import HttpError
+from ..errors import ConductorAgentsError, ExecutionNotFoundError, ServerError
+
+__all__ = ["Adopter", "ServedAgent"]
+
+log = logging.getLogger("conductor_agents.serve")
+
+#: Runs looked at (and taken up) at once in one round: most of a take-up is waiting on the server.
+_TAKE_UPS_AT_ONCE = 8
+
+#: Set when the interpreter begins to exit: a process on its way out adopts nothing. CPython runs the
+#: threading exit hooks in reverse order of registration, before non-daemon threads are joined; the
+#: executors' own hook (registered when ``concurrent.futures.thread`` is first imported) shuts their
+#: pools down. Importing that module above, before registering here, makes this hook run first, so
+#: no round starts a take-up on a pool that is shutting down. The runtime itself is closed later, by
+#: an ``atexit`` hook.
+_EXITING = threading.Event()
+if hasattr(threading, "_register_atexit"):
+    threading._register_atexit(_EXITING.set)  # type: ignore[attr-defined]
+
+
+@attrs.frozen
+class ServedAgent:
+    agent: Any  # an Agent
+    on_adopt: Optional[Callable[[Any], Any]] = None
+
+
+@attrs.frozen
+class _RunInfo:
+    domain: Optional[str]
+    start_ms: float
+
+
+class Adopter:
+    """The ``conductor-agents-adopt`` thread of one process. Thread-safe."""
+
+    def __init__(self, api: ConductorApi, book: LeaseBook, presence: Presence, *, worker_id: str,
+                 take_up: Callable[[str, Any], Any], serving_here: Callable[[str], bool]) -> None:
+        self._api = api
+        self._book = book
+        self._presence = presence
+        self._worker_id = worker_id
+        self._take_up = take_up
+        self._serving_here = serving_here
+        self._lock = threading.Lock()
+        self._agents: dict[str, ServedAgent] = {}
+        self._held: dict[str, Lease] = {}
+        self._runs: dict[str, _RunInfo] = {}
+        self._orphan_since: dict[str, float] = {}
+        self._wake = threading.Event()
+        # Daemon: if it dies with the interpreter, only adoptions by this process are lost (the
+        # other present processes adopt the orphans).
+        self._thread = BackgroundLoop("adopt", self._loop, daemon=True, wake=self._wake)
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # take-ups of one round, at once
+        #: Counts, for tests and stats: runs adopted, leases lost to another process.
+        self.adopted = 0
+        self.lost = 0
+
+    # -- what the runtime tells it --------------------------------------------------------
+
+    def add(self, served: ServedAgent) -> None:
+        with self._lock:
+            self._agents[served.agent.name] = served
+
+    def serves(self, agent_name: str) -> bool:
+        with self._lock:
+            return agent_name in self._agents
+
+    def hold(self, lease: Lease) -> None:
+        with self._lock:
+            self._held[lease.domain] = lease
+            self._orphan_since.pop(lease.domain, None)
+
+    def held(self) -> "list[str]":
+        with self._lock:
+            return list(self._held)
+
+    def drop_all(self) -> "list[str]":
+        """Forget every lease held (the fence): the runs are let go of by the caller."""
+        with self._lock:
+            domains = list(self._held)
+            self._held.clear()
+        for domain in domains:
+            self._book.forget(domain)
+        return domains
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    # -- the thread ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread; only the first call does."""
+        self._thread.start_once()
+
+    def stop(self) -> None:
+        """Stop the thread, join it (30 s at most), then the pool of its take-ups. Idempotent."""
+        self._thread.stop()
+        self._thread.join(30.0)
+        with self._lock:
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+    def _stopping(self) -> bool:
+        return self._thread.stopping or _EXITING.is_set()
+
+    def _loop(self) -> None:
+        while not self._stopping():
+            self._wake.wait(self._presence.interval * 2)
+            self._wake.clear()
+            if self._stopping():
+                return
+            with self._lock:
+                agents = list(self._agents.values())
+            for served in agents:
+                if self._stopping():
+                    return
+                try:
+                    self.run_round(served)
+                except (ServerError, HttpError, OSError) as err:
+                    log.debug("adoption round for %s failed: %s", served.agent.name, err)
+                except Exception:  # noqa: BLE001 - the thread must go on
+                    log.exception("adoption round for %s failed", served.agent.name)
+
+    # -- one round ----------------------------------------------------------------------
+
+    def run_round(self, served: ServedAgent) -> int:
+        """Look at every running run of ``served``'s agent once; the number of runs adopted."""
+        agent = served.agent
+        view = self._presence.view(agent.name)
+        if view is None or not self._presence.holds():
+            return 0  # no fresh evidence of who is present, or this process may not take leases now
+        ids = self._api.running_workflow_ids(agent.name)
+        by_domain: dict[str, list[str]] = {}
+        oldest: dict[str, float] = {}
+        for execution_id in ids:
+            info = self._run_info(execution_id)
+            if info is None or not info.domain:
+                continue
+            by_domain.setdefault(info.domain, []).append(execution_id)
+            oldest[info.domain] = min(oldest.get(info.domain, info.start_ms), info.start_ms)
+        self._prune(set(ids), set(by_domain))
+        pool = self._round_pool()
+        futures = []
+        for domain, executions in by_domain.items():
+            try:
+                futures.append(pool.submit(self._adopt_if_orphan, served, view, domain, executions[0],
+                                           oldest[domain]))
+            except RuntimeError:  # the interpreter is exiting (its executors are shut down)
+                break
+        adopted = 0
+        for future in futures:
+            try:
+                adopted += bool(future.result())
+            except (ServerError, HttpError, OSError) as err:
+                log.debug("adopting a run of %s failed: %s", agent.name, err)
+        return adopted
+
+    def _round_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(
+                    max_workers=_TAKE_UPS_AT_ONCE, thread_name_prefix="conductor-agents-adopt")
+            return self._pool
+
+    def _adopt_if_orphan(self, served: ServedAgent, view: PeerView, domain: str, execution_id: str,
+                         start_ms: float) -> bool:
+        me = self._worker_id
+        with self._lock:
+            if domain in self._held:
+                return False
+        if self._serving_here(domain):
+            return False  # served here without a lease of its own making (resume() without serve())
+        known = self._book.known(domain)
+        if known is not None and self._present(view, known.owner):
+            return False
+        lease = self._book.newest(domain)
+        if lease is not None and self._present(view, lease.owner):
+            return False
+        now = time.monotonic()
+        if lease is None and (time.time() - start_ms / 1000.0) < self._presence.dead_after:
+            return False  # started lately by a runtime that does not serve the agent: it polls soon
+        if self._stopping():
+            return False
+        with self._lock:
+            first = self._orphan_since.setdefault(domain, now)
+        if view.assignee(domain) != me and now - first < self._presence.interval * 2 + 1.0:
+            return False
+        previous = lease.owner if lease is not None else None
+        ignore = set(view.gone) | ({previous} if previous else set())
+        tool_types = [t.name for t in served.agent.worker_tools]
+        if find_live_poller(self._api, tool_types, domain, own_worker_id=me, ignore=ignore) is not None:
+            return False  # someone else polls it (a resume() elsewhere): not an orphan
+        epoch = lease.epoch + 1 if lease is not None else 0
+        if self._stopping():
+            return False
+        won = self._book.claim(domain, epoch, me, execution_id=execution_id)
+        if won is None or won.owner != me:
+            self.lost += 1
+            return False
+        self.hold(won)
+        log.info("adopting %s run %s (domain %s, lease %d, previous owner %s)", served.agent.name,
+                 execution_id, domain, epoch, previous or "none")
+        try:
+            handle = self._take_up(execution_id, served.agent)
+        except (ConductorAgentsError, HttpError, OSError) as err:
+            log.warning("could not take up run %s after winning its lease (%s); releasing it", execution_id, err)
+            self._release(domain, won)
+            return False
+        self.adopted += 1
+        if served.on_adopt is not None:
+            try:
+                served.on_adopt(handle)
+            except Exception:  # noqa: BLE001 - the user's hook; the run is served anyway
+                log.exception("on_adopt hook failed for run %s", execution_id)
+        return True
+
+    def _present(self, view: PeerView, owner: Optional[str]) -> bool:
+        if not owner or owner == self._worker_id:
+            return False  # released, or this process's own lease of a run it let go of
+        return owner in view.alive and not worker_is_dead_here(owner)
+
+    def _release(self, domain: str, lease: Lease) -> None:
+        with self._lock:
+            self._held.pop(domain, None)
+        try:
+            self._book.claim(domain, lease.epoch + 1, None)
+        except (ServerError, HttpError, OSError) as err:
+            log.warning("could not release run on domain %s (%s): it is adopted once this process is gone",
+                        domain, err)
+
+    def _run_info(self, execution_id: str) -> Optional[_RunInfo]:
+        info = self._runs.get(execution_id)
+        if info is not None:
+            return info
+        try:
+            workflow = self._api.get_workflow(execution_id)
+        except ExecutionNotFoundError:
+            return None
+        domains = {str(d) for d in (workflow.get("taskToDomain") or {}).values() if d}
+        info = _RunInfo(domains.pop() if len(domains) == 1 else None,
+                        float(workflow.get("startTime") or workflow.get("createTime") or 0))
+        self._runs[execution_id] = info
+        return info
+
+    def _prune(self, running: "set[str]", domains: "set[str]") -> None:
+        for execution_id in [e for e in self._runs if e not in running]:
+            del self._runs[execution_id]
+        with self._lock:
+            ended = [d for d in self._held if d not in domains and not self._serving_here(d)]
+            for domain in ended:
+                del self._held[domain]
+            for domain in [d for d in self._orphan_since if d not in domains]:
+                del self._orphan_since[domain]
+        for domain in ended:
+            self._book.forget(domain)

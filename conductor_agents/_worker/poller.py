@@ -1,0 +1,395 @@
+"""The polling loop: one thread that fetches the tasks of one task domain.
+
+A stateful run gets its own :class:`DomainPoller` pinned to the run's domain (its run id);
+non-stateful runs share one poller with no domain. The poller serves a set of
+*executions*; the owner removes each one when it ends (the runtime's watchdog samples them)
+and stops the poller once none is left. No thread outlives its runs.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Mapping, Optional
+
+from .._wire.api import ConductorApi
+from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.loops import BackgroundLoop
+from .executor import ToolExecutor
+from .._wire.transport import HttpError
+from ..errors import ServerError, ServerUnavailableError
+from ..tools import ToolDef
+
+__all__ = ["DomainPoller"]
+
+log = logging.getLogger("conductor_agents.worker")
+
+#: Most tasks taken by one poll.
+_MAX_BATCH = 8
+#: Longest pause between polls while the server is unreachable (a poller is given a lower cap
+#: when the stall threshold is short: see ``max_backoff``).
+_MAX_BACKOFF = 5.0
+#: While backing off after a failed poll, a ring (the watcher counts a task in our queues, or the
+#: watchdog sees one wait unpolled) cuts the pause short, but not below this: a task is known to
+#: wait, so the poller tries again soon rather than up to ``_MAX_BACKOFF`` later. Without a ring
+#: (nothing waits, or the server is down for every call) the pause keeps doubling.
+_RUNG_RETRY_SECONDS = 0.5
+#: While a queue watcher rings this poller, it still polls on its own this often: a missed ring,
+#: and the server's poll data shows the domain served by a live worker (``takeover``).
+_SAFETY_POLL_SECONDS = 60.0
+#: A poller counts as active (the watcher looks at it often) this long after a task or a new run.
+_ACTIVE_SECONDS = 5.0
+#: After this many rings in a row that found nothing (e.g. a retry not due yet: the queue
+#: counts it), rings are ignored for ``_RING_QUIET_SECONDS``. One empty ring is normal: the
+#: watcher may count a task this poller has just taken, or (behind a balancer) the poll reached a
+#: node whose peer had fetched the task ahead: the first empty answer to a ring is retried at once.
+_EMPTY_RINGS = 5
+_RING_QUIET_SECONDS = 1.0
+
+
+class DomainPoller:
+    """Polls the task types of one domain and hands tasks to the :class:`ToolExecutor`.
+
+    Thread-safe. The owner calls :meth:`start` once, may :meth:`add_execution` /
+    :meth:`remove_execution` at any time, and :meth:`stop` + :meth:`join` to end it
+    (``on_exit`` is then called from the poller thread). Stopping takes at most one
+    long poll (``long_poll_ms``).
+
+    While the tool pool is full the poller takes no task; every ``keepalive_seconds`` it
+    still sends a poll for none (``count=0``) on its domain, so the server's poll data
+    (``lastPollTime``) shows that a live worker serves the domain: busy, not dead.
+    """
+
+    def __init__(
+        self,
+        api: ConductorApi,
+        executor: ToolExecutor,
+        *,
+        domain: Optional[str],
+        worker_id: str,
+        long_poll_ms: int,
+        poll_interval_ms: int,
+        clock: Clock = SYSTEM_CLOCK,
+        on_exit: Optional[Callable[["DomainPoller"], None]] = None,
+        name_suffix: Optional[str] = None,
+        watcher: Optional[Any] = None,  # a conductor_agents._worker.watcher.QueueWatcher
+        keepalive_seconds: Optional[float] = None,
+        max_backoff: float = _MAX_BACKOFF,
+        on_recovered: Optional[Callable[["DomainPoller"], None]] = None,
+    ) -> None:
+        self.domain = domain
+        self._max_backoff = max(_RUNG_RETRY_SECONDS, min(_MAX_BACKOFF, max_backoff))
+        # Told (from the poller thread) after the first successful poll that follows failed ones.
+        self._on_recovered = on_recovered
+        self._failing = False
+        self._api = api
+        self._executor = executor
+        self._worker_id = worker_id
+        self._long_poll_ms = long_poll_ms
+        self._poll_interval = poll_interval_ms / 1000.0
+        self._keepalive = keepalive_seconds if domain is not None else None
+        self._last_polled: dict[str, float] = {}  # task type -> when it was last polled (poller thread only)
+        self._clock = clock
+        self._on_exit = on_exit
+        self._lock = threading.Lock()
+        self._tools: dict[str, ToolDef] = {}
+        self._queue_names: "tuple[str, ...]" = ()
+        self._executions: dict[str, Mapping[str, ToolDef]] = {}
+        self._pending = 0  # registrations whose execution id is not known yet
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._exited = threading.Event()
+        self._polled: set[str] = set()
+        self._draining: set[str] = set()  # types whose last poll brought tasks (poller thread only)
+        self._watcher = watcher
+        self._rung = False
+        self._quiet_until = 0.0
+        self._empty_rings = 0
+        self._next_safety = 0.0
+        self.keepalives = 0
+        self._last_activity = 0.0
+        self._active_now()
+        self._polled_cond = threading.Condition(self._lock)
+        self.polls = 0
+        self.poll_errors = 0
+        # Daemon: a poller is pure I/O; if the interpreter exits without close(), the
+        # tasks it would have fetched stay SCHEDULED and the liveness monitor reports them.
+        self._thread = BackgroundLoop(
+            f"poll-{name_suffix or domain or 'shared'}", self._loop, daemon=True, stop=self._stop, wake=self._wake,
+            on_crash=lambda err: log.exception("poller for domain %s crashed", self.domain), on_exit=self._exit)
+
+    def __repr__(self) -> str:
+        return f"DomainPoller(domain={self.domain!r}, executions={len(self._executions)})"
+
+    # -- registrations ----------------------------------------------------------------
+
+    def reserve(self, tools: Mapping[str, ToolDef]) -> None:
+        """Serve ``tools`` before the execution id is known (the poller starts before the run)."""
+        with self._lock:
+            self._pending += 1
+            self._merge(tools)
+        self._active_now()
+        self._wake.set()
+
+    def add_execution(self, execution_id: str, tools: Mapping[str, ToolDef], *, reserved: bool = False) -> None:
+        """Serve ``tools`` for ``execution_id`` until that execution ends."""
+        with self._lock:
+            if reserved:
+                self._pending -= 1
+            self._executions[execution_id] = dict(tools)
+            self._merge(tools)
+        self._active_now()
+        self._wake.set()
+
+    def cancel_reservation(self) -> None:
+        """Undo a :meth:`reserve` whose run did not start."""
+        with self._lock:
+            self._pending -= 1
+            self._rebuild_tools()
+
+    def remove_execution(self, execution_id: str) -> None:
+        """Stop serving ``execution_id`` (it ended)."""
+        with self._lock:
+            if self._executions.pop(execution_id, None) is not None:
+                self._rebuild_tools()
+
+    @property
+    def executions(self) -> "tuple[str, ...]":
+        with self._lock:
+            return tuple(self._executions)
+
+    @property
+    def task_types(self) -> "tuple[str, ...]":
+        with self._lock:
+            return tuple(self._tools)
+
+    def _merge(self, tools: Mapping[str, ToolDef]) -> None:
+        for name, tool_def in tools.items():
+            self._tools[name] = tool_def
+        self._name_queues()
+
+    def _rebuild_tools(self) -> None:
+        if self._pending:
+            return  # a reservation still needs its tools; they are dropped once it resolves
+        self._tools = {name: tool_def for tools in self._executions.values() for name, tool_def in tools.items()}
+        self._name_queues()
+
+    def _name_queues(self) -> None:
+        # Read by the watcher many times a second: kept ready (one tuple, replaced whole).
+        self._queue_names = tuple(f"{self.domain}:{t}" if self.domain else t for t in self._tools)
+
+    def is_idle(self) -> bool:
+        """True when no execution (or pending start) needs this poller."""
+        with self._lock:
+            return not self._executions and self._pending <= 0
+
+    # -- the queue watcher's side ------------------------------------------------------
+
+    def queue_names(self) -> "tuple[str, ...]":
+        """The server's names of the queues this poller serves (``domain:type``, or ``type``)."""
+        return self._queue_names
+
+    def _active_now(self) -> None:
+        """A task came, or a run was added: tell the watcher too (it reads faster for a while)."""
+        self._last_activity = now = self._clock.monotonic()
+        if self._watcher is not None:
+            self._watcher.note_activity(now)
+
+    def is_active(self, now: float) -> bool:
+        """Whether a task came (or a run was added) lately, so another one is likely soon."""
+        return now - self._last_activity < _ACTIVE_SECONDS
+
+    def ring(self) -> None:
+        """The watcher saw tasks in one of this poller's queues (or changed state): poll now."""
+        if self._clock.monotonic() < self._quiet_until:
+            return
+        self._rung = True
+        self._wake.set()
+
+    def _watched(self) -> bool:
+        return self._watcher is not None and self._watcher.healthy
+
+    # -- lifecycle --------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the thread. Raises RuntimeError when called twice."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ask the loop to end (idempotent, safe before start)."""
+        self._thread.stop()
+
+    def join(self, timeout: float) -> bool:
+        """Wait for the thread to end; True when it did."""
+        return self._thread.join(timeout)
+
+    @property
+    def retired(self) -> bool:
+        """True once the poller was told to stop; the owner must not register anything on it then."""
+        return self._stop.is_set()
+
+    @property
+    def is_alive(self) -> bool:
+        return self._thread.is_alive
+
+    @property
+    def has_exited(self) -> bool:
+        return self._exited.is_set()
+
+    # -- the loop ---------------------------------------------------------------------
+
+    def _loop(self) -> None:
+        """The thread's body (its crash is logged, and :meth:`_exit` called, by the BackgroundLoop)."""
+        backoff = 0.0
+        while not self._stop.is_set():
+            now = self._clock.monotonic()
+            types = self.task_types
+            if not types:
+                self._wake.wait()  # a registration or stop() sets it
+                self._wake.clear()
+                continue
+            watched = self._watched()
+            if watched and not self._rung and not self._draining and now < self._next_safety \
+                    and set(types) <= self._polled:
+                # The watcher rings when one of our queues holds a task: no poll until then.
+                self._wake.wait(max(0.0, self._next_safety - now))
+                self._wake.clear()
+                continue
+            rung, self._rung = self._rung, False
+            backoff = self._poll_round(types, backoff, short_only=watched, rung=rung)
+            if backoff:
+                self._pause_after_failure(backoff)
+
+    def _exit(self) -> None:
+        self._exited.set()
+        if self._on_exit is not None:
+            self._on_exit(self)
+
+    def _pause_after_failure(self, backoff: float) -> None:
+        """Wait ``backoff`` seconds after a failed poll, or only ``_RUNG_RETRY_SECONDS`` when rung.
+
+        A ring while the server is unreachable for polls means a task waits in one of our queues
+        (the watcher could read it, or the watchdog saw it unpolled): the next poll then goes at
+        most ``_RUNG_RETRY_SECONDS`` after the failure, so a healed connection serves the task at
+        once instead of at the end of a back-off that grew during the outage.
+        """
+        end = time.monotonic() + backoff  # real time, as the event waits are (also with a test clock)
+        if self._stop.wait(min(backoff, _RUNG_RETRY_SECONDS)):
+            return
+        while not self._stop.is_set() and not self._rung:
+            remaining = end - time.monotonic()
+            if remaining <= 0:
+                return
+            self._wake.clear()
+            if self._rung:  # rung between the check and the clear
+                return
+            self._wake.wait(remaining)
+
+    def wait_polled(self, task_types: "tuple[str, ...]", timeout: float) -> bool:
+        """Wait until each of ``task_types`` has been polled successfully once; True if so."""
+        deadline = self._clock.monotonic() + timeout
+        with self._polled_cond:
+            while not set(task_types) <= self._polled:
+                remaining = deadline - self._clock.monotonic()
+                if remaining <= 0:
+                    return False
+                self._polled_cond.wait(min(remaining, 0.25))
+        return True
+
+    def _poll_round(self, types: "tuple[str, ...]", backoff: float, *, short_only: bool = False,
+                    rung: bool = False) -> float:
+        """Poll each type once: a long poll, or only short ones while the watcher rings us."""
+        per_type_ms = max(100, self._long_poll_ms // len(types))
+        if short_only:
+            self._next_safety = self._clock.monotonic() + _SAFETY_POLL_SECONDS
+        got = 0
+        recovered = False
+        with self._lock:
+            fresh = [t for t in types if t not in self._polled]
+        if fresh:  # a type nobody polled yet gets a quick poll first, so start() can confirm it
+            types = tuple(fresh) + tuple(t for t in types if t not in fresh)
+        for task_type in types:
+            if self._stop.is_set():
+                return 0.0
+            slots = min(_MAX_BATCH, self._executor.free_slots())
+            keepalive = not slots and task_type not in fresh
+            if keepalive and not self._keepalive_due(task_type):
+                self._stop.wait(self._poll_interval)
+                continue
+            # A long poll asks for ONE task: the server's SQL queues (SQLite, Postgres, MySQL)
+            # answer a long poll only once ``count`` tasks are there or the timeout passed, so
+            # count=8 held a lone task until the poll ended (pickup p50 ~700 ms, benchmarks/).
+            # Once a poll brought tasks, short polls take what else is queued, up to the slots.
+            short = short_only or task_type in fresh or task_type in self._draining
+            try:
+                tasks = self._api.poll_tasks(
+                    task_type, worker_id=self._worker_id, domain=self.domain,
+                    count=0 if keepalive else max(1, slots) if short else 1,
+                    timeout_ms=0 if short or keepalive else per_type_ms,
+                    http_timeout=per_type_ms / 1000.0 + 10.0,
+                )
+            except (ServerUnavailableError, HttpError, ServerError) as err:
+                self.poll_errors += 1
+                self._failing = True
+                backoff = min(self._max_backoff, max(0.2, backoff * 2))
+                log.warning("polling %s (domain %s) failed: %s; retrying in %.1fs", task_type, self.domain, err, backoff)
+                return backoff
+            self.polls += 1
+            self._last_polled[task_type] = self._clock.monotonic()
+            recovered = recovered or self._failing
+            self._failing = False
+            if keepalive:
+                self.keepalives += 1
+                continue  # the server gives nothing to a poll for none
+            got += len(tasks)
+            if tasks:
+                self._active_now()
+                self._draining.add(task_type)
+            else:
+                self._draining.discard(task_type)
+            if task_type in fresh:
+                with self._polled_cond:
+                    self._polled.add(task_type)
+                    self._polled_cond.notify_all()
+            for task in tasks:
+                tool_def = self._tools_for(task)
+                if tool_def is None:  # cannot happen unless the server sent a foreign type
+                    log.error("polled task of unknown type %s; ignoring", task.get("taskType"))
+                    continue
+                self._executor.submit(task, tool_def)
+        if recovered:  # after the round: every task it took counts as polled on the server now
+            self._recovered()
+        if short_only and (got or rung):  # drain and safety polls say nothing about rings
+            self._empty_rings = 0 if got else self._empty_rings + 1
+            if self._empty_rings == 1 and not self._stop.is_set():
+                # Ask once more at once: behind a load balancer the task may sit in another node's
+                # prefetch buffer (a Redis-backed node fetches ahead for its own pollers), and the
+                # next request goes to another node.
+                self._rung = True
+            if self._empty_rings >= _EMPTY_RINGS:
+                self._empty_rings = 0
+                self._quiet_until = self._clock.monotonic() + _RING_QUIET_SECONDS
+        return 0.0
+
+    def _recovered(self) -> None:
+        log.info("polling domain %s works again", self.domain)
+        if self._on_recovered is not None:
+            try:
+                self._on_recovered(self)
+            except Exception:
+                log.exception("the recovery listener of the poller for domain %s failed", self.domain)
+
+    def _tools_for(self, task: Mapping) -> Optional[ToolDef]:
+        task_type = task.get("taskType") or task.get("taskDefName")
+        with self._lock:
+            per_run = self._executions.get(str(task.get("workflowInstanceId")))
+            if per_run is not None and task_type in per_run:
+                return per_run[task_type]
+            return self._tools.get(str(task_type))
+
+    def _keepalive_due(self, task_type: str) -> bool:
+        """Whether the pool-full poller should tell the server again that it still polls ``task_type``."""
+        if self._keepalive is None:
+            return False
+        return self._clock.monotonic() - self._last_polled.get(task_type, float("-inf")) >= self._keepalive
