@@ -229,8 +229,10 @@ class Agent:
     of a run to the process that started it, through a per-run task domain.
 
     ``output_type`` (a dataclass, attrs class, TypedDict, NamedTuple or pydantic model) asks the
-    model for a JSON answer of that shape; ``wait()`` checks it and returns an instance as
-    ``result.output``. ``credentials`` names the secrets the server delivers to every tool that
+    model for a JSON answer of that shape; each answer is checked in the run and, when it does not fit,
+    the model is told what does not and asked again, up to ``output_retries`` (2) times, then the run
+    fails; ``wait()`` returns an instance as ``result.output`` or raises ``OutputValidationError``
+    (see ``docs/tools.md``). ``credentials`` names the secrets the server delivers to every tool that
     declares none of its own (``ctx.secret(name)``).
 
     ``agents`` and ``strategy`` (with ``router``, ``handoffs``, ``allowed_transitions``,
@@ -256,6 +258,9 @@ class Agent:
     #: When a long-lived listener is continued as a fresh run (None: the runtime's settings).
     continuation: Optional[Continuation] = attrs.field(kw_only=True, default=None, validator=_check_continuation)
     output_type: Optional[type] = attrs.field(kw_only=True, default=None, validator=_check_output_type)
+    #: With ``output_type``: how many times the model is asked again, told what does not fit, when an answer
+    #: does not fit (0: never; the server's JSON mode instead, and ``wait()`` checks the final answer only).
+    output_retries: int = attrs.field(kw_only=True, default=2, validator=_check_int(0))
     credentials: "tuple[str, ...]" = attrs.field(kw_only=True, default=(), converter=_to_credentials)
     #: Sub-agents this agent runs as parts of its run, in the way ``strategy`` says.
     agents: "tuple[Agent, ...]" = attrs.field(kw_only=True, default=(), converter=_to_agents,

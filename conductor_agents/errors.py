@@ -301,12 +301,16 @@ class InvalidAnswerError(ConductorAgentsError, ValueError):
 
 
 class OutputValidationError(ConductorAgentsError, ValueError):
-    """The run COMPLETED but its final answer does not fit the agent's ``output_type``.
+    """The run's answer does not fit the agent's ``output_type``.
 
-    The server does not check the answer against the schema; ``wait()`` does. ``raw_output``
-    is the model's answer as it came (text), ``problems`` says what does not fit (one text per
-    problem), ``output_type`` is the expected class and ``result`` the run's
-    :class:`~conductor_agents.AgentResult` with the raw text as its ``output``.
+    Either the run COMPLETED with such an answer (the server does not check the answer against the
+    schema; ``wait()`` does), or it FAILED because no answer fit: the check in the run gave up after
+    ``output_retries`` more answers (the run's error starts with ``Answer does not fit output_type``),
+    or, with ``output_retries=0``, the server's JSON mode failed the model call on an answer that was
+    not a JSON object. ``raw_output`` is the model's (last) answer as text (None when the server did
+    not say), ``problems`` says what does not fit (one text per problem), ``output_type`` is the
+    expected class and ``result`` the run's :class:`~conductor_agents.AgentResult` (``result.status``
+    COMPLETED or FAILED; ``result.error`` the server's reason).
     """
 
     def __init__(self, message: str, *, execution_id: str, output_type: object, raw_output: Optional[str],

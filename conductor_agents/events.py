@@ -34,6 +34,7 @@ from typing import Any, Callable, Dict, Mapping, Optional
 
 import attrs
 
+from ._common.answer_text import answer_text
 from ._people.pending import PendingToolCall
 from ._wire.sse import SseMessage
 from .result import SERVER_INPUT_KEYS
@@ -180,7 +181,7 @@ class DoneEvent(AgentEvent):
     def result(self) -> Optional[str]:
         """The run's final text (``output["result"]``)."""
         value = self.output.get("result")
-        return value if value is None or isinstance(value, str) else json.dumps(value)
+        return None if value is None else answer_text(value)
 
     @property
     def finish_reason(self) -> Optional[str]:

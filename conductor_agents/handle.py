@@ -15,7 +15,8 @@ from ._common.clock import Clock
 from ._common.transient import TransientErrors
 from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.following import current_status, live_links
-from ._answers.output_type import typed_result
+from ._answers.output_check import rejection_of
+from ._answers.output_type import Rejection, typed_result
 from ._listener.by_id import RunsById
 from ._wire.payload import message_payload
 from ._people.pending import HumanAnswer, PendingRequest
@@ -93,6 +94,7 @@ class AgentHandle:
         self.workers_attached = workers_attached
         self._last_status: Optional[RunStatus] = None
         self._result: Optional[AgentResult] = None
+        self._rejection: Optional[Rejection] = None  # why a FAILED run's answer was refused (output_type)
         self._wake = threading.Event()
         self._lock = threading.Lock()
         if liveness is not None:
@@ -179,8 +181,8 @@ class AgentHandle:
             WaitTimeoutError: the deadline passed (default 600 s); the run goes on.
             WorkerStallError: a task of this run's domain is not being polled.
             OutputValidationError: the run COMPLETED but its answer does not fit the agent's
-                ``output_type`` (``err.raw_output``, ``err.result`` keep it); raised again by a
-                later ``wait()``.
+                ``output_type``, or it FAILED because no answer did (``err.raw_output``,
+                ``err.problems``, ``err.result`` keep it); raised again by a later ``wait()``.
             ExecutionNotFoundError: the server does not know the execution (at once).
             ServerUnavailableError, ServerError: too many consecutive transient errors,
                 or a non-transient one.
@@ -195,7 +197,7 @@ class AgentHandle:
 
     def _typed(self, result: AgentResult) -> AgentResult:
         # The agent's output_type (if any) checked on the client: the server does not check it.
-        return typed_result(result, self.agent.output_spec if self.agent is not None else None)
+        return typed_result(result, self.agent.output_spec if self.agent is not None else None, self._rejection)
 
     def _wait_loop(self, deadline: float, limit: float) -> AgentResult:
         budget = TransientErrors(self._settings.max_transient_errors)
@@ -251,6 +253,8 @@ class AgentHandle:
         result = AgentResult.from_server(status, detail, tasks, agent_names=names)
         result = attrs.evolve(result, execution_id=self.execution_id, current_execution_id=link.execution_id,
                               runs=status.runs)
+        if self.agent is not None and self.agent.output_type is not None and result.status is RunStatus.FAILED:
+            self._rejection = rejection_of(tasks, self.agent.name)
         self._result = result
         self._terminal()
         return result

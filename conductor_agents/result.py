@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import enum
-import json
+import re
 from typing import Any, Mapping, Optional, Sequence
 
 import attrs
 
+from ._common.answer_text import answer_text
 from ._common.task_names import INTERNAL_TASK_TYPES
 
 __all__ = ["AgentResult", "AgentStatus", "RunStatus", "TokenUsage", "ToolCallRecord"]
@@ -122,7 +123,8 @@ def tool_calls_from_tasks(tasks: Sequence[Mapping[str, Any]]) -> "tuple[ToolCall
     for task in tasks:
         if _agent_tool_name(task) is not None:
             calls.append(ToolCallRecord.from_agent_tool_task(task))
-        elif str(task.get("taskType") or "") not in _TOOL_TASK_TYPES_EXCLUDED and not _is_approval_gate(task):
+        elif (str(task.get("taskType") or "") not in _TOOL_TASK_TYPES_EXCLUDED and not _is_approval_gate(task)
+              and not _GUARDRAIL_WORKER.search(str(task.get("referenceTaskName") or ""))):
             calls.append(ToolCallRecord.from_task(task))
     return tuple(calls)
 
@@ -139,6 +141,11 @@ def sub_agents_from_tasks(tasks: Sequence[Mapping[str, Any]], names: Sequence[st
         if str(task.get("taskType") or "") == "SUB_WORKFLOW" and task.get("status") == "COMPLETED"
         and str(task.get("taskDefName")) in wanted and _agent_tool_name(task) is None
     )
+
+
+#: The server's reference of a function guardrail's worker task (the agent's, a tool's, the output_type
+#: check's): a check of an answer, no tool call of the model's.
+_GUARDRAIL_WORKER = re.compile(r"_output_guardrail_.+_worker(__\d+)?$")
 
 
 def _is_approval_gate(task: Mapping[str, Any]) -> bool:
@@ -180,14 +187,7 @@ class AgentStatus:
 
 def _answer_text(value: Any) -> Optional[str]:
     """The run's answer as text: an object the server parsed from JSON is shown as JSON again."""
-    if value is None or isinstance(value, str):
-        return value
-    if isinstance(value, (Mapping, list)):
-        try:
-            return json.dumps(value)
-        except (TypeError, ValueError):
-            pass
-    return str(value)
+    return None if value is None else answer_text(value)
 
 
 @attrs.frozen

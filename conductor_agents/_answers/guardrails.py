@@ -30,6 +30,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Union
 
 import attrs
 
+from .._common.answer_text import answer_text
 from .._common.task_names import TOOL_NAME
 from .._tooldefs.tooldef import ToolCheck, ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
@@ -141,7 +142,11 @@ class Guardrail(ToolCheck):
                  max_retries: int = 3) -> "Guardrail":
         """A check in Python: ``func(answer)`` returns ``True`` (passed), ``False`` or a
         :class:`GuardrailResult`. It runs as a worker task named ``name`` (default: the function's
-        name), so the agent's runtime must be serving the run. An exception fails the run."""
+        name), so the agent's runtime must be serving the run. An exception fails the run.
+
+        ``answer`` is the model's text; when the answer was a JSON object the server read it into an
+        object (any agent), and ``answer`` is that object as JSON text (``json.dumps``: the same content,
+        the server's key order), so ``json.loads(answer)`` works. A turn of tool calls is not checked."""
         return cls(name if name is not None else getattr(func, "__name__", ""), CUSTOM, func=func,
                    on_fail=on_fail, max_retries=max_retries)
 
@@ -154,7 +159,7 @@ class Guardrail(ToolCheck):
             name=self.name,
             description=f"guardrail {self.name}",
             input_schema={"type": "object", "properties": {}},
-            func=_Check(self.func, self.on_fail),  # type: ignore[arg-type]
+            func=_Check(self.func, self.on_fail, self.name),  # type: ignore[arg-type]
         )
 
     def to_config(self, position: str = "output") -> Dict[str, Any]:
@@ -179,23 +184,28 @@ class Guardrail(ToolCheck):
 class _Check:
     """The worker body of a function guardrail: the verdict in the shape the server reads.
 
-    The server's normaliser (3.32.3) counts any ``on_fail`` other than ``pass`` as a failure, so a
-    pass carries none.
+    The function gets the answer as :func:`~conductor_agents._common.answer_text.answer_text` makes it (the
+    model's text, or JSON text of an answer the server parsed). It is not called on a turn of tool calls
+    (``content`` is ``[]``), which the server passes whatever the verdict. The server's normaliser (3.32.3)
+    counts any ``on_fail`` other than ``pass`` as a failure, so a pass carries none.
     """
 
     func: Callable[[str], Any]
     on_fail: str
+    name: str = ""
 
     def __call__(self, **inputs: Any) -> Dict[str, Any]:
         content = inputs.get("content")
-        verdict = self.func("" if content is None else str(content))
+        if isinstance(content, list) and not content:  # a turn of tool calls: the server passes it anyway
+            return {"passed": True}
+        verdict = self.func(answer_text(content))
         if isinstance(verdict, GuardrailResult):
             passed, message, fixed = bool(verdict.passed), verdict.message, verdict.fixed_output
         else:
             passed, message, fixed = bool(verdict), "", None
         if passed:
             return {"passed": True}
-        output: Dict[str, Any] = {"passed": False, "message": message or "The answer failed a check.",
+        output: Dict[str, Any] = {"passed": False, "message": message or f"the answer failed the check {self.name!r}",
                                   "on_fail": self.on_fail}
         if fixed is not None:
             output["fixed_output"] = fixed

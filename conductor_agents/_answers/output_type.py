@@ -6,7 +6,9 @@ model call when the answer is not JSON). It does **not** check the answer agains
 This module does, when ``wait()`` returns a COMPLETED run: it parses the answer (the server hands
 back an object when it parsed it, else the text), checks it against the schema and builds an
 instance of the type with the same converters tool arguments use (dataclasses, attrs classes,
-``TypedDict``, ``NamedTuple``, pydantic v2 models through ``model_validate``).
+``TypedDict``, ``NamedTuple``, pydantic v2 models through ``model_validate``). The same check runs
+in the run, after each answer, when the agent asks the model again (:mod:`.output_check`); a run
+that failed because its answer never fit is an :class:`~conductor_agents.OutputValidationError` too.
 
 Pure functions over immutable values; thread-safe.
 """
@@ -20,11 +22,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 import attrs
 
 from .._common import json_check as _json_check
+from .._common.answer_text import answer_text
 from .._tooldefs import schema as _schema
 from .._common import structured as _structured
 from ..errors import AgentDefinitionError, OutputValidationError
 
-__all__ = ["OutputSpec", "typed_result"]
+__all__ = ["FAILED_PREFIX", "OutputSpec", "Rejection", "typed_result"]
+
+#: How the run's error (the server's ``reasonForIncompletion``) starts when the answer check gave up.
+FAILED_PREFIX = "Answer does not fit output_type"
 
 #: A fenced code block the whole answer may sit in (```json ... ```).
 _FENCE = re.compile(r"\A\s*```[A-Za-z0-9_-]*\s*\n(.*?)\n?\s*```\s*\Z", re.DOTALL)
@@ -105,32 +111,70 @@ def _as_field(problem: str) -> str:
 
 def raw_text(raw: Any) -> Optional[str]:
     """The answer as text (an object the server parsed is shown as JSON)."""
-    if raw is None or isinstance(raw, str):
-        return raw
-    try:
-        return json.dumps(raw)
-    except (TypeError, ValueError):
-        return str(raw)
+    return None if raw is None else answer_text(raw)
 
 
-def typed_result(result: Any, spec: Optional[OutputSpec]) -> Any:
+@attrs.frozen
+class Rejection:
+    """Why a FAILED run's answer was refused, read from its tasks.
+
+    ``kind`` is ``"check"`` (the answer check in the run gave up: ``raw`` is the last answer it
+    refused) or ``"json_mode"`` (the server's JSON mode failed the model call: ``raw`` is the
+    model's text, None when the server did not say). ``answers``: how many answers were refused.
+    """
+
+    kind: str
+    raw: Any = None
+    answers: int = 1
+
+
+def typed_result(result: Any, spec: Optional[OutputSpec], rejection: Optional[Rejection] = None) -> Any:
     """``result`` (an AgentResult) with its ``output`` an instance of the output type.
 
-    Only a COMPLETED run is checked; other results are returned as they are.
+    A COMPLETED run's answer is checked. A FAILED run whose answer was refused (``rejection``, from
+    its tasks) raises; other results are returned as they are.
 
     Raises:
-        OutputValidationError: the answer does not fit (``raw_output`` keeps it).
+        OutputValidationError: the answer does not fit (``raw_output`` keeps it), or the run FAILED
+            because it never did (``err.result.status`` is FAILED).
     """
-    if spec is None or not result.ok:
+    if spec is None:
+        return result
+    if not result.ok:
+        if rejection is not None and str(getattr(result.status, "value", "")) == "FAILED":
+            _raise_rejected(result, spec, rejection)
         return result
     raw = result.raw_output.get("result")
     value, problems = spec.parse(raw)
     if not problems:
         return attrs.evolve(result, output=value)
     text = raw_text(raw)
-    shown = text if text is None or len(text) <= 300 else text[:300] + "..."
     raise OutputValidationError(
         f"run {result.execution_id} COMPLETED but its answer does not fit {spec.output_type.__qualname__}: "
-        f"{'; '.join(problems)}; the answer was {shown!r} (err.raw_output, err.result)",
+        f"{'; '.join(problems)}; the answer was {_shown(text)!r} (err.raw_output, err.result)",
+        execution_id=result.execution_id, output_type=spec.output_type, raw_output=text,
+        problems=tuple(problems), result=result)
+
+
+def _shown(text: Optional[str]) -> Optional[str]:
+    return text if text is None or len(text) <= 300 else text[:300] + "..."
+
+
+def _raise_rejected(result: Any, spec: OutputSpec, rejection: Rejection) -> None:
+    text = raw_text(rejection.raw)
+    name = spec.output_type.__qualname__
+    if rejection.kind == "json_mode":
+        problems = spec.parse(text)[1] if text is not None else []
+        problems = problems or ["the answer is not a JSON object (the server gave no details)"]
+        how = ("the server's JSON mode failed the model call (output_retries=0; the server retried it "
+               "without telling the model why)")
+    else:
+        problems = spec.parse(rejection.raw)[1] if rejection.raw is not None else []
+        problems = problems or [str(result.error or "").split(": ", 1)[-1]]
+        count = rejection.answers
+        how = f"after {count} answer{'s' if count != 1 else ''} (the model was told why and asked again)"
+    raise OutputValidationError(
+        f"run {result.execution_id} FAILED: its answer does not fit {name}: {'; '.join(problems)}; {how}; "
+        f"the last answer was {_shown(text)!r} (err.raw_output, err.result)",
         execution_id=result.execution_id, output_type=spec.output_type, raw_output=text,
         problems=tuple(problems), result=result)

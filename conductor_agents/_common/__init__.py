@@ -1,8 +1,9 @@
 """The ground floor: small pieces every capability uses, with no I/O of their own.
 
 Owns the clock (:mod:`.clock`), fork hooks (:mod:`.fork`), JSON value checks (:mod:`.json_check`), structured
-values (:mod:`.structured`), secret redaction (:mod:`.secrets`), the task names this SDK gives the server
-(:mod:`.task_names`), the transient-error budget (:mod:`.transient`) and the background loop (:mod:`.loops`).
+values (:mod:`.structured`), an answer as the text a check gets (:mod:`.answer_text`), secret redaction
+(:mod:`.secrets`), the task names this SDK gives the server (:mod:`.task_names`), the transient-error budget
+(:mod:`.transient`) and the background loop (:mod:`.loops`).
 
 May import: the standard library, ``attrs`` and :mod:`conductor_agents.errors`; nothing else of the package.
 """

@@ -13,7 +13,7 @@ import enum
 import json
 from typing import Any, Dict, List, Mapping, Tuple
 
-__all__ = ["check_arguments", "check_value", "describe", "is_valid", "json_copy", "json_type"]
+__all__ = ["check_arguments", "check_value", "describe", "is_valid", "json_copy", "json_type", "json_strings_restored"]
 
 _JSON_TYPES = (
     ("null", type(None)), ("boolean", bool), ("integer", int), ("number", float),
@@ -216,3 +216,35 @@ def check_arguments(
     problems: List[str] = []
     values = _check_object(schema, kept, "", problems)
     return values, problems
+
+
+def json_strings_restored(schema: Mapping[str, Any], value: Any) -> Any:
+    """``value`` with each object or array given where ``schema`` takes only a string made JSON text again.
+
+    The server (3.32.3) reads every string argument of a tool call that looks like JSON (``{...}`` or
+    ``[...]``) into an object or list, at any depth, before the tool gets it: a ``str`` parameter that
+    was given ``'{"a": 1}'`` arrives as ``{"a": 1}``. This gives it back as ``json.dumps(value,
+    ensure_ascii=False)``: the same JSON, in the server's key order.
+    """
+    if not isinstance(schema, Mapping):
+        return value
+    kinds = [k for k in _types(schema) if k != "null"]
+    if kinds == ["string"] and isinstance(value, (collections.abc.Mapping, list)):
+        try:
+            return json.dumps(value, ensure_ascii=False)
+        except (TypeError, ValueError):
+            return value
+    branches = schema.get("anyOf") or schema.get("oneOf")
+    if isinstance(branches, list) and not any(is_valid(b, value) for b in branches if isinstance(b, Mapping)):
+        for branch in branches:
+            restored = json_strings_restored(branch, value)
+            if restored is not value and is_valid(branch, restored):
+                return restored
+        return value
+    if isinstance(value, collections.abc.Mapping):
+        properties = schema.get("properties")
+        if isinstance(properties, Mapping):
+            return {k: json_strings_restored(properties[k], v) if k in properties else v for k, v in value.items()}
+    if isinstance(value, list) and isinstance(schema.get("items"), Mapping):
+        return [json_strings_restored(schema["items"], v) for v in value]
+    return value

@@ -27,6 +27,7 @@ __all__ = [
     "TURN_TASK",
     "gate_task_name",
     "handoff_task_name",
+    "output_check_task_name",
     "router_task_name",
     "selection_task_name",
     "server_ref",
@@ -52,6 +53,7 @@ INTERNAL_TASK_TYPES = frozenset({CARRY_TASK, TURN_TASK})
 #: ``<agent>_process_selection`` this SDK serves.
 PICK_SUFFIX, SELECTION_SUFFIX = "_pick_agent", "_process_selection"
 _STOP_SUFFIX, _ROUTE_SUFFIX, _TERMINATION_SUFFIX = "_stop_when", "_route", "_termination"
+_OUTPUT_CHECK_SUFFIX = "_output_type"
 #: How much of a long agent name a ``_stop_when`` task keeps (one less than the other makers keep).
 _STOP_KEEPS = 44
 
@@ -129,6 +131,16 @@ def gate_task_name(agent_name: str, index: int) -> str:
         AgentDefinitionError: no task name can be made of the agent's name.
     """
     return _made(agent_name, f"_gate_{index}", "gate")
+
+
+def output_check_task_name(agent_name: str) -> str:
+    """The worker task (and guardrail name) that checks the answers of the agent ``agent_name`` against
+    its ``output_type``.
+
+    Raises:
+        AgentDefinitionError: no task name can be made of the agent's name.
+    """
+    return _made(agent_name, _OUTPUT_CHECK_SUFFIX, "output_type")
 
 
 def termination_task_name(agent_name: str) -> str:

@@ -40,6 +40,7 @@ from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple
 
 import attrs
 
+from .._common.answer_text import answer_text
 from .._common.task_names import PICK_SUFFIX, SELECTION_SUFFIX
 from ..result import SERVER_INPUT_KEYS
 
@@ -147,7 +148,7 @@ class PendingRequest:
                                    {"question": question, "conversation": inputs.get("conversation")})
             return cls(kind=cls.QUESTION, tool_calls=(call,), options=options, **common)
         if is_review_task(task):
-            return cls(kind=cls.REVIEW, output=_opt_str(inputs.get("llm_output")),
+            return cls(kind=cls.REVIEW, output=answer_text(inputs.get("llm_output")) or None,
                        guardrail=_opt_str(inputs.get("guardrail_name")),
                        guardrail_message=_opt_str(inputs.get("guardrail_message")), **common)
         name = str(inputs.get("_agent_tool_name") or inputs.get("method") or task.get("taskDefName") or "")

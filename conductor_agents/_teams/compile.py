@@ -15,16 +15,17 @@ from __future__ import annotations
 
 from typing import Any, Dict, Iterable, List
 
+from .._answers.output_check import output_check_config, output_check_worker, schema_instructions
 from .._answers.output_type import OutputSpec
-from .._common.task_names import (gate_task_name, handoff_task_name, router_task_name, selection_task_name,
-                                  stop_task_name, termination_task_name)
+from .._common.task_names import (gate_task_name, handoff_task_name, output_check_task_name, router_task_name,
+                                  selection_task_name, stop_task_name, termination_task_name)
 from .._tooldefs.tooldef import ToolDef
 from .gates import gate_worker
 from .stopping import stop_worker
 from .subagents import Strategy, handoff_worker, router_worker, selection_worker
 from .termination import termination_worker
 
-__all__ = ["agent_config", "check_task_names", "worker_groups"]
+__all__ = ["agent_config", "check_task_names", "checks_answers", "worker_groups"]
 
 
 def check_task_names(agent: Any) -> None:
@@ -34,6 +35,8 @@ def check_task_names(agent: Any) -> None:
     Raises:
         AgentDefinitionError: no task name can be made of the agent's name.
     """
+    if checks_answers(agent):
+        output_check_task_name(agent.name)
     if agent.stop_when is not None:
         stop_task_name(agent.name)
     if agent.termination is not None:
@@ -44,6 +47,13 @@ def check_task_names(agent: Any) -> None:
         selection_task_name(agent.name)
 
 
+def checks_answers(agent: Any) -> bool:
+    """Whether the run checks each answer against ``output_type`` and asks the model again
+    (``output_retries`` >= 1; not for a team, whose guardrails would run the whole team again)."""
+    return (agent.output_type is not None and agent.output_retries > 0 and not agent.agents
+            and agent.strategy is None)
+
+
 def worker_groups(agent: Any) -> "List[Iterable[ToolDef]]":
     """The worker tools of the agent's tree, a group per source: its tools, its agent tools' sub-runs,
     the function guardrails, its team's Python parts, then each sub-agent's, router's, planner's and
@@ -51,6 +61,8 @@ def worker_groups(agent: Any) -> "List[Iterable[ToolDef]]":
     agent_names = agent.agent_names
     groups: "List[Iterable[ToolDef]]" = [[t for t in agent.tools if t.is_worker]]
     groups += [t.nested_tools for t in agent.tools]
+    if checks_answers(agent):
+        groups.append([output_check_worker(agent.name, agent.output_spec, agent.output_retries, agent.max_turns)])
     groups.append([g.worker for g in agent.guardrails if g.worker is not None])
     groups.append([g.worker for t in agent.tools for g in t.guardrails if g.worker is not None])
     if agent.stop_when is not None:
@@ -98,12 +110,22 @@ def agent_config(agent: Any) -> Dict[str, Any]:
         config["maxTokens"] = agent.max_tokens
     if agent.metadata:
         config["metadata"] = dict(agent.metadata)
-    if agent.output_type is not None:
+    guardrails = [g.to_config() for g in agent.guardrails]
+    if checks_answers(agent):
+        # Without the schema the server neither adds its sentence nor turns on JSON mode, which fails the
+        # model call on prose before any guardrail runs: the sentence goes into the instructions here, and
+        # prose reaches the check, which tells the model what is wrong.
+        spec = OutputSpec.of(agent.output_type)
+        config["instructions"] = "\n\n".join(p for p in (agent.instructions, schema_instructions(
+            spec, bool(agent.tools))) if p)
+        config["outputType"] = {"className": agent.output_type.__qualname__}
+        guardrails.insert(0, output_check_config(agent.name, agent.max_turns))
+    elif agent.output_type is not None:
         config["outputType"] = OutputSpec.of(agent.output_type).to_config()
     if agent.credentials:
         config["credentials"] = list(agent.credentials)
-    if agent.guardrails:
-        config["guardrails"] = [g.to_config() for g in agent.guardrails]
+    if guardrails:
+        config["guardrails"] = guardrails
     if agent.agents:
         config["agents"] = [_stage_config(agent, i, a) for i, a in enumerate(agent.agents)]
         config["strategy"] = (agent.strategy or Strategy.HANDOFF).value

@@ -27,6 +27,7 @@ from typing import Any, Callable, Dict, Optional
 
 import attrs
 
+from .._common.answer_text import answer_text
 from .._common.task_names import gate_task_name
 from .._tooldefs.tooldef import ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
@@ -128,8 +129,7 @@ class _GateRun:
 
     def __call__(self, **inputs: Any) -> Dict[str, Any]:
         answer = inputs.get("result")
-        text = "" if answer is None else answer if isinstance(answer, str) else str(answer)
-        stop = self.check(text)
+        stop = self.check(answer_text(answer))
         if not isinstance(stop, bool):
             raise TypeError(f"the gate after {self.stage!r} returned {stop!r}; it must return True (stop the "
                             "pipeline) or False (run the next stage)")

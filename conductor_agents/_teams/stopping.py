@@ -15,6 +15,7 @@ from typing import Any, Callable, Dict
 
 import attrs
 
+from .._common.answer_text import answer_text
 from .._common.task_names import stop_task_name
 from .._tooldefs.tooldef import ToolDef
 
@@ -33,7 +34,7 @@ class _StopCheck:
     def __call__(self, **inputs: Any) -> Dict[str, Any]:
         text = inputs.get("result")
         turn = inputs.get("iteration")
-        stop = self.rule("" if text is None else str(text), int(turn) if isinstance(turn, (int, float)) else 0)
+        stop = self.rule(answer_text(text), int(turn) if isinstance(turn, (int, float)) else 0)
         return {"should_continue": not bool(stop)}
 
 

@@ -59,6 +59,7 @@ from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
 
 import attrs
 
+from .._common.answer_text import answer_text
 from .._common.task_names import handoff_task_name, router_task_name, selection_task_name
 from .._tooldefs.tooldef import AGENT_TOOL, ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
@@ -198,7 +199,8 @@ class HandoffContext:
 
 
 def _text(value: Any) -> str:
-    return "" if value is None else value if isinstance(value, str) else str(value)
+    # an answer the server parsed from JSON is JSON text again; a turn of tool calls is ""
+    return answer_text(value)
 
 
 @attrs.frozen

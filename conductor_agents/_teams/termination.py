@@ -23,6 +23,7 @@ from typing import Any, Dict, Mapping, Optional
 
 import attrs
 
+from .._common.answer_text import answer_text
 from .._common.task_names import termination_task_name
 from .._tooldefs.tooldef import ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
@@ -172,7 +173,7 @@ class _TerminationCheck:
         text = inputs.get("result")
         turn = inputs.get("iteration")
         usage = inputs.get(TOKEN_USAGE_INPUT)
-        reached = self.condition.reached("" if text is None else str(text),
+        reached = self.condition.reached(answer_text(text),
                                          int(turn) if isinstance(turn, (int, float)) else 0,
                                          usage if isinstance(usage, Mapping) else None)
         return {"should_continue": not reached}

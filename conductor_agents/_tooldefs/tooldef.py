@@ -333,7 +333,8 @@ class ToolDef:
         """The keyword arguments for the function, from a task's ``inputData``.
 
         Drops the server's extras (``method``, every ``_agent*`` key, and the ``session_id``, ``cwd`` and
-        ``media`` a plan's step adds, unless the schema declares them), checks the rest against
+        ``media`` a plan's step adds, unless the schema declares them), gives a ``str`` parameter the JSON
+        text the server read into an object back as text, checks the rest against
         ``input_schema`` and converts values to the hinted types (``Enum`` members, ``tuple``).
 
         Raises:
@@ -351,6 +352,7 @@ class ToolDef:
             if not (isinstance(key, str) and (key in SERVER_EXTRAS or key.startswith("_agent")
                                               or (key in PLAN_AMBIENT and key not in declared)))
         }
+        arguments = _json_check.json_strings_restored(self._input_schema, arguments)
         values, problems = _json_check.check_arguments(self._input_schema, arguments)
         for key, convert in self._converters.items():
             if key in values and not problems:

@@ -29,6 +29,7 @@ from .._wire.payload import ToolOutputError, tool_output
 from .results import ResultPoster
 from .task_watch import CancellationWatch, callback_seconds, hand_back
 from .._teams.termination import TOKEN_USAGE_INPUT
+from .._answers.output_check import EARLIER_FAILURES_INPUT
 from ..errors import ServerError, ToolCancelled, ToolRetry
 from ..tools import ToolArgumentsError, ToolDef
 
@@ -272,6 +273,8 @@ class ToolExecutor:
             input_data = task.input_data
             if getattr(tool_def.func, "needs_token_usage", False):  # a Termination.token_usage check
                 input_data = {**input_data, TOKEN_USAGE_INPUT: self._token_usage(task.workflow_id)}
+            if getattr(tool_def.func, "needs_earlier_failures", False):  # an output_type check (read if it fails)
+                input_data = {**input_data, EARLIER_FAILURES_INPUT: lambda: self._earlier_failures(task)}
             value = tool_def.invoke(input_data, context=flight.context)
         except ToolRetry as retry:
             return self._retried(task, flight, retry, base)
@@ -306,6 +309,20 @@ class ToolExecutor:
         except ServerError as err:
             raise ToolRetry(f"could not read the run's token usage ({err})", after_seconds=2.0) from err
         return dict(usage) if isinstance(usage, Mapping) else {}
+
+    def _earlier_failures(self, task: TaskRef) -> int:
+        """How many answers the check ``task`` runs refused before in its run (its COMPLETED tasks of the
+        same type whose verdict was ``passed: false``).
+
+        Raises:
+            ToolRetry: the run could not be read (the check is delivered again shortly).
+        """
+        try:
+            tasks = self._api.get_workflow(task.workflow_id, include_tasks=True).get("tasks") or []
+        except ServerError as err:
+            raise ToolRetry(f"could not read the run's tasks ({err})", after_seconds=2.0) from err
+        return sum(1 for t in tasks if t.get("taskType") == task.task_type and t.get("status") == "COMPLETED"
+                   and t.get("taskId") != task.task_id and (t.get("outputData") or {}).get("passed") is False)
 
     def _retried(self, task: TaskRef, flight: _InFlight, retry: ToolRetry, base: dict) -> dict:
         """Hand the task back for its next delivery, or fail it when its budget is spent."""
