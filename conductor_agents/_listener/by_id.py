@@ -2,12 +2,16 @@
 
 :class:`RunsById` is the one implementation behind :meth:`AgentRuntime.send_message`,
 ``pending``, ``approve``, ``reject`` and ``respond`` and their :class:`AgentHandle` twins. A
-continued listener is reached at its current run, whichever id of it the caller holds.
+continued listener is reached at its current run, whichever id of it the caller holds. People in
+the loop are reached in every run that may hold a request (:func:`people_runs`): while a switch
+drains the old run, that run may wait for a person (the approval of a call the model made in the
+turn the switch began, a question, a review) and the switch waits for the answer; the answer goes
+to the run that holds the request (see ``docs/humans.md``).
 """
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, List, Mapping, Optional
 
 from .._common.clock import Clock
 from .directory import Chain, ChainDirectory
@@ -15,9 +19,47 @@ from .sending import send_to_listener
 from .._people import approvals
 from .._people.pending import HumanAnswer, PendingRequest
 from .._wire.api import ConductorApi
+from ..errors import ExecutionNotFoundError
+from ..result import AgentStatus
 from ..settings import AgentSettings
 
-__all__ = ["RunsById"]
+__all__ = ["RunsById", "people_runs"]
+
+
+def people_runs(api: ConductorApi, directory: ChainDirectory, execution_id: str, chain: Optional[Chain] = None, *,
+                request: "Optional[PendingRequest | str]" = None) -> "tuple[str, ...]":
+    """The runs of the listener ``execution_id`` names that may hold a request for a person, oldest
+    first; the last is its current run.
+
+    The current run, and the one before while a switch drains it (its status: one small request),
+    whichever run of the listener ``execution_id`` is. An answer to a named ``request`` also looks at
+    the run before when it has ended (a late answer is told who answered), and at the run a
+    :class:`PendingRequest` came from. A run that is not a continued listener is its only run (no request).
+    """
+    chain = directory.chain(execution_id) if chain is None else chain
+    if not chain.continuable:
+        return (execution_id,)
+    newest = directory.refresh(chain)
+    runs: List[str] = [newest.execution_id]
+    if newest.number > 0:
+        previous = chain.link(newest.number - 1).execution_id
+        if request is not None or _running(api, previous):
+            runs.insert(0, previous)
+    if isinstance(request, PendingRequest) and request.execution_id not in runs:
+        try:
+            held = directory.chain(request.execution_id)
+        except ExecutionNotFoundError:
+            return tuple(runs)  # retired from the server: the answer is told there is no such request
+        if (held.run_id, held.agent_name) == (chain.run_id, chain.agent_name):
+            runs.insert(0, request.execution_id)
+    return tuple(runs)
+
+
+def _running(api: ConductorApi, execution_id: str) -> bool:
+    try:
+        return not AgentStatus.from_dict(api.agent_status(execution_id)).is_terminal
+    except ExecutionNotFoundError:
+        return False  # retired from the server: it holds nothing
 
 
 class RunsById:
@@ -33,12 +75,6 @@ class RunsById:
         self._settings = settings
         self._clock = clock
 
-    def live_id(self, execution_id: str, chain: Optional[Chain] = None) -> str:
-        """The current run of the listener ``execution_id`` names (itself unless it was continued; one small
-        request for a continued listener, none otherwise)."""
-        chain = self._directory.chain(execution_id) if chain is None else chain
-        return self._directory.refresh(chain).execution_id if chain.continuable else execution_id
-
     def send_message(self, execution_id: str, body: Mapping[str, Any], *, pause: Callable[[float], Any]) -> str:
         """Push ``body`` (a checked message payload) into the listener's current run; its message id."""
         return send_to_listener(self._api, self._directory, execution_id, body,
@@ -46,19 +82,23 @@ class RunsById:
                                 on_accepted=self._directory.note_accepted)
 
     def pending(self, execution_id: str, *, chain: Optional[Chain] = None) -> "tuple[PendingRequest, ...]":
-        return approvals.pending(self._api, self.live_id(execution_id, chain))
+        *earlier, current = people_runs(self._api, self._directory, execution_id, chain)
+        return approvals.pending(self._api, current, earlier=earlier)
 
     def approve(self, execution_id: str, *, chain: Optional[Chain] = None, reason: Optional[str],
                 by: Optional[str], request: "Optional[PendingRequest | str]", timeout: float) -> HumanAnswer:
-        return approvals.approve(self._api, self.live_id(execution_id, chain), reason=reason, by=by,
-                                 request=request, timeout=timeout, clock=self._clock)
+        *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
+        return approvals.approve(self._api, current, reason=reason, by=by, request=request, timeout=timeout,
+                                 clock=self._clock, earlier=earlier)
 
     def reject(self, execution_id: str, reason: str, *, chain: Optional[Chain] = None, by: Optional[str],
                request: "Optional[PendingRequest | str]", timeout: float) -> HumanAnswer:
-        return approvals.reject(self._api, self.live_id(execution_id, chain), reason, by=by, request=request,
-                                timeout=timeout, clock=self._clock)
+        *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
+        return approvals.reject(self._api, current, reason, by=by, request=request, timeout=timeout,
+                                clock=self._clock, earlier=earlier)
 
     def respond(self, execution_id: str, answer: Any, *, chain: Optional[Chain] = None, by: Optional[str],
                 request: "Optional[PendingRequest | str]", timeout: float) -> HumanAnswer:
-        return approvals.respond(self._api, self.live_id(execution_id, chain), answer, by=by, request=request,
-                                 timeout=timeout, clock=self._clock)
+        *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
+        return approvals.respond(self._api, current, answer, by=by, request=request, timeout=timeout,
+                                 clock=self._clock, earlier=earlier)

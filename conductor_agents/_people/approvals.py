@@ -16,6 +16,13 @@ once they finish: then the answer stored on the task decides, after :data:`SETTL
 racing update has landed by then; the server applies an update within one request). An approval
 is taken at once (the server routes on it in the same request), so only the run decides it.
 
+A listener that is being continued has two runs at once (see ``docs/humans.md``): the old one,
+drained before it ends, may still wait for a person while the new one takes the messages. Every
+verb takes the runs ``earlier`` than ``execution_id`` that may still hold a request, oldest first;
+``pending`` lists what all of them wait on, and an answer goes to the run that holds its request
+(the oldest that does, unless ``request`` names one). The runs are read once, and that read both
+picks the run and the task the answer completes, so an answer is sent to one task of one run.
+
 Stateless functions over a :class:`ConductorApi`; thread-safe.
 """
 
@@ -23,7 +30,7 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
@@ -62,15 +69,39 @@ _SAMPLE_SECONDS = 0.25
 SETTLE_SECONDS = 3.0
 
 Target = Union[PendingRequest, str, None]
+#: A run as read for an answer: its execution id and its workflow with tasks.
+Run = Tuple[str, Mapping[str, Any]]
 
 
-def pending(api: ConductorApi, execution_id: str) -> "tuple[PendingRequest, ...]":
-    """What run ``execution_id`` waits on from a person now, oldest first (one request).
+def pending(api: ConductorApi, execution_id: str, *, earlier: Sequence[str] = ()) -> "tuple[PendingRequest, ...]":
+    """What run ``execution_id`` (and the runs ``earlier``, of the same listener) waits on from a
+    person now, oldest first (one request per run; an earlier run gone from the server is skipped).
 
     Raises:
-        ExecutionNotFoundError: unknown execution.
+        ExecutionNotFoundError: ``execution_id`` is unknown.
     """
-    return pending_in(api.get_workflow(execution_id, include_tasks=True), execution_id)
+    return pending_of_runs(_read_runs(api, execution_id, earlier))
+
+
+def pending_of_runs(runs: Sequence[Run]) -> "tuple[PendingRequest, ...]":
+    """What the runs (read oldest first) wait on, each request once."""
+    found: "dict[str, PendingRequest]" = {}
+    for execution_id, workflow in runs:
+        for request in pending_in(workflow, execution_id):
+            found.setdefault(request.task_id, request)
+    return tuple(found.values())
+
+
+def _read_runs(api: ConductorApi, execution_id: str, earlier: Sequence[str]) -> "List[Run]":
+    """The runs ``earlier`` (oldest first) and ``execution_id``, each read once with its tasks."""
+    runs: "List[Run]" = []
+    for run in dict.fromkeys(r for r in earlier if r != execution_id):
+        try:
+            runs.append((run, api.get_workflow(run, include_tasks=True)))
+        except ExecutionNotFoundError:
+            continue  # removed from the server since: it holds nothing any more
+    runs.append((execution_id, api.get_workflow(execution_id, include_tasks=True)))
+    return runs
 
 
 def pending_of_agent(api: ConductorApi, agent_name: str) -> "tuple[PendingRequest, ...]":
@@ -79,20 +110,21 @@ def pending_of_agent(api: ConductorApi, agent_name: str) -> "tuple[PendingReques
     One ``GET /workflow/running/{name}``, one status per running run, and one task-list read per
     run that waits on a person: a page of an approval queue, not something to call in a loop.
     """
-    found = []
-    for execution_id in api.running_workflow_ids(agent_name):
+    found: "dict[str, PendingRequest]" = {}
+    for execution_id in dict.fromkeys(api.running_workflow_ids(agent_name)):
         try:
             status = api.agent_status(execution_id)
             if waits_on_person(status):
-                found.extend(pending(api, execution_id))
+                for request in pending(api, execution_id):
+                    found.setdefault(request.task_id, request)
         except ExecutionNotFoundError:
             continue  # ended and cleaned up in between
-    return tuple(sorted(found, key=lambda r: (r.since or 0.0, r.execution_id)))
+    return tuple(sorted(found.values(), key=lambda r: (r.since or 0.0, r.execution_id)))
 
 
 def approve(api: ConductorApi, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
             request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
-            pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
+            pause: Optional[Callable[[float], Any]] = None, earlier: Sequence[str] = ()) -> HumanAnswer:
     """Approve the tool calls run ``execution_id`` waits on (they run, in the process serving the
     run), or the answer a guardrail holds for review (it leaves the run as it is)."""
     reason = optional_text(reason, "reason")
@@ -104,12 +136,12 @@ def approve(api: ConductorApi, execution_id: str, *, reason: Optional[str] = Non
         return out
 
     return _answer(api, execution_id, (PendingRequest.APPROVAL, PendingRequest.REVIEW), payload, by=by,
-                   request=request, timeout=timeout, clock=clock, pause=pause)
+                   request=request, timeout=timeout, clock=clock, pause=pause, earlier=earlier)
 
 
 def reject(api: ConductorApi, execution_id: str, reason: str, *, by: Optional[str] = None,
            request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
-           pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
+           pause: Optional[Callable[[float], Any]] = None, earlier: Sequence[str] = ()) -> HumanAnswer:
     """Reject the tool calls: none of them runs; the model sees the rejection and ``reason``, and the
     run goes on. Sent as ``approved: true`` with ``decision: "rejected"``: the server ends the whole
     run on ``approved: false`` (see :mod:`conductor_agents._people.pending`).
@@ -125,12 +157,12 @@ def reject(api: ConductorApi, execution_id: str, reason: str, *, by: Optional[st
         return {"approved": True, DECISION: REJECTED, "reason": text}
 
     return _answer(api, execution_id, (PendingRequest.APPROVAL, PendingRequest.REVIEW), payload, by=by,
-                   request=request, timeout=timeout, clock=clock, pause=pause)
+                   request=request, timeout=timeout, clock=clock, pause=pause, earlier=earlier)
 
 
 def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[str] = None,
             request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
-            pause: Optional[Callable[[float], Any]] = None) -> HumanAnswer:
+            pause: Optional[Callable[[float], Any]] = None, earlier: Sequence[str] = ()) -> HumanAnswer:
     """Answer the question run ``execution_id`` asks: the model gets ``{"answer": answer, ...}``.
 
     A question with ``options`` (a ``manual`` team's pick of its next sub-agent) takes one of them
@@ -155,7 +187,7 @@ def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[s
         return {"answer": value}
 
     return _answer(api, execution_id, (PendingRequest.QUESTION, PendingRequest.REVIEW), payload, by=by,
-                   request=request, timeout=timeout, clock=clock, pause=pause)
+                   request=request, timeout=timeout, clock=clock, pause=pause, earlier=earlier)
 
 
 def optional_text(value: Any, name: str) -> Optional[str]:
@@ -187,16 +219,17 @@ def required_reason(reason: Any) -> str:
 
 def _answer(api: ConductorApi, execution_id: str, kinds: "tuple[str, ...]", payload: Callable[[str], dict], *,
             by: Optional[str], request: Target, timeout: float, clock: Clock,
-            pause: Optional[Callable[[float], Any]]) -> HumanAnswer:
+            pause: Optional[Callable[[float], Any]], earlier: Sequence[str] = ()) -> HumanAnswer:
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
     by = optional_text(by, "by")
     wait = pause if pause is not None else threading.Event().wait
-    workflow = api.get_workflow(execution_id, include_tasks=True)
+    runs = _read_runs(api, execution_id, earlier)
+    execution_id, workflow = holder(runs, kinds, request)
     if request is not None:
         _raise_if_answered(workflow, execution_id, request)  # told even when the run has ended since
     _check_running(workflow, execution_id)
-    target = _target(workflow, execution_id, kinds, request)
+    target = _target(workflow, execution_id, kinds, request, runs=runs)
     body = payload(target.kind)
     if target.options:
         body = _picked(body, target)
@@ -235,8 +268,50 @@ def _check_running(workflow: Mapping[str, Any], execution_id: str) -> None:
             execution_id=execution_id)
 
 
+def holder(runs: Sequence[Run], kinds: "tuple[str, ...]", request: Target) -> Run:
+    """The run an answer goes to, of ``runs`` (read oldest first; the last is the listener's current run).
+
+    The oldest running run that waits on ``request`` (or, without one, on a request of ``kinds``);
+    else the oldest running run that waits on a person at all (it tells the caller what it waits
+    for); else, for a named ``request``, the run that holds it answered or ended (it tells who won);
+    else the current run (it tells that nothing waits, and what was answered last).
+    """
+    def waiting(run: Run) -> "tuple[PendingRequest, ...]":
+        return pending_in(run[1], run[0])
+
+    if isinstance(request, PendingRequest):
+        named = [run for run in runs if run[0] == request.execution_id]
+        if named:
+            return named[0]
+    for run in runs:
+        if any(_matches(found, request) if request is not None else found.kind in kinds for found in waiting(run)):
+            return run
+    for run in runs:
+        if waiting(run):
+            return run
+    if request is not None:
+        for run in runs:
+            if any(_matches_task(task, request) and task.get("taskType") == "HUMAN" for task in _tasks(run[1])):
+                return run
+    return runs[-1]
+
+
+def _matches(found: PendingRequest, request: Target) -> bool:
+    wanted = request.task_id if isinstance(request, PendingRequest) else str(request)
+    return wanted in (found.task_id, found.task_reference_name)
+
+
+def _matches_task(task: Mapping[str, Any], request: Target) -> bool:
+    wanted = request.task_id if isinstance(request, PendingRequest) else str(request)
+    return wanted in (task.get("taskId"), task.get("referenceTaskName"))
+
+
+def _tasks(workflow: Mapping[str, Any]) -> "list[Mapping[str, Any]]":
+    return [t for t in workflow.get("tasks") or () if isinstance(t, Mapping)]
+
+
 def _target(workflow: Mapping[str, Any], execution_id: str, kinds: "tuple[str, ...]",
-            request: Target) -> PendingRequest:
+            request: Target, *, runs: Sequence[Run] = ()) -> PendingRequest:
     """The pending request to answer (the oldest of ``kinds`` unless ``request`` names one).
 
     Raises:
@@ -259,7 +334,11 @@ def _target(workflow: Mapping[str, Any], execution_id: str, kinds: "tuple[str, .
         return of_kind[0]
     if waiting:
         raise _wrong_kind(execution_id, kinds, waiting[0].kind)
-    last = _last_answer(workflow, execution_id, kinds)
+    last = None
+    for run_id, run in reversed([*runs] or [(execution_id, workflow)]):  # the newest run's latest answer
+        last = _last_answer(run, run_id, kinds)
+        if last is not None:
+            break
     told = ""
     if last is not None:
         who = f" by {last.answered_by}" if last.answered_by else ""

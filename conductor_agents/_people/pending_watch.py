@@ -10,6 +10,11 @@ the runtime closes), so a runtime without such runs has no thread and sends noth
 
 The status names only the first task the run waits on: a :class:`HumanTool` call made in the
 same turn as a wait-for-message call shows once the message has arrived.
+
+A continued listener is watched by its first id across its runs: ``runs_of`` gives the runs that
+may hold a request now (the current one, and the one before while a switch drains it), and a
+request is reported once whichever run holds it. The listener is forgotten when its current run
+has ended.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Set
 
 from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
@@ -30,6 +35,8 @@ __all__ = ["PendingMonitor", "waits_on_person"]
 log = logging.getLogger("conductor_agents.pending")
 
 PendingCallback = Callable[[Any, PendingRequest], Any]
+#: The runs of a watched execution that may hold a request now, oldest first; the last is the current one.
+RunsOf = Callable[[str], Sequence[str]]
 
 
 class PendingMonitor:
@@ -39,10 +46,12 @@ class PendingMonitor:
     :meth:`close` stops and joins it and refuses new runs. Idempotent.
     """
 
-    def __init__(self, api: ConductorApi, callback: PendingCallback, *, interval: float) -> None:
+    def __init__(self, api: ConductorApi, callback: PendingCallback, *, interval: float,
+                 runs_of: RunsOf = lambda execution_id: (execution_id,)) -> None:
         self._api = api
         self._callback = callback
         self._interval = interval
+        self._runs_of = runs_of
         self.pid = os.getpid()  # a forked child builds its own (this one's thread is not there)
         self._lock = threading.Lock()
         self._runs: Dict[str, Any] = {}  # execution id -> handle
@@ -98,21 +107,31 @@ class PendingMonitor:
         return False
 
     def sample(self, execution_id: str, handle: Any) -> None:
-        """Look at one run once; report what is newly pending."""
+        """Look at one run (each run of a continued listener that may hold a request) once; report
+        what is newly pending. A read that fails leaves everything as it was until the next sample."""
         try:
-            status = self._api.agent_status(execution_id)
+            runs = list(self._runs_of(execution_id))
+            statuses = [self._status(run, current=i == len(runs) - 1) for i, run in enumerate(runs)]
         except ExecutionNotFoundError:
             self._forget(execution_id)
             return
         except ConductorAgentsError as err:
             log.debug("status of %s failed: %s", execution_id, err)
             return
-        if RunStatus.parse(status.get("status")).is_terminal:
-            self._forget(execution_id)
-            return
-        if not waits_on_person(status):
-            return
-        requests = pending_in(self._api.get_workflow(execution_id, include_tasks=True), execution_id)
+        if RunStatus.parse((statuses[-1] or {}).get("status")).is_terminal:
+            try:
+                again = list(self._runs_of(execution_id))
+            except ConductorAgentsError as err:
+                log.debug("runs of %s not found: %s", execution_id, err)
+                return
+            if again[-1:] == runs[-1:]:
+                self._forget(execution_id)  # the listener ended (or the run, when it is not continued)
+            return  # else a switch was committed since the runs were looked up: look again next time
+        requests: "list[PendingRequest]" = []
+        for run, status in zip(runs, statuses):
+            if status is not None and not RunStatus.parse(status.get("status")).is_terminal and \
+                    waits_on_person(status):
+                requests.extend(pending_in(self._api.get_workflow(run, include_tasks=True), run))
         with self._lock:
             seen = self._reported.get(execution_id)
             if seen is None:
@@ -125,6 +144,15 @@ class PendingMonitor:
                 self._callback(handle, request)
             except Exception:
                 log.exception("on_pending callback failed for run %s (%s); ignored", execution_id, request.kind)
+
+    def _status(self, run: str, *, current: bool) -> Optional[Mapping[str, Any]]:
+        """``GET /agent/{id}/status`` of ``run``; None for an earlier run gone from the server."""
+        try:
+            return self._api.agent_status(run)
+        except ExecutionNotFoundError:
+            if current:
+                raise
+            return None
 
     def _forget(self, execution_id: str) -> None:
         with self._lock:

@@ -2,7 +2,8 @@
 
 :class:`HandleMaker` gives every handle the runtime's api, directory, observer and settings, the
 watchdog's watch of its run (when it is monitored), the ``on_stall`` hook on that watch, and the
-``on_pending`` hook (one ``conductor-agents-pending`` thread per process, made on first use).
+``on_pending`` hook (one ``conductor-agents-pending`` thread per process, made on first use; it looks
+at every run of a continued listener that may hold a request, :func:`~.._listener.by_id.people_runs`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from .._people.pending_watch import PendingMonitor
 from .._wire.api import ConductorApi
 from .._worker.observer import TaskObserver
 from .._worker.workers import WorkerSet
+from .._listener.by_id import people_runs
 from ..agent import Agent
 from ..errors import WorkerStallError
 from ..settings import AgentSettings
@@ -85,7 +87,8 @@ class HandleMaker:
                 if monitor is None or monitor.pid != os.getpid():
                     monitor = self._monitor = PendingMonitor(
                         self._api, lambda h, r: on_pending(h, r),  # type: ignore[misc]
-                        interval=self._settings.pending_check_interval_seconds)
+                        interval=self._settings.pending_check_interval_seconds,
+                        runs_of=lambda execution_id: people_runs(self._api, self._directory, execution_id))
         monitor.watch(handle)
 
     def _execution_ended(self, execution_id: str) -> None:
