@@ -96,9 +96,9 @@ class ChainedEvents:
         status = AgentStatus.from_dict(self._api.agent_status(self._link.execution_id))
         if not is_continued(status.reason):
             return None
-        if not self._directory.exists(self._chain, self._link.number + 1):
-            return None
-        return self._chain.link(self._link.number + 1)
+        # The next run, or the first one retention kept when the runs after this one were retired
+        # (their events are gone with them; the ``continued`` event's ``run`` shows the jump).
+        return self._directory.next_link(self._chain, self._link.number)
 
     def close(self) -> None:
         """Stop reading and close the connection. Idempotent."""

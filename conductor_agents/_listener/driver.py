@@ -28,6 +28,7 @@ from .._common.task_names import TURN_TASK
 from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._tooldefs.context import ToolContext
+from .retention import Retirer
 from .switch import LinkSpec, Switch
 from ..errors import ConductorAgentsError, WorkerStallError
 from ..tools import ToolDef, tool
@@ -143,6 +144,8 @@ class ContinuationDriver:
         self._closing = threading.Event()
         self._threads: List[threading.Thread] = []
         self.switches = 0  # committed switches (tests, stats)
+        #: Retires each listener's older runs after its switches, on a thread of its own (:mod:`.retention`).
+        self.retirer = Retirer(api, directory)
         self.turn_tool = self._make_turn_tool()
 
     # -- registration -----------------------------------------------------------------
@@ -166,8 +169,14 @@ class ContinuationDriver:
         if pending_from is not None:
             self._attach(served, pending_from)
             served.switch = self._new_switch(served, pending_from)
-            self._start_job(served, resume_switch=True)
+            self._start_job(served, resume_switch=True)  # its commit asks for a sweep
+        elif current.number > chain.first:
+            self._retire(served, current.number)  # finish what a process that died left (idempotent)
         return served.tracker
+
+    def _retire(self, served: _Served, head: int) -> None:
+        if not self._closing.is_set():
+            self.retirer.request(served.chain, head, served.spec.continuation.keep_runs)
 
     def tracker(self, run_id: Optional[str]) -> Optional[ChainTracker]:
         with self._lock:
@@ -352,6 +361,8 @@ class ContinuationDriver:
             self._detach(served, old)
             with self._lock:
                 self._by_run.pop(str(served.chain.run_id), None)
+            if old.number > served.chain.first:
+                self._retire(served, old.number)
             return
         with self._lock:
             served.current = switch.new
@@ -362,6 +373,7 @@ class ContinuationDriver:
         served.tracker.moved_to(switch.new)
         self._directory.advance(served.chain, switch.new)
         self._detach(served, old)
+        self._retire(served, switch.new.number)  # at rest: the head hint, then the older runs go
 
     # -- shutdown ---------------------------------------------------------------------
 
@@ -374,3 +386,4 @@ class ContinuationDriver:
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - self._clock.monotonic()))
+        self.retirer.close(max(0.0, deadline - self._clock.monotonic()))
