@@ -176,7 +176,8 @@ class ContinuationDriver:
 
     def _retire(self, served: _Served, head: int) -> None:
         if not self._closing.is_set():
-            self.retirer.request(served.chain, head, served.spec.continuation.keep_runs)
+            self.retirer.request(served.chain, head, served.spec.continuation.keep_runs,
+                                 with_sub_runs=served.spec.agent.has_sub_runs)
 
     def tracker(self, run_id: Optional[str]) -> Optional[ChainTracker]:
         with self._lock:

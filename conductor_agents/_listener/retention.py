@@ -115,16 +115,20 @@ def sub_runs(api: ConductorApi, execution_id: str, depth: int = _MAX_DEPTH) -> "
 
 
 def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int, keep: Optional[int],
-          remover: Remover, stop: Optional[threading.Event] = None) -> int:
+          remover: Remover, stop: Optional[threading.Event] = None, *, with_sub_runs: bool = True) -> int:
     """Write the head hint for committed link ``head`` and retire the links ``keep`` allows (see the
-    module's docstring); how many links were retired. ``keep`` None keeps every run.
+    module's docstring); how many links were retired. ``keep`` None keeps every run. ``with_sub_runs``
+    False: the agent starts no sub-runs (no sub-agents, no agent tools), so a link's task list (up to a
+    megabyte) is not read to find them.
 
     Raises:
         ServerUnavailableError, ServerError: a read or the hint's write failed (the next sweep goes on).
     """
-    if not chain.continuable or chain.first != 0:
+    if not chain.continuable:
         return 0
     assert chain.run_id is not None
+    if chain.first != 0:  # served from a later run's id: link 0 is the one callers hold, and kept
+        chain = Chain(chain.link(0).execution_id, chain.run_id, chain.agent_name, 0)
     write_head(api, chain.run_id, head)
     if keep is None:
         return 0
@@ -142,7 +146,8 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
         if stop is not None and stop.is_set():
             break
         link = chain.link(number)
-        if not all([remover.remove(run) for run in sub_runs(api, link.execution_id)]):
+        subs = sub_runs(api, link.execution_id) if with_sub_runs else []
+        if not all([remover.remove(run) for run in subs]):
             break  # the link lists the sub-runs left: keep it, so the next sweep finds them
         if not remover.remove(link.execution_id):
             break  # removed lowest first: a link left behind stops the sweep (the next one goes on)
@@ -163,7 +168,7 @@ class Retirer:
         self._directory = directory
         self.remover = remover if remover is not None else Remover(api)
         self._lock = threading.Lock()
-        self._wanted: Dict[str, "tuple[Chain, int, Optional[int]]"] = {}  # run id -> (chain, head, keep)
+        self._wanted: Dict[str, "tuple[Chain, int, Optional[int], bool]"] = {}  # run id -> sweep's arguments
         self._order: Deque[str] = collections.deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -171,7 +176,7 @@ class Retirer:
         self._busy = False
         self.sweeps = 0  # sweeps done (tests)
 
-    def request(self, chain: Chain, head: int, keep: Optional[int]) -> None:
+    def request(self, chain: Chain, head: int, keep: Optional[int], *, with_sub_runs: bool = True) -> None:
         """Sweep ``chain`` with committed link ``head`` soon (a later request for it replaces this one)."""
         if not chain.continuable or self._stop.is_set():
             return
@@ -180,7 +185,7 @@ class Retirer:
             known = self._wanted.get(key)
             if known is None:
                 self._order.append(key)
-            self._wanted[key] = (chain, max(head, known[1]) if known else head, keep)
+            self._wanted[key] = (chain, max(head, known[1]) if known else head, keep, with_sub_runs)
             if self._thread is None:
                 # A daemon: a sweep cut short leaves the lowest links for the next sweep (any process's).
                 self._thread = threading.Thread(target=self._loop, name="conductor-agents-retire", daemon=True)
@@ -203,9 +208,10 @@ class Retirer:
             if job is None:
                 self._wake.wait(5.0)
                 continue
-            chain, head, keep = job
+            chain, head, keep, with_sub_runs = job
             try:
-                sweep(self._api, self._directory, chain, head, keep, self.remover, stop=self._stop)
+                sweep(self._api, self._directory, chain, head, keep, self.remover, stop=self._stop,
+                      with_sub_runs=with_sub_runs)
             except ConductorAgentsError as err:
                 log.warning("listener %s: retiring its older runs failed (%s); the next switch or take-up tries "
                             "again", chain.execution_id, err)

@@ -200,3 +200,19 @@ def test_events_skip_the_runs_retention_removed():
 
 def test_a_continued_reason_names_the_run_after_it():  # the reason stays what senders outside read
     assert continued_reason("abc").endswith("as abc")
+
+
+def test_a_listener_served_from_a_later_runs_id_still_keeps_its_first_run():
+    server = RetentionServer()
+    directory, _ = chain_of(server, 7)
+    later = ChainDirectory(server).chain(server.key(3).execution_id)
+    assert later.first == 3
+    assert sweep(server, directory, later, 6, 1, Remover(server)) == 4
+    assert held(server) == [0, 5, 6]
+
+
+def test_an_agent_without_sub_runs_is_retired_without_reading_its_task_lists():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 5)
+    server.get_workflow = None  # any read of a whole run would fail
+    assert sweep(server, directory, chain, 4, 1, Remover(server), with_sub_runs=False) == 2
