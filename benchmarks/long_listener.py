@@ -11,7 +11,9 @@ which the server's once-a-second check of a waiting message task paces at about 
 the round trip (send to the tool's start) p50/p99, the server's CPU per message (its JVMs' user+system
 time), the server's store (the SQLite database and its WAL, or Redis's used memory), the SDK's bytes on
 the wire per message (requests and responses through the proxy), how many runs the listener had, and
-the stored size of a few of its finished runs. The peer SDK (``conductor-agent-sdk`` 0.4.4, never
+the stored size of a few of its finished runs, the growth of the server's store over the window, and how
+many of the listener's runs the server still holds (retention, ``Continuation.keep_runs``: link 0, the
+newest ended ones, the live one). The peer SDK (``conductor-agent-sdk`` 0.4.4, never
 continues a run) goes first, until its listener fails (``--peer-messages`` at most). Results:
 ``benchmarks/results-long-listener*.json`` and a section for ``benchmarks/results.md``.
 Nothing here asserts a timing; compare the windows of one run with each other.
@@ -95,8 +97,31 @@ def store_bytes(bench: Bench) -> Optional[int]:
     return total
 
 
+def held_runs(url: str, execution_id: str, runs: int) -> Optional[int]:
+    """How many runs of the listener the server holds: link 0, and from its newest link (``runs - 1``, or
+    further if it moved on) down to the first one retention removed (one small read each)."""
+    status = requests.get(f"{url}/workflow/{execution_id}/status", timeout=30).json()
+    key = parse_link_key(status.get("correlationId"))
+    if key is None:
+        return None
+    chain = Chain(execution_id, key.run_id, key.agent_name, key.number)
+
+    def exists(number: int) -> bool:
+        link = chain.link(number).execution_id
+        return requests.get(f"{url}/workflow/{link}/status", timeout=30).status_code == 200
+
+    top = max(0, runs - 1)
+    while exists(top + 1):
+        top += 1
+    held, number = 1, top
+    while number > 0 and exists(number):
+        held, number = held + 1, number - 1
+    return held
+
+
 def link_sizes(url: str, execution_id: str, runs: int, sample: int = 5) -> List[int]:
-    """Stored sizes (bytes of the whole task list) of the last ``sample`` finished runs of the listener."""
+    """Stored sizes (bytes of the whole task list) of the last ``sample`` finished runs of the listener
+    that the server still holds."""
     status = requests.get(f"{url}/workflow/{execution_id}/status", timeout=30).json()
     key = parse_link_key(status.get("correlationId"))
     if key is None or runs < 2:
@@ -105,7 +130,9 @@ def link_sizes(url: str, execution_id: str, runs: int, sample: int = 5) -> List[
     sizes = []
     for number in range(max(0, runs - 1 - sample), runs - 1):
         link = chain.link(number).execution_id
-        sizes.append(len(requests.get(f"{url}/workflow/{link}", params={"includeTasks": "true"}, timeout=60).content))
+        response = requests.get(f"{url}/workflow/{link}", params={"includeTasks": "true"}, timeout=60)
+        if response.status_code == 200:  # (404: retired already)
+            sizes.append(len(response.content))
     return sizes
 
 
@@ -120,7 +147,7 @@ def drive(bench: Bench, sdk: str, python_sdk: str, messages: int, args: argparse
         started = driver.expect("started", timeout=600)
         eid = started["ids"][0]
         last: Dict[str, Any] = {"cpu": cpu_seconds(bench.server_pids), "bytes": proxy.bytes, "t": time.monotonic(),
-                                "done": 0, "runs": 1}
+                                "done": 0, "runs": 1, "store": store_bytes(bench)}
         last_runs = 1
         while True:
             event = _next_event(driver, timeout=max(600.0, args.window * 10.0))
@@ -136,17 +163,20 @@ def drive(bench: Bench, sdk: str, python_sdk: str, messages: int, args: argparse
                           "sdk_bytes_per_msg": (now_bytes - last["bytes"]) / count,
                           "seconds": time.monotonic() - last["t"], "store_bytes": store_bytes(bench),
                           "runs": event.get("runs"), "repeats": event.get("repeats")}
+                if window["store_bytes"] is not None and last.get("store") is not None:
+                    window["store_growth_bytes"] = window["store_bytes"] - last["store"]
                 if sdk == "ours" and event.get("runs"):
                     runs = int(event["runs"])  # every run that ended since the last window, read whole
                     sizes = link_sizes(bench.url, eid, runs, sample=max(1, runs - last.get("runs", 1)))
                     window["ended_runs_read"] = len(sizes)
                     window["largest_ended_run_bytes"] = max(sizes, default=None)
                     window["last_run_sizes"] = sizes[-5:]
+                    window["runs_held"] = held_runs(bench.url, eid, runs)
                     last_runs = runs
                 windows.append(window)
                 print(f"[{sdk}] {json.dumps(window)}", flush=True)
                 last = {"cpu": now_cpu, "bytes": now_bytes, "t": time.monotonic(), "done": done,
-                        "runs": last_runs}
+                        "runs": last_runs, "store": window["store_bytes"]}
             if event["event"] == "result":
                 status = bench.workflow(eid).get("status")
                 return {"sdk": sdk, "execution_id": eid, "done": event.get("done"), "failure": event.get("failure"),
@@ -169,17 +199,20 @@ def _next_event(driver: Any, timeout: float) -> dict:
 
 def markdown(run: Dict[str, Any]) -> str:
     """The table of one SDK's windows, for ``benchmarks/results.md``."""
-    rows = ["| messages | round trip p50 (s) | p99 (s) | server CPU ms/msg | SDK kB/msg | runs so far "
-            "| largest run ended in the window (MB) | server store (MB) | acted on twice |",
-            "|---|---|---|---|---|---|---|---|---|"]
+    rows = ["| messages | round trip p50 (s) | p99 (s) | server CPU ms/msg | SDK kB/msg | runs so far | runs held "
+            "| largest run ended in the window (MB) | server store (MB) | store growth in the window (MB) "
+            "| acted on twice |",
+            "|---|---|---|---|---|---|---|---|---|---|---|"]
     first = 0
     for w in run.get("windows", []):
         largest = w.get("largest_ended_run_bytes")
-        rows.append("| {}-{} | {:.2f} | {:.2f} | {:.0f} | {:.0f} | {} | {} | {} | {} |".format(
+        growth = w.get("store_growth_bytes")
+        rows.append("| {}-{} | {:.2f} | {:.2f} | {:.0f} | {:.0f} | {} | {} | {} | {} | {} | {} |".format(
             first + 1, w["upto"], w["rt_p50_s"] or 0, w["rt_p99_s"] or 0, w["server_cpu_ms_per_msg"],
-            w["sdk_bytes_per_msg"] / 1000, w.get("runs") or "-",
+            w["sdk_bytes_per_msg"] / 1000, w.get("runs") or "-", w.get("runs_held") or "-",
             f"{largest / 1e6:.2f}" if largest else "-",
-            f"{w['store_bytes'] / 1e6:.0f}" if w.get("store_bytes") else "-", w.get("repeats", "-")))
+            f"{w['store_bytes'] / 1e6:.1f}" if w.get("store_bytes") else "-",
+            f"{growth / 1e6:+.1f}" if growth is not None else "-", w.get("repeats", "-")))
         first = w["upto"]
     return "\n".join(rows)
 

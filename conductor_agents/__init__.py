@@ -48,7 +48,7 @@ from .errors import (
     WorkerStartupError,
 )
 from .handle import AgentHandle
-from .result import AgentResult, AgentStatus, RunStatus, TokenUsage, ToolCallRecord
+from .result import AgentResult, AgentStatus, ListenerTotals, RunStatus, TokenUsage, ToolCallRecord
 from .runtime import AgentRuntime
 from .settings import AgentSettings
 from .tools import ApiTool, HttpTool, HumanTool, McpTool, ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
@@ -89,6 +89,7 @@ __all__ = [
     "RunStatus",
     "TokenUsage",
     "ToolCallRecord",
+    "ListenerTotals",
     "MessageDelivery",
     # People in the loop
     "PendingRequest",

@@ -17,7 +17,10 @@ import attrs
 
 from .errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["Continuation", "CarryOver"]
+__all__ = ["Continuation", "CarryOver", "KEEP_ALL_RUNS"]
+
+#: ``Continuation(keep_runs=KEEP_ALL_RUNS)``: never retire a listener's runs.
+KEEP_ALL_RUNS = None
 
 #: The defaults, chosen from measurement (``benchmarks/results.md``, *Long-lived listeners*): a run of
 #: the seed agent stores about 64 KB per turn plus about six copies of its tool-results digest, so a
@@ -27,6 +30,8 @@ DEFAULT_MAX_TURNS = 40
 DEFAULT_MAX_BYTES = 1_000_000
 DEFAULT_KEEP_EXCHANGES = 5
 DEFAULT_RECORD_CHARS = 4_000
+#: Ended runs of a listener kept on the server besides its first one (the id callers hold).
+DEFAULT_KEEP_RUNS = 2
 
 
 def _check_count(minimum: int) -> Any:
@@ -39,6 +44,11 @@ def _check_count(minimum: int) -> Any:
                                        field=attribute.name, value=value)
 
     return check
+
+
+def _check_keep(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None:
+        _check_count(0)(instance, attribute, value)
 
 
 def _check_carry(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
@@ -87,6 +97,11 @@ class Continuation:
             ``docs/concepts.md``); it must be a pure function of its argument (several processes
             may compute it).
         enabled: ``False`` never continues (a run then grows until the server refuses it).
+        keep_runs: how many of the listener's ended runs stay on the server besides its first one
+            (the id callers hold, which always stays); older ones are removed from the server after
+            each switch, with their sub-runs (see ``docs/operations.md``, *What the server keeps*).
+            ``None`` keeps every run (for audit). Totals (runs, turns, messages, tokens) survive
+            retirement: :meth:`AgentHandle.totals`.
     """
 
     max_turns: int = attrs.field(default=DEFAULT_MAX_TURNS, validator=_check_count(2))
@@ -96,6 +111,7 @@ class Continuation:
     carry: Optional[Callable[[CarryOver], str]] = attrs.field(default=None, validator=_check_carry,
                                                               eq=False, repr=False)
     enabled: bool = attrs.field(default=True)
+    keep_runs: Optional[int] = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_check_keep)
 
     @classmethod
     def disabled(cls) -> "Continuation":

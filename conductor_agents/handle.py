@@ -14,7 +14,7 @@ from ._listener.chained_events import ChainedEvents
 from ._common.clock import Clock
 from ._common.transient import TransientErrors
 from ._listener.delivery import MessageDelivery, wait_for_delivery
-from ._listener.following import current_status, live_links
+from ._listener.following import current_status, listener_totals, live_links
 from ._answers.output_check import rejection_of
 from ._answers.output_type import Rejection, typed_result
 from ._listener.by_id import RunsById
@@ -30,7 +30,7 @@ from .errors import (
     WaitTimeoutError,
     WorkerStallError,
 )
-from .result import AgentResult, AgentStatus, RunStatus
+from .result import AgentResult, AgentStatus, ListenerTotals, RunStatus
 from .stats import RunStats
 
 if TYPE_CHECKING:
@@ -166,6 +166,17 @@ class AgentHandle:
         return attrs.evolve(status, execution_id=self.execution_id, current_execution_id=link.execution_id,
                             runs=link.number - self._chain().first + 1)
 
+    def totals(self) -> ListenerTotals:
+        """What the listener has done over all its runs: runs, model turns, messages, tokens, and a
+        compact history of the runs before the current one (a few small requests). Readable from any
+        process, also after retention removed the older runs (``Continuation.keep_runs``).
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the execution.
+            ServerUnavailableError, ServerError: a request failed.
+        """
+        return listener_totals(self._api, self._directory, self._chain())
+
     def wait(self, timeout: Optional[float] = None) -> AgentResult:
         """Block until the run ends and return its result; never longer than ``timeout``.
 
@@ -255,6 +266,11 @@ class AgentHandle:
                               runs=status.runs)
         if self.agent is not None and self.agent.output_type is not None and result.status is RunStatus.FAILED:
             self._rejection = rejection_of(tasks, self.agent.name)
+        if status.runs > 1:
+            try:
+                result = attrs.evolve(result, totals=self.totals())
+            except ConductorAgentsError as err:
+                log.warning("listener %s ended but its totals could not be read: %s", self.execution_id, err)
         self._result = result
         self._terminal()
         return result

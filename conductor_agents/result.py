@@ -11,7 +11,7 @@ import attrs
 from ._common.answer_text import answer_text
 from ._common.task_names import INTERNAL_TASK_TYPES
 
-__all__ = ["AgentResult", "AgentStatus", "RunStatus", "TokenUsage", "ToolCallRecord"]
+__all__ = ["AgentResult", "AgentStatus", "ListenerTotals", "RunStatus", "TokenUsage", "ToolCallRecord"]
 
 #: Input keys the server adds to every tool task; they are not the model's arguments.
 SERVER_INPUT_KEYS = frozenset({"method", "_agent_state", "_agent_tool_name"})
@@ -63,6 +63,26 @@ class TokenUsage:
             completion_tokens=int(data.get("completionTokens") or 0),
             total_tokens=int(data.get("totalTokens") or 0),
         )
+
+
+@attrs.frozen
+class ListenerTotals:
+    """What a listener has done over all its runs (:meth:`AgentHandle.totals`), also once retention has
+    removed the older runs from the server: it is carried forward in each new run's commit record.
+
+    ``runs`` counts every run the listener has had (the current one included), ``turns`` its model
+    turns, ``messages`` the messages its runs pulled, ``token_usage`` the model tokens of all its runs;
+    ``history`` is the compact record of what it did before its current run (one line per
+    conversation item, the oldest ones cut first: ``Continuation.record_chars``), ``""`` before the first
+    continuation. ``current_execution_id`` is the run the figures were read up to.
+    """
+
+    runs: int = 1
+    turns: int = 0
+    messages: int = 0
+    token_usage: TokenUsage = attrs.field(factory=TokenUsage)
+    history: str = attrs.field(default="", repr=False)
+    current_execution_id: Optional[str] = None
 
 
 @attrs.frozen
@@ -214,6 +234,8 @@ class AgentResult:
     runs: int = 1
     #: An agent with sub-agents: the ones that answered, in order (a parallel run: every branch).
     agents_run: "tuple[str, ...]" = ()
+    #: A continued listener: its totals over every run (``token_usage`` above is the last run's).
+    totals: Optional[ListenerTotals] = None
 
     @property
     def answered_by(self) -> Optional[str]:

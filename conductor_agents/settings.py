@@ -16,7 +16,7 @@ from urllib.parse import urlparse
 
 import attrs
 
-from .continuation import DEFAULT_MAX_BYTES, DEFAULT_MAX_TURNS, Continuation
+from .continuation import DEFAULT_KEEP_RUNS, DEFAULT_MAX_BYTES, DEFAULT_MAX_TURNS, Continuation
 from .errors import ConfigurationError
 
 __all__ = ["AgentSettings", "ENV_VARS", "OTHER_KNOWN_VARS", "unknown_variables"]
@@ -49,6 +49,15 @@ def _parse_int_at_least(minimum: int) -> Callable[[str], int]:
         return value
 
     return parse
+
+
+def _parse_keep_runs(raw: str) -> Optional[int]:
+    if raw.strip().lower() in ("all", "none"):
+        return None  # keep every run
+    value = int(raw.strip())
+    if value < 0:
+        raise ValueError("expected an integer >= 0, or 'all' to keep every run")
+    return value
 
 
 def _parse_positive_float(raw: str) -> float:
@@ -90,6 +99,7 @@ ENV_VARS: Mapping[str, "tuple[str, Callable[[str], Any]]"] = {
     "CONDUCTOR_AGENT_CONTINUATION_ENABLED": ("continuation_enabled", _parse_bool),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS": ("continue_after_turns", _parse_int_at_least(2)),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES": ("continue_after_bytes", _parse_int_at_least(100_000)),
+    "CONDUCTOR_AGENT_KEEP_RUNS": ("keep_runs", _parse_keep_runs),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("pending_check_interval_seconds", _parse_positive_float),
 }
 
@@ -150,6 +160,11 @@ def _whole(minimum: int) -> Any:
             )
 
     return check
+
+
+def _optional_whole(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None:
+        _whole(0)(instance, attribute, value)
 
 
 def _valid_url(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
@@ -236,6 +251,8 @@ class AgentSettings:
     continue_after_turns: int = attrs.field(default=DEFAULT_MAX_TURNS, validator=_whole(2))
     #: ... or once it is estimated to store this many bytes on the server.
     continue_after_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=_whole(100_000))
+    #: Ended runs of a continued listener kept on the server besides its first one; None keeps all.
+    keep_runs: Optional[int] = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_optional_whole)
     #: Longest a switch waits, without progress, for the old run to come to rest.
     continuation_drain_seconds: float = attrs.field(default=60.0, validator=_positive)
     #: Longest ``send_message`` waits for a switch its message was caught in to be committed (the
@@ -265,7 +282,8 @@ class AgentSettings:
             return own
         if not self.continuation_enabled:
             return Continuation.disabled()
-        return Continuation(max_turns=self.continue_after_turns, max_bytes=self.continue_after_bytes)
+        return Continuation(max_turns=self.continue_after_turns, max_bytes=self.continue_after_bytes,
+                            keep_runs=self.keep_runs)
 
     @property
     def has_auth(self) -> bool:

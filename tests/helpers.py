@@ -10,6 +10,7 @@ import requests
 
 from conductor_agents import Agent, Continuation, ToolRegistry, WaitForMessageTool
 from conductor_agents._listener.chain import link_id, link_key, parse_link_key
+from conductor_agents._listener.head import head_task_type
 from conductor_agents._serving.leases import lease_execution_id
 
 T = TypeVar("T")
@@ -40,26 +41,46 @@ def lease_owner(base_url: str, domain: str, epoch: int) -> Optional[str]:
 
 
 def listener_runs(base_url: str, execution_id: str) -> "list[str]":
-    """Every run of the listener whose first run is ``execution_id``, first to newest, from the server.
+    """Every run of the listener whose first run is ``execution_id`` that the server still holds, first
+    to newest (retention removes the older ended ones: see ``listener_links``)."""
+    return [run for _, run in listener_links(base_url, execution_id)]
 
-    Found the way any process finds them: the first run's correlation id names its chain, and each
-    later run has a known id; they are probed in turn until one does not exist.
+
+def listener_links(base_url: str, execution_id: str) -> "list[tuple[int, str]]":
+    """``(link number, execution id)`` of every run of the listener that the server still holds.
+
+    Found the way any process finds them: the first run's correlation id names its chain, each later
+    run has a known id, and the head hint (poll data) says where the newest is once retention removed
+    the runs in between; from the newest, the links are probed down until one is missing.
     """
+    def exists(candidate: str) -> bool:
+        response = requests.get(f"{base_url}/workflow/{candidate}", params={"includeTasks": "false"}, timeout=10)
+        if response.status_code == 404:
+            return False
+        response.raise_for_status()
+        return True
+
     first = requests.get(f"{base_url}/workflow/{execution_id}", params={"includeTasks": "false"}, timeout=10)
     first.raise_for_status()
     key = parse_link_key(first.json().get("correlationId"))
-    runs = [execution_id]
     if key is None:
-        return runs
-    number = key.number
-    while True:
-        number += 1
-        candidate = link_id(key.agent_name, link_key(key.run_id, number, key.agent_name))
-        response = requests.get(f"{base_url}/workflow/{candidate}", params={"includeTasks": "false"}, timeout=10)
-        if response.status_code == 404:
-            return runs
-        response.raise_for_status()
-        runs.append(candidate)
+        return [(0, execution_id)]
+
+    def link(number: int) -> str:
+        return link_id(key.agent_name, link_key(key.run_id, number, key.agent_name))
+
+    rows = requests.get(f"{base_url}/tasks/queue/polldata", params={"taskType": head_task_type(key.run_id)},
+                        timeout=10).json()
+    hints = [int(str(r.get("workerId"))[5:]) for r in rows or () if str(r.get("workerId") or "").startswith("head:")]
+    top = max([key.number, *hints])
+    while exists(link(top + 1)):
+        top += 1
+    links = []
+    number = top
+    while number > key.number and exists(link(number)):
+        links.append((number, link(number)))
+        number -= 1
+    return [(key.number, execution_id), *reversed(links)]
 
 
 def sdk_threads() -> "list[str]":

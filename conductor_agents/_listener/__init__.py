@@ -1,8 +1,9 @@
 """Listeners that last: a continued listener's runs form a chain (:mod:`.chain`, :mod:`.directory`); the
 serving process switches link *n* to *n+1* (:mod:`.driver`, :mod:`.switch`, :mod:`.carryover`, :mod:`.budget`);
 callers follow the chain to send (:mod:`.sending`), answer people and send by any id of it (:mod:`.by_id`,
-for the runtime and the handle alike), check delivery (:mod:`.delivery`), read status
-(:mod:`.following`) and events (:mod:`.chained_events`).
+for the runtime and the handle alike), check delivery (:mod:`.delivery`), read status and totals
+(:mod:`.following`) and events (:mod:`.chained_events`). The serving process retires the older ended links
+(:mod:`.retention`) after writing where the newest is (:mod:`.head`).
 
 May import: :mod:`.._events`, :mod:`.._people`, :mod:`.._tooldefs`, :mod:`.._wire`, :mod:`.._common`, and the public modules
 :mod:`conductor_agents.agent`, :mod:`~conductor_agents.tools`, :mod:`~conductor_agents.continuation`,

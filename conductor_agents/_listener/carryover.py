@@ -11,7 +11,8 @@ When link *n* of a listener is continued by link *n+1*, whoever completes the sw
 - ``pulled``: the id of every message link *n* pulled from its queue. A sender whose message link *n*
   accepted knows from it whether the message reached the listener (acted on, or pending) or was
   dropped with link *n*'s queue (then it sends it again to the new run);
-- running totals: turns, messages, runs, and the compact record carried forward.
+- running totals: turns, messages, runs, model tokens, and the compact record carried forward. They
+  are the listener's totals up to the continued link, so they outlive the links retention removes.
 
 Every process computes the same record from the same final state; the first one written wins.
 """
@@ -24,6 +25,7 @@ from typing import Any, Iterable, List, Mapping, Optional, Sequence
 import attrs
 
 from ..continuation import CarryOver, Continuation
+from ..result import TokenUsage
 
 __all__ = ["CommitRecord", "PENDING_CLOSE", "PENDING_OPEN", "build_record", "pulled_message_ids"]
 
@@ -53,6 +55,7 @@ class CommitRecord:
     turns: int = 0  # model turns of every link up to and including the continued one
     messages: int = 0  # messages pulled by every link up to and including the continued one
     record: str = ""  # the compact record, carried forward
+    tokens: TokenUsage = TokenUsage()  # model tokens of every link up to and including the continued one
 
     def to_output(self) -> dict:
         """The carry task's output: ``result`` for the model, the rest for the SDK."""
@@ -62,6 +65,9 @@ class CommitRecord:
                 "v": _VERSION, "previous": self.previous, "link": self.link, "pulled": list(self.pulled),
                 "pending": list(self.pending), "turns": self.turns, "messages": self.messages,
                 "record": self.record,
+                "tokens": {"promptTokens": self.tokens.prompt_tokens,
+                           "completionTokens": self.tokens.completion_tokens,
+                           "totalTokens": self.tokens.total_tokens},
             },
         }
 
@@ -78,6 +84,7 @@ class CommitRecord:
                 pending=tuple(p for p in data.get("pending") or () if isinstance(p, dict)),
                 turns=int(data.get("turns") or 0), messages=int(data.get("messages") or 0),
                 record=str(data.get("record") or ""),
+                tokens=TokenUsage.from_dict(data.get("tokens") if isinstance(data.get("tokens"), Mapping) else None),
             )
         except (KeyError, TypeError, ValueError):
             return None
@@ -250,14 +257,16 @@ def build_record(
     last_llm: Optional[Mapping[str, Any]],
     tail: Sequence[Mapping[str, Any]],
     variables: Mapping[str, Any],
+    tokens: Optional[TokenUsage] = None,
 ) -> CommitRecord:
     """The commit record of continuing run ``previous_id`` (link ``new_link - 1``) as link ``new_link``."""
     items = conversation(last_llm)
     pending = pending_messages(last_llm, tail)
     pulled = pulled_message_ids(variables, tail)
-    pending_ids = {str(p.get("id")) for p in pending}
     turns = (earlier.turns if earlier else 0) + int((last_llm or {}).get("iteration") or 0)
-    messages = (earlier.messages if earlier else 0) + len([i for i in pulled if i not in pending_ids])
+    # Every message a link pulled counts once: a pending one is acted on by the next link, which does
+    # not pull it again.
+    messages = (earlier.messages if earlier else 0) + len(pulled)
     kept = min(continuation.keep_exchanges, len(items))
     # The record logs every item so far (carried forward link to link); the text shows it without
     # the last ``kept`` lines, which it gives verbatim instead.
@@ -269,4 +278,13 @@ def build_record(
                       turns=turns, messages_handled=messages)
     text = continuation.carry(carry) if continuation.carry is not None else default_text(carry, "\n".join(shown))
     return CommitRecord(text=str(text), previous=previous_id, link=new_link, pulled=tuple(pulled),
-                        pending=tuple(pending), turns=turns, messages=messages, record=record)
+                        pending=tuple(pending), turns=turns, messages=messages, record=record,
+                        tokens=add_tokens(earlier.tokens if earlier else None, tokens))
+
+
+def add_tokens(*usages: Optional[TokenUsage]) -> TokenUsage:
+    """The sum of token counts (None counts as nothing)."""
+    present = [u for u in usages if u is not None]
+    return TokenUsage(prompt_tokens=sum(u.prompt_tokens for u in present),
+                      completion_tokens=sum(u.completion_tokens for u in present),
+                      total_tokens=sum(u.total_tokens for u in present))

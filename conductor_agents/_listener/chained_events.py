@@ -16,7 +16,7 @@ from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._events.stream import EventStream
 from ..events import AgentEvent, ContinuedEvent, ErrorEvent
-from ..errors import WaitTimeoutError
+from ..errors import ExecutionNotFoundError, WaitTimeoutError
 from ..result import AgentStatus
 
 __all__ = ["ChainedEvents"]
@@ -77,7 +77,17 @@ class ChainedEvents:
             stream = self._stream
             if stream is None or self._closed:
                 raise StopIteration
-            event = next(stream)
+            try:
+                event = next(stream)
+            except ExecutionNotFoundError:
+                # Retention removed this run while it was being read (a reader more than ``keep_runs``
+                # runs behind): go on with the first run still held; the rest of this one is gone.
+                if not self._chain.continuable or self._link.number <= self._chain.first:
+                    raise
+                successor = self._directory.next_link(self._chain, self._link.number)
+                if successor is None:
+                    raise
+                return self._move_to(successor)
             if getattr(event, "tool_name", None) in INTERNAL_TASK_TYPES:
                 continue  # the SDK's own tasks (a listener's turn reports) are not the model's tool calls
             if not (isinstance(event, ErrorEvent) and event.run_level and self._chain.continuable):
@@ -85,20 +95,27 @@ class ChainedEvents:
             successor = self._successor()
             if successor is None:
                 return event
-            stream.close()
-            previous, self._link = self._link, successor
-            self._stream = self._open(successor)
-            return ContinuedEvent(execution_id=previous.execution_id, id=f"continued:{successor.execution_id}",
-                                  timestamp=time.time(), source="local", next_execution_id=successor.execution_id,
-                                  run=successor.number - self._chain.first + 1)
+            return self._move_to(successor)
+
+    def _move_to(self, successor: Link) -> AgentEvent:
+        if self._stream is not None:
+            self._stream.close()
+        previous, self._link = self._link, successor
+        self._stream = self._open(successor)
+        return ContinuedEvent(execution_id=previous.execution_id, id=f"continued:{successor.execution_id}",
+                              timestamp=time.time(), source="local", next_execution_id=successor.execution_id,
+                              run=successor.number - self._chain.first + 1)
 
     def _successor(self) -> Optional[Link]:
-        status = AgentStatus.from_dict(self._api.agent_status(self._link.execution_id))
+        try:
+            status = AgentStatus.from_dict(self._api.agent_status(self._link.execution_id))
+        except ExecutionNotFoundError:  # retired just now: it was continued long ago
+            return self._directory.next_link(self._chain, self._link.number)
         if not is_continued(status.reason):
             return None
-        if not self._directory.exists(self._chain, self._link.number + 1):
-            return None
-        return self._chain.link(self._link.number + 1)
+        # The next run, or the first one retention kept when the runs after this one were retired
+        # (their events are gone with them; the ``continued`` event's ``run`` shows the jump).
+        return self._directory.next_link(self._chain, self._link.number)
 
     def close(self) -> None:
         """Stop reading and close the connection. Idempotent."""

@@ -37,7 +37,7 @@ from .._common.clock import Clock
 from .._common.transient import TransientErrors
 from .switch import read_commit
 from .._wire.transport import HttpError
-from ..errors import MessageLostError, ServerUnavailableError, WaitTimeoutError
+from ..errors import ExecutionNotFoundError, MessageLostError, ServerUnavailableError, WaitTimeoutError
 
 __all__ = ["MessageDelivery", "DeliveryCheck", "wait_for_delivery"]
 
@@ -241,8 +241,8 @@ def wait_for_delivery(
                 verdict = _continued_verdict(api, chain, earlier, message_id)
                 if verdict is not None:
                     return verdict
-            except MessageLostError:
-                pass  # not pulled by the earlier run: look in the newest
+            except (MessageLostError, ExecutionNotFoundError):
+                pass  # not pulled by the earlier run (or it was retired): look in the newest
     check = DeliveryCheck(link.execution_id, message_id)
     deadline = clock.monotonic() + timeout
     budget = TransientErrors(max_transient_errors)

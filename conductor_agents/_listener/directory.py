@@ -3,9 +3,16 @@
 :class:`ChainDirectory` answers, for an execution id a caller holds, which chain it belongs to
 (once per id and process: one small request) and which link is the newest. The newest link it knows is cached per chain; a
 caller that needs the truth asks :meth:`ChainDirectory.refresh`, which probes the links after it
-(``GET /workflow/{id}/status``, a few hundred bytes each): one probe when nothing changed, and
-about ``2 log2(n)`` for a process that last looked ``n`` links ago (links are never removed by the
-SDK, so "link *n* exists" is true up to the newest and false after it).
+(``GET /workflow/{id}/status``, a few hundred bytes each): about ``2 log2(n)`` for a process that
+last looked ``n`` links ago, plus one read of the listener's head hint (:mod:`.head`) when the link
+after the newest one known is missing.
+
+Retention (:mod:`.retention`) removes ended links, always the lowest first and never link 0 nor the
+newest ``keep_runs`` ended ones, and only after the head hint names a link above them. So the links
+that exist are link 0, then a gap (links 1 to *r*, removed), then every link from *r+1* to the newest:
+"link *n* exists" is true from the bottom of that run of links up to the newest and false after it. A
+probe from a link known to exist that finds the next one missing has reached either the newest link or
+the gap; the head hint, which is never below a removed link, says which.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ import attrs
 
 from .._wire.api import ConductorApi
 from .chain import LinkKey, link_id, link_key, parse_link_key
+from .head import read_head
 from .._common.fork import rebuild_after_fork
 from ..errors import ExecutionNotFoundError, ServerError
 
@@ -184,16 +192,26 @@ class ChainDirectory:
         return True
 
     def refresh(self, chain: Chain) -> Link:
-        """The newest link on the server: probes forward from the newest one known.
+        """The newest link on the server: probes forward from the newest one known (or the head hint).
 
         Raises:
             ServerUnavailableError, ServerError: a probe failed.
         """
         if not chain.continuable:
             return chain.link(chain.first)
-        low = self.newest(chain).number  # known to exist
+        low = self.newest(chain).number  # known to exist (or retired since: then the hint is above it)
+        found = self._gallop(chain, low)
+        if found == low:  # the next link is missing: the newest, or the gap retention left (see above)
+            hint = read_head(self._api, chain.run_id)
+            if hint > found and self.exists(chain, hint):
+                found = self._gallop(chain, hint)
+        link = chain.link(found)
+        self.advance(chain, link)
+        return link
+
+    def _gallop(self, chain: Chain, low: int) -> int:
+        """The newest link at or after ``low`` (which exists) before the first missing one."""
         step = 1
-        high = None
         while True:  # gallop: low exists; find a number that does not
             probe = low + step
             if self.exists(chain, probe):
@@ -207,6 +225,40 @@ class ChainDirectory:
                 low = middle
             else:
                 high = middle
-        link = chain.link(low)
-        self.advance(chain, link)
-        return link
+        return low
+
+    def lowest_kept(self, chain: Chain, below: int) -> Optional[int]:
+        """The lowest link after ``chain.first`` and at most ``below`` that retention has not removed
+        (links removed are the lowest ones: a binary search), or None when every one of them is gone.
+
+        Raises:
+            ServerUnavailableError, ServerError: a probe failed.
+        """
+        low = chain.first + 1
+        if below < low or not self.exists(chain, below):
+            return None
+        high = below  # exists
+        while high > low:
+            middle = (low + high) // 2
+            if self.exists(chain, middle):
+                high = middle
+            else:
+                low = middle + 1
+        return high
+
+    def next_link(self, chain: Chain, after: int) -> Optional[Link]:
+        """The first link after link ``after`` that the server still holds, or None when there is none
+        (``after`` is the newest). Links retired meanwhile are skipped.
+
+        Raises:
+            ServerUnavailableError, ServerError: a probe failed.
+        """
+        if not chain.continuable:
+            return None
+        if self.exists(chain, after + 1):
+            return chain.link(after + 1)
+        newest = self.refresh(chain)
+        if newest.number <= after:
+            return None
+        number = self.lowest_kept(chain, newest.number)
+        return chain.link(max(after + 1, number if number is not None else newest.number))

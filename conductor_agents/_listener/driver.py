@@ -29,6 +29,7 @@ from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._tooldefs.context import ToolContext
+from .retention import Retirer
 from .switch import LinkSpec, Switch
 from ..errors import ConductorAgentsError, WorkerStallError
 from ..tools import ToolDef, tool
@@ -144,6 +145,8 @@ class ContinuationDriver:
         self._closing = threading.Event()
         self._threads: List[BackgroundLoop] = []
         self.switches = 0  # committed switches (tests, stats)
+        #: Retires each listener's older runs after its switches, on a thread of its own (:mod:`.retention`).
+        self.retirer = Retirer(api, directory)
         self.turn_tool = self._make_turn_tool()
 
     # -- registration -----------------------------------------------------------------
@@ -167,8 +170,15 @@ class ContinuationDriver:
         if pending_from is not None:
             self._attach(served, pending_from)
             served.switch = self._new_switch(served, pending_from)
-            self._start_job(served, resume_switch=True)
+            self._start_job(served, resume_switch=True)  # its commit asks for a sweep
+        elif current.number > chain.first:
+            self._retire(served, current.number)  # finish what a process that died left (idempotent)
         return served.tracker
+
+    def _retire(self, served: _Served, head: int) -> None:
+        if not self._closing.is_set():
+            self.retirer.request(served.chain, head, served.spec.continuation.keep_runs,
+                                 with_sub_runs=served.spec.agent.has_sub_runs)
 
     def tracker(self, run_id: Optional[str]) -> Optional[ChainTracker]:
         with self._lock:
@@ -354,6 +364,8 @@ class ContinuationDriver:
             self._detach(served, old)
             with self._lock:
                 self._by_run.pop(str(served.chain.run_id), None)
+            if old.number > served.chain.first:
+                self._retire(served, old.number)
             return
         with self._lock:
             served.current = switch.new
@@ -364,6 +376,7 @@ class ContinuationDriver:
         served.tracker.moved_to(switch.new)
         self._directory.advance(served.chain, switch.new)
         self._detach(served, old)
+        self._retire(served, switch.new.number)  # at rest: the head hint, then the older runs go
 
     # -- shutdown ---------------------------------------------------------------------
 
@@ -375,3 +388,4 @@ class ContinuationDriver:
         deadline = self._clock.monotonic() + timeout
         for thread in threads:
             thread.join(max(0.0, deadline - self._clock.monotonic()))
+        self.retirer.close(max(0.0, deadline - self._clock.monotonic()))

@@ -12,9 +12,12 @@ from typing import Optional
 from .._wire.api import ConductorApi
 from .chain import is_abandoned, is_continued
 from .directory import Chain, ChainDirectory, Link
-from ..result import AgentStatus
+from ..errors import ExecutionNotFoundError
+from ..result import AgentStatus, ListenerTotals
+from .carryover import add_tokens, pulled_message_ids
+from .switch import read_commit, read_final_state, run_tokens
 
-__all__ = ["current_status", "live_links"]
+__all__ = ["current_status", "listener_totals", "live_links"]
 
 
 def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *,
@@ -22,7 +25,16 @@ def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
     """The link the listener is in now (or ended in) and its status (one request when nothing moved)."""
     link = directory.newest(chain)
     while True:
-        status = AgentStatus.from_dict(api.agent_status(link.execution_id, timeout=timeout))
+        try:
+            status = AgentStatus.from_dict(api.agent_status(link.execution_id, timeout=timeout))
+        except ExecutionNotFoundError:
+            if link.number <= chain.first or not chain.continuable:
+                raise
+            newer = directory.refresh(chain)  # retired since this process last looked
+            if newer.number <= link.number:
+                raise
+            link = newer
+            continue
         if not status.is_terminal or not chain.continuable:
             return link, status
         if is_continued(status.reason):
@@ -47,7 +59,38 @@ def live_links(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> "l
     links = [newest]
     if newest.number > chain.first:
         previous = chain.link(newest.number - 1)
-        status = AgentStatus.from_dict(api.agent_status(previous.execution_id))
+        try:
+            status = AgentStatus.from_dict(api.agent_status(previous.execution_id))
+        except ExecutionNotFoundError:
+            return links  # retired: it ended long ago
         if not status.is_terminal:
             links.append(previous)
     return links
+
+
+def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> ListenerTotals:
+    """The listener's runs, turns, messages and tokens over all its runs, and its compact history.
+
+    The newest committed link's record holds the totals of every link before it (carried forward at
+    each switch, so retired links still count); the live link's own figures are added to them (a few
+    small reads: its last model turn, the tasks after it, its variables, its token count).
+    """
+    newest = directory.refresh(chain) if chain.continuable else directory.newest(chain)
+    record = None
+    live = newest
+    if newest.number > chain.first:
+        record, _ = read_commit(api, newest)
+        if record is None:  # a switch under way: the previous link is still the listener's
+            live = chain.link(newest.number - 1)
+            if live.number > chain.first:
+                record, _ = read_commit(api, live)
+    last_llm, tail, variables = read_final_state(api, live.execution_id)
+    turns = int((last_llm or {}).get("iteration") or 0)
+    return ListenerTotals(
+        runs=live.number - chain.first + 1,
+        turns=(record.turns if record else 0) + turns,
+        messages=(record.messages if record else 0) + len(pulled_message_ids(variables, tail)),
+        token_usage=add_tokens(record.tokens if record else None, run_tokens(api, live.execution_id)),
+        history=record.record if record else "",
+        current_execution_id=live.execution_id,
+    )

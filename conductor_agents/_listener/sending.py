@@ -24,7 +24,7 @@ from .._common.clock import Clock
 from .carryover import pulled_message_ids
 from .switch import read_commit, read_final_state
 from ..result import RunStatus
-from ..errors import ExecutionNotRunningError
+from ..errors import ExecutionNotFoundError, ExecutionNotRunningError
 
 __all__ = ["send_to_listener"]
 
@@ -62,8 +62,10 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
     for _ in range(_MAX_ATTEMPTS):
         try:
             message_id = api.push_message(link.execution_id, body)
-        except ExecutionNotRunningError:
-            newer = directory.refresh(chain)
+        except (ExecutionNotRunningError, ExecutionNotFoundError) as err:
+            if isinstance(err, ExecutionNotFoundError) and link.number <= chain.first:
+                raise
+            newer = directory.refresh(chain)  # continued, or retired since this process last looked
             if newer.number <= link.number:
                 raise
             link = newer

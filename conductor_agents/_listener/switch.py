@@ -51,7 +51,7 @@ from .._wire.transport import HttpError
 from ..agent import Agent
 from ..continuation import Continuation
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
-from ..result import RunStatus
+from ..result import RunStatus, TokenUsage
 
 __all__ = ["LinkSpec", "Switch", "SwitchOutcome", "link_start_body"]
 
@@ -363,7 +363,16 @@ class Switch:
             earlier = CommitRecord.from_output((carry or {}).get("outputData"))
         return build_record(continuation=self._spec.continuation, prompt=self._spec.prompt, previous_id=old_id,
                             new_link=self.new.number, earlier=earlier, last_llm=last_llm, tail=tail,
-                            variables=variables)
+                            variables=variables, tokens=run_tokens(self._api, old_id))
+
+
+def run_tokens(api: ConductorApi, execution_id: str) -> TokenUsage:
+    """The model tokens one run used, as the server counted them (zeros when it cannot say)."""
+    try:
+        return TokenUsage.from_dict(api.agent_execution(execution_id).get("tokenUsage"))
+    except ConductorAgentsError as err:
+        log.debug("run %s: token usage unreadable (%s)", execution_id, err)
+        return TokenUsage()
 
 
 def read_final_state(api: ConductorApi, execution_id: str) -> "tuple[Optional[dict], list, dict]":

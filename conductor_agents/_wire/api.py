@@ -177,6 +177,24 @@ class ConductorApi:
             raise ServerError(f"GET /workflow/running/{workflow_name} returned a malformed body")
         return [str(item) for item in result]
 
+    def remove_workflow(self, execution_id: str, *, archive: bool, timeout: float = 15.0) -> None:
+        """``DELETE /workflow/{id}/remove?archiveWorkflow=``: delete a run from the server's store.
+
+        ``archive=False`` deletes every row or key of the run, its index entry included (on a SQLite
+        server with task indexing on it nests a second connection and can hold the server for 30 s:
+        ``docs/operations.md``); ``archive=True`` keeps the index entries and needs an ended run (400
+        otherwise). Afterwards the id answers 404. The run's message queue is not touched.
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the run (already removed).
+            ServerUnavailableError: no answer within ``timeout`` seconds.
+            HttpError: any other refusal (a 400 for archiving a running run, a 500).
+        """
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("DELETE", f"/workflow/{_seg(execution_id)}/remove",
+                                   params={"archiveWorkflow": "true" if archive else "false"},
+                                   timeout=(5.0, float(timeout)))
+
     def push_message(self, execution_id: str, payload: Mapping[str, Any]) -> str:
         """``POST /workflow/{id}/messages`` → the message id.
 

@@ -27,9 +27,14 @@ def server_properties(data_dir: Path, redis_port: Optional[int]) -> Dict[str, st
             # the server's own retries do not cover on every path. transaction_mode=IMMEDIATE also
             # avoids it but puts every read behind the busy handler's sleeps: tool pickup p95/p99
             # went from 113/203 ms to 1062/2546 ms (benchmarks/run.py --scenarios pickup).
-            # The server nests a connection inside a transaction only where it removes a task's
-            # index rows (a workflow removal, which the SDK never asks for).
             "spring.datasource.hikari.maximum-pool-size": "1",
+            # No task index: the server nests a second connection inside a transaction where it
+            # removes a task's index rows, so with one connection a full removal (``DELETE
+            # /workflow/{id}/remove?archiveWorkflow=false``, which retention uses) held the whole
+            # server for 30 s and failed; without the index it takes 0.1 s and frees every row
+            # (docs/operations.md). The index also grew by a row per task for ever. It serves only
+            # task search (``/tasks/search``), which this SDK does not use.
+            "conductor.app.taskIndexingEnabled": "false",
         }
     else:
         backend = redis_server_properties(redis_port)

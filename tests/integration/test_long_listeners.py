@@ -151,7 +151,9 @@ def test_default_settings_outlive_the_payload_wall(agent_runtime, scripted_llm, 
     listener acts on three times as many, and no run's task list ever passed 2 MB."""
     tools = ActionTools()
     model = scripted_llm.script(policy=listener_policy(act_on))
-    handle = agent_runtime.start(listener(unique_name("wall"), model, tools), "Start listening.")
+    # Every run kept (no retention), to measure each of them; otherwise the default budget.
+    handle = agent_runtime.start(listener(unique_name("wall"), model, tools, continuation=Continuation(keep_runs=None)),
+                                 "Start listening.")
     for i in range(30):
         handle.send_message({"action": f"m{i:03d}-" + "x" * 24_000})
         eventually(lambda: len(tools.snapshot()) > i, timeout=60, interval=0.05, message=f"message {i} acted on")

@@ -49,10 +49,12 @@ class FileActionTools:
         return {"done": action, "pid": os.getpid()}
 
 
-def listener(name: str, model: str, tools: object, *, continue_every: "int | None" = None) -> Agent:
+def listener(name: str, model: str, tools: object, *, continue_every: "int | None" = None,
+             keep_runs: "int | None | str" = "default") -> Agent:
     """The listener agent, at most 5 messages per wait (fewer loop turns per cycle); continued every
-    ``continue_every`` turns when given."""
-    continuation = Continuation(max_turns=continue_every) if continue_every else None
+    ``continue_every`` turns when given, keeping ``keep_runs`` ended runs (None: all)."""
+    keep = {} if keep_runs == "default" else {"keep_runs": keep_runs}
+    continuation = Continuation(max_turns=continue_every, **keep) if continue_every else None
     return helpers.listener(name, model, tools, batch_size=5, continuation=continuation)
 
 
@@ -75,6 +77,25 @@ def crash_after(step: str) -> None:
         return result
 
     setattr(_switch.Switch, name, then_die)
+
+
+def crash_while_retiring(after: int) -> None:
+    """SIGKILL this process right after its ``after``-th run removal (a test of crashes mid-sweep)."""
+    from conductor_agents._listener import retention as _retention
+
+    original = _retention.Remover.remove
+    done = []
+
+    def remove_then_die(self, execution_id):
+        result = original(self, execution_id)
+        done.append(execution_id)
+        if len(done) >= after:
+            sys.stderr.write(f"crash_child: killed after removing {len(done)} runs\n")
+            sys.stderr.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
+        return result
+
+    _retention.Remover.remove = remove_then_die
 
 
 def read_actions(log_path: str) -> "list[dict]":
@@ -111,6 +132,8 @@ def main(argv: "list[str]") -> int:
     parser.add_argument("--hang-on", default=None)
     parser.add_argument("--continue-every", type=int, default=None)
     parser.add_argument("--crash-at", choices=sorted(CRASH_STEPS), default=None)
+    parser.add_argument("--keep-runs", default="default", help="a number, or 'all'")
+    parser.add_argument("--crash-after-removals", type=int, default=None)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--start", action="store_true")
     group.add_argument("--resume")
@@ -129,8 +152,11 @@ def main(argv: "list[str]") -> int:
     threading.Thread(target=watch_stdin, name="child-stdin", daemon=True).start()
     if args.crash_at:
         crash_after(args.crash_at)
+    if args.crash_after_removals:
+        crash_while_retiring(args.crash_after_removals)
+    keep = args.keep_runs if args.keep_runs == "default" else None if args.keep_runs == "all" else int(args.keep_runs)
     agent = listener(args.name, args.model, FileActionTools(args.log, hang_on=args.hang_on),
-                     continue_every=args.continue_every)
+                     continue_every=args.continue_every, keep_runs=keep)
     settings = AgentSettings.from_env(environ={}, server_url=args.server_url)
     if args.stall_seconds:
         settings = attrs.evolve(settings, liveness_stall_seconds=args.stall_seconds,

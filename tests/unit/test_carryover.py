@@ -63,7 +63,7 @@ def test_the_text_keeps_the_last_items_verbatim_and_summarises_the_rest():
 
 def test_a_message_pulled_after_the_last_turn_is_pending_and_shown_to_the_model():
     built = record(tail=[pull(41, "COMPLETED", envelope("m3", "a3")), pull(45, "CANCELED")])
-    assert built.pending == (envelope("m3", "a3"),) and "m3" in built.pulled and built.messages == 2
+    assert built.pending == (envelope("m3", "a3"),) and "m3" in built.pulled and built.messages == 3
     block = built.text.split(PENDING_OPEN, 1)[1].split(PENDING_CLOSE, 1)[0]
     assert json.loads(block) == wait_result(envelope("m3", "a3"))
 

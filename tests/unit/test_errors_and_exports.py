@@ -161,7 +161,7 @@ PACKAGE_ALL = [
     "McpTool", "ApiTool", "tool", "Strategy", "Handoff", "HandoffContext", "Gate", "Guardrail", "GuardrailResult", "Termination",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
     "AgentRuntime", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
-    "ToolCallRecord", "MessageDelivery",
+    "ToolCallRecord", "ListenerTotals", "MessageDelivery",
     "PendingRequest", "PendingToolCall", "HumanAnswer",
     "LocalServer",
     "ConductorAgentsError", "AgentDefinitionError", "AgentTypeError", "AnswerConflictError", "AuthenticationError",

@@ -22,6 +22,7 @@ GOOD = {
     "CONDUCTOR_AGENT_CONTINUATION_ENABLED": ("no", "continuation_enabled", False),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS": ("12", "continue_after_turns", 12),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES": ("500000", "continue_after_bytes", 500_000),
+    "CONDUCTOR_AGENT_KEEP_RUNS": ("5", "keep_runs", 5),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("1.5", "pending_check_interval_seconds", 1.5),
 }
 
@@ -50,6 +51,8 @@ BAD = [
     ("CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS", "ten"),
     ("CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES", "99999"),
     ("CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES", "1MB"),
+    ("CONDUCTOR_AGENT_KEEP_RUNS", "-1"),
+    ("CONDUCTOR_AGENT_KEEP_RUNS", "some"),
     ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "0"),
     ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "soon"),
 ]
@@ -234,3 +237,18 @@ def test_a_stall_threshold_shorter_than_the_sdks_own_pauses_is_refused(stall, lo
     if long_poll_ms == 1000:  # the default long poll: the variable alone is refused too
         with pytest.raises(ConfigurationError):
             AgentSettings.from_env(environ={"CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": str(stall)})
+
+
+def test_keep_runs_all_keeps_every_run_and_reaches_the_continuation():
+    """``CONDUCTOR_AGENT_KEEP_RUNS=all`` keeps every run of a listener (audit); a number is handed to the
+    continuation of agents that have none of their own."""
+    from conductor_agents import Agent, Continuation
+
+    keep_all = AgentSettings.from_env({"CONDUCTOR_AGENT_KEEP_RUNS": "all"})
+    assert keep_all.keep_runs is None
+    agent = Agent("a", "openai/gpt-4o-mini", instructions="x")
+    assert keep_all.continuation_for(agent).keep_runs is None
+    assert AgentSettings.from_env({}).continuation_for(agent).keep_runs == 2
+    assert AgentSettings.from_env({"CONDUCTOR_AGENT_KEEP_RUNS": "0"}).continuation_for(agent).keep_runs == 0
+    own = Agent("b", "openai/gpt-4o-mini", instructions="x", continuation=Continuation(keep_runs=7))
+    assert keep_all.continuation_for(own).keep_runs == 7

@@ -1,0 +1,218 @@
+"""Unit tests for retiring a continued listener's older runs (_listener.retention, _listener.head) and for
+finding its newest run once the runs in between are gone (_listener.directory)."""
+
+import logging
+import threading
+
+import pytest
+
+from conductor_agents._listener.chain import continued_reason
+from conductor_agents._listener.directory import ChainDirectory
+from conductor_agents._listener.following import current_status
+from conductor_agents._listener.head import SLOTS, read_head, write_head
+from conductor_agents._listener.retention import Remover, Retirer, sweep
+from conductor_agents._wire.transport import HttpError
+from conductor_agents.errors import ExecutionNotFoundError, ServerUnavailableError
+from tests.unit.test_chain_directory_and_sending import RUN, FakeChainServer, send
+
+
+class RetentionServer(FakeChainServer):
+    """A chain server that can remove runs, and whose links may have sub-runs."""
+
+    def __init__(self, links=1):
+        super().__init__(links)
+        self.subs = {}  # execution id -> [sub-run ids]
+        self.removed = []  # (execution id, archive) in order
+        self.fail_full_removal = None  # an exception the archive=False call raises
+        self.sub_gone = set()
+
+    def _known(self, execution_id):
+        if execution_id not in self.runs:
+            raise ExecutionNotFoundError("gone", execution_id=execution_id)
+
+    def push_message(self, execution_id, body):
+        self._known(execution_id)
+        return super().push_message(execution_id, body)
+
+    def agent_status(self, execution_id, timeout=None):
+        self._known(execution_id)
+        return super().agent_status(execution_id, timeout)
+
+    def remove_workflow(self, execution_id, *, archive, timeout=15.0):
+        self.calls.append(("remove", execution_id))
+        if not archive and self.fail_full_removal is not None:
+            raise self.fail_full_removal
+        if execution_id in self.runs:
+            del self.runs[execution_id]
+        elif execution_id in self.subs_alive():
+            self.sub_gone.add(execution_id)
+        else:
+            raise ExecutionNotFoundError("gone", execution_id=execution_id)
+        self.removed.append((execution_id, archive))
+
+    def subs_alive(self):
+        return {s for subs in self.subs.values() for s in subs} - self.sub_gone
+
+    def get_workflow(self, execution_id, include_tasks=False):
+        if execution_id not in self.runs and execution_id not in self.subs_alive():
+            raise ExecutionNotFoundError("gone", execution_id=execution_id)
+        return {"tasks": [{"taskType": "SUB_WORKFLOW", "subWorkflowId": s} for s in self.subs.get(execution_id, ())]}
+
+
+def chain_of(server, links):
+    for number in range(links - 1):
+        server.continue_link(number)
+    directory = ChainDirectory(server)
+    return directory, directory.chain(server.key(0).execution_id)
+
+
+def held(server):
+    return sorted(server.runs[i]["number"] for i in server.runs)
+
+
+def test_a_sweep_keeps_the_first_run_and_the_newest_ended_ones_and_writes_the_head_first():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 8)  # links 0..7, 7 live
+    server.calls.clear()
+    assert sweep(server, directory, chain, 7, 2, Remover(server)) == 4
+    assert held(server) == [0, 5, 6, 7]  # link 0, the newest 2 ended, the live one
+    kinds = [kind for kind, _ in server.calls]
+    assert kinds.index("poll") < kinds.index("remove")  # the head hint is written before anything goes
+    assert [server.runs.get(server.key(n).execution_id) for n in (1, 2, 3, 4)] == [None] * 4
+    assert read_head(server, RUN) == 7
+
+
+def test_a_fresh_process_holding_only_the_first_id_finds_the_newest_run_after_retirement():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 30)
+    sweep(server, directory, chain, 29, 0, Remover(server))
+    assert held(server) == [0, 29]
+    fresh = ChainDirectory(server)
+    first = fresh.chain(server.key(0).execution_id)
+    server.calls.clear()
+    assert fresh.refresh(first).number == 29
+    assert len(server.calls) <= 4  # one probe, the hint, the hinted link, the one after it
+    link, status = current_status(server, fresh, first)
+    assert link.number == 29 and status.status.value == "RUNNING"
+
+
+def test_a_process_whose_cached_run_was_retired_moves_on_to_the_newest():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 5)
+    stale = ChainDirectory(server)
+    stale_chain = stale.chain(server.key(0).execution_id)
+    assert stale.refresh(stale_chain).number == 4  # it knew link 4 ...
+    for number in range(4, 12):
+        server.continue_link(number)
+    sweep(server, directory, chain, 12, 1, Remover(server))  # ... which is gone now
+    assert server.key(4).execution_id not in server.runs
+    link, status = current_status(server, stale, stale_chain)
+    assert link.number == 12 and not status.is_terminal
+    assert send(server, stale, chain.execution_id) and server.runs[server.key(12).execution_id]["queue"]
+
+
+def test_a_sweep_cut_short_is_finished_by_the_next_one_and_repeats_do_nothing():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 10)
+    write_head(server, RUN, 9)
+    for number in (1, 2, 3):  # a process died after retiring these (the lowest first)
+        server.retire(number)
+    assert sweep(server, directory, ChainDirectory(server).chain(chain.execution_id), 9, 2, Remover(server)) == 3
+    assert held(server) == [0, 7, 8, 9]
+    server.calls.clear()
+    assert sweep(server, directory, chain, 9, 2, Remover(server)) == 0
+    assert "remove" not in [kind for kind, _ in server.calls]
+
+
+def test_keep_all_writes_the_head_and_retires_nothing():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 6)
+    assert sweep(server, directory, chain, 5, None, Remover(server)) == 0
+    assert held(server) == [0, 1, 2, 3, 4, 5] and read_head(server, RUN) == 5
+
+
+def test_sub_runs_go_before_the_link_that_lists_them():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 5)
+    one = server.key(1).execution_id
+    server.subs = {one: ["sub-a"], "sub-a": ["sub-a-inner"]}
+    sweep(server, directory, chain, 4, 2, Remover(server))
+    assert [i for i, _ in server.removed] == ["sub-a-inner", "sub-a", one]
+
+
+def test_a_late_writer_does_not_hide_the_newest_head():
+    server = RetentionServer()
+    for number in range(1, 10):
+        write_head(server, RUN, number)
+    write_head(server, RUN, 7)  # a process that committed link 7 and was paused meanwhile
+    assert read_head(server, RUN) == 9
+    assert len({d for (_, d) in server.poll_rows}) == SLOTS
+
+
+@pytest.mark.parametrize("failure", [
+    ServerUnavailableError("read timed out"),
+    HttpError("500", status=500, server_message="HikariPool-1 - Connection is not available", method="DELETE",
+              path="/workflow/x/remove"),
+])
+def test_a_server_that_cannot_remove_in_full_gets_archived_removals_and_one_warning(failure, caplog):
+    server = RetentionServer()
+    directory, chain = chain_of(server, 8)
+    server.fail_full_removal = failure
+    remover = Remover(server)
+    with caplog.at_level(logging.WARNING, logger="conductor_agents.continuation"):
+        assert sweep(server, directory, chain, 7, 1, remover) == 5
+    assert remover.archive and all(archive for _, archive in server.removed)
+    full = [i for kind, i in server.calls if kind == "remove"]
+    assert len(full) == 6  # one full attempt, then five archived removals
+    assert len([r for r in caplog.records if "taskIndexingEnabled=false" in r.getMessage()]) == 1
+
+
+def test_the_retirer_sweeps_in_the_background_and_closes():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 6)
+    retirer = Retirer(server, directory)
+    done = threading.Event()
+    original = retirer.remover.remove
+
+    def remove(execution_id):
+        result = original(execution_id)
+        if execution_id == server.key(2).execution_id:
+            done.set()
+        return result
+
+    retirer.remover.remove = remove
+    retirer.request(chain, 5, 2)
+    assert done.wait(5.0)
+    retirer.close(5.0)
+    assert held(server) == [0, 3, 4, 5]
+    assert not [t for t in threading.enumerate() if t.name == "conductor-agents-retire"]
+
+
+def test_events_skip_the_runs_retention_removed():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 9)
+    sweep(server, directory, chain, 8, 2, Remover(server))
+    fresh = ChainDirectory(server)
+    first = fresh.chain(server.key(0).execution_id)
+    assert fresh.next_link(first, 0).number == 6  # links 1-5 are gone: the first kept one follows link 0
+    assert fresh.next_link(first, 6).number == 7 and fresh.next_link(first, 8) is None
+
+
+def test_a_continued_reason_names_the_run_after_it():  # the reason stays what senders outside read
+    assert continued_reason("abc").endswith("as abc")
+
+
+def test_a_listener_served_from_a_later_runs_id_still_keeps_its_first_run():
+    server = RetentionServer()
+    directory, _ = chain_of(server, 7)
+    later = ChainDirectory(server).chain(server.key(3).execution_id)
+    assert later.first == 3
+    assert sweep(server, directory, later, 6, 1, Remover(server)) == 4
+    assert held(server) == [0, 5, 6]
+
+
+def test_an_agent_without_sub_runs_is_retired_without_reading_its_task_lists():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 5)
+    server.get_workflow = None  # any read of a whole run would fail
+    assert sweep(server, directory, chain, 4, 1, Remover(server), with_sub_runs=False) == 2
