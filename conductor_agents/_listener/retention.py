@@ -32,6 +32,7 @@ import logging
 import threading
 from typing import Deque, Dict, List, Optional
 
+from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from .directory import Chain, ChainDirectory
@@ -172,7 +173,8 @@ class Retirer:
         self._order: Deque[str] = collections.deque()
         self._wake = threading.Event()
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        # A daemon: a sweep cut short leaves the lowest links for the next sweep (any process's).
+        self._thread = BackgroundLoop("retire", self._loop, daemon=True, stop=self._stop, wake=self._wake)
         self._busy = False
         self.sweeps = 0  # sweeps done (tests)
 
@@ -186,10 +188,7 @@ class Retirer:
             if known is None:
                 self._order.append(key)
             self._wanted[key] = (chain, max(head, known[1]) if known else head, keep, with_sub_runs)
-            if self._thread is None:
-                # A daemon: a sweep cut short leaves the lowest links for the next sweep (any process's).
-                self._thread = threading.Thread(target=self._loop, name="conductor-agents-retire", daemon=True)
-                self._thread.start()
+        self._thread.start_once()
         self._wake.set()
 
     def idle(self) -> bool:
@@ -224,8 +223,5 @@ class Retirer:
 
     def close(self, timeout: float = 15.0) -> None:
         """Stop between two removals and join the thread (bounded). Idempotent."""
-        self._stop.set()
-        self._wake.set()
-        thread = self._thread
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout)
+        self._thread.stop()
+        self._thread.join(timeout)

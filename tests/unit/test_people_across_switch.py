@@ -1,5 +1,5 @@
 """Unit tests for people in the loop across a switch: a request held by the run a switch drains is listed
-and answered by any id of the listener (``_runs.by_id``, ``_people.approvals``), and ``on_pending``
+and answered by any id of the listener (``_listener.by_id``, ``_people.approvals``), and ``on_pending``
 follows the listener's runs (``_people.pending_watch``). Against a fake server that keeps a chain of runs
 whose tasks a test sets."""
 
