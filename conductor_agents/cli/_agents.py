@@ -38,26 +38,15 @@ from ..handle import AgentHandle
 from ..result import AgentResult, AgentStatus
 from ..runtime import AgentRuntime
 from ._foreground import wait_in_foreground
-from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error
+from ._main import (EXIT_ERROR, EXIT_MESSAGE_LOST, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMED_OUT, EXIT_UNREACHABLE,
+                    EXIT_USAGE, error, exit_codes_help)
 from ._options import Handler, add_target, add_verb, on_errors, positive_seconds, settings
 from ._progress import ProgressDisplay, RunWatcher
 from ._target import TargetError, TargetImportError, load_agent
 
 __all__ = ["EXIT_MESSAGE_LOST", "EXIT_TIMED_OUT", "EXIT_UNREACHABLE", "register"]
 
-EXIT_UNREACHABLE = 4
-EXIT_TIMED_OUT = 5
-EXIT_MESSAGE_LOST = 6
-
-EXIT_CODES = """\
-exit codes:
-  0  success; for run/resume/wait/stop --wait: the run COMPLETED
-  1  the run ended FAILED, TERMINATED or TIMED_OUT, or another error
-  2  usage or configuration error (bad arguments, MODULE:AGENT not found)
-  3  unknown execution, or it is not running (send)
-  4  the Conductor server cannot be reached
-  5  the wait timed out (the run goes on on the server)
-  6  send --wait-delivered: the message can no longer reach the run (it ended, or the server lost it)"""
+EXIT_CODES = exit_codes_help()
 
 _WAIT_TIMEOUT = 600.0
 _STOP_GRACE = 30.0

@@ -262,6 +262,14 @@ def test_cancel_wait_and_send_after_the_end(cli: Cli, target: str) -> None:
     assert timed_out.returncode == 5, timed_out.stderr
     assert timed_out.stderr.count("\n") == 1 and "not cancelled" in timed_out.stderr
 
+    # Nothing waits for a person: `pending` answers "nobody" (exit 0); there is nothing to approve (exit 3).
+    nobody = cli("pending", execution_id)
+    assert nobody.returncode == 0 and nobody.stdout == "" and "waits for no person" in nobody.stderr
+    as_json = cli("pending", execution_id, "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
+    nothing = cli("approve", execution_id)
+    assert nothing.returncode == 3 and nothing.stderr.count("\n") == 1, nothing.stderr
+
     cancelled = cli("cancel", execution_id, "--reason", "test over")
     assert cancelled.returncode == 0, cancelled.stderr
     waited = cli("wait", execution_id, "--json")
@@ -313,8 +321,8 @@ def test_usage_errors_exit_2(cli: Cli, target: str, args: List[str], message: st
 def test_help_documents_exit_codes(cli: Cli) -> None:
     result = cli("wait", "--help")
     assert result.returncode == 0
-    for code in ("0  success", "3  unknown execution", "4  the Conductor server cannot be reached",
-                 "5  the wait timed out"):
+    for code in ("0    success", "3    unknown execution", "4    the Conductor server cannot be reached",
+                 "5    the wait timed out", "6    send --wait-delivered", "7    approve, reject, respond"):
         assert code in result.stdout
 
 
