@@ -53,3 +53,14 @@ def test_readme_and_docstring_list_the_same_codes() -> None:
     assert {int(n) for n in re.findall(r"(?<![\w.#/-])(\d+) ", paragraph)} == CODES
     docstring = _main.__doc__.split("Exit codes", 1)[1]
     assert {int(n) for n in re.findall(r"(?<![\w.#/-])(\d+) ", docstring)} == CODES
+
+
+def test_what_the_readme_says_docs_testing_documents_is_there() -> None:
+    """The README names ScriptedLLM, LocalStack and the pytest plugin as documented in docs/testing.md (issue 34,
+    point 10): each is there."""
+    readme = (ROOT / "README.md").read_text()
+    line = next(row for row in readme.splitlines() if row.startswith("- [docs/testing.md]"))
+    testing = (ROOT / "docs" / "testing.md").read_text()
+    assert {"ScriptedLLM", "LocalStack"} <= set(re.findall(r"`(\w+)`", line))
+    assert "`ScriptedLLM`" in testing and "## pytest fixtures" in testing
+    assert "### `LocalStack`" in testing and "with LocalStack() as stack:" in testing
