@@ -310,7 +310,13 @@ class Agent:
                 f"Agent {self.name!r}: {which} needs tools or sub-agents; the server (3.32.3) runs an agent "
                 "with neither as one model call and never evaluates a stopping rule", field=which,
                 value=getattr(self, which))
-        merge_worker_tools(worker_groups(self), where=f"agent {self.name!r}")
+        local = merge_worker_tools(worker_groups(self), where=f"agent {self.name!r}")
+        if self.needs_message_queue and local and not self.is_stateful:
+            raise AgentDefinitionError(
+                f"Agent {self.name!r} waits for messages and has tools served by this process "
+                f"({', '.join(t.name for t in local[:3])}{', ...' if len(local) > 3 else ''}): "
+                "it must be stateful=True, so its runs stay with the process that serves them "
+                "and are continued when they grow", field="stateful", value=False)
 
     def as_tool(self, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
         """This agent as a tool another agent's model calls with a ``request``; its answer is the result.

@@ -30,7 +30,7 @@ from .errors import (
     WaitTimeoutError,
     WorkerStallError,
 )
-from .result import AgentResult, AgentStatus, ListenerTotals, RunStatus
+from .result import STOP_SIGNAL, AgentResult, AgentStatus, ListenerTotals, RunStatus
 from .stats import RunStats
 
 if TYPE_CHECKING:
@@ -41,10 +41,6 @@ if TYPE_CHECKING:
 __all__ = ["AgentHandle"]
 
 log = logging.getLogger("conductor_agents.handle")
-
-#: The payload that wakes a blocked wait-for-message tool on ``stop()``.
-STOP_SIGNAL = {"_signal": "stop"}
-
 
 class AgentHandle:
     """A run of an agent on the server.
@@ -130,7 +126,8 @@ class AgentHandle:
         return 1 if chain is None else self._link().number - chain.first + 1
 
     def __repr__(self) -> str:
-        status = self._last_status.value if self._last_status else "unknown"
+        # No request here: before the first status()/wait() the status is not known, and says so.
+        status = self._last_status.value if self._last_status else "not-read-yet"
         parts = [f"execution_id={self.execution_id!r}", f"agent={self.agent_name!r}"]
         if self.run_id:
             parts.append(f"run_id={self.run_id!r}")
@@ -141,7 +138,7 @@ class AgentHandle:
         return f"AgentHandle({', '.join(parts)})"
 
     def _repr_html_(self) -> str:  # a notebook shows the state without blocking the kernel
-        status = self._last_status.value if self._last_status else "unknown"
+        status = self._last_status.value if self._last_status else "not read yet"
         run = f"<br>run id <code>{self.run_id}</code>" if self.run_id else ""
         return (f"<b>{self.agent_name}</b> &mdash; {status}<br>execution <code>{self.execution_id}</code>"
                 f"{run}")
@@ -254,16 +251,21 @@ class AgentHandle:
 
     def _finish(self, status: AgentStatus, link: Link) -> AgentResult:
         detail: dict = {}
-        tasks: list = []
+        workflow: dict = {}
         try:
             detail = self._api.agent_execution(link.execution_id)
-            tasks = self._api.get_workflow(link.execution_id, include_tasks=True).get("tasks") or []
+            workflow = self._api.get_workflow(link.execution_id, include_tasks=True) or {}
         except ConductorAgentsError as err:
             log.warning("run %s ended but its details could not be read: %s", link.execution_id, err)
         names = self.agent.team_names if self.agent is not None else ()
-        result = AgentResult.from_server(status, detail, tasks, agent_names=names)
+        tasks = workflow.get("tasks") or []
+        result = AgentResult.from_server(status, detail, tasks, agent_names=names, workflow=workflow or None)
+        ended_by = result.ended_by
+        if ended_by == "turn_limit" and self.agent is not None and (
+                self.agent.stop_when is not None or self.agent.termination is not None):
+            ended_by = None  # its stopping rule may have ended the loop after tool calls: cannot tell which
         result = attrs.evolve(result, execution_id=self.execution_id, current_execution_id=link.execution_id,
-                              runs=status.runs)
+                              runs=status.runs, ended_by=ended_by)
         if self.agent is not None and self.agent.output_type is not None and result.status is RunStatus.FAILED:
             self._rejection = rejection_of(tasks, self.agent.name)
         if status.runs > 1:

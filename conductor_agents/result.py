@@ -236,6 +236,14 @@ class AgentResult:
     agents_run: "tuple[str, ...]" = ()
     #: A continued listener: its totals over every run (``token_usage`` above is the last run's).
     totals: Optional[ListenerTotals] = None
+    #: Why a COMPLETED run ended: ``"stop"`` (``stop()`` was asked: ``output`` is the model's answer
+    #: when it answered the stop signal, else None), ``"turn_limit"`` (``max_turns`` ran out while the
+    #: model still asked for tools: ``output`` is None) or ``"answer"`` (the model answered); None when
+    #: the run did not complete or it cannot be told. ``raw_output`` keeps what the server said.
+    ended_by: Optional[str] = None
+    #: How long the run took on the server, start to end, in seconds (None when the server did not say).
+    #: A continued listener: its last run's.
+    duration_seconds: Optional[float] = None
 
     @property
     def answered_by(self) -> Optional[str]:
@@ -261,11 +269,15 @@ class AgentResult:
         detail: Optional[Mapping[str, Any]] = None,
         tasks: Sequence[Mapping[str, Any]] = (),
         agent_names: Sequence[str] = (),
+        workflow: Optional[Mapping[str, Any]] = None,
     ) -> "AgentResult":
         """Combine the terminal status, the run detail and the task list into a result
-        (``agent_names``: the agent's sub-agents, to find which of them answered)."""
+        (``agent_names``: the agent's sub-agents, to find which of them answered; ``workflow``: the
+        run's workflow, whose start and end times give ``duration_seconds``)."""
         raw = dict(status.output or (detail or {}).get("output") or {})
-        result = _answer_text(raw.get("result"))
+        ended_by = _ended_by(status.status, raw.get("finishReason"), workflow)
+        no_answer = raw.get("finishReason") == _TOOL_CALLS and ended_by in (ENDED_BY_STOP, ENDED_BY_TURN_LIMIT)
+        result = None if no_answer else _answer_text(raw.get("result"))
         context = raw.get("context")
         error = status.reason or (detail or {}).get("reasonForIncompletion") or None
         return cls(
@@ -279,4 +291,57 @@ class AgentResult:
             agents_run=sub_agents_from_tasks(tasks, agent_names) if agent_names else (),
             raw_output=raw,
             context=dict(context) if isinstance(context, Mapping) else {},
+            duration_seconds=_duration(workflow or {}) or _duration(detail or {}),
+            ended_by=ended_by,
         )
+
+
+ENDED_BY_ANSWER = "answer"
+ENDED_BY_STOP = "stop"
+ENDED_BY_TURN_LIMIT = "turn_limit"
+#: The finish reason of a model turn that asked for tools (the server's): the loop ended without an answer.
+_TOOL_CALLS = "TOOL_CALLS"
+
+
+#: The message ``AgentHandle.stop()`` pushes so a blocked wait-for-message tool wakes up.
+STOP_SIGNAL = {"_signal": "stop"}
+
+
+def stop_requested(workflow: Mapping[str, Any]) -> bool:
+    """Whether a graceful stop was asked of the run (the agent loop's ``_stop_requested`` variable)."""
+    variables = workflow.get("variables")
+    return isinstance(variables, Mapping) and variables.get("_stop_requested") is True
+
+
+def _stop_signal_delivered(workflow: Mapping[str, Any]) -> bool:
+    """Whether a wait-for-message task of the run pulled the stop signal. The loop variable alone does
+    not tell: when the model gets to answer the signal, the server's next state update clears it."""
+    for task in workflow.get("tasks") or ():
+        output = task.get("outputData") if isinstance(task, Mapping) else None
+        messages = output.get("messages") if isinstance(output, Mapping) else None
+        if isinstance(messages, list) and any(isinstance(m, Mapping) and m.get("payload") == STOP_SIGNAL
+                                              for m in messages):
+            return True
+    return False
+
+
+def _ended_by(status: "RunStatus", finish_reason: Any, workflow: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """See :attr:`AgentResult.ended_by`. A run asked to stop says so whether or not the model answered
+    first; otherwise the server ends its loop after a turn of tool calls only when the turns ran out."""
+    if status is not RunStatus.COMPLETED:
+        return None
+    if workflow is not None and (stop_requested(workflow) or _stop_signal_delivered(workflow)):
+        return ENDED_BY_STOP
+    if finish_reason is None:
+        return None
+    if finish_reason != _TOOL_CALLS:
+        return ENDED_BY_ANSWER
+    return None if workflow is None else ENDED_BY_TURN_LIMIT
+
+
+def _duration(detail: Mapping[str, Any]) -> Optional[float]:
+    """The run's ``endTime - startTime`` (epoch milliseconds) in seconds, or None."""
+    start, end = detail.get("startTime"), detail.get("endTime")
+    if isinstance(start, (int, float)) and isinstance(end, (int, float)) and 0 < start <= end:
+        return (end - start) / 1000.0
+    return None

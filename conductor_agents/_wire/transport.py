@@ -31,6 +31,7 @@ from urllib3.util.retry import Retry
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.fork import rebuild_after_fork
 from ..errors import AuthenticationError, ServerError, ServerUnavailableError
+from .base_url import missing_api_prefix
 
 __all__ = ["HttpError", "Transport", "TRANSIENT_STATUSES"]
 
@@ -305,6 +306,7 @@ class Transport:
         Raises:
             ServerUnavailableError: no connection, or it broke or timed out.
             AuthenticationError: 401/403 even after refreshing the token.
+            ConfigurationError: the answer says the base URL lacks ``/api`` (:mod:`.base_url`).
             HttpError: any other status >= 400.
         """
         response = self._exchange(method, path, params=params, json_body=json_body, timeout=timeout)
@@ -336,6 +338,7 @@ class Transport:
         if status in (401, 403):
             raise AuthenticationError(
                 f"GET {path}: the server rejected the credentials (HTTP {status})", status=status)
+        self._check_prefix("GET", path, status, body, content_type)
         if status >= 400:
             server_message = _message_of(body)
             raise HttpError(f"GET {path} failed with HTTP {status}: {server_message}", status=status,
@@ -425,6 +428,7 @@ class Transport:
             except requests.exceptions.RequestException:  # a streamed error body that broke
                 server_message = ""
             response.close()
+            self._check_prefix(method, path, response.status_code, server_message, "")
             raise HttpError(
                 f"{method} {path} failed with HTTP {response.status_code}: {server_message}",
                 status=response.status_code,
@@ -432,7 +436,16 @@ class Transport:
                 method=method,
                 path=path,
             )
+        self._check_prefix(method, path, response.status_code, "", response.headers.get("Content-Type", ""))
         return response
+
+    def _check_prefix(self, method: str, path: str, status: int, message: Any, content_type: str) -> None:
+        """Raise ``ConfigurationError`` when the answer says the base URL lacks ``/api`` (see ``base_url``)."""
+        text = _message_of(message) if isinstance(message, bytes) else message
+        wrong = missing_api_prefix(self.base_url, method, path, status=status, server_message=text,
+                                   content_type=content_type)
+        if wrong is not None:
+            raise wrong
 
     def _check_process(self) -> None:
         """A fork the hook did not see (a C-level ``fork()``): rebuild on first use in the child."""

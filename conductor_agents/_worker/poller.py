@@ -18,7 +18,7 @@ from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .executor import ToolExecutor
 from .._wire.transport import HttpError
-from ..errors import ServerError, ServerUnavailableError
+from ..errors import ConfigurationError, ServerError, ServerUnavailableError
 from ..tools import ToolDef
 
 __all__ = ["DomainPoller"]
@@ -38,6 +38,9 @@ _RUNG_RETRY_SECONDS = 0.5
 #: While a queue watcher rings this poller, it still polls on its own this often: a missed ring,
 #: and the server's poll data shows the domain served by a live worker (``takeover``).
 _SAFETY_POLL_SECONDS = 60.0
+# Until a poller's first poll works, its failures are logged at INFO for this long: the call that
+# started the run meets the same server and says what is wrong in one line (no warning before it).
+_QUIET_FIRST_FAILURES_SECONDS = 5.0
 #: A poller counts as active (the watcher looks at it often) this long after a task or a new run.
 _ACTIVE_SECONDS = 5.0
 #: After this many rings in a row that found nothing (e.g. a retry not due yet: the queue
@@ -83,6 +86,8 @@ class DomainPoller:
         # Told (from the poller thread) after the first successful poll that follows failed ones.
         self._on_recovered = on_recovered
         self._failing = False
+        self._quiet_failures_until: Optional[float] = None  # set at the first failure; None once a poll worked
+        self._ever_polled = False
         self._api = api
         self._executor = executor
         self._worker_id = worker_id
@@ -329,13 +334,15 @@ class DomainPoller:
                     timeout_ms=0 if short or keepalive else per_type_ms,
                     http_timeout=per_type_ms / 1000.0 + 10.0,
                 )
-            except (ServerUnavailableError, HttpError, ServerError) as err:
+            except (ServerUnavailableError, HttpError, ServerError, ConfigurationError) as err:
                 self.poll_errors += 1
                 self._failing = True
                 backoff = min(self._max_backoff, max(0.2, backoff * 2))
-                log.warning("polling %s (domain %s) failed: %s; retrying in %.1fs", task_type, self.domain, err, backoff)
+                log.log(self._failure_level(), "polling %s (domain %s) failed: %s; retrying in %.1fs",
+                        task_type, self.domain, err, backoff)
                 return backoff
             self.polls += 1
+            self._ever_polled = True
             self._last_polled[task_type] = self._clock.monotonic()
             recovered = recovered or self._failing
             self._failing = False
@@ -371,6 +378,15 @@ class DomainPoller:
                 self._empty_rings = 0
                 self._quiet_until = self._clock.monotonic() + _RING_QUIET_SECONDS
         return 0.0
+
+    def _failure_level(self) -> int:
+        """WARNING for a failed poll, but INFO for the first seconds of a poller that never polled."""
+        if self._ever_polled:
+            return logging.WARNING
+        now = self._clock.monotonic()
+        if self._quiet_failures_until is None:
+            self._quiet_failures_until = now + _QUIET_FIRST_FAILURES_SECONDS
+        return logging.INFO if now < self._quiet_failures_until else logging.WARNING
 
     def _recovered(self) -> None:
         log.info("polling domain %s works again", self.domain)

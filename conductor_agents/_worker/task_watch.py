@@ -25,7 +25,7 @@ from .._wire.api import ConductorApi
 from .._tooldefs.context import CancelReason, ToolContext, cancel
 from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
-from ..result import RunStatus
+from ..result import RunStatus, stop_requested
 
 __all__ = ["CancellationWatch", "WatchedCall", "hand_back"]
 
@@ -131,12 +131,6 @@ class CancellationWatch:
         for call in calls:
             if cancel(call.context, reason) and self._on_cancel is not None:
                 self._on_cancel(call.context, reason)
-
-
-def stop_requested(workflow: Mapping[str, Any]) -> bool:
-    """Whether a graceful stop was asked of the run (the agent loop's ``_stop_requested`` variable)."""
-    variables = workflow.get("variables")
-    return isinstance(variables, Mapping) and variables.get("_stop_requested") is True
 
 
 def held_by(task: Mapping[str, Any], poll_count: int) -> bool:

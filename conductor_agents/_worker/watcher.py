@@ -38,7 +38,7 @@ from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .poller import _ACTIVE_SECONDS, DomainPoller
 from .._wire.transport import HttpError
-from ..errors import AuthenticationError, ServerError, ServerUnavailableError
+from ..errors import AuthenticationError, ConfigurationError, ServerError, ServerUnavailableError
 
 __all__ = ["QueueWatcher"]
 
@@ -160,6 +160,9 @@ class QueueWatcher:
             except (ServerUnavailableError, ServerError) as err:
                 backoff = self._unhealthy(backoff, err)
                 continue
+            except ConfigurationError as err:  # a server URL without /api: the run's own call says so
+                log.info("the queue watcher stops: %s", err)
+                return
             backoff = 0.0
             self._set_health(True)
             if full:

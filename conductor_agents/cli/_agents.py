@@ -38,26 +38,15 @@ from ..handle import AgentHandle
 from ..result import AgentResult, AgentStatus
 from ..runtime import AgentRuntime
 from ._foreground import wait_in_foreground
-from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error
+from ._main import (EXIT_ERROR, EXIT_MESSAGE_LOST, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMED_OUT, EXIT_UNREACHABLE,
+                    EXIT_USAGE, error, exit_codes_help)
 from ._options import Handler, add_target, add_verb, on_errors, positive_seconds, settings
 from ._progress import ProgressDisplay, RunWatcher
 from ._target import TargetError, TargetImportError, load_agent
 
 __all__ = ["EXIT_MESSAGE_LOST", "EXIT_TIMED_OUT", "EXIT_UNREACHABLE", "register"]
 
-EXIT_UNREACHABLE = 4
-EXIT_TIMED_OUT = 5
-EXIT_MESSAGE_LOST = 6
-
-EXIT_CODES = """\
-exit codes:
-  0  success; for run/resume/wait/stop --wait: the run COMPLETED
-  1  the run ended FAILED, TERMINATED or TIMED_OUT, or another error
-  2  usage or configuration error (bad arguments, MODULE:AGENT not found)
-  3  unknown execution, or it is not running (send)
-  4  the Conductor server cannot be reached
-  5  the wait timed out (the run goes on on the server)
-  6  send --wait-delivered: the message can no longer reach the run (it ended, or the server lost it)"""
+EXIT_CODES = exit_codes_help()
 
 _WAIT_TIMEOUT = 600.0
 _STOP_GRACE = 30.0
@@ -245,11 +234,17 @@ def _send(args: argparse.Namespace) -> int:
 
 
 def _parse_message(text: str, *, as_text: bool) -> Any:
+    """``text`` as JSON when it parses, else as text; text that looks like JSON (an object or a list)
+    but does not parse is sent as text with a warning saying why (``--text`` silences it)."""
     if as_text:
         return text
     try:
         return json.loads(text)
-    except ValueError:
+    except ValueError as err:
+        if text.lstrip()[:1] in ("{", "["):
+            reason = f"{err.msg} at column {err.colno}" if isinstance(err, json.JSONDecodeError) else str(err)
+            _note(f"conductor-agents: warning: the message looks like JSON but is not ({reason}); "
+                  "it is sent as text, {\"message\": \"...\"} (--text: that is meant)")
         return text
 
 
@@ -371,12 +366,19 @@ def _report(result: AgentResult, args: argparse.Namespace, elapsed: float) -> in
         print(result.output, flush=True)
     if not args.quiet:
         tools = len(result.tool_calls)
-        summary = (f"{result.status.value} after {elapsed:.1f}s: {tools} tool call{'s' if tools != 1 else ''}, "
+        took = result.duration_seconds if result.duration_seconds is not None else elapsed  # the run's own
+        how = _ENDED_BY.get(result.ended_by or "", "")
+        summary = (f"{result.status.value}{how} after {took:.1f}s: {tools} tool call{'s' if tools != 1 else ''}, "
                    f"{result.token_usage.total_tokens} tokens")
         if result.error:
             summary += f"; {result.error}"
         _note(summary)
     return EXIT_OK if result.ok else EXIT_ERROR
+
+
+#: What the summary line adds after COMPLETED when the run ended without an answer.
+_ENDED_BY = {"stop": " (stopped)",
+             "turn_limit": " (turn limit reached: max_turns ran out while the model still called tools)"}
 
 
 def result_dict(result: AgentResult) -> Dict[str, Any]:
@@ -386,6 +388,7 @@ def result_dict(result: AgentResult) -> Dict[str, Any]:
         "status": result.status.value,
         "output": result.output,
         "finishReason": result.finish_reason,
+        "endedBy": result.ended_by,
         "error": result.error,
         "tokenUsage": attrs.asdict(result.token_usage),
         "toolCalls": [

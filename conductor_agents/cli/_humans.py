@@ -17,17 +17,10 @@ from typing import Any
 from ..errors import AnswerConflictError, NothingPendingError
 from ..runtime import AgentRuntime
 from ._agents import EXIT_CODES, _guarded, _note, _parse_message
-from ._main import EXIT_NOT_FOUND, EXIT_OK
+from ._main import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_OK
 from ._options import Handler, add_verb, on_errors, settings
 
 __all__ = ["EXIT_CONFLICT", "register"]
-
-EXIT_CONFLICT = 7
-
-_EXIT_CODES = EXIT_CODES.replace(
-    "  3  unknown execution, or it is not running (send)",
-    "  3  unknown execution, it is not running, or it waits for no such answer") + \
-    "\n  7  approve/reject/respond: another answer won; the run goes on with that one"
 
 
 def register(subparsers: Any) -> None:
@@ -41,7 +34,7 @@ def register(subparsers: Any) -> None:
     def add(name: str, handler: Handler, help_: str, description: str,
             *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
         parser = add_verb(subparsers, name, _answers_guarded(handler), help_, description, *parents,
-                          epilog=_EXIT_CODES)
+                          epilog=EXIT_CODES)
         parser.add_argument("execution_id", metavar="EXECUTION_ID")
         return parser
 

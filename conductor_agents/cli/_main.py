@@ -3,10 +3,11 @@
 A verb group is a module with ``register(subparsers)``; it adds its parsers and sets
 ``handler`` (``args -> exit code``) on each. Add new groups to ``VERB_GROUPS``.
 
-Exit codes: 0 ok, 1 error (or the run ended FAILED/TERMINATED/TIMED_OUT), 2 usage,
-3 not found / not running / nothing pending, 4 server unreachable, 5 wait timed out,
-7 another answer won (approve/reject/respond). Errors are one line on
-standard error, never a traceback.
+Exit codes (:data:`EXIT_CODE_TABLE` is the one list; ``--help``, README.md and docs/cli.md show it,
+and a test holds them to it): 0 ok, 1 error (or the run ended FAILED/TERMINATED/TIMED_OUT), 2 usage
+or configuration, 3 not found / not running / nothing to answer, 4 server unreachable, 5 wait timed
+out, 6 a message can no longer be delivered (send --wait-delivered), 7 another answer won
+(approve/reject/respond), 130 interrupted. Errors are one line on standard error, never a traceback.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import argparse
 import importlib
 import logging
 import sys
-from typing import Callable, List, Optional, Sequence
+import textwrap
+from typing import Callable, List, Optional, Sequence, Tuple
 
 from .._version import __version__
 from ..errors import ConductorAgentsError, JavaNotFoundError
@@ -24,7 +26,39 @@ EXIT_OK = 0
 EXIT_ERROR = 1
 EXIT_USAGE = 2
 EXIT_NOT_FOUND = 3
+EXIT_UNREACHABLE = 4
+EXIT_TIMED_OUT = 5
+EXIT_MESSAGE_LOST = 6
+EXIT_CONFLICT = 7
 _EXIT_INTERRUPTED = 130
+
+EXIT_CODE_TABLE: Tuple[Tuple[int, str], ...] = (
+    (EXIT_OK, "success; for run/resume/wait/stop --wait: the run COMPLETED; `pending` also when "
+              "nothing waits (it prints nothing, or [] with --json)"),
+    (EXIT_ERROR, "the run ended FAILED, TERMINATED or TIMED_OUT, or another error"),
+    (EXIT_USAGE, "usage or configuration error: bad arguments, a bad CONDUCTOR_* value or server URL, "
+                 "MODULE:AGENT not found"),
+    (EXIT_NOT_FOUND, "unknown execution; it is no longer running (send, approve, reject, respond); "
+                     "nothing of that kind waits (approve, reject, respond); server verbs: no server "
+                     "running, or no Java"),
+    (EXIT_UNREACHABLE, "the Conductor server cannot be reached"),
+    (EXIT_TIMED_OUT, "the wait timed out (--timeout); the run goes on on the server"),
+    (EXIT_MESSAGE_LOST, "send --wait-delivered: the message can no longer reach the run (it ended, or "
+                        "the server lost it)"),
+    (EXIT_CONFLICT, "approve, reject, respond: another answer won; the run goes on with that one"),
+    (_EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
+)
+"""Every exit code of the command line and what it means: the one list the help and the docs show."""
+
+
+def exit_codes_help() -> str:
+    """:data:`EXIT_CODE_TABLE` as the ``exit codes:`` section of a ``--help``."""
+    lines = ["exit codes:"]
+    for code, meaning in EXIT_CODE_TABLE:
+        wrapped = textwrap.wrap(meaning, 80)
+        lines.append(f"  {code:<3}  {wrapped[0]}")
+        lines.extend(f"       {rest}" for rest in wrapped[1:])
+    return "\n".join(lines)
 
 VERB_GROUPS: List[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents", "conductor_agents.cli._serve",
                            "conductor_agents.cli._humans"]
@@ -38,8 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog=_PROG,
         description="Durable AI agents on the Conductor orchestration server.",
-        epilog=("Exit codes: 0 ok, 1 error or run not COMPLETED, 2 usage, 3 not found or not running "
-                "(or nothing pending), 4 server unreachable, 5 wait timed out, 7 another answer won."),
+        epilog=exit_codes_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")

@@ -235,8 +235,8 @@ def _stop(args: argparse.Namespace) -> int:
     state = _state.state_file()
     record, gone = _live_record(state, stop_timeout=args.timeout)
     if record is None:
-        error("no server is running (" + ("none was started with `conductor-agents server start`" if gone is None
-                                          else f"removed the stale record of pid {gone}") + ")")
+        error("no server started with `conductor-agents server start` is running" + (
+            "" if gone is None else f" (removed the stale record of pid {gone})"))
         return EXIT_NOT_FOUND
     stuck = _stop_processes(record, args.timeout)
     if stuck:

@@ -262,11 +262,33 @@ def test_cancel_wait_and_send_after_the_end(cli: Cli, target: str) -> None:
     assert timed_out.returncode == 5, timed_out.stderr
     assert timed_out.stderr.count("\n") == 1 and "not cancelled" in timed_out.stderr
 
+    # Nothing waits for a person: `pending` answers "nobody" (exit 0); there is nothing to approve (exit 3).
+    nobody = cli("pending", execution_id)
+    assert nobody.returncode == 0 and nobody.stdout == "" and "waits for no person" in nobody.stderr
+    as_json = cli("pending", execution_id, "--json")
+    assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
+    nothing = cli("approve", execution_id)
+    assert nothing.returncode == 3 and nothing.stderr.count("\n") == 1, nothing.stderr
+
+    # JSON-looking text that is not JSON is sent as text, with one warning saying why (point 7).
+    looks = cli("send", execution_id, '{"action": generate-report}')
+    assert looks.returncode == 0, looks.stderr
+    assert looks.stderr.count("\n") == 1 and "warning: the message looks like JSON but is not" in looks.stderr
+    assert "column 12" in looks.stderr
+    meant = cli("send", execution_id, "{not json}", "--text")
+    assert meant.returncode == 0 and meant.stderr == ""
+    plain = cli("send", execution_id, "plain words")
+    assert plain.returncode == 0 and plain.stderr == ""
+
     cancelled = cli("cancel", execution_id, "--reason", "test over")
     assert cancelled.returncode == 0, cancelled.stderr
     waited = cli("wait", execution_id, "--json")
     assert waited.returncode == 1
     assert json.loads(waited.stdout)["status"] == "TERMINATED"
+    # The summary gives the run's own duration (it lived for more than the 1 s wait above), not the
+    # moment `wait` took to find it ended (point 9).
+    took = float(waited.stderr.rsplit("TERMINATED after ", 1)[1].split("s:", 1)[0])
+    assert took >= 1.0, waited.stderr
     late = cli("send", execution_id, "anyone there?")
     assert late.returncode == 3 and late.stderr.startswith("conductor-agents: error: ")
     assert late.stderr.count("\n") == 1
@@ -288,11 +310,23 @@ def test_unreachable_server_exits_4(cli: Cli, target: str) -> None:
         by_env = cli("run", target, "hi", env={"CONDUCTOR_SERVER_URL": url})
     for result in (by_flag, by_env):
         assert result.returncode == 4, result.stderr
-        # `run` starts polling before it starts the run, so a poller's warning may come first.
-        last = result.stderr.strip().splitlines()[-1]
-        assert last.startswith("conductor-agents: error: ") and "cannot reach the server" in last
-        assert "Traceback" not in result.stderr
-    assert by_flag.stderr.count("\n") == 1
+        # `run` starts polling before it starts the run: the poller's first failures are not warned
+        # about, so the one line is the error (issue 34, point 8).
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith("conductor-agents: error: ") and "cannot reach the server" in result.stderr
+
+
+def test_server_url_without_api_exits_2_naming_the_fix(cli: Cli, target: str) -> None:
+    root = cli.env["CONDUCTOR_SERVER_URL"].rstrip("/")
+    assert root.endswith("/api")
+    root = root[: -len("/api")]
+    by_flag = cli("status", "some-id", "--server-url", root)
+    by_env = cli("run", target, "hi", env={"CONDUCTOR_SERVER_URL": root})
+    for result in (by_flag, by_env):
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.count("\n") == 1, result.stderr
+        assert result.stderr.startswith(f"conductor-agents: error: the server URL {root} is not the Conductor API")
+        assert f"{root}/api" in result.stderr
 
 
 @pytest.mark.parametrize("args, message", [
@@ -313,8 +347,8 @@ def test_usage_errors_exit_2(cli: Cli, target: str, args: List[str], message: st
 def test_help_documents_exit_codes(cli: Cli) -> None:
     result = cli("wait", "--help")
     assert result.returncode == 0
-    for code in ("0  success", "3  unknown execution", "4  the Conductor server cannot be reached",
-                 "5  the wait timed out"):
+    for code in ("0    success", "3    unknown execution", "4    the Conductor server cannot be reached",
+                 "5    the wait timed out", "6    send --wait-delivered", "7    approve, reject, respond"):
         assert code in result.stdout
 
 

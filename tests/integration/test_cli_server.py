@@ -78,7 +78,8 @@ class TestNothingRunning:
         assert (status.returncode, status.stdout.strip()) == (3, "not running")
         stop = cli(cli_env, "server", "stop")
         assert stop.returncode == 3
-        assert stop.stderr.count("\n") == 1 and "no server is running" in stop.stderr
+        assert stop.stderr.count("\n") == 1 and "no server started with `conductor-agents server start` is running" \
+            in stop.stderr
         logs = cli(cli_env, "server", "logs")
         assert logs.returncode == 3 and "Traceback" not in logs.stderr
 
@@ -285,7 +286,13 @@ def test_sqlite_start_says_queued_messages_do_not_survive_a_restart(fake_server_
         assert start.returncode == 0, start.stderr
         assert "lost when the server restarts" in start.stdout
     finally:
-        cli(fake_server_env, "server", "stop")
+        stopped = cli(fake_server_env, "server", "stop")
+    assert stopped.returncode == 0, stopped.stderr
+    # A second stop says nothing runs, not that none was ever started (issue 34, point 12).
+    again = cli(fake_server_env, "server", "stop")
+    assert again.returncode == 3 and again.stderr.count("\n") == 1
+    assert "no server started with `conductor-agents server start` is running" in again.stderr
+    assert "none was started" not in again.stderr
 
 
 def test_more_nodes_need_redis(cli_env: Dict[str, str]) -> None:

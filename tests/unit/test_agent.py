@@ -128,13 +128,31 @@ def test_message_queue_need_comes_from_a_wait_tool():
     """Only an agent with a wait-for-message tool needs the message queue."""
     waiter = WaitForMessageTool.create(name="wait_for_message", description="Wait for the next message.")
     assert (False, True) == (make(tools=[lookup]).needs_message_queue,
-                             make(tools=[lookup, waiter]).needs_message_queue)
+                             make(tools=[lookup, waiter], stateful=True).needs_message_queue)
 
 
 def test_worker_tools_exclude_server_tools():
     """The wait-for-message tool runs on the server, so it is not a worker tool."""
     waiter = WaitForMessageTool.create(name="wait_for_message", description="Wait.")
-    assert ("lookup",) == tuple(t.name for t in make(tools=[lookup, waiter]).worker_tools)
+    assert ("lookup",) == tuple(t.name for t in make(tools=[lookup, waiter], stateful=True).worker_tools)
+
+
+def test_a_listener_with_local_tools_must_be_stateful():
+    """A wait-for-message tool beside tools served here needs stateful=True: refused at once (issue 34, point 11)."""
+    waiter = WaitForMessageTool.create(name="wait_for_message", description="Wait.")
+    with pytest.raises(AgentDefinitionError, match=r"waits for messages .*\(lookup\).*stateful=True") as caught:
+        make(tools=[lookup, waiter])
+    assert caught.value.field == "stateful" and isinstance(caught.value, ValueError)
+    with pytest.raises(AgentDefinitionError, match="stateful=True"):
+        attrs.evolve(make(tools=[lookup, waiter], stateful=True), stateful=False)
+    # Stateful by a tool, or waiting with server tools only, is fine.
+    @tool(stateful=True)
+    def note(text: str) -> str:
+        """Note something down."""
+        return text
+
+    assert make(tools=[note, waiter]).is_listener
+    assert not make(tools=[waiter]).is_stateful
 
 
 def test_agent_is_frozen_and_evolve_validates():

@@ -242,3 +242,39 @@ def test_token_usage_tolerates_missing_and_null_counts():
     """Missing or null token counts read as 0."""
     assert TokenUsage(3, 0, 0) == TokenUsage.from_dict({"promptTokens": 3, "completionTokens": None})
     assert TokenUsage() == TokenUsage.from_dict(None)
+
+
+def test_agent_result_duration_is_the_runs_own_time_on_the_server():
+    """``duration_seconds`` is the workflow's end minus start, not how long the caller waited (issue 34, point 9)."""
+    status = AgentStatus.from_dict({"executionId": "wf-1", "status": "COMPLETED", "output": {"result": "ok"}})
+    workflow = {"startTime": 1_700_000_000_000, "endTime": 1_700_000_036_400, "tasks": []}
+    assert 36.4 == AgentResult.from_server(status, {}, [], workflow=workflow).duration_seconds
+    assert AgentResult.from_server(status, {"startTime": 5, "endTime": 0}).duration_seconds is None
+
+
+@pytest.mark.parametrize("finish, variables, ended_by, output", [
+    ("STOP", {"_stop_requested": False}, "answer", "done"),
+    ("TOOL_CALLS", {"_stop_requested": True}, "stop", None),
+    ("TOOL_CALLS", {"_stop_requested": False}, "turn_limit", None),
+    ("STOP", {"_stop_requested": True}, "stop", "done"),  # the model answered the stop signal first
+    ("STOP", {"_stop_requested": False, "signal": True}, "stop", "done"),  # ...and the server cleared the flag
+])
+def test_agent_result_says_why_a_completed_run_ended(finish, variables, ended_by, output):
+    """A run that ended on a turn of tool calls has no answer: ``ended_by`` says stop or turn limit (issue 34,
+    points 3 and 5), and ``output`` is None instead of the server's tool-call placeholder."""
+    result_text = "done" if finish == "STOP" else '[{"name":"take_note","inputs":{}}]'
+    status = AgentStatus.from_dict({"executionId": "wf-1", "status": "COMPLETED",
+                                    "output": {"result": result_text, "finishReason": finish}})
+    tasks = [{"taskType": "PULL_WORKFLOW_MESSAGES",
+              "outputData": {"messages": [{"id": "m1", "payload": {"_signal": "stop"}}], "count": 1}}]
+    workflow = {"variables": variables, "tasks": tasks if variables.pop("signal", False) else []}
+    result = AgentResult.from_server(status, {}, [], workflow=workflow)
+    assert (result.ended_by, result.output, result.raw_output["result"]) == (ended_by, output, result_text)
+
+
+def test_ended_by_is_unknown_without_the_workflow_or_for_a_run_that_did_not_complete():
+    status = AgentStatus.from_dict({"executionId": "wf-1", "status": "COMPLETED",
+                                    "output": {"result": "[]", "finishReason": "TOOL_CALLS"}})
+    assert AgentResult.from_server(status).ended_by is None
+    failed = AgentStatus.from_dict({"executionId": "wf-1", "status": "FAILED", "output": {"finishReason": "TOOL_CALLS"}})
+    assert AgentResult.from_server(failed, workflow={"variables": {}}).ended_by is None
