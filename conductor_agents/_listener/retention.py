@@ -30,9 +30,10 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from typing import Deque, Dict, List, Optional
+from typing import Deque, Dict, Optional
 
 from .._common.loops import BackgroundLoop
+from .._liveness.tree import all_sub_runs
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from .directory import Chain, ChainDirectory
@@ -45,9 +46,6 @@ log = logging.getLogger("conductor_agents.continuation")
 
 #: The longest one removal may take before it counts as hanging (a healthy server answers in 0.1 s).
 REMOVE_TIMEOUT = 15.0
-#: How deep sub-runs are followed (agents of agents of agents...).
-_MAX_DEPTH = 8
-_SUB_RUN = "SUB_WORKFLOW"
 
 
 class Remover:
@@ -97,24 +95,6 @@ class Remover:
         return True
 
 
-def sub_runs(api: ConductorApi, execution_id: str, depth: int = _MAX_DEPTH) -> "List[str]":
-    """Every sub-run of ``execution_id`` (sub-agents, agent tools, and theirs), deepest first; a run
-    already gone has none."""
-    if depth <= 0:
-        return []
-    try:
-        tasks = api.get_workflow(execution_id, include_tasks=True).get("tasks") or ()
-    except ExecutionNotFoundError:
-        return []
-    found: List[str] = []
-    for task in tasks:
-        child = task.get("subWorkflowId") if isinstance(task, dict) else None
-        if task.get("taskType") == _SUB_RUN and child:
-            found.extend(sub_runs(api, str(child), depth - 1))
-            found.append(str(child))
-    return found
-
-
 def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int, keep: Optional[int],
           remover: Remover, stop: Optional[threading.Event] = None, *, with_sub_runs: bool = True) -> int:
     """Write the head hint for committed link ``head`` and retire the links ``keep`` allows (see the
@@ -147,7 +127,7 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
         if stop is not None and stop.is_set():
             break
         link = chain.link(number)
-        subs = sub_runs(api, link.execution_id) if with_sub_runs else []
+        subs = all_sub_runs(api, link.execution_id) if with_sub_runs else []
         if not all([remover.remove(run) for run in subs]):
             break  # the link lists the sub-runs left: keep it, so the next sweep finds them
         if not remover.remove(link.execution_id):

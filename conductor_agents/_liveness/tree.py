@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, Iterator, Optional
+from typing import Dict, Iterator, List, Optional
 
 from .._wire.api import ConductorApi
-from ..errors import ConductorAgentsError
+from ..errors import ConductorAgentsError, ExecutionNotFoundError
 
 log = logging.getLogger("conductor_agents.worker")
 
-__all__ = ["SUB_RUN_TASK", "RootFinder", "running_sub_runs"]
+__all__ = ["SUB_RUN_TASK", "RootFinder", "all_sub_runs", "running_sub_runs"]
 
 SUB_RUN_TASK = "SUB_WORKFLOW"
 #: How deep a tree is followed (agents of agents of agents...); deeper sub-runs are not reclaimed.
@@ -41,6 +41,28 @@ def running_sub_runs(api: ConductorApi, execution_id: str, *, depth: int = _MAX_
         if task.get("taskType") == SUB_RUN_TASK and child:
             yield str(child)
             yield from running_sub_runs(api, str(child), depth=depth - 1)
+
+
+def all_sub_runs(api: ConductorApi, execution_id: str, *, depth: int = _MAX_DEPTH) -> "List[str]":
+    """Every sub-run of ``execution_id`` (sub-agents, agent tools, and theirs), deepest first; a run
+    already gone has none (one full read per run: the runs of an ended tree, to remove them).
+
+    Raises:
+        ServerError: a read failed.
+    """
+    if depth <= 0:
+        return []
+    try:
+        tasks = api.get_workflow(execution_id, include_tasks=True).get("tasks") or ()
+    except ExecutionNotFoundError:
+        return []
+    found: List[str] = []
+    for task in tasks:
+        child = task.get("subWorkflowId") if isinstance(task, dict) else None
+        if task.get("taskType") == SUB_RUN_TASK and child:
+            found.extend(all_sub_runs(api, str(child), depth=depth - 1))
+            found.append(str(child))
+    return found
 
 
 class RootFinder:
