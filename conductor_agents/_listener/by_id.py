@@ -15,12 +15,12 @@ from typing import Any, Callable, List, Mapping, Optional
 
 from .._common.clock import Clock
 from .directory import Chain, ChainDirectory
+from .following import is_running
 from .sending import send_to_listener
 from .._people import approvals
 from .._people.pending import HumanAnswer, PendingRequest
 from .._wire.api import ConductorApi
 from ..errors import ExecutionNotFoundError
-from ..result import AgentStatus
 from ..settings import AgentSettings
 
 __all__ = ["RunsById", "people_runs"]
@@ -43,7 +43,7 @@ def people_runs(api: ConductorApi, directory: ChainDirectory, execution_id: str,
     runs: List[str] = [newest.execution_id]
     if newest.number > 0:
         previous = chain.link(newest.number - 1).execution_id
-        if request is not None or _running(api, previous):
+        if request is not None or is_running(api, previous):
             runs.insert(0, previous)
     if isinstance(request, PendingRequest) and request.execution_id not in runs:
         try:
@@ -53,13 +53,6 @@ def people_runs(api: ConductorApi, directory: ChainDirectory, execution_id: str,
         if (held.run_id, held.agent_name) == (chain.run_id, chain.agent_name):
             runs.insert(0, request.execution_id)
     return tuple(runs)
-
-
-def _running(api: ConductorApi, execution_id: str) -> bool:
-    try:
-        return not AgentStatus.from_dict(api.agent_status(execution_id)).is_terminal
-    except ExecutionNotFoundError:
-        return False  # retired from the server: it holds nothing
 
 
 class RunsById:

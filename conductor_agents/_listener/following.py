@@ -17,7 +17,7 @@ from ..result import AgentStatus, ListenerTotals
 from .carryover import add_tokens, pulled_message_ids
 from .switch import read_commit, read_final_state, run_tokens
 
-__all__ = ["current_status", "listener_totals", "live_links"]
+__all__ = ["current_status", "is_running", "listener_totals", "live_links"]
 
 
 def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *,
@@ -59,13 +59,18 @@ def live_links(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> "l
     links = [newest]
     if newest.number > chain.first:
         previous = chain.link(newest.number - 1)
-        try:
-            status = AgentStatus.from_dict(api.agent_status(previous.execution_id))
-        except ExecutionNotFoundError:
-            return links  # retired: it ended long ago
-        if not status.is_terminal:
+        if is_running(api, previous.execution_id):
             links.append(previous)
     return links
+
+
+def is_running(api: ConductorApi, execution_id: str) -> bool:
+    """Whether run ``execution_id`` has not ended (one small status request); a run retired from the
+    server ended long ago."""
+    try:
+        return not AgentStatus.from_dict(api.agent_status(execution_id)).is_terminal
+    except ExecutionNotFoundError:
+        return False
 
 
 def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> ListenerTotals:
