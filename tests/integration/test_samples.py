@@ -201,3 +201,45 @@ def test_cluster_sample_runs_unchanged_on_either_topology(remote_env: Dict[str, 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "run ended COMPLETED; reports made in this process: ['/reports/before.pdf', '/reports/after.pdf']" \
         in result.stdout
+
+
+def test_starlette_sample_is_the_async_twin_of_the_flask_one(agent_settings, scripted_llm,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """samples/starlette_app.py through Starlette's TestClient (its lifespan makes and closes the async
+    runtime): start, a message acted on, a publication approved from the approval queue, stop."""
+    from starlette.testclient import TestClient
+
+    sample = _import_sample("starlette_app_sample", "starlette_app.py")
+    monkeypatch.setenv("CONDUCTOR_SERVER_URL", agent_settings.server_url)
+    monkeypatch.setenv("CONDUCTOR_AGENT_MODEL", scripted_llm.script(policy=listener_policy(sample.scripted_action)))
+    with TestClient(sample.app) as client:
+        started = client.post("/listeners")
+        assert started.status_code == 201, started.text
+        execution_id = started.json()["execution_id"]
+        sent = client.post(f"/listeners/{execution_id}/messages", json={"action": "generate-report", "topic": "q3"})
+        assert sent.status_code == 202 and sent.json()["message_id"]
+        eventually(lambda: client.get(f"/listeners/{execution_id}").json()["reports"] == ["q3"], timeout=60,
+                   message="the report")
+        assert client.post(f"/listeners/{execution_id}/messages", content=b"not json").status_code == 400
+        assert client.get("/listeners/nope").status_code == 404
+
+        client.post(f"/listeners/{execution_id}/messages", json={"action": "publish-report", "topic": "q3"})
+        queue = eventually(lambda: client.get("/approvals").json()["approvals"], timeout=60, message="the approval")
+        assert [r["executionId"] for r in queue] == [execution_id]
+        assert client.post(f"/approvals/{execution_id}/reject", json={}).status_code == 400  # a reason is needed
+        approved = client.post(f"/approvals/{execution_id}/approve", json={"by": "tester"})
+        assert approved.status_code == 200, approved.text
+
+        stopped = client.post(f"/listeners/{execution_id}/stop")
+        assert stopped.status_code == 200, stopped.text
+        body = stopped.json()
+        assert body["status"] == "COMPLETED" and body["reports"] == ["q3"]
+        assert {"generate_report", "publish_report"} <= set(body["tool_calls"])
+
+
+def _import_sample(module_name: str, file_name: str) -> object:
+    spec = importlib.util.spec_from_file_location(module_name, SAMPLES / file_name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
