@@ -160,7 +160,7 @@ PACKAGE_ALL = [
     "Agent", "Continuation", "CarryOver", "ToolDef", "ToolRegistry", "WaitForMessageTool", "HumanTool", "HttpTool",
     "McpTool", "ApiTool", "tool", "Strategy", "Handoff", "HandoffContext", "Gate", "Guardrail", "GuardrailResult", "Termination",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
-    "AgentRuntime", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
+    "AgentRuntime", "AsyncAgentRuntime", "AsyncAgentHandle", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
     "ToolCallRecord", "ListenerTotals", "MessageDelivery",
     "PendingRequest", "PendingToolCall", "HumanAnswer",
     "LocalServer",
