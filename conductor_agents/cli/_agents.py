@@ -228,8 +228,9 @@ def _send(args: argparse.Namespace) -> int:
             error(f"message {message_id} was not pulled by run {args.execution_id} within {args.timeout:g}s; "
                   "it may still arrive")
             return EXIT_TIMED_OUT
-    _note(f"delivered: pulled by {delivery.task_reference_name}"
-          + (f" with {delivery.batch_count - 1} other message(s)" if delivery.batch_count > 1 else ""))
+    others = delivery.batch_count - 1
+    _note(f"delivered: run {delivery.execution_id} read it"
+          + (f" with {others} other message{'s' if others != 1 else ''}" if others else ""))
     return EXIT_OK
 
 
