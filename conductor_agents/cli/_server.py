@@ -2,7 +2,9 @@
 
 ``start`` launches a detached server and records it (pid, port, data dir, log, version)
 in the state file; ``--backend redis`` keeps the data in its own Redis, and ``--nodes N``
-starts a local cluster (N nodes on one Redis behind HAProxy; the URL is the balancer's); ``status``, ``logs`` and ``stop`` read that record. ``start
+starts a local cluster (N nodes on one Redis behind HAProxy; the URL is the balancer's), and
+``--scripted-model`` a scripted model beside it (:mod:`._scripted`) as its OpenAI provider; ``status``, ``logs``
+and ``stop`` read that record. ``start
 --foreground`` keeps the server attached until Ctrl-C. ``fetch`` and ``java`` check the
 prerequisites (the jar and a Java 21+ runtime).
 """

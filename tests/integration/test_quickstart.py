@@ -53,10 +53,8 @@ class Shell:
     def run(self, code: str, cwd: Path) -> subprocess.CompletedProcess:
         env_file = self.tmp / "env.out"
         script = f"set -e\n{code}\nenv -0 > {env_file}\n"
-        import time; t0 = time.monotonic()
         done = subprocess.run(["bash", "-c", script], cwd=cwd, env=self.env, capture_output=True, text=True,
                               timeout=BLOCK_TIMEOUT)
-        print(f"TIMING {time.monotonic() - t0:.1f}s {code[:60]!r}")
         assert done.returncode == 0, f"{code}\nexit {done.returncode}\n{done.stdout}\n{done.stderr}"
         self.env = dict(item.split("=", 1) for item in env_file.read_text().split("\0") if "=" in item)
         self.outputs.append(done)
