@@ -95,14 +95,17 @@ def model_failure_error(execution_id: str, model: str, cause: str, detail: str) 
 class FirstModelTurn:
     """Watches one run until its first model turn completes; a hopeless failure before then is an error.
 
-    Thread-safe (a lock guards the one flag). ``settled`` once the turn completed, or the run is not one
-    to watch (a listener's later run: its model has answered before).
+    Thread-safe (a lock guards its state). ``settled`` once the turn completed, the run is not one to watch
+    (a listener's later run: its model has answered before), or after ``max_reads`` reads.
     """
 
-    def __init__(self, api: ConductorApi) -> None:
+    def __init__(self, api: ConductorApi, *, max_reads: int = 120) -> None:
         self._api = api
         self._lock = threading.Lock()
         self._settled = False
+        #: Reads before it gives up watching (a run whose first turns are sub-runs' has no model task of
+        #: its own for a while: ~a minute of polls, then it costs nothing more).
+        self._reads_left = max_reads
 
     def settle(self) -> None:
         """Stop watching (the model answered, or this is not the run's first model turn)."""
@@ -120,8 +123,11 @@ class FirstModelTurn:
         Raises:
             ServerError: the read failed.
         """
-        if self.settled:
-            return None
+        with self._lock:
+            if self._settled:
+                return None
+            self._reads_left -= 1
+            self._settled = self._reads_left <= 0
         workflow = self._api.get_workflow(execution_id, include_tasks=True) or {}
         found: Optional[ModelUnavailableError] = None
         for task in workflow.get("tasks") or ():

@@ -47,3 +47,43 @@ def test_the_error_names_the_cause_and_the_fix_on_one_line() -> None:
                  "--scripted-model", "run-1 was cancelled"):
         assert part in text
     assert (err.variable, err.cause, err.execution_id) == ("OPENAI_API_KEY", "rejected_key", "run-1")
+
+
+class _Api:
+    """The one read FirstModelTurn makes: a run's tasks."""
+
+    def __init__(self, tasks: list) -> None:
+        self.tasks, self.reads = tasks, 0
+
+    def get_workflow(self, execution_id: str, *, include_tasks: bool = False) -> dict:
+        self.reads += 1
+        return {"tasks": list(self.tasks)}
+
+
+def _llm(status: str, reason: str = "") -> dict:
+    return {"taskType": "LLM_CHAT_COMPLETE", "status": status, "reasonForIncompletion": reason,
+            "inputData": {"llmProvider": "openai", "model": "gpt-4o"}}
+
+
+def test_first_model_turn_reads_until_the_model_answered_then_never_again() -> None:
+    from conductor_agents._liveness.model_calls import FirstModelTurn
+
+    api = _Api([_llm("IN_PROGRESS")])
+    watch = FirstModelTurn(api)
+    assert watch.problem("run-1") is None and not watch.settled
+    api.tasks = [_llm("FAILED", "Task execution failed: OpenAI Responses API call failed: Responses API failed "
+                                "with status 503: busy"), _llm("COMPLETED")]
+    assert watch.problem("run-1") is None and watch.settled  # a blip the retry got past
+    assert watch.problem("run-1") is None and api.reads == 2
+
+
+def test_a_hopeless_first_attempt_is_the_error_and_a_run_without_model_tasks_stops_costing_reads() -> None:
+    from conductor_agents._liveness.model_calls import FirstModelTurn
+
+    problem = FirstModelTurn(_Api([_llm("FAILED", REFUSED), _llm("SCHEDULED")])).problem("run-1")
+    assert isinstance(problem, ModelUnavailableError) and problem.model == "openai/gpt-4o"
+    quiet = _Api([{"taskType": "SUB_WORKFLOW", "status": "IN_PROGRESS"}])
+    watch = FirstModelTurn(quiet, max_reads=3)
+    for _ in range(5):
+        assert watch.problem("run-1") is None
+    assert quiet.reads == 3 and watch.settled
