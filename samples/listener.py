@@ -12,6 +12,11 @@ Or against your own server and a real model:
 
     CONDUCTOR_SERVER_URL=http://localhost:8080/api \\
     CONDUCTOR_AGENT_MODEL=anthropic/claude-sonnet-4-6 python samples/listener.py --remote
+
+Or against a local server with a scripted model, from the shell (no key; docs/quickstart.md):
+
+    conductor-agents server start --scripted-model      # then export the two lines it prints
+    python samples/listener.py --remote
 """
 
 from __future__ import annotations

@@ -106,6 +106,8 @@ def test_every_command_of_the_quickstart_runs(tmp_path: Path) -> None:
                 shell.run(code, cwd=REPO_ROOT)
             else:
                 ran = shell.run(code, cwd=REPO_ROOT)
+                if "samples/listener.py --remote" in code:
+                    assert "reports generated in this process: ['/reports/weekly-1.pdf']" in ran.stdout, ran.stderr
                 if "server stop" in code:
                     assert "Stopped the Conductor server" in ran.stdout and "1 more process)" in ran.stdout
         assert shell.env.get("CONDUCTOR_AGENT_MODEL") == "openai/scripted"
