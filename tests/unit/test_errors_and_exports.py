@@ -48,6 +48,7 @@ BUILTIN_OF = {
     "OutputValidationError": (ValueError,),
     "RunContextError": (ValueError,),
     "MissingSecretError": (LookupError,),
+    "ModelUnavailableError": (ValueError,),
 }
 
 
@@ -167,7 +168,7 @@ PACKAGE_ALL = [
     "ConductorAgentsError", "AgentDefinitionError", "AgentTypeError", "AnswerConflictError", "AuthenticationError",
     "ConfigurationError", "ExecutionNotFoundError", "ExecutionNotRunningError", "InvalidAnswerError", "JarDownloadError",
     "JavaNotFoundError", "LocalServerError", "MessageLostError", "MessageQueueDisabledError", "MessageQueueFullError",
-    "MissingSecretError", "NothingPendingError", "OutputValidationError",
+    "MissingSecretError", "ModelUnavailableError", "NothingPendingError", "OutputValidationError",
     "PayloadError", "ResumeError", "RunContextError", "RuntimeClosedError", "ServerError", "ServerUnavailableError",
     "ToolArgumentsError", "ToolDefinitionError", "WaitTimeoutError", "WorkerStallError", "WorkerStartupError",
     "__version__",
