@@ -14,7 +14,7 @@ from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, listener as make_listener, listener_links
 from .crash_child import FileActionTools, read_actions
-from .support import Child, kill_all, quiescent
+from .support import Child, current_run, kill_all, quiescent, run_summary
 
 pytestmark = pytest.mark.reliability
 
@@ -27,12 +27,22 @@ def act_on(payload: dict) -> ToolCall:
     return ToolCall("act", {"action": payload["action"], "tag": payload.get("tag", "")})
 
 
-def explained(children: List[Child], check: Callable[[], T], **kwargs) -> T:
-    """``eventually(check)``, its failure message followed by the children's stderr (their SDK log)."""
+def explained(children: List[Child], check: Callable[[], T], *, listener: "tuple[str, str] | None" = None,
+              **kwargs) -> T:
+    """``eventually(check)``, its failure message followed by the children's stderr (their SDK log) and,
+    given ``listener`` (server URL, first id), the server's view of the listener's newest run.
+
+    The bounds below are generous (a loaded 2-core CI machine, a server just started): each wait ends as
+    soon as its condition holds; none of them waits for a timer of the SDK."""
     try:
         return eventually(check, **kwargs)
     except AssertionError as err:
         tails = "\n".join(f"--- {c.stderr_path} (exit {c.proc.poll()}):\n{c.stderr_tail()}" for c in children)
+        if listener is not None:
+            try:
+                tails += "\n--- the newest run:\n" + run_summary(listener[0], current_run(*listener))
+            except Exception as read_err:  # noqa: BLE001 - the message must not hide the failure
+                tails += f"\n--- the newest run could not be read: {read_err}"
         raise AssertionError(f"{err}\n{tails}") from None
 
 
@@ -58,13 +68,13 @@ def test_a_process_killed_mid_retirement_leaves_a_listener_the_next_one_finishes
                 assert len(sent) < 30, "no switch for many messages"
                 sent.append(f"before-{len(sent)}")
                 sender.send_message(execution_id, {"action": sent[-1], "tag": "before"})
-                explained([keeper], lambda: len(read_actions(log)) >= len(sent), timeout=60, interval=0.05,
-                          message="the message acted on")
+                explained([keeper], lambda: len(read_actions(log)) >= len(sent), timeout=120, interval=0.05,
+                          listener=(base, execution_id), message="the message acted on")
         # Killed at rest: its last switch committed, no tool in flight. (Killed mid-switch, the next process
         # would first finish that switch, and a tool of the old run left in flight keeps the old run from
         # coming to rest: the switch waits out its drain bound, 60 s, before the sweep even begins.)
-        explained([keeper], lambda: quiescent(base, execution_id), timeout=60, interval=0.1,
-                  message="the keeper at rest after its last switch")
+        explained([keeper], lambda: quiescent(base, execution_id), timeout=120, interval=0.1,
+                  listener=(base, execution_id), message="the keeper at rest after its last switch")
     finally:
         kill_all([keeper])
     links = listener_links(base, execution_id)
@@ -74,8 +84,8 @@ def test_a_process_killed_mid_retirement_leaves_a_listener_the_next_one_finishes
     crasher = Child([*common, "--resume", execution_id, "--keep-runs", "0", "--crash-after-removals", "2"],
                     stderr_path=str(tmp_path / "crasher.err"))
     try:
-        explained([keeper, crasher], lambda: crasher.proc.poll() is not None, timeout=60, interval=0.1,
-                  message="the crash mid-sweep")
+        explained([keeper, crasher], lambda: crasher.proc.poll() is not None, timeout=120, interval=0.1,
+                  listener=(base, execution_id), message="the crash mid-sweep")
         assert "killed after removing 2 runs" in crasher.stderr_tail(), crasher.stderr_tail()
     finally:
         kill_all([crasher])
@@ -87,16 +97,16 @@ def test_a_process_killed_mid_retirement_leaves_a_listener_the_next_one_finishes
     with AgentRuntime(agent_settings) as resumer:
         handle = resumer.resume(execution_id, agent, force=True)
         explained([keeper, crasher], lambda: [n for n, _ in listener_links(base, execution_id)] == [0, newest],
-                  timeout=30, interval=0.2, message="the sweep finished by the next process")
+                  timeout=60, interval=0.2, message="the sweep finished by the next process")
         for i in range(2):
             sent.append(f"after-{i}")
             resumer.send_message(execution_id, {"action": sent[-1], "tag": "after"})
-        eventually(lambda: len(read_actions(log)) >= len(sent), timeout=90, interval=0.2,
+        eventually(lambda: len(read_actions(log)) >= len(sent), timeout=120, interval=0.2,
                    message=f"all {len(sent)} messages acted on")
         totals = handle.totals()
         assert totals.runs >= newest + 1 and totals.messages >= len(sent), totals
         handle.stop()
-        result = handle.wait(timeout=60)
+        result = handle.wait(timeout=120)
     assert result.status is RunStatus.COMPLETED and result.execution_id == execution_id
     counts = collections.Counter(a["action"] for a in read_actions(log))
     assert sorted(counts) == sorted(sent) and set(counts.values()) == {1}, counts
