@@ -61,7 +61,7 @@ def exit_codes_help() -> str:
     return "\n".join(lines)
 
 VERB_GROUPS: List[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents", "conductor_agents.cli._serve",
-                           "conductor_agents.cli._humans"]
+                           "conductor_agents.cli._humans", "conductor_agents.cli._watch"]
 """Modules that add verbs; each exposes ``register(subparsers)``."""
 
 _PROG = "conductor-agents"
