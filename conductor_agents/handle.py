@@ -234,7 +234,7 @@ class AgentHandle:
                 self._last_status = status.status
                 if status.is_terminal:
                     return self._finish(status, link)
-                self._raise_if_model_unavailable(link)
+                self._raise_if_model_unavailable(link, deadline)
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 raise WaitTimeoutError(
@@ -247,7 +247,7 @@ class AgentHandle:
             self._wake.wait(min(self._settings.status_poll_interval_seconds, remaining))
             self._wake.clear()
 
-    def _raise_if_model_unavailable(self, link: Link) -> None:
+    def _raise_if_model_unavailable(self, link: Link, deadline: float) -> None:
         """Raise ModelUnavailableError (and cancel the run) when its first model turn cannot be made."""
         if self._first_turn.settled:
             return
@@ -255,7 +255,9 @@ class AgentHandle:
             self._first_turn.settle()  # a listener's later run: its model answered before
             return
         try:
-            problem = self._first_turn.problem(link.execution_id)
+            remaining = deadline - self._clock.monotonic()
+            problem = self._first_turn.problem(
+                link.execution_id, timeout=max(1.0, min(self._settings.http_timeout_seconds, remaining)))
         except ConductorAgentsError as err:  # a read that failed: the next poll asks again
             log.info("could not read the model turns of %s: %s", link.execution_id, err)
             return

@@ -117,8 +117,9 @@ class FirstModelTurn:
         with self._lock:
             return self._settled
 
-    def problem(self, execution_id: str) -> Optional[ModelUnavailableError]:
-        """The error when the run's model cannot be called, None while it may be (one read until settled).
+    def problem(self, execution_id: str, *, timeout: Optional[float] = None) -> Optional[ModelUnavailableError]:
+        """The error when the run's model cannot be called, None while it may be (one read, bounded by
+        ``timeout`` seconds, until settled).
 
         Raises:
             ServerError: the read failed.
@@ -128,7 +129,7 @@ class FirstModelTurn:
                 return None
             self._reads_left -= 1
             self._settled = self._reads_left <= 0
-        workflow = self._api.get_workflow(execution_id, include_tasks=True) or {}
+        workflow = self._api.get_workflow(execution_id, include_tasks=True, timeout=timeout) or {}
         found: Optional[ModelUnavailableError] = None
         for task in workflow.get("tasks") or ():
             if not isinstance(task, Mapping) or task.get("taskType") != MODEL_TASK_TYPE:

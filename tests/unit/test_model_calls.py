@@ -55,7 +55,7 @@ class _Api:
     def __init__(self, tasks: list) -> None:
         self.tasks, self.reads = tasks, 0
 
-    def get_workflow(self, execution_id: str, *, include_tasks: bool = False) -> dict:
+    def get_workflow(self, execution_id: str, *, include_tasks: bool = False, timeout: object = None) -> dict:
         self.reads += 1
         return {"tasks": list(self.tasks)}
 
