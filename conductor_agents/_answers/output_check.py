@@ -32,7 +32,7 @@ from typing import Any, Callable, Dict, Mapping, Optional, Sequence
 
 import attrs
 
-from .._common.task_names import output_check_task_name, server_ref
+from .._common.task_names import MODEL_TASK_TYPE, output_check_task_name, server_ref
 from .._tooldefs.tooldef import ToolDef
 from .output_type import FAILED_PREFIX, OutputSpec, Rejection
 
@@ -129,7 +129,7 @@ def rejection_of(tasks: Sequence[Mapping[str, Any]], agent_name: str) -> Optiona
         return Rejection("check", (refused[-1].get("inputData") or {}).get("content"), len(refused))
     for task in reversed(tasks):
         ref = str(task.get("referenceTaskName") or "")
-        if task.get("taskType") != "LLM_CHAT_COMPLETE" or not (ref == llm_ref or ref.startswith(llm_ref + "__")):
+        if task.get("taskType") != MODEL_TASK_TYPE or not (ref == llm_ref or ref.startswith(llm_ref + "__")):
             continue
         if str(task.get("status") or "").startswith("FAILED") and (task.get("inputData") or {}).get("jsonOutput"):
             return Rejection("json_mode", _model_text(task.get("reasonForIncompletion")))

@@ -19,6 +19,8 @@ from typing import Optional
 from ..errors import AgentDefinitionError
 
 __all__ = [
+    "MESSAGE_WAIT_TASK_TYPE",
+    "MODEL_TASK_TYPE",
     "CARRY_TASK",
     "INTERNAL_TASK_TYPES",
     "PICK_SUFFIX",
@@ -42,6 +44,11 @@ _LONGEST = 64
 
 #: The prefill task that holds a new link until the switch is committed; its output is the commit
 #: record (first writer wins: the server ignores updates to a finished task).
+#: The server's task type of a model call (an agent's turn).
+MODEL_TASK_TYPE = "LLM_CHAT_COMPLETE"
+#: The server's task type of a wait for messages (a ``WaitForMessageTool`` call).
+MESSAGE_WAIT_TASK_TYPE = "PULL_WORKFLOW_MESSAGES"
+
 CARRY_TASK = "conductor_agents_carry"
 #: The worker task the SDK adds before each model call of a continued listener (a ``before_model``
 #: callback): it tells the serving process that a turn began, and which, without any polling.

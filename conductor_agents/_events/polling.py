@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from typing import Any, List, Mapping, Tuple
 
-from .._common.task_names import INTERNAL_TASK_TYPES
+from .._common.task_names import INTERNAL_TASK_TYPES, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
 from ..events import (
     SOURCE_POLL,
     AgentEvent,
@@ -65,7 +65,7 @@ def is_tool_task(task: Mapping[str, Any]) -> bool:
 
 _TERMINAL_TASK = frozenset({"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "CANCELED",
                             "SKIPPED", "TIMED_OUT"})
-_EVENTFUL_TYPES = frozenset({"LLM_CHAT_COMPLETE", "PULL_WORKFLOW_MESSAGES"})
+_EVENTFUL_TYPES = frozenset({MODEL_TASK_TYPE, MESSAGE_WAIT_TASK_TYPE})
 
 
 def _settled(task: Mapping[str, Any]) -> bool:
@@ -150,9 +150,9 @@ def _task_events(task: Mapping[str, Any], execution_id: str) -> List[_Keyed]:
                 "source": SOURCE_POLL}
 
     out: List[_Keyed] = []
-    if task_type == "LLM_CHAT_COMPLETE":
+    if task_type == MODEL_TASK_TYPE:
         out.append(((scheduled, seq, 0), ThinkingEvent(**common("thinking", scheduled), task_reference_name=ref)))
-    elif task_type == "PULL_WORKFLOW_MESSAGES":
+    elif task_type == MESSAGE_WAIT_TASK_TYPE:
         out.append(((scheduled, seq, 0), WaitingEvent(**common("waiting", scheduled), task_reference_name=ref,
                                                       pending_tool={"taskRefName": ref})))
     elif task_type == "HUMAN":  # a person is awaited: the same pendingTool the server streams

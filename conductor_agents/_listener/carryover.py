@@ -26,6 +26,7 @@ import attrs
 
 from ..continuation import CarryOver, Continuation
 from ..result import TokenUsage
+from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
 
 __all__ = ["CommitRecord", "PENDING_CLOSE", "PENDING_OPEN", "build_record", "pulled_message_ids"]
 
@@ -38,8 +39,8 @@ _RECORD_KEY = "conductor_agents"
 _VERSION = 1
 #: Longest line of the compact record, per conversation item.
 _LINE_CHARS = 200
-_PULL = "PULL_WORKFLOW_MESSAGES"
-_LLM = "LLM_CHAT_COMPLETE"
+_PULL = MESSAGE_WAIT_TASK_TYPE
+_LLM = MODEL_TASK_TYPE
 _SERVER_INPUT_KEYS = frozenset({"method", "_agent_state", "_agent_tool_name"})
 
 

@@ -38,13 +38,14 @@ from .._common.transient import TransientErrors
 from .switch import read_commit
 from .._wire.transport import HttpError
 from ..errors import ExecutionNotFoundError, MessageLostError, ServerUnavailableError, WaitTimeoutError
+from .._common.task_names import MESSAGE_WAIT_TASK_TYPE
 
 __all__ = ["MessageDelivery", "DeliveryCheck", "wait_for_delivery"]
 
 log = logging.getLogger("conductor_agents.delivery")
 
 #: The server's task type of a wait-for-message call.
-PULL_TASK_TYPE = "PULL_WORKFLOW_MESSAGES"
+PULL_TASK_TYPE = MESSAGE_WAIT_TASK_TYPE
 _TERMINAL_RUN = frozenset({"COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"})
 #: Evaluations after the first sample that prove one of them started after the push.
 _EVALUATIONS_FOR_PROOF = 2

@@ -43,7 +43,7 @@ import attrs
 
 from .._wire.api import ConductorApi
 from .carryover import CommitRecord, build_record
-from .._common.task_names import CARRY_TASK, TURN_TASK
+from .._common.task_names import CARRY_TASK, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, TURN_TASK
 from .chain import ABANDONED_REASON, continued_reason, is_continued
 from .directory import Chain, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
@@ -73,9 +73,9 @@ _DRAIN_PAUSE = 0.25
 _SETTLE_SECONDS = 0.1
 #: How many tasks are read from the end of link n to find its last model turn (more pages if needed).
 _TAIL_PAGE = 40
-_PULL = "PULL_WORKFLOW_MESSAGES"
+_PULL = MESSAGE_WAIT_TASK_TYPE
 _HUMAN = "HUMAN"
-_LLM = "LLM_CHAT_COMPLETE"
+_LLM = MODEL_TASK_TYPE
 _LOOPS = frozenset({"DO_WHILE"})
 #: Tasks of a waiting link that do not keep a switch from happening.
 _WAITING_KINDS = frozenset({_PULL, "JOIN", "DO_WHILE"})

@@ -25,11 +25,11 @@ from typing import Any, Mapping, Optional, Tuple
 
 from .._wire.api import ConductorApi
 from ..errors import ModelUnavailableError
+from .._common.task_names import MODEL_TASK_TYPE
 
 __all__ = ["FirstModelTurn", "MODEL_TASK_TYPE", "classify_model_failure", "model_failure_error"]
 
 #: The task type of a model call (the server's).
-MODEL_TASK_TYPE = "LLM_CHAT_COMPLETE"
 
 #: The environment variable the server reads each provider's key from (the server's own table).
 PROVIDER_KEY_VARIABLES = {

@@ -21,14 +21,15 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 from .._liveness.model_calls import classify_model_failure
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import SERVER_INPUT_KEYS, RunStatus
+from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
 
 __all__ = ["ProgressDisplay", "RunWatcher", "TaskTracker", "describe_event"]
 
 log = logging.getLogger("conductor_agents.cli")
 
 _SPINNER = "|/-\\"
-_WAIT_TASK_TYPE = "PULL_WORKFLOW_MESSAGES"
-_LLM_TASK_TYPE = "LLM_CHAT_COMPLETE"
+_WAIT_TASK_TYPE = MESSAGE_WAIT_TASK_TYPE
+_LLM_TASK_TYPE = MODEL_TASK_TYPE
 #: Task types that are the agent loop's machinery, never shown.
 _MACHINERY = frozenset({
     "INLINE", "SET_VARIABLE", "DO_WHILE", "SWITCH", "FORK", "FORK_JOIN_DYNAMIC", "JOIN", "DYNAMIC",
