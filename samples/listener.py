@@ -24,8 +24,10 @@ from __future__ import annotations
 import argparse
 import os
 import time
+from datetime import timedelta
 
-from conductor_agents import Agent, AgentRuntime, AgentSettings, ToolRegistry, WaitForMessageTool, tool
+from conductor_agents import (Agent, AgentRuntime, AgentSettings, Continuation, ToolRegistry, WaitForMessageTool,
+                              tool)
 
 
 class ActionTools:
@@ -55,6 +57,9 @@ def build_agent(model: str, tools: ActionTools) -> Agent:
         max_turns=10_000,
         tools=[receive, *ToolRegistry.from_instance(tools)],
         instructions="Loop: wait_for_message, act on it, repeat until told to stop.",
+        # A listener that lives for months is continued as fresh runs; the server keeps its first run, at
+        # most the 2 newest ended ones, and none that ended more than 30 days ago (docs/operations.md).
+        continuation=Continuation(keep_runs=2, keep_for=timedelta(days=30)),
     )
 
 

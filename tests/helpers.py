@@ -72,6 +72,24 @@ def listener_runs(base_url: str, execution_id: str) -> "list[str]":
     return [run for _, run in listener_links(base_url, execution_id)]
 
 
+def read_through_balancer(url: str, params: dict, *, attempts: int = 5) -> requests.Response:
+    """A test's own GET, tried again (at most ``attempts`` times, 1 s apart) when the cluster's balancer
+    answers 502/503/504 or the connection drops: a node too busy to answer in time on a loaded machine,
+    which the SDK's own reads retry too."""
+    for attempt in range(attempts):
+        try:
+            response = requests.get(url, params=params, timeout=10)
+        except requests.ConnectionError:
+            if attempt == attempts - 1:
+                raise
+            time.sleep(1.0)
+            continue
+        if response.status_code not in (502, 503, 504) or attempt == attempts - 1:
+            return response
+        time.sleep(1.0)
+    raise AssertionError("unreachable")
+
+
 def listener_links(base_url: str, execution_id: str) -> "list[tuple[int, str]]":
     """``(link number, execution id)`` of every run of the listener that the server still holds.
 
@@ -80,13 +98,13 @@ def listener_links(base_url: str, execution_id: str) -> "list[tuple[int, str]]":
     the runs in between; from the newest, the links are probed down until one is missing.
     """
     def exists(candidate: str) -> bool:
-        response = requests.get(f"{base_url}/workflow/{candidate}", params={"includeTasks": "false"}, timeout=10)
+        response = read_through_balancer(f"{base_url}/workflow/{candidate}", {"includeTasks": "false"})
         if response.status_code == 404:
             return False
         response.raise_for_status()
         return True
 
-    first = requests.get(f"{base_url}/workflow/{execution_id}", params={"includeTasks": "false"}, timeout=10)
+    first = read_through_balancer(f"{base_url}/workflow/{execution_id}", {"includeTasks": "false"})
     first.raise_for_status()
     key = parse_link_key(first.json().get("correlationId"))
     if key is None:
@@ -95,8 +113,7 @@ def listener_links(base_url: str, execution_id: str) -> "list[tuple[int, str]]":
     def link(number: int) -> str:
         return link_id(key.agent_name, link_key(key.run_id, number, key.agent_name))
 
-    rows = requests.get(f"{base_url}/tasks/queue/polldata", params={"taskType": head_task_type(key.run_id)},
-                        timeout=10).json()
+    rows = read_through_balancer(f"{base_url}/tasks/queue/polldata", {"taskType": head_task_type(key.run_id)}).json()
     hints = [int(str(r.get("workerId"))[5:]) for r in rows or () if str(r.get("workerId") or "").startswith("head:")]
     top = max([key.number, *hints])
     while exists(link(top + 1)):

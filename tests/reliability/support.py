@@ -11,9 +11,8 @@ import sys
 import time
 from typing import Any, List, Optional
 
-import requests
 
-from ..helpers import listener_runs
+from ..helpers import listener_runs, read_through_balancer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -26,7 +25,7 @@ _TERMINAL_TASK = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "FAILED_WITH_T
 
 def server_get(base_url: str, path: str, **params: Any) -> Any:
     """GET ``base_url + path`` straight from the server (the test's own view, not the SDK's)."""
-    response = requests.get(base_url + path, params=params or None, timeout=10)
+    response = read_through_balancer(base_url + path, params)
     response.raise_for_status()
     return response.json() if response.content else None
 
