@@ -20,6 +20,7 @@ from ..errors import AgentDefinitionError
 
 __all__ = [
     "CARRY_TASK",
+    "FORWARD_TASK",
     "INTERNAL_TASK_TYPES",
     "PICK_SUFFIX",
     "SELECTION_SUFFIX",
@@ -46,6 +47,8 @@ CARRY_TASK = "conductor_agents_carry"
 #: The worker task the SDK adds before each model call of a continued listener (a ``before_model``
 #: callback): it tells the serving process that a turn began, and which, without any polling.
 TURN_TASK = "conductor_agents_turn"
+#: The worker task of a listener's mailbox (``_listener.mailbox``): pushes its messages into the listener.
+FORWARD_TASK = "conductor_agents_forward"
 #: The task types the SDK adds to a listener's runs for itself: never a tool call of the model's.
 INTERNAL_TASK_TYPES = frozenset({CARRY_TASK, TURN_TASK})
 

@@ -63,7 +63,7 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
         try:
             message_id = api.push_message(link.execution_id, body)
         except (ExecutionNotRunningError, ExecutionNotFoundError) as err:
-            if isinstance(err, ExecutionNotFoundError) and link.number <= chain.first:
+            if isinstance(err, ExecutionNotFoundError) and chain.held(link.number):
                 raise
             newer = directory.refresh(chain)  # continued, or retired since this process last looked
             if newer.number <= link.number:

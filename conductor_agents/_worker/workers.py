@@ -15,7 +15,7 @@ import threading
 from typing import Optional
 
 from .._wire.api import ConductorApi
-from .._common.task_names import CARRY_TASK, INTERNAL_TASK_TYPES, TURN_TASK
+from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._listener.driver import ChainTracker, ContinuationDriver
@@ -140,6 +140,7 @@ class WorkerSet:
         tools = {t.name: t for t in agent.worker_tools}
         if continued:
             tools[TURN_TASK] = self.driver.turn_tool
+            tools[FORWARD_TASK] = self.driver.forward_tool  # its mailbox's (if it has one)
         poller = self.poller_for(domain, reserve=tools)
         return Reservation(self, poller, tools, agent.name)
 
@@ -260,7 +261,8 @@ class WorkerSet:
                 self._driver = ContinuationDriver(
                     self._api, self.directory, worker_id=self._worker_id, clock=self._clock,
                     locally_busy=self._runs_tools_of,
-                    drain_seconds=self._settings.continuation_drain_seconds)
+                    drain_seconds=self._settings.continuation_drain_seconds,
+                    switch_wait=self._settings.switch_wait_seconds)
                 if self._closed:
                     self._driver.close()
             return self._driver
