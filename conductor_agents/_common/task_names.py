@@ -50,7 +50,7 @@ TURN_TASK = "conductor_agents_turn"
 #: The worker task of a listener's mailbox (``_listener.mailbox``): pushes its messages into the listener.
 FORWARD_TASK = "conductor_agents_forward"
 #: The task types the SDK adds to a listener's runs for itself: never a tool call of the model's.
-INTERNAL_TASK_TYPES = frozenset({CARRY_TASK, TURN_TASK})
+INTERNAL_TASK_TYPES = frozenset({CARRY_TASK, TURN_TASK, FORWARD_TASK})
 
 #: A ``manual`` team's turn: the server's ``HUMAN`` task ``<agent>_pick_agent``, then the worker task
 #: ``<agent>_process_selection`` this SDK serves.

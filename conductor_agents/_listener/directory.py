@@ -7,12 +7,13 @@ caller that needs the truth asks :meth:`ChainDirectory.refresh`, which probes th
 last looked ``n`` links ago, plus one read of the listener's head hint (:mod:`.head`) when the link
 after the newest one known is missing.
 
-Retention (:mod:`.retention`) removes ended links, always the lowest first and never link 0 nor the
-newest ``keep_runs`` ended ones, and only after the head hint names a link above them. So the links
-that exist are link 0, then a gap (links 1 to *r*, removed), then every link from *r+1* to the newest:
-"link *n* exists" is true from the bottom of that run of links up to the newest and false after it. A
-probe from a link known to exist that finds the next one missing has reached either the newest link or
-the gap; the head hint, which is never below a removed link, says which.
+Retention (:mod:`.retention`) removes ended links, always the lowest first and never the newest
+``keep_runs`` ended ones, nor link 0 of a listener without a mailbox (:mod:`.mailbox`; with one, link 0
+goes like the others), and only after the head hint names a link above them. So the links that exist
+are (link 0, then) a gap (the links removed), then every link from *r+1* to the newest: "link *n*
+exists" is true from the bottom of that run of links up to the newest and false after it. A probe from a
+link known to exist that finds the next one missing has reached either the newest link or the gap; the
+head hint, which is never below a removed link, says which.
 """
 
 from __future__ import annotations

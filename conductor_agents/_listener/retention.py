@@ -9,8 +9,9 @@ come to rest, and whenever it takes a listener up (a start, ``resume()``, an ado
 1. write the head hint (:mod:`.head`): the newest committed link's number, and read it back; without
    it a process that knows only the first run's id could not find the newest one once the runs in
    between are gone, so nothing is retired unless the hint is there;
-2. retire, lowest first, every link from 1 up to ``head - 1 - keep_runs``: link 0 (the id callers hold)
-   and the newest ``keep_runs`` ended links stay, with the live one. A link's sub-runs (its sub-agents
+2. retire, lowest first, every link from 1 (from 0 when the listener has a mailbox, the id callers hold
+   then: :mod:`.mailbox`) up to ``head - 1 - keep_runs``: link 0 of a listener without a mailbox (the id
+   callers hold) and the newest ``keep_runs`` ended links stay, with the live one. A link's sub-runs (its sub-agents
    and agent tools, and theirs) go before the link itself, which is what lists them.
 
 Each step is idempotent and the removed links always form the lowest stretch after link 0, so a
@@ -108,7 +109,7 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
     if not chain.continuable:
         return 0
     assert chain.run_id is not None
-    if chain.first != 0:  # served from a later run's id: link 0 is the one callers hold, and kept
+    if chain.first != 0 and not chain.mailbox:  # served from a later run's id: link 0 is the one callers hold
         chain = Chain(chain.link(0).execution_id, chain.run_id, chain.agent_name, 0)
     write_head(api, chain.run_id, head)
     if keep is None:
@@ -134,7 +135,7 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
             break  # removed lowest first: a link left behind stops the sweep (the next one goes on)
         retired += 1
     if retired:
-        log.info("listener %s: retired %d ended run(s) (links %d-%d; link 0 and the newest %d ended kept)",
+        log.info("listener %s: retired %d ended run(s) (links %d-%d; the newest %d ended kept)",
                  chain.execution_id, retired, lowest, lowest + retired - 1, keep)
     return retired
 

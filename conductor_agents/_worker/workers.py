@@ -60,6 +60,8 @@ class Reservation:
         self.tools = tools
         self.agent_name = agent_name  # the run's workflow name, as the server compiles agents
         self.execution_id: Optional[str] = None
+        #: The id the tools of the runs served here count as (a listener's mailbox; else ``execution_id``).
+        self.counted_as: Optional[str] = None
 
     def commit(self, execution_id: str, *, domain: Optional[str]) -> None:
         """Bind the reservation to the started run (moving it when the run's domain differs)."""
@@ -83,8 +85,9 @@ class Reservation:
             self._workers.execution_ended(execution_id)
             return None
         self.poller.add_execution(execution_id, self.tools)
-        if self.execution_id is not None:
-            self._workers.observer.alias(execution_id, self.execution_id)
+        counted_as = self.counted_as or self.execution_id
+        if counted_as is not None:
+            self._workers.observer.alias(execution_id, counted_as)
         return self._workers.watch(execution_id, served=True, served_domain=self.poller.domain,
                                    workflow_name=self.agent_name,
                                    domain=self.poller.domain if self._workers.liveness_enabled else None)
@@ -270,6 +273,10 @@ class WorkerSet:
     def serve_chain(self, reservation: Reservation, chain: Chain, spec: LinkSpec, current: Link, *,
                     turns_before: int, pending_from: Optional[Link] = None) -> ChainTracker:
         """Continue ``chain`` from here: its links are served on ``reservation``'s poller."""
+        if chain.mailbox:  # the tools of every run count as the id callers hold
+            reservation.counted_as = chain.execution_id
+            if reservation.execution_id is not None:
+                self.observer.alias(reservation.execution_id, chain.execution_id)
         return self.driver.serve(chain, spec, current, turns_before=turns_before,
                                  handle_link=reservation.handle_link, pending_from=pending_from)
 

@@ -25,9 +25,10 @@ def held_runs(base: str, execution_id: str, upto: int) -> "list[int]":
     """The link numbers 0..``upto`` the server still holds (one ``GET /workflow/{id}`` each)."""
     import requests
 
-    from conductor_agents._listener.chain import link_id, link_key, parse_link_key
+    from conductor_agents._listener.chain import link_id, link_key, parse_link_key, parse_mailbox_key
 
-    key = parse_link_key(requests.get(f"{base}/workflow/{execution_id}", timeout=10).json()["correlationId"])
+    correlation = requests.get(f"{base}/workflow/{execution_id}", timeout=10).json()["correlationId"]
+    key = parse_mailbox_key(correlation) or parse_link_key(correlation)
     held = []
     for number in range(upto + 1):
         run = link_id(key.agent_name, link_key(key.run_id, number, key.agent_name))
@@ -42,10 +43,11 @@ def send_and_act(runtime: AgentRuntime, execution_id: str, tools: ActionTools, a
 
 
 @pytest.mark.both_topologies
-def test_a_listener_continued_many_times_keeps_its_first_run_and_the_newest_ones(
+def test_a_listener_continued_many_times_keeps_its_newest_runs(
         agent_settings, scripted_llm, unique_name, topology_server):
-    """Eight switches with ``keep_runs=1``: the server holds link 0, one ended link and the live one;
-    a fresh runtime holding only the first id reads status, totals and events, sends a message that is
+    """Eight switches with ``keep_runs=1``: the server holds one ended link and the live one (and the
+    listener's mailbox, the id callers hold: link 0 is retired like the others); a fresh runtime holding only
+    that id reads status, totals and events, sends a message that is
     acted on once, resumes the listener (its take-up sweeps again), and the result's totals count every
     run, including the ones removed."""
     base = getattr(topology_server, "url")
@@ -61,12 +63,12 @@ def test_a_listener_continued_many_times_keeps_its_first_run_and_the_newest_ones
             sent.append(f"m{len(sent)}")
             send_and_act(first, execution_id, tools, sent[-1])
         newest = handle.runs - 1
-        # Once the last switch's sweep is done: link 0, the newest KEEP ended ones, the live one (and the
-        # one being started if a switch is under way).
-        eventually(lambda: held_runs(base, execution_id, newest + 1)[:KEEP + 2] == [0, *range(newest - KEEP, newest + 1)],
+        # Once the last switch's sweep is done: the newest KEEP ended ones, the live one (and the one being
+        # started if a switch is under way).
+        eventually(lambda: held_runs(base, execution_id, newest + 1)[:KEEP + 1] == [*range(newest - KEEP, newest + 1)],
                    timeout=30, interval=0.2, message="older runs retired")
         held = held_runs(base, execution_id, newest + 1)
-        assert len(held) <= 1 + KEEP + 2 and held[0] == 0 and 1 not in held, held
+        assert len(held) <= KEEP + 2 and 0 not in held and 1 not in held, held
 
     # Nobody serves it now. A fresh runtime holding only the first id:
     with AgentRuntime(agent_settings) as other:
@@ -88,7 +90,7 @@ def test_a_listener_continued_many_times_keeps_its_first_run_and_the_newest_ones
             send_and_act(other, execution_id, tools, sent[-1])
         later = resumed.runs - 1
         assert later > newest
-        eventually(lambda: 1 + KEEP + 2 >= len(held_runs(base, execution_id, later + 1)), timeout=30, interval=0.2,
+        eventually(lambda: KEEP + 2 >= len(held_runs(base, execution_id, later + 1)), timeout=30, interval=0.2,
                    message="older runs retired after the resume")
         resumed.stop()
         result = resumed.wait(timeout=120)
