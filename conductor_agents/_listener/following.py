@@ -19,7 +19,7 @@ from ..result import AgentStatus, ListenerTotals, RunStatus
 from .carryover import add_tokens, pulled_message_ids
 from .switch import read_commit, read_final_state, run_tokens
 
-__all__ = ["current_status", "end_mailbox", "is_running", "listener_totals", "live_links"]
+__all__ = ["current_status", "end_mailbox", "is_running", "listener_totals", "live_links", "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -82,6 +82,14 @@ def is_running(api: ConductorApi, execution_id: str) -> bool:
         return False
 
 
+def workflow_running(api: ConductorApi, execution_id: str) -> bool:
+    """Whether a run of any workflow (a mailbox: not an agent run) has not ended; False once removed."""
+    try:
+        return not RunStatus.parse(api.workflow_status(execution_id).get("status")).is_terminal
+    except ExecutionNotFoundError:
+        return False
+
+
 def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> ListenerTotals:
     """The listener's runs, turns, messages and tokens over all its runs, and its compact history.
 
@@ -117,7 +125,7 @@ def end_mailbox(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> N
     if not chain.mailbox or directory.mailbox_ended(chain.execution_id, mark=False):
         return
     try:
-        if not RunStatus.parse(api.workflow_status(chain.execution_id).get("status")).is_terminal:
+        if workflow_running(api, chain.execution_id):
             api.terminate_workflow(chain.execution_id, MAILBOX_ENDED_REASON)
             log.info("listener %s ended: its mailbox is ended too", chain.execution_id)
     except (ExecutionNotFoundError, HttpError):

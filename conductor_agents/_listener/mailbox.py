@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import logging
+from datetime import datetime
 import re
 import threading
 from typing import Any, Callable, Mapping, Optional
@@ -40,11 +41,10 @@ from .._tooldefs.context import ToolContext
 from .._wire.api import ConductorApi
 from .chain import mailbox_key
 from .directory import Chain, ChainDirectory, Link
-from .following import is_running
+from .following import is_running, workflow_running
 from .head import read_mailbox, write_mailbox
 from .sending import send_to_listener
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, ToolRetry
-from ..result import RunStatus
 from ..tools import ToolDef, tool
 
 __all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool"]
@@ -119,7 +119,7 @@ class Mailboxes:
             ServerUnavailableError, ServerError: a request failed.
         """
         known = read_mailbox(self._api, run_id)
-        if known is not None and _running(self._api, known):
+        if known is not None and workflow_running(self._api, known):
             return known
         self._register()
         mailbox_id = self._api.start_workflow({
@@ -276,8 +276,6 @@ def _canonical(payload: Any) -> str:
 
 def _received_ms(value: Any) -> int:
     """An ISO-8601 ``receivedAt`` (the server's clock) in ms since the epoch; 0 when unreadable."""
-    from datetime import datetime
-
     try:
         text = str(value)
         match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z$", text)
@@ -288,11 +286,3 @@ def _received_ms(value: Any) -> int:
         return int((whole + fraction) * 1000)
     except (TypeError, ValueError):
         return 0
-
-
-def _running(api: ConductorApi, execution_id: str) -> bool:
-    """Whether a (non-agent) run has not ended; False once it is removed."""
-    try:
-        return not RunStatus.parse(api.workflow_status(execution_id).get("status")).is_terminal
-    except ExecutionNotFoundError:
-        return False
