@@ -77,7 +77,7 @@ def definitions() -> "tuple[list[dict], list[dict]]":
                 "description": "conductor-agents: forwards a listener's mailbox messages into its current run"}
     workflow = {
         "name": MAILBOX_WORKFLOW, "version": _VERSION, "schemaVersion": 2, "ownerEmail": owner,
-        "timeoutSeconds": 0, "restartable": False,
+        "timeoutSeconds": 0, "restartable": True,
         "description": "conductor-agents: the one id of a continued listener (push messages here)",
         "tasks": [{
             "name": "mailbox_loop", "taskReferenceName": "loop", "type": "DO_WHILE",
@@ -112,14 +112,17 @@ class Mailboxes:
             self._registered = True
 
     def open(self, run_id: str, agent_name: str) -> str:
-        """The mailbox of the listener on ``run_id``: the one written down if it is still running
-        (an idempotent start of the same listener), else a new one.
+        """The mailbox of the listener on ``run_id``: the one written down (an idempotent start of the same
+        listener, which may have ended: then so has its mailbox), else a new one.
+
+        Two starts with the same key at the same moment may both open one: each reads back which was
+        written last and ends its own if it lost (one more small request).
 
         Raises:
             ServerUnavailableError, ServerError: a request failed.
         """
         known = read_mailbox(self._api, run_id)
-        if known is not None and workflow_running(self._api, known):
+        if known is not None:
             return known
         self._register()
         mailbox_id = self._api.start_workflow({
@@ -127,6 +130,10 @@ class Mailboxes:
             "correlationId": mailbox_key(run_id, agent_name), "taskToDomain": {FORWARD_TASK: run_id},
         })
         write_mailbox(self._api, run_id, mailbox_id)
+        written = read_mailbox(self._api, run_id)
+        if written is not None and written != mailbox_id and workflow_running(self._api, written):
+            self._api.terminate_workflow(mailbox_id, "conductor-agents: another start opened this listener's mailbox")
+            return written
         log.info("listener on %s: mailbox %s opened", run_id, mailbox_id)
         return mailbox_id
 
