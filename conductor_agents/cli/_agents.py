@@ -347,7 +347,7 @@ class _watching:
         else:  # an SDK without handle.events(): sample the task list
             api = runtime._api  # the CLI is part of the package
             self._watcher = RunWatcher(display, handle.execution_id,
-                                       fetch=lambda: api.get_workflow(handle.execution_id, include_tasks=True))
+                                       fetch=lambda: api.get_workflow(handle.current_execution_id, include_tasks=True))
 
     def __enter__(self) -> "_watching":
         if self._watcher is not None:
