@@ -13,7 +13,8 @@ time), the server's store (the SQLite database and its WAL, or Redis's used memo
 the wire per message (requests and responses through the proxy), how many runs the listener had, and
 the stored size of a few of its finished runs, the growth of the server's store over the window, and how
 many of the listener's runs the server still holds (retention, ``Continuation.keep_runs``: link 0, the
-newest ended ones, the live one). The peer SDK (``conductor-agent-sdk`` 0.4.4, never
+newest ended ones, the live one); below the table, the store after the first half of the messages and at
+the end (a listener whose store is bounded grows by a small constant over the second half). The peer SDK (``conductor-agent-sdk`` 0.4.4, never
 continues a run) goes first, until its listener fails (``--peer-messages`` at most). Results:
 ``benchmarks/results-long-listener*.json`` and a section for ``benchmarks/results.md``.
 Nothing here asserts a timing; compare the windows of one run with each other.
@@ -220,7 +221,27 @@ def markdown(run: Dict[str, Any]) -> str:
             f"{w['store_bytes'] / 1e6:.1f}" if w.get("store_bytes") else "-",
             f"{growth / 1e6:+.1f}" if growth is not None else "-", w.get("repeats", "-")))
         first = w["upto"]
+    summary = store_summary(run)
+    if summary:
+        rows.append("")
+        rows.append(summary)
     return "\n".join(rows)
+
+
+def store_summary(run: Dict[str, Any]) -> str:
+    """One line: the store after the first half of the messages and at the end (the growth over the
+    second half), and the largest it was after the first window (what retention bounds)."""
+    windows = [w for w in run.get("windows", []) if w.get("store_bytes") is not None]
+    if len(windows) < 2:
+        return ""
+    total = windows[-1]["upto"]
+    half = min(windows, key=lambda w: abs(w["upto"] - total / 2))
+    after_first = max(w["store_bytes"] for w in windows[1:])
+    runs_held = [w["runs_held"] for w in windows if w.get("runs_held")]
+    return (f"Store after message {half['upto']}: {half['store_bytes'] / 1e6:.1f} MB; after message {total}: "
+            f"{windows[-1]['store_bytes'] / 1e6:.1f} MB (growth over messages {half['upto'] + 1}-{total}: "
+            f"{(windows[-1]['store_bytes'] - half['store_bytes']) / 1e6:+.2f} MB); largest after the first window: "
+            f"{after_first / 1e6:.1f} MB" + (f"; runs held at most {max(runs_held)}" if runs_held else "") + ".")
 
 
 def main(argv: "list[str]") -> int:

@@ -8,6 +8,7 @@ import logging as _logging
 from ._version import __version__
 from ._tooldefs.context import CancelReason, ToolContext, current_tool_context
 from ._listener.delivery import MessageDelivery
+from .aio import AsyncAgentHandle, AsyncAgentRuntime
 from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
 from .agent import Agent
 from ._answers.guardrails import Guardrail, GuardrailResult
@@ -32,6 +33,7 @@ from .errors import (
     MessageQueueDisabledError,
     MessageQueueFullError,
     MissingSecretError,
+    ModelUnavailableError,
     NothingPendingError,
     OutputValidationError,
     PayloadError,
@@ -82,6 +84,8 @@ __all__ = [
     "ToolCancelled",
     # Running them
     "AgentRuntime",
+    "AsyncAgentRuntime",
+    "AsyncAgentHandle",
     "AgentSettings",
     "AgentHandle",
     "AgentResult",
@@ -114,6 +118,7 @@ __all__ = [
     "MessageQueueDisabledError",
     "MessageQueueFullError",
     "MissingSecretError",
+    "ModelUnavailableError",
     "NothingPendingError",
     "OutputValidationError",
     "PayloadError",

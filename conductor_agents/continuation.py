@@ -11,6 +11,7 @@ run. Callers keep the first execution id; the SDK finds the current run from it.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any, Callable, Optional
 
 import attrs
@@ -49,6 +50,17 @@ def _check_count(minimum: int) -> Any:
 def _check_keep(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
     if value is not None:
         _check_count(0)(instance, attribute, value)
+
+
+def _check_keep_for(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, timedelta):
+        raise AgentTypeError(f"Continuation.keep_for must be a datetime.timedelta or None, got {value!r} "
+                             "(for example timedelta(days=30))", field="keep_for", value=value)
+    if value <= timedelta(0):
+        raise AgentDefinitionError(f"Continuation.keep_for must be longer than zero, got {value!r} (keep_runs=0 "
+                                   "retires every ended run at once)", field="keep_for", value=value)
 
 
 def _check_carry(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
@@ -103,6 +115,10 @@ class Continuation:
             ``None`` keeps every run (for audit). Totals (runs, turns, messages, tokens) survive
             retirement: :meth:`AgentHandle.totals`. With a mailbox the first run is retired like
             the others (the mailbox is the id callers hold).
+        keep_for: the longest an ended run stays on the server (a :class:`~datetime.timedelta`, counted
+            from when it ended), whatever ``keep_runs`` allows: a run is retired once it is beyond
+            ``keep_runs`` *or* older than ``keep_for``. ``None`` (the default) puts no age limit;
+            ``keep_runs=None, keep_for=timedelta(days=30)`` keeps every run for 30 days.
         mailbox: give the listener a mailbox, a small run of the SDK's whose id is the one callers
             hold (``execution_id``) for the listener's whole life: a sender that pushes with the
             server's own REST call (``POST /workflow/{id}/messages``) to that id reaches the listener
@@ -119,6 +135,7 @@ class Continuation:
                                                               eq=False, repr=False)
     enabled: bool = attrs.field(default=True)
     keep_runs: Optional[int] = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_check_keep)
+    keep_for: Optional[timedelta] = attrs.field(default=None, validator=_check_keep_for)
     mailbox: bool = attrs.field(default=True)
 
     @classmethod

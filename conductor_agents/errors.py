@@ -33,6 +33,25 @@ class ConfigurationError(ConductorAgentsError, ValueError):
         self.variable = variable
 
 
+class ModelUnavailableError(ConfigurationError):
+    """The server cannot call the run's model: it has no route to the provider, or the provider refused its key.
+
+    Raised by ``wait()`` (and ``run()``) when the run's first model turn fails so, at the first failed
+    attempt instead of after the server's retries (about a minute); the run is cancelled, since it could
+    not have gone on. Keys are the *server's* business: ``variable`` names the environment variable the
+    server reads for the provider (``OPENAI_API_KEY``...). ``cause`` is ``"no_route"`` or
+    ``"rejected_key"``; ``detail`` what the server said, shortened (never a key).
+    """
+
+    def __init__(self, message: str, *, execution_id: str, model: str, cause: str, detail: str,
+                 variable: Optional[str] = None) -> None:
+        super().__init__(message, variable=variable)
+        self.execution_id = execution_id
+        self.model = model
+        self.cause = cause
+        self.detail = detail
+
+
 class AgentDefinitionError(ConductorAgentsError, ValueError):
     """An :class:`~conductor_agents.Agent` field has a bad value.
 

@@ -18,6 +18,7 @@ from ._listener.following import current_status, end_mailbox, listener_totals, l
 from ._answers.output_check import rejection_of
 from ._answers.output_type import Rejection, typed_result
 from ._listener.by_id import RunsById
+from ._liveness.model_calls import FirstModelTurn
 from ._wire.payload import message_payload
 from ._people.pending import HumanAnswer, PendingRequest
 from ._wire.transport import HttpError
@@ -96,6 +97,8 @@ class AgentHandle:
         if liveness is not None:
             liveness.add_listener(self._stalled)
         self._pause = lambda seconds: threading.Event().wait(seconds)  # between delivery samples
+        #: Until the run's first model turn completes: can the server call the model at all?
+        self._first_turn = FirstModelTurn(api)
 
     # -- which run ----------------------------------------------------------------------
 
@@ -188,6 +191,9 @@ class AgentHandle:
         Raises:
             WaitTimeoutError: the deadline passed (default 600 s); the run goes on.
             WorkerStallError: a task of this run's domain is not being polled.
+            ModelUnavailableError: the run's first model turn failed because the server cannot call
+                the model (no route to the provider, a refused key); raised at the first failed
+                attempt, not after the server's retries, and the run is cancelled.
             OutputValidationError: the run COMPLETED but its answer does not fit the agent's
                 ``output_type``, or it FAILED because no answer did (``err.raw_output``,
                 ``err.problems``, ``err.result`` keep it); raised again by a later ``wait()``.
@@ -228,6 +234,7 @@ class AgentHandle:
                 self._last_status = status.status
                 if status.is_terminal:
                     return self._finish(status, link)
+                self._raise_if_model_unavailable(link, deadline)
             remaining = deadline - self._clock.monotonic()
             if remaining <= 0:
                 raise WaitTimeoutError(
@@ -239,6 +246,29 @@ class AgentHandle:
                 )
             self._wake.wait(min(self._settings.status_poll_interval_seconds, remaining))
             self._wake.clear()
+
+    def _raise_if_model_unavailable(self, link: Link, deadline: float) -> None:
+        """Raise ModelUnavailableError (and cancel the run) when its first model turn cannot be made."""
+        if self._first_turn.settled:
+            return
+        if link.number != self._chain().first:
+            self._first_turn.settle()  # a listener's later run: its model answered before
+            return
+        try:
+            remaining = deadline - self._clock.monotonic()
+            problem = self._first_turn.problem(
+                link.execution_id, timeout=max(1.0, min(self._settings.http_timeout_seconds, remaining)))
+        except ConductorAgentsError as err:  # a read that failed: the next poll asks again
+            log.info("could not read the model turns of %s: %s", link.execution_id, err)
+            return
+        if problem is None:
+            return
+        try:
+            self.cancel(f"the server cannot call the model: {problem.detail}")
+        except ConductorAgentsError as err:
+            log.warning("could not cancel %s after its model failed: %s", self.execution_id, err)
+        problem.execution_id = self.execution_id
+        raise problem
 
     def _raise_if_stalled(self) -> None:
         stall = self.stall

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
 import warnings
+from datetime import timedelta
 from typing import Any, Callable, Mapping, Optional
 from urllib.parse import urlparse
 
@@ -60,6 +62,21 @@ def _parse_keep_runs(raw: str) -> Optional[int]:
     return value
 
 
+_DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd]?)$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def _parse_duration(raw: str) -> Optional[timedelta]:
+    text = raw.strip().lower()
+    if text in ("", "none"):
+        return None  # no age limit
+    match = _DURATION.match(text)
+    if match is None or float(match.group(1)) <= 0:
+        raise ValueError("expected a duration > 0 such as 30d, 12h, 45m, 90s or a number of seconds ('none': no "
+                         "age limit)")
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
 def _parse_positive_float(raw: str) -> float:
     value = float(raw.strip())
     if not value > 0 or value != value or value == float("inf"):
@@ -100,6 +117,7 @@ ENV_VARS: Mapping[str, "tuple[str, Callable[[str], Any]]"] = {
     "CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS": ("continue_after_turns", _parse_int_at_least(2)),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES": ("continue_after_bytes", _parse_int_at_least(100_000)),
     "CONDUCTOR_AGENT_KEEP_RUNS": ("keep_runs", _parse_keep_runs),
+    "CONDUCTOR_AGENT_KEEP_FOR": ("keep_for", _parse_duration),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("pending_check_interval_seconds", _parse_positive_float),
 }
 
@@ -165,6 +183,12 @@ def _whole(minimum: int) -> Any:
 def _optional_whole(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
     if value is not None:
         _whole(0)(instance, attribute, value)
+
+
+def _optional_duration(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
+        raise ConfigurationError(f"{attribute.name} must be a timedelta longer than zero or None, got {value!r}",
+                                 variable=attribute.name)
 
 
 def _valid_url(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
@@ -253,6 +277,8 @@ class AgentSettings:
     continue_after_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=_whole(100_000))
     #: Ended runs of a continued listener kept on the server besides its first one; None keeps all.
     keep_runs: Optional[int] = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_optional_whole)
+    #: ... and none of them longer than this after it ended (None: no age limit).
+    keep_for: Optional[timedelta] = attrs.field(default=None, validator=_optional_duration)
     #: Longest a switch waits, without progress, for the old run to come to rest.
     continuation_drain_seconds: float = attrs.field(default=60.0, validator=_positive)
     #: Longest ``send_message`` waits for a switch its message was caught in to be committed (the
@@ -283,7 +309,7 @@ class AgentSettings:
         if not self.continuation_enabled:
             return Continuation.disabled()
         return Continuation(max_turns=self.continue_after_turns, max_bytes=self.continue_after_bytes,
-                            keep_runs=self.keep_runs)
+                            keep_runs=self.keep_runs, keep_for=self.keep_for)
 
     @property
     def has_auth(self) -> bool:

@@ -97,7 +97,7 @@ def main() -> int:
 
     from conductor_agents.testing import LocalStack, ToolCall, listener_policy
 
-    print("starting a local Conductor server with a scripted model (first run downloads the server)...", flush=True)
+    print("starting a local Conductor server with a scripted model...", flush=True)  # a first run also says it downloads the jar
     with LocalStack() as stack:
         # The scripted model answers every message by echoing it through reply().
         model = stack.llm.script(policy=listener_policy(

@@ -190,7 +190,7 @@ def main() -> int:
 
     from conductor_agents.testing import LocalStack, ToolCall
 
-    print("starting a local Conductor server with a scripted model (first run downloads the server)...")
+    print("starting a local Conductor server with a scripted model...")  # a first run also says it downloads the jar
     with LocalStack() as stack:
         model = stack.llm.script(policy=lambda request: "Payment recorded." if request.tool_outputs else
                                  ToolCall("record_payment", {"order_id": "A-1", "amount": 42.5}))

@@ -12,6 +12,11 @@ Or against your own server and a real model:
 
     CONDUCTOR_SERVER_URL=http://localhost:8080/api \\
     CONDUCTOR_AGENT_MODEL=anthropic/claude-sonnet-4-6 python samples/listener.py --remote
+
+Or against a local server with a scripted model, from the shell (no key; docs/quickstart.md):
+
+    conductor-agents server start --scripted-model      # then export the two lines it prints
+    python samples/listener.py --remote
 """
 
 from __future__ import annotations
@@ -63,7 +68,7 @@ def run_scenario(settings: AgentSettings, model: str) -> int:
         message_id = runtime.send_message(handle.execution_id, {"action": "generate-report"})
         print("sent {'action': 'generate-report'}")
         delivery = handle.wait_delivered(message_id, timeout=60)  # MessageLostError if it can never arrive
-        print(f"delivered: pulled by {delivery.task_reference_name}")
+        print(f"delivered: run {delivery.execution_id} read it")
         deadline = time.monotonic() + 60
         while not tools.reports and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -87,7 +92,7 @@ def main() -> int:
 
     from conductor_agents.testing import LocalStack, ToolCall, listener_policy
 
-    print("starting a local Conductor server with a scripted model (first run downloads the server)...")
+    print("starting a local Conductor server with a scripted model...")  # a first run also says it downloads the jar
     with LocalStack() as stack:
         # The scripted model does what a real one would: turn {"action": "generate-report"}
         # into a generate_report call, and finish when the stop signal arrives.

@@ -189,7 +189,7 @@ def main() -> int:
 
     from conductor_agents.testing import LocalStack, ToolCall, listener_policy
 
-    print("starting a local Conductor server with a scripted model (first run downloads the server)...")
+    print("starting a local Conductor server with a scripted model...")  # a first run also says it downloads the jar
     with LocalStack() as stack:
         model = stack.llm.script(policy=listener_policy(
             lambda payload: ToolCall("generate_report", {"topic": payload.get("topic", "weekly")})

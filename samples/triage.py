@@ -185,7 +185,7 @@ def main() -> int:
     from conductor_agents.testing import LocalStack
 
     token = secrets.token_hex(16)
-    print("starting a local Conductor server with a scripted model (first run downloads the server)...")
+    print("starting a local Conductor server with a scripted model...")  # a first run also says it downloads the jar
     with LocalStack(secrets={"ORDER_API_TOKEN": token}) as stack, \
             contextlib.contextmanager(order_service)(token) as url:
         print(f"server up at {stack.url}; order service at {url}")

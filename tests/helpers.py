@@ -17,16 +17,42 @@ T = TypeVar("T")
 
 
 def eventually(check: Callable[[], T], *, timeout: float = 10.0, interval: float = 0.05,
-               message: str = "condition") -> T:
-    """Call ``check`` until it returns something truthy or ``timeout`` passes (then AssertionError)."""
+               message: str = "condition", explain: Optional[Callable[[], str]] = None) -> T:
+    """Call ``check`` until it returns something truthy or ``timeout`` passes (then AssertionError).
+
+    ``explain`` is called only on a timeout; what it returns ends the error (the state a failure needs).
+    """
     deadline = time.monotonic() + timeout
     last: T = check()
     while not last:
         if time.monotonic() > deadline:
-            raise AssertionError(f"{message} not reached within {timeout}s (last value: {last!r})")
+            detail = ""
+            if explain is not None:
+                try:
+                    detail = "\n" + explain()
+                except Exception as err:  # noqa: BLE001 (a failing explanation must not hide the failure)
+                    detail = f"\n(explain failed: {err!r})"
+            raise AssertionError(f"{message} not reached within {timeout}s (last value: {last!r}){detail}")
         time.sleep(interval)
         last = check()
     return last
+
+
+def run_tasks_summary(base_url: str, execution_id: str, *, last: int = 15) -> str:
+    """The run's status and its last ``last`` tasks (type, reference, status, poll count, seconds since the
+    last update): the state a timed-out wait in a test reports."""
+    response = requests.get(f"{base_url}/workflow/{execution_id}", params={"includeTasks": "true"}, timeout=10)
+    if response.status_code != 200:
+        return f"run {execution_id}: HTTP {response.status_code}"
+    run = response.json()
+    now_ms = time.time() * 1000
+    lines = [f"run {execution_id}: {run.get('status')} {run.get('reasonForIncompletion') or ''}".rstrip()]
+    for task in (run.get("tasks") or [])[-last:]:
+        updated = task.get("updateTime") or task.get("scheduledTime") or 0
+        lines.append(f"  {task.get('taskType')} {task.get('referenceTaskName')} {task.get('status')} "
+                     f"polls={task.get('pollCount')} worker={task.get('workerId') or '-'} "
+                     f"updated {max(0.0, (now_ms - updated) / 1000):.0f}s ago")
+    return "\n".join(lines)
 
 
 def lease_owner(base_url: str, domain: str, epoch: int) -> Optional[str]:

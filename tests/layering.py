@@ -34,7 +34,7 @@ FLOORS: "List[Set[str]]" = [
     {"handle"},
     {"_runs"},
     {"runtime"},
-    {"testing", "cli"},
+    {"testing", "cli", "aio"},
     {"__init__", "__main__"},
 ]
 MAX_TOP_LEVEL = 15

@@ -148,7 +148,7 @@ class ContinuationDriver:
         self._threads: List[BackgroundLoop] = []
         self.switches = 0  # committed switches (tests, stats)
         #: Retires each listener's older runs after its switches, on a thread of its own (:mod:`.retention`).
-        self.retirer = Retirer(api, directory)
+        self.retirer = Retirer(api, directory, clock=clock)
         self.turn_tool = self._make_turn_tool()
         #: The worker of the listeners' mailboxes (:mod:`.mailbox`), served on each listener's domain.
         self.forward_tool = make_forward_tool(api, directory, switch_wait=switch_wait, clock=clock,
@@ -185,7 +185,8 @@ class ContinuationDriver:
 
     def _retire(self, served: _Served, head: int) -> None:
         if not self._closing.is_set():
-            self.retirer.request(served.chain, head, served.spec.continuation.keep_runs,
+            continuation = served.spec.continuation
+            self.retirer.request(served.chain, head, continuation.keep_runs, keep_for=continuation.keep_for,
                                  with_sub_runs=served.spec.agent.has_sub_runs)
 
     def tracker(self, run_id: Optional[str]) -> Optional[ChainTracker]:

@@ -9,10 +9,13 @@ come to rest, and whenever it takes a listener up (a start, ``resume()``, an ado
 1. write the head hint (:mod:`.head`): the newest committed link's number, and read it back; without
    it a process that knows only the first run's id could not find the newest one once the runs in
    between are gone, so nothing is retired unless the hint is there;
-2. retire, lowest first, every link from 1 (from 0 when the listener has a mailbox, the id callers hold
-   then: :mod:`.mailbox`) up to ``head - 1 - keep_runs``: link 0 of a listener without a mailbox (the id
-   callers hold) and the newest ``keep_runs`` ended links stay, with the live one. A link's sub-runs (its sub-agents
-   and agent tools, and theirs) go before the link itself, which is what lists them.
+2. retire, lowest first, every link from 1 (from 0 when the listener has a mailbox, which is then the id
+   callers hold: :mod:`.mailbox`) up to ``head - 1 - keep_runs``: link 0 of a listener without a mailbox
+   (the id callers hold) and the newest ``keep_runs`` ended links stay, with the live one. With
+   ``keep_for`` (an age), the ended links after those that ended more than ``keep_for`` ago go too (links
+   end in order, so the old ones are the lowest: one status read per link looked at, up to the first young
+   one). A link's sub-runs (its sub-agents and agent tools, and theirs) go before the link itself, which is
+   what lists them.
 
 Each step is idempotent and the removed links always form the lowest stretch after link 0, so a
 process killed in the middle leaves a listener that the next sweep (any process's) finishes: it
@@ -23,7 +26,8 @@ and key of a run on both SQLite and Redis. On a SQLite server with task indexing
 the server's only database connection for 30 s and fails; the first failure or timeout is logged
 once and the process uses ``archiveWorkflow=true`` from then on (frees the run, keeps its index rows).
 Sweeps run on one background thread per process (``conductor-agents-retire``), never on a switch's
-or a tool's path.
+or a tool's path; with ``keep_for``, that thread sweeps a listener again when its next ended link
+comes of age (a quiet listener has no switch to trigger one).
 """
 
 from __future__ import annotations
@@ -31,8 +35,12 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from datetime import timedelta
 from typing import Deque, Dict, Optional
 
+import attrs
+
+from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._liveness.tree import all_sub_runs
 from .._wire.api import ConductorApi
@@ -40,8 +48,9 @@ from .._wire.transport import HttpError
 from .directory import Chain, ChainDirectory
 from .head import read_head, write_head
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ServerUnavailableError
+from ..result import RunStatus
 
-__all__ = ["Remover", "Retirer", "sweep"]
+__all__ = ["Remover", "Retirer", "Swept", "sweep"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -96,33 +105,49 @@ class Remover:
         return True
 
 
+@attrs.frozen
+class Swept:
+    """What a sweep did: how many links it retired, and when (epoch seconds) the oldest ended link it
+    kept comes of age under ``keep_for`` (None: no age limit, or no ended link left to age)."""
+
+    retired: int = 0
+    next_due: Optional[float] = None
+
+
 def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int, keep: Optional[int],
-          remover: Remover, stop: Optional[threading.Event] = None, *, with_sub_runs: bool = True) -> int:
-    """Write the head hint for committed link ``head`` and retire the links ``keep`` allows (see the
-    module's docstring); how many links were retired. ``keep`` None keeps every run. ``with_sub_runs``
-    False: the agent starts no sub-runs (no sub-agents, no agent tools), so a link's task list (up to a
-    megabyte) is not read to find them.
+          remover: Remover, stop: Optional[threading.Event] = None, *, with_sub_runs: bool = True,
+          keep_for: Optional[timedelta] = None, clock: Clock = SYSTEM_CLOCK) -> Swept:
+    """Write the head hint for committed link ``head`` and retire the links ``keep`` and ``keep_for``
+    allow (see the module's docstring). ``keep`` None puts no limit on the count, ``keep_for`` None
+    none on the age. ``with_sub_runs`` False: the agent starts no sub-runs (no sub-agents, no agent
+    tools), so a link's task list (up to a megabyte) is not read to find them.
 
     Raises:
         ServerUnavailableError, ServerError: a read or the hint's write failed (the next sweep goes on).
     """
     if not chain.continuable:
-        return 0
+        return Swept()
     assert chain.run_id is not None
     if chain.first != 0 and not chain.mailbox:  # served from a later run's id: link 0 is the one callers hold
         chain = Chain(chain.link(0).execution_id, chain.run_id, chain.agent_name, 0)
     write_head(api, chain.run_id, head)
-    if keep is None:
-        return 0
+    if keep is None and keep_for is None:
+        return Swept()
     hint = read_head(api, chain.run_id)
     if hint < head:
         log.warning("listener %s: its head hint reads %d after link %d was written; nothing is retired this time",
                     chain.execution_id, hint, head)
-        return 0
-    bound = head - 1 - keep
-    lowest = directory.lowest_kept(chain, bound)
-    if lowest is None:
-        return 0
+        return Swept()
+    bound = head - 1 - keep if keep is not None else -1  # -1: none by count (link 0 too, for a mailbox)
+    next_due = None
+    if keep_for is None:
+        lowest = directory.lowest_kept(chain, bound)
+    else:
+        lowest = directory.lowest_kept(chain, head - 1)  # the oldest ended link still held
+        if lowest is not None:
+            bound, next_due = _aged_bound(api, chain, lowest, head, bound, keep_for, clock)
+    if lowest is None or lowest > bound:
+        return Swept(0, next_due)
     retired = 0
     for number in range(lowest, bound + 1):
         if stop is not None and stop.is_set():
@@ -135,23 +160,72 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
             break  # removed lowest first: a link left behind stops the sweep (the next one goes on)
         retired += 1
     if retired:
-        log.info("listener %s: retired %d ended run(s) (links %d-%d; the newest %d ended kept)",
-                 chain.execution_id, retired, lowest, lowest + retired - 1, keep)
-    return retired
+        log.info("listener %s: retired %d ended run(s) (links %d-%d; the newest %s ended kept%s)",
+                 chain.execution_id, retired, lowest, lowest + retired - 1, "all" if keep is None else keep,
+                 f", none older than {keep_for}" if keep_for is not None else "")
+    if keep_for is not None and retired < bound + 1 - lowest:
+        return Swept(retired, clock.time())  # cut short: due again (the retirer spaces its sweeps)
+    return Swept(retired, next_due)
+
+
+def _aged_bound(api: ConductorApi, chain: Chain, lowest: int, head: int, bound: int, keep_for: timedelta,
+                clock: Clock) -> "tuple[int, Optional[float]]":
+    """``bound`` raised past the ended links (from ``lowest``, the oldest held) that ended more than
+    ``keep_for`` ago, and when the first one kept comes of age (epoch seconds; None when none is kept)."""
+    cutoff = clock.time() - keep_for.total_seconds()
+    for number in range(max(lowest, bound + 1), head):
+        ended = _ended_at(api, chain.link(number).execution_id)
+        if ended is None:
+            return bound, None  # not ended (a switch left half done): looked at by the sweep after it
+        if ended > cutoff:
+            return bound, ended + keep_for.total_seconds()
+        bound = number
+    return bound, None
+
+
+def _ended_at(api: ConductorApi, execution_id: str) -> Optional[float]:
+    """When run ``execution_id`` ended (epoch seconds, the server's clock); None while it runs. A run
+    already gone counts as long ended."""
+    try:
+        status = api.agent_status(execution_id)
+    except ExecutionNotFoundError:
+        return 0.0
+    end = status.get("endTime")
+    if not RunStatus.parse(status.get("status")).is_terminal or not isinstance(end, (int, float)) or end <= 0:
+        return None
+    return float(end) / 1000.0
+
+
+#: Sweeps of one listener that its ``keep_for`` schedules are at least this far apart (seconds): a sweep
+#: cut short or failing is tried again after it, not in a loop.
+RESWEEP_FLOOR = 30.0
+
+
+@attrs.frozen
+class _Job:
+    chain: Chain
+    head: int
+    keep: Optional[int]
+    keep_for: Optional[timedelta]
+    with_sub_runs: bool
 
 
 class Retirer:
     """The ``conductor-agents-retire`` thread of one process: sweeps asked for, one at a time, coalesced
-    per listener. Thread-safe; owned by the :class:`~._driver.ContinuationDriver`.
+    per listener, and the sweeps ``keep_for`` schedules (when a listener's next ended run comes of age).
+    Thread-safe; owned by the :class:`~._driver.ContinuationDriver`.
     """
 
-    def __init__(self, api: ConductorApi, directory: ChainDirectory, *, remover: Optional[Remover] = None) -> None:
+    def __init__(self, api: ConductorApi, directory: ChainDirectory, *, remover: Optional[Remover] = None,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self._api = api
         self._directory = directory
+        self._clock = clock
         self.remover = remover if remover is not None else Remover(api)
         self._lock = threading.Lock()
-        self._wanted: Dict[str, "tuple[Chain, int, Optional[int], bool]"] = {}  # run id -> sweep's arguments
+        self._wanted: Dict[str, _Job] = {}  # run id -> the sweep asked for
         self._order: Deque[str] = collections.deque()
+        self._due: Dict[str, "tuple[float, _Job]"] = {}  # run id -> (epoch seconds, the sweep to do again then)
         self._wake = threading.Event()
         self._stop = threading.Event()
         # A daemon: a sweep cut short leaves the lowest links for the next sweep (any process's).
@@ -159,7 +233,8 @@ class Retirer:
         self._busy = False
         self.sweeps = 0  # sweeps done (tests)
 
-    def request(self, chain: Chain, head: int, keep: Optional[int], *, with_sub_runs: bool = True) -> None:
+    def request(self, chain: Chain, head: int, keep: Optional[int], *, keep_for: Optional[timedelta] = None,
+                with_sub_runs: bool = True) -> None:
         """Sweep ``chain`` with committed link ``head`` soon (a later request for it replaces this one)."""
         if not chain.continuable or self._stop.is_set():
             return
@@ -168,39 +243,72 @@ class Retirer:
             known = self._wanted.get(key)
             if known is None:
                 self._order.append(key)
-            self._wanted[key] = (chain, max(head, known[1]) if known else head, keep, with_sub_runs)
+            head = max(head, known.head) if known else head
+            self._wanted[key] = _Job(chain, head, keep, keep_for, with_sub_runs)
+            self._due.pop(key, None)
         self._thread.start_once()
         self._wake.set()
 
     def idle(self) -> bool:
-        """No sweep waiting or under way (tests)."""
+        """No sweep waiting or under way (tests; a sweep scheduled for later does not count)."""
         with self._lock:
             return not self._order and not self._busy
+
+    def scheduled(self, run_id: str) -> Optional[float]:
+        """When ``keep_for`` sweeps the listener on ``run_id`` again (epoch seconds), if it does."""
+        with self._lock:
+            due = self._due.get(str(run_id))
+        return due[0] if due is not None else None
+
+    def _take(self) -> "tuple[Optional[str], Optional[_Job], float]":
+        """The next sweep to do now, or how long to wait for one (under the lock)."""
+        while self._order:
+            key = self._order.popleft()
+            job = self._wanted.pop(key, None)
+            if job is not None:
+                return key, job, 0.0
+        now = self._clock.time()
+        if not self._due:
+            return None, None, 5.0
+        key, (due, job) = min(self._due.items(), key=lambda item: item[1][0])
+        if due > now:
+            return None, None, min(5.0, due - now)
+        del self._due[key]
+        return key, job, 0.0
 
     def _loop(self) -> None:
         while not self._stop.is_set():
             with self._lock:
-                key = self._order.popleft() if self._order else None
-                job = self._wanted.pop(key, None) if key is not None else None
+                key, job, wait = self._take()
                 self._busy = job is not None
                 if job is None:
                     self._wake.clear()
-            if job is None:
-                self._wake.wait(5.0)
+            if key is None or job is None:
+                self._wake.wait(max(0.05, wait))
                 continue
-            chain, head, keep, with_sub_runs = job
+            swept: Optional[Swept] = None
             try:
-                sweep(self._api, self._directory, chain, head, keep, self.remover, stop=self._stop,
-                      with_sub_runs=with_sub_runs)
+                swept = sweep(self._api, self._directory, job.chain, job.head, job.keep, self.remover,
+                              stop=self._stop, with_sub_runs=job.with_sub_runs, keep_for=job.keep_for,
+                              clock=self._clock)
             except ConductorAgentsError as err:
                 log.warning("listener %s: retiring its older runs failed (%s); the next switch or take-up tries "
-                            "again", chain.execution_id, err)
+                            "again", job.chain.execution_id, err)
             except Exception:  # noqa: BLE001 - the thread serves every listener of the process
-                log.exception("listener %s: retiring its older runs failed", chain.execution_id)
+                log.exception("listener %s: retiring its older runs failed", job.chain.execution_id)
             finally:
-                with self._lock:
-                    self.sweeps += 1
-                    self._busy = False
+                self._done(key, job, swept)
+
+    def _done(self, key: str, job: _Job, swept: Optional[Swept]) -> None:
+        with self._lock:
+            self.sweeps += 1
+            self._busy = False
+            if job.keep_for is None or key in self._wanted:
+                return  # no age limit, or a newer request replaces this one
+            now = self._clock.time()
+            due = swept.next_due if swept is not None else now  # a failed sweep: again after the floor
+            if due is not None:
+                self._due[key] = (max(due, now + RESWEEP_FLOOR), job)
 
     def close(self, timeout: float = 15.0) -> None:
         """Stop between two removals and join the thread (bounded). Idempotent."""

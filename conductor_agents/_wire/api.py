@@ -105,13 +105,14 @@ class ConductorApi:
 
     # -- workflows and messages -------------------------------------------------------
 
-    def get_workflow(self, execution_id: str, *, include_tasks: bool = False) -> dict:
-        """``GET /workflow/{id}?includeTasks=``."""
+    def get_workflow(self, execution_id: str, *, include_tasks: bool = False, timeout: Optional[float] = None) -> dict:
+        """``GET /workflow/{id}?includeTasks=`` (``timeout``: seconds, default the transport's)."""
         with _not_found_is_unknown_execution(execution_id):
             result = self.transport.request(
                 "GET",
                 f"/workflow/{_seg(execution_id)}",
                 params={"includeTasks": "true" if include_tasks else "false"},
+                timeout=timeout,
             )
         if not isinstance(result, dict):
             raise ServerError(f"GET /workflow/{execution_id} returned a malformed body")

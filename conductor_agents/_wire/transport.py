@@ -1,4 +1,4 @@
-"""The HTTP boundary: the only module that imports ``requests``.
+"""The HTTP boundary: with :mod:`.retries`, the only module that imports ``requests``.
 
 It owns the :class:`requests.Session` (and closes only one it created), the retry
 policy, the auth token, and turns every ``requests`` exception and HTTP error status
@@ -6,11 +6,14 @@ into a :mod:`conductor_agents.errors` type with ``raise ... from err``. The smal
 every live run makes in the background (polls, queue sizes) go on a urllib3 pool of its own
 when it may (:class:`_DirectGets`, :meth:`Transport.get_json`), with the same errors.
 
-Retry policy (urllib3 ``Retry`` on the mounted adapter): only failures to *establish* a
+Retry policy (:mod:`.retries`; urllib3 ``Retry`` on the mounted adapter): only failures to *establish* a
 connection are retried, twice with a short backoff, for every method. Nothing has reached
-the server then, so a retry can never run a side effect twice. Everything else (read
-timeouts, 5xx, 429) is reported to the caller, which knows whether its call is safe to
-repeat (``wait()`` counts transient errors; result updates retry with backoff).
+the server then, so a retry can never run a side effect twice. A GET whose connection broke
+before the answer came (reset, closed: a node of a cluster killed, a balancer shutting the
+sessions of a node it marked down) is sent once more: it changes nothing on the server.
+Everything else (read timeouts, 5xx, 429, a broken POST) is reported to the caller, which knows
+whether its call is safe to repeat (``wait()`` counts transient errors; result updates retry
+with backoff).
 """
 
 from __future__ import annotations
@@ -26,12 +29,12 @@ from urllib.parse import urlencode
 import requests
 import urllib3
 from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.fork import rebuild_after_fork
 from ..errors import AuthenticationError, ServerError, ServerUnavailableError
 from .base_url import missing_api_prefix
+from .retries import again_if_broken, connect_retries
 
 __all__ = ["HttpError", "Transport", "TRANSIENT_STATUSES"]
 
@@ -51,12 +54,6 @@ _process_check_lock = threading.Lock()
 #: What requests sends through; if either is replaced (a test double such as ``responses``, or
 #: instrumentation), :meth:`Transport.get_json` takes the requests path so that it sees the call.
 _REQUESTS_SENDS = (requests.Session.send, HTTPAdapter.send)
-
-
-def _connect_retries() -> Retry:
-    """Only failures to establish a connection are retried (nothing reached the server then)."""
-    return Retry(total=None, connect=2, read=0, status=0, other=0, redirect=0,
-                 backoff_factor=0.2, raise_on_status=False)
 
 
 class _DirectGets:
@@ -88,7 +85,7 @@ class _DirectGets:
         if params:
             url += "?" + urlencode(params, doseq=True)
         response = self._pool.urlopen(
-            "GET", url, headers=dict(headers), retries=_connect_retries(), redirect=False,
+            "GET", url, headers=dict(headers), retries=connect_retries(), redirect=False,
             timeout=urllib3.Timeout(connect=timeout[0], read=timeout[1]), preload_content=True,
         )
         return response.status, response.data, response.headers.get("Content-Type", "")
@@ -269,7 +266,7 @@ class Transport:
         bundle = os.environ.get("REQUESTS_CA_BUNDLE") or os.environ.get("CURL_CA_BUNDLE")
         if bundle:
             session.verify = bundle
-        adapter = HTTPAdapter(max_retries=_connect_retries(), pool_connections=4, pool_maxsize=pool_size)
+        adapter = HTTPAdapter(max_retries=connect_retries(), pool_connections=4, pool_maxsize=pool_size)
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         session.headers["User-Agent"] = "conductor-agents-python"
@@ -359,7 +356,7 @@ class Transport:
         if token is not None:
             headers["X-Authorization"] = token
         try:
-            return direct.get(path, params, headers, timeout)
+            return again_if_broken(lambda: direct.get(path, params, headers, timeout), f"GET {path}")
         except urllib3.exceptions.HTTPError as err:  # connection refused/reset, broken read, pool closed
             cause = err.reason if isinstance(err, urllib3.exceptions.MaxRetryError) else err
             # urllib3 makes a refused connection a kind of connect timeout: it is not one here.
@@ -461,16 +458,12 @@ class Transport:
         token = self._current_token()
         if token is not None:
             send_headers["X-Authorization"] = token
+        limits = timeout if timeout is not None else (min(5.0, self._timeout), self._timeout)
         try:
-            return self._session.request(
-                method,
-                self.base_url + path,
-                params=params,
-                json=json_body,
-                headers=send_headers,
-                stream=stream,
-                timeout=timeout if timeout is not None else (min(5.0, self._timeout), self._timeout),
-            )
+            def send() -> requests.Response:
+                return self._session.request(method, self.base_url + path, params=params, json=json_body,
+                                             headers=send_headers, stream=stream, timeout=limits)
+            return again_if_broken(send, f"GET {path}") if method == "GET" and not stream else send()
         except requests.exceptions.Timeout as err:
             raise ServerUnavailableError(f"{method} {path}: the server did not answer in time ({err.__class__.__name__})") from err
         except requests.exceptions.ConnectionError as err:

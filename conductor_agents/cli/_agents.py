@@ -33,6 +33,7 @@ from ..errors import (
     WaitTimeoutError,
     WorkerStallError,
 )
+from .._listener.delivery import PULL_TASK_TYPE
 from .._people.pending import waits_on_person
 from ..handle import AgentHandle
 from ..result import AgentResult, AgentStatus
@@ -228,8 +229,9 @@ def _send(args: argparse.Namespace) -> int:
             error(f"message {message_id} was not pulled by run {args.execution_id} within {args.timeout:g}s; "
                   "it may still arrive")
             return EXIT_TIMED_OUT
-    _note(f"delivered: pulled by {delivery.task_reference_name}"
-          + (f" with {delivery.batch_count - 1} other message(s)" if delivery.batch_count > 1 else ""))
+    others = delivery.batch_count - 1
+    _note(f"delivered: run {delivery.execution_id} read it"
+          + (f" with {others} other message{'s' if others != 1 else ''}" if others else ""))
     return EXIT_OK
 
 
@@ -252,20 +254,21 @@ def _status(args: argparse.Namespace) -> int:
     with AgentRuntime(settings(args)) as runtime:
         handle = runtime.attach(args.execution_id)
         status = handle.status()
+        waiting_for = _waiting_for(runtime, status)
     if args.json:
-        print(json.dumps(_status_dict(status, handle), indent=2, default=str))
+        print(json.dumps(_status_dict(status, handle, waiting_for), indent=2, default=str))
         return EXIT_OK
     state = status.status.value
-    if status.is_waiting:
-        person = waits_on_person({"isWaiting": True, "pendingTool": status.pending_tool})
-        state += (f" (waiting for a person: conductor-agents pending {handle.execution_id})" if person
-                  else " (waiting for a message)")
+    if waiting_for == "person":
+        state += f" (waiting for a person: conductor-agents pending {handle.execution_id})"
+    elif waiting_for == "message":
+        state += " (waiting for a message)"
     rows = [("execution", status.execution_id or handle.execution_id), ("agent", handle.agent_name),
             ("status", state)]
     if handle.run_id:
         rows.append(("run id", handle.run_id))
-    if status.pending_tool and status.pending_tool.get("taskRefName"):
-        rows.append(("pending", str(status.pending_tool.get("taskRefName"))))
+    if waiting_for == "person" and status.pending_tool and status.pending_tool.get("taskRefName"):
+        rows.append(("pending", str(status.pending_tool.get("taskRefName"))))  # what `--request` takes
     output = (status.output or {}).get("result")
     if output is not None:
         rows.append(("output", str(output)))
@@ -276,13 +279,30 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _status_dict(status: AgentStatus, handle: AgentHandle) -> Dict[str, Any]:
+def _waiting_for(runtime: AgentRuntime, status: AgentStatus) -> Optional[str]:
+    """``"person"``, ``"message"`` or None: what a running run waits for. The server's ``isWaiting`` covers
+    both (a HUMAN or a wait-for-message task in progress), and misses a wait-for-message task between two of
+    its polls (SCHEDULED again): then the run's open tasks tell."""
+    if status.is_terminal:
+        return None
+    if status.is_waiting:
+        return "person" if waits_on_person({"isWaiting": True, "pendingTool": status.pending_tool}) else "message"
+    try:
+        page = runtime._api.workflow_tasks(status.current_execution_id or status.execution_id,
+                                           statuses=("SCHEDULED", "IN_PROGRESS"), count=50)
+    except ConductorAgentsError:
+        return None  # one look: the status itself was read
+    return "message" if any(t.get("taskType") == PULL_TASK_TYPE for t in page.tasks) else None
+
+
+def _status_dict(status: AgentStatus, handle: AgentHandle, waiting_for: Optional[str]) -> Dict[str, Any]:
     return {
         "executionId": status.execution_id or handle.execution_id,
         "agent": handle.agent_name,
         "runId": handle.run_id,
         "status": status.status.value,
         "terminal": status.is_terminal,
+        "waitingFor": waiting_for,
         "isWaiting": status.is_waiting,
         "pendingTool": status.pending_tool,
         "output": status.output,

@@ -5,7 +5,7 @@ A verb group is a module with ``register(subparsers)``; it adds its parsers and 
 
 Exit codes (:data:`EXIT_CODE_TABLE` is the one list; ``--help``, README.md and docs/cli.md show it,
 and a test holds them to it): 0 ok, 1 error (or the run ended FAILED/TERMINATED/TIMED_OUT), 2 usage
-or configuration, 3 not found / not running / nothing to answer, 4 server unreachable, 5 wait timed
+or configuration (also: the server cannot call the model), 3 not found / not running / nothing to answer, 4 server unreachable, 5 wait timed
 out, 6 a message can no longer be delivered (send --wait-delivered), 7 another answer won
 (approve/reject/respond), 130 interrupted. Errors are one line on standard error, never a traceback.
 """
@@ -37,7 +37,7 @@ EXIT_CODE_TABLE: Tuple[Tuple[int, str], ...] = (
               "nothing waits (it prints nothing, or [] with --json)"),
     (EXIT_ERROR, "the run ended FAILED, TERMINATED or TIMED_OUT, or another error"),
     (EXIT_USAGE, "usage or configuration error: bad arguments, a bad CONDUCTOR_* value or server URL, "
-                 "MODULE:AGENT not found"),
+                 "MODULE:AGENT not found; the server cannot call the run's model (no key, no route)"),
     (EXIT_NOT_FOUND, "unknown execution; it is no longer running (send, approve, reject, respond); "
                      "nothing of that kind waits (approve, reject, respond); server verbs: no server "
                      "running, or no Java"),
@@ -61,7 +61,7 @@ def exit_codes_help() -> str:
     return "\n".join(lines)
 
 VERB_GROUPS: List[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents", "conductor_agents.cli._serve",
-                           "conductor_agents.cli._humans"]
+                           "conductor_agents.cli._humans", "conductor_agents.cli._watch"]
 """Modules that add verbs; each exposes ``register(subparsers)``."""
 
 _PROG = "conductor-agents"

@@ -18,6 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
+from .._liveness.model_calls import classify_model_failure
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import SERVER_INPUT_KEYS, RunStatus
 
@@ -192,15 +193,19 @@ class TaskTracker:
         return [f"{name}: received {short(p)}" for p in payloads] or [f"{name}: no message"]
 
 
-def describe_event(event: Any, turns: List[int]) -> "tuple[List[str], Optional[str]]":
+def describe_event(event: Any, turns: List[Any]) -> "tuple[List[str], Optional[str]]":
     """The lines and the new status-line text (None: unchanged) for one :class:`AgentEvent`.
 
-    ``turns`` is a one-element counter of model turns, updated in place.
+    ``turns`` counts model turns, updated in place: ``[count]``, then ``[count, last turn's reference name]``.
     """
     kind = getattr(event, "kind", "")
     name = getattr(event, "tool_name", "") or ""
     if kind == "thinking":
+        ref = getattr(event, "task_reference_name", None)
+        if ref is not None and turns[1:] == [ref]:
+            return [], None  # the server retrying the same turn's model call
         turns[0] += 1
+        turns[1:] = [ref]
         return [f"model turn {turns[0]}"], f"model turn {turns[0]}"
     if kind == "waiting":
         return ["waiting for a message"], "waiting for a message"
@@ -216,6 +221,8 @@ def describe_event(event: Any, turns: List[int]) -> "tuple[List[str], Optional[s
             return [], None
         return [f"tool {name} {getattr(event, 'status', '')}: {short(getattr(event, 'error', '') or '')}"], None
     if kind == "error":
+        if classify_model_failure(getattr(event, "message", "")) is not None:
+            return [], None  # the model cannot be called: wait() raises one line that says why and what to do
         return [f"error: {short(getattr(event, 'message', ''))}"], None
     if kind == "done":
         return ["done"], "done"

@@ -2,7 +2,9 @@
 
 ``start`` launches a detached server and records it (pid, port, data dir, log, version)
 in the state file; ``--backend redis`` keeps the data in its own Redis, and ``--nodes N``
-starts a local cluster (N nodes on one Redis behind HAProxy; the URL is the balancer's); ``status``, ``logs`` and ``stop`` read that record. ``start
+starts a local cluster (N nodes on one Redis behind HAProxy; the URL is the balancer's), and
+``--scripted-model`` a scripted model beside it (:mod:`._scripted`) as its OpenAI provider; ``status``, ``logs``
+and ``stop`` read that record. ``start
 --foreground`` keeps the server attached until Ctrl-C. ``fetch`` and ``java`` check the
 prerequisites (the jar and a Java 21+ runtime).
 """
@@ -19,6 +21,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
 from ..local_server import BACKENDS, LocalCluster, LocalServer, find_java, resolve_server_jar
 from ..local_server import _dirs, _http, _logs, _proc, _state
 from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error
+from ._scripted import ScriptedModel, start_scripted_model
 
 DEFAULT_PORT = 8080
 _STOP_TIMEOUT = 20.0
@@ -50,6 +53,9 @@ def register(subparsers: Any) -> None:
                        "on restart) or redis (a redis-server of its own, durable)")
     start.add_argument("--nodes", type=int, default=1,
                        help="with --backend redis: how many server nodes behind an HAProxy balancer (default 1)")
+    start.add_argument("--scripted-model", action="store_true",
+                       help="also start a scripted model (no key, no network) as the server's OpenAI provider, "
+                       "and print the two variables to export: its model is openai/scripted")
     start.set_defaults(handler=_start)
 
     stop = verbs.add_parser("stop", help="stop the recorded server")
@@ -111,8 +117,21 @@ def _start(args: argparse.Namespace) -> int:
     if args.nodes < 1 or (args.nodes > 1 and backend != "redis"):
         error("--nodes N needs N >= 1, and more than one node needs --backend redis")
         return EXIT_USAGE
-    if args.nodes > 1:
-        return _start_cluster(args, state, data_dir, env)
+    model: Optional[ScriptedModel] = None
+    if args.scripted_model:
+        model = start_scripted_model(data_dir, detached=not args.foreground)
+        env.update(model.server_env)
+    try:
+        if args.nodes > 1:
+            return _start_cluster(args, state, data_dir, env, model)
+        return _start_single(args, state, data_dir, env, backend, model)
+    finally:
+        if model is not None and (args.foreground or _state.load(state) is None):
+            model.stop()  # the server stopped (foreground), or it never started
+
+
+def _start_single(args: argparse.Namespace, state: Path, data_dir: Path, env: Dict[str, str], backend: str,
+                  model: Optional[ScriptedModel]) -> int:
     server = LocalServer(
         data_dir,
         port=args.port,
@@ -129,7 +148,7 @@ def _start(args: argparse.Namespace) -> int:
     members = (
         (_state.MemberRecord.for_process("redis-server", redis.pid, redis.log_path),)
         if redis is not None and redis.pid is not None else ()
-    )
+    ) + _model_member(model)
     record = _state.ServerRecord.for_process(
         pid=server.pid,
         port=server.port,
@@ -144,10 +163,26 @@ def _start(args: argparse.Namespace) -> int:
     print(f"Conductor server {server.version or '(unknown version)'} running at {server.url} (pid {server.pid})")
     print(f"  data: {data_dir}\n  log:  {server.log_path}")
     _say_durability(backend)
+    _say_exports(server.url, model)
     if not args.foreground:
         return EXIT_OK
     print("Press Ctrl-C to stop it.", file=sys.stderr)
     return _run_in_foreground(server, state, record)
+
+
+def _model_member(model: Optional[ScriptedModel]) -> "tuple[_state.MemberRecord, ...]":
+    if model is None:
+        return ()
+    return (_state.MemberRecord.for_process("scripted-model", model.pid, model.log_path),)
+
+
+def _say_exports(url: str, model: Optional[ScriptedModel]) -> None:
+    """With a scripted model: the two lines that point the CLI and the samples at this server and model."""
+    if model is None:
+        return
+    print(f"  scripted model: {model.model} (log {model.log_path}); to use it, export:")
+    print(f"export CONDUCTOR_SERVER_URL={url}")
+    print(f"export CONDUCTOR_AGENT_MODEL={model.model}")
 
 
 def _say_durability(backend: str) -> None:
@@ -158,7 +193,8 @@ def _say_durability(backend: str) -> None:
         print("  queued messages are kept in Redis (append-only file) and survive a restart")
 
 
-def _start_cluster(args: argparse.Namespace, state: Path, data_dir: Path, env: Dict[str, str]) -> int:
+def _start_cluster(args: argparse.Namespace, state: Path, data_dir: Path, env: Dict[str, str],
+                   model: Optional[ScriptedModel]) -> int:
     cluster = LocalCluster(
         data_dir,
         nodes=args.nodes,
@@ -182,7 +218,8 @@ def _start_cluster(args: argparse.Namespace, state: Path, data_dir: Path, env: D
         version=cluster.nodes[0].version,
         detached=not args.foreground,
         backend="redis",
-        members=tuple(_state.MemberRecord.for_process(role, pid, log) for role, pid, log in parts[1:]),
+        members=tuple(_state.MemberRecord.for_process(role, pid, log) for role, pid, log in parts[1:])
+        + _model_member(model),
     )
     _state.save(state, record)
     print(f"Conductor cluster ({args.nodes} nodes, {record.version or 'unknown version'}) running at "
@@ -191,6 +228,7 @@ def _start_cluster(args: argparse.Namespace, state: Path, data_dir: Path, env: D
         print(f"  {role}: pid {pid}, log {log}")
     print(f"  data: {data_dir}")
     _say_durability("redis")
+    _say_exports(str(cluster.url), model)
     if not args.foreground:
         return EXIT_OK
     print("Press Ctrl-C to stop it.", file=sys.stderr)
@@ -243,7 +281,8 @@ def _stop(args: argparse.Namespace) -> int:
         error(f"could not stop the server (pid {', '.join(map(str, stuck))})")
         return EXIT_ERROR
     _state.remove(state)
-    others = f" and {len(record.members)} more processes" if record.members else ""
+    count = len(record.members)
+    others = f" and {count} more process{'es' if count != 1 else ''}" if count else ""
     print(f"Stopped the Conductor server at {record.url} (pid {record.pid}{others}).")
     return EXIT_OK
 

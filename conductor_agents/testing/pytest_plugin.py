@@ -114,7 +114,7 @@ def conductor_server(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPat
 
     data_dir = tmp_path_factory.mktemp("conductor-server")
     # A generous startup bound: on a small machine shared with other servers the JVM alone can take minutes.
-    server = LocalServer(data_dir, env=scripted_llm.server_env(), startup_timeout=600.0,
+    server = LocalServer(data_dir, env=_test_server_env(scripted_llm), startup_timeout=600.0,
                          secrets=_session_secrets())
     server.start()
     _SESSION_SERVER_URLS.append(server.url)
@@ -192,13 +192,19 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("topology", _selected_topologies(metafunc.config), indirect=True)
 
 
+def _test_server_env(llm: ScriptedLLM) -> "dict[str, str]":
+    """A test server's environment: the scripted model, and a script time limit (the server's INLINE tasks,
+    regex guardrails) of 30 s instead of the server's 4 s, which runs out on a loaded test machine."""
+    return {**llm.server_env(), "CONDUCTOR_SCRIPT_MAX_EXECUTION_SECONDS": "30"}
+
+
 @pytest.fixture(scope="session")
 def conductor_cluster(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """Two Conductor nodes on one Redis behind HAProxy for the session, wired to ``scripted_llm``."""
     from ..local_server import LocalCluster
 
     # Two JVMs start at once: on a small shared machine that can take minutes.
-    cluster = LocalCluster(tmp_path_factory.mktemp("conductor-cluster"), nodes=2, env=scripted_llm.server_env(),
+    cluster = LocalCluster(tmp_path_factory.mktemp("conductor-cluster"), nodes=2, env=_test_server_env(scripted_llm),
                            startup_timeout=600.0, secrets=_session_secrets())
     cluster.start()
     _SESSION_SERVER_URLS.append(cluster.url)

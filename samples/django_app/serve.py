@@ -69,7 +69,7 @@ def main() -> int:
 
     from conductor_agents.testing import LocalStack, listener_policy
 
-    print("starting a local Conductor server with a scripted model (first run downloads the server)...")
+    print("starting a local Conductor server with a scripted model...")  # a first run also says it downloads the jar
     with LocalStack() as stack:
         model = stack.llm.script(policy=listener_policy(scripted_action))
         return serve({**os.environ, "CONDUCTOR_SERVER_URL": stack.url, "CONDUCTOR_AGENT_MODEL": model}, args)

@@ -17,7 +17,7 @@ import pytest
 from conductor_agents import AgentRuntime, AgentSettings, RunStatus, tool
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually, listener
+from ..helpers import eventually, listener, run_tasks_summary
 from ..integration.test_stateful_listener import act_on
 
 pytestmark = pytest.mark.reliability
@@ -65,9 +65,11 @@ def start_holding_listener(runtime, scripted_llm, unique_name, tools: GatedTools
     return model, handle
 
 
-def finish(handle, tools: GatedTools, expected: List[str], scripted_llm, model) -> None:
+def finish(handle, tools: GatedTools, expected: List[str], scripted_llm, model, *, base_url: str = "") -> None:
     eventually(lambda: len(tools.snapshot()) >= len(expected), timeout=180, interval=0.1,
-               message=f"{len(expected)} actions")
+               message=f"{len(expected)} actions",
+               explain=lambda: f"actions: {tools.snapshot()}\n"
+                                   + (run_tasks_summary(base_url, handle.execution_id) if base_url else ""))
     handle.stop()
     result = handle.wait(timeout=180)
     assert result.status is RunStatus.COMPLETED, result
@@ -105,10 +107,13 @@ def test_sigkill_of_a_node_with_a_tool_in_flight_loses_and_repeats_nothing(condu
             tools.release()
             after = [f"after{i}" for i in range(3)]
             eventually(lambda: len(tools.snapshot()) >= 1 + len(queued), timeout=180, interval=0.1,
-                       message="the queued messages acted on after the kill")
+                       message="the queued messages acted on after the kill",
+                       explain=lambda: f"actions: {tools.snapshot()}\n"
+                                       + run_tasks_summary(conductor_cluster.node_urls[1], handle.execution_id))
             for action in after:
                 handle.send_message({"action": action})
-            finish(handle, tools, ["hold", *queued, *after], scripted_llm, model)
+            finish(handle, tools, ["hold", *queued, *after], scripted_llm, model,
+                   base_url=conductor_cluster.node_urls[1])
     finally:
         tools.release()
         if not conductor_cluster.nodes[0].is_running:

@@ -138,3 +138,77 @@ def test_the_local_stack_example_of_docs_testing_runs(scripted_llm, agent_settin
     scope = {"LocalStack": SessionStack}
     exec(compile(code, "docs/testing.md", "exec"), scope)  # noqa: S102 - the documentation's own code
     assert scope["result"].output == "Hello from the scripted model."
+
+
+def test_a_model_the_server_cannot_call_fails_at_once_with_the_fix(scripted_llm, agent_runtime, agent_settings,
+                                                                    unique_name, tmp_path: Path) -> None:
+    """The provider refuses the server's key (HTTP 401, every attempt): run() raises ModelUnavailableError at
+    the first failed attempt, naming the key and CONDUCTOR_AGENT_MODEL, and the run is cancelled; the CLI
+    says it in one line, exit 2 (point 1: was a minute of retried turns and cut-off repeated errors)."""
+    from conductor_agents import ModelUnavailableError, RunStatus
+
+    model = scripted_llm.script(["never reached"])
+    scripted_llm.fail_next(model, status=401, count=8, body={"error": {"message": "Incorrect API key"}})
+    agent = Agent(name=unique_name("keyless"), model=model, max_turns=2, tools=[_note()])
+    with pytest.raises(ModelUnavailableError) as caught:
+        agent_runtime.run(agent, "go", timeout=60)
+    err = caught.value
+    assert (err.cause, err.variable, err.model) == ("rejected_key", "OPENAI_API_KEY", model)
+    assert "CONDUCTOR_AGENT_MODEL" in str(err) and "Incorrect API key" not in str(err)
+    assert len(scripted_llm.requests_for(model)) == 1  # one attempt, not the server's four
+    assert agent_runtime.attach(err.execution_id).status().status is RunStatus.TERMINATED
+
+    model = scripted_llm.script(["never reached"])
+    scripted_llm.fail_next(model, status=401, count=8)
+    (tmp_path / "keyless.py").write_text(AGENT_MODULE.format(name=unique_name("keyless_cli"), model=model))
+    env = {**os.environ, "CONDUCTOR_SERVER_URL": agent_settings.server_url}
+    ran = subprocess.run([sys.executable, "-m", "conductor_agents", "run", "keyless.py:make_agent", "go"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    errors = [line for line in ran.stderr.splitlines() if "error" in line.lower()]
+    assert ran.returncode == 2, ran.stderr
+    assert len(errors) == 1 and errors[0].startswith("conductor-agents: error: the server cannot call the model")
+    assert "OPENAI_API_KEY" in errors[0] and "CONDUCTOR_AGENT_MODEL" in errors[0]
+
+
+def _cli(agent_settings, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "CONDUCTOR_SERVER_URL": agent_settings.server_url}
+    return subprocess.run([sys.executable, "-m", "conductor_agents", *args], env=env, capture_output=True, text=True,
+                          timeout=120)
+
+
+def test_status_says_what_the_run_waits_for_and_wait_reports_the_runs_own_counts(
+        scripted_llm, agent_runtime, agent_settings, unique_name) -> None:
+    """``status --json`` has ``waitingFor: "message"`` while a listener waits (point 12: ``isWaiting`` alone read
+    as "waits for a person"); ``wait`` on a cancelled run reports its own duration and tool calls (point 9: it
+    printed ``TERMINATED after 0.0s: 0 tool calls``)."""
+    import json
+
+    from conductor_agents import ToolRegistry, WaitForMessageTool
+    from conductor_agents.testing import listener_policy
+    from ..helpers import eventually
+
+    model = scripted_llm.script(policy=listener_policy(lambda p: ToolCall("generate_report", {"kind": p["action"]})))
+    agent = Agent(name=unique_name("status_listener"), model=model, stateful=True, max_turns=100,
+                  tools=[WaitForMessageTool.create(name="wait_for_message"), *ToolRegistry.from_instance(ActionTools())])
+    handle = agent_runtime.start(agent, "Listen.")
+    handle.send_message({"action": "sales"})
+    eventually(lambda: len(scripted_llm.requests_for(model)) >= 3, timeout=60, interval=0.2,
+               message="the listener acted on its message")
+    status = {}
+
+    def waits_for_a_message() -> bool:
+        ran = _cli(agent_settings, "status", handle.execution_id, "--json")
+        status.update(json.loads(ran.stdout))
+        return status["waitingFor"] == "message"
+
+    eventually(waits_for_a_message, timeout=60, interval=0.5, message=f"status says it waits: {status}")
+    assert status["status"] == "RUNNING"
+
+    handle.cancel("the test is done with it")
+    result = handle.wait(timeout=60)
+    ran = _cli(agent_settings, "wait", handle.execution_id, "--timeout", "60")
+    assert ran.returncode == 1, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    calls = len(result.tool_calls)
+    assert calls >= 2 and result.duration_seconds and result.duration_seconds > 0
+    assert last.startswith(f"TERMINATED after {result.duration_seconds:.1f}s: {calls} tool calls, "), last

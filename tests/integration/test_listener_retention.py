@@ -7,11 +7,17 @@ A tiny budget (a switch every couple of turns) so that one test goes through man
 from __future__ import annotations
 
 import collections
+import time
+from datetime import timedelta
 
+import attrs
 import pytest
+import requests
 
 from conductor_agents import AgentRuntime, Continuation, RunStatus
 from conductor_agents.testing import listener_policy
+
+from conductor_agents._listener.chain import link_id, link_key, parse_link_key, parse_mailbox_key
 
 from ..helpers import eventually, listener, listener_links
 from .test_long_listeners import ActionTools, act_on
@@ -23,18 +29,19 @@ KEEP = 1
 
 def held_runs(base: str, execution_id: str, upto: int) -> "list[int]":
     """The link numbers 0..``upto`` the server still holds (one ``GET /workflow/{id}`` each)."""
-    import requests
-
-    from conductor_agents._listener.chain import link_id, link_key, parse_link_key, parse_mailbox_key
-
-    correlation = requests.get(f"{base}/workflow/{execution_id}", timeout=10).json()["correlationId"]
-    key = parse_mailbox_key(correlation) or parse_link_key(correlation)
     held = []
     for number in range(upto + 1):
-        run = link_id(key.agent_name, link_key(key.run_id, number, key.agent_name))
-        if requests.get(f"{base}/workflow/{run}", params={"includeTasks": "false"}, timeout=10).status_code == 200:
+        if requests.get(f"{base}/workflow/{link_of(base, execution_id, number)}", params={"includeTasks": "false"},
+                        timeout=10).status_code == 200:
             held.append(number)
     return held
+
+
+def link_of(base: str, execution_id: str, number: int) -> str:
+    """The execution id of link ``number`` of the listener ``execution_id`` names (its mailbox or first run)."""
+    correlation = requests.get(f"{base}/workflow/{execution_id}", timeout=10).json()["correlationId"]
+    key = parse_mailbox_key(correlation) or parse_link_key(correlation)
+    return link_id(key.agent_name, link_key(key.run_id, number, key.agent_name))
 
 
 def send_and_act(runtime: AgentRuntime, execution_id: str, tools: ActionTools, action: str) -> None:
@@ -46,10 +53,10 @@ def send_and_act(runtime: AgentRuntime, execution_id: str, tools: ActionTools, a
 def test_a_listener_continued_many_times_keeps_its_newest_runs(
         agent_settings, scripted_llm, unique_name, topology_server):
     """Eight switches with ``keep_runs=1``: the server holds one ended link and the live one (and the
-    listener's mailbox, the id callers hold: link 0 is retired like the others); a fresh runtime holding only
-    that id reads status, totals and events, sends a message that is
-    acted on once, resumes the listener (its take-up sweeps again), and the result's totals count every
-    run, including the ones removed."""
+    listener's mailbox, the id callers hold: link 0 is retired like the others); a process that takes it up
+    with ``keep_for=1s`` retires that ended link too (older than the age); a fresh runtime holding only that
+    id reads status, totals and events, sends a message that is acted on once, resumes the listener (its
+    take-up sweeps again), and the result's totals count every run, including the ones removed."""
     base = getattr(topology_server, "url")
     tools = ActionTools()
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -69,6 +76,16 @@ def test_a_listener_continued_many_times_keeps_its_newest_runs(
                    timeout=30, interval=0.2, message="older runs retired")
         held = held_runs(base, execution_id, newest + 1)
         assert len(held) <= KEEP + 2 and 0 not in held and 1 not in held, held
+
+    # Retention by age: a process that takes the listener up with keep_for=1s retires the ended run that
+    # keep_runs=1 keeps, once it ended more than a second ago (no message is sent: no switch meanwhile).
+    ended_ms = requests.get(f"{base}/agent/{link_of(base, execution_id, newest - 1)}/status", timeout=10).json()["endTime"]
+    eventually(lambda: time.time() * 1000 > ended_ms + 1500, timeout=10, message="the ended run a second old")
+    aged = attrs.evolve(agent, continuation=Continuation(max_turns=2, keep_runs=KEEP, keep_for=timedelta(seconds=1)))
+    with AgentRuntime(agent_settings) as taker:
+        taker.resume(execution_id, aged, force=True)
+        eventually(lambda: held_runs(base, execution_id, newest + 1) == [newest], timeout=30, interval=0.2,
+                   message="the ended run older than keep_for retired")
 
     # Nobody serves it now. A fresh runtime holding only the first id:
     with AgentRuntime(agent_settings) as other:

@@ -124,7 +124,8 @@ def test_cli_send_wait_delivered(cli: Cli, agent_runtime, scripted_llm, unique_n
     sent = cli("send", handle.execution_id, '{"action": "from-cli"}', "--wait-delivered", "--timeout", "60")
     assert sent.returncode == 0, sent.stderr
     message_id = sent.stdout.strip()
-    assert "delivered: pulled by " in sent.stderr
+    # Which run read it, in the user's terms: no internal task name (issue 34, point 12)
+    assert f"delivered: run {handle.execution_id} read it" in sent.stderr and "pulled by" not in sent.stderr
     assert agent_runtime.wait_delivered(handle.execution_id, message_id, timeout=5).message_id == message_id
 
     eventually(lambda: quiescent(agent_runtime.settings.server_url, handle.execution_id), timeout=60,

@@ -60,6 +60,9 @@ def test_make_demo_runs_the_listener_sample_offline() -> None:
     assert "[tool] generate_report(topic='weekly') -> /reports/weekly-1.pdf" in result.stdout
     assert "run ended COMPLETED" in result.stdout
     assert "reports generated in this process: ['/reports/weekly-1.pdf']" in result.stdout
+    # Nothing a newcomer need worry about: no download promised for a cached jar, no warning (issue 34, point 12)
+    assert "download" not in result.stdout.lower() and "warning" not in (result.stdout + result.stderr).lower()
+    assert "delivered: run " in result.stdout and "pulled by" not in result.stdout
 
 
 def test_stateful_resume_sample_continues_the_run_after_the_child_is_killed(remote_env: Dict[str, str]) -> None:
@@ -187,11 +190,16 @@ def test_notebook_sample_runs_cell_by_cell(remote_env: Dict[str, str], monkeypat
     for key in ("CONDUCTOR_SERVER_URL", "CONDUCTOR_AGENT_MODEL"):
         monkeypatch.setenv(key, remote_env[key])  # the kernel inherits this process's environment
     notebook = nbformat.read(SAMPLES / "listener.ipynb", as_version=4)
+    first = next(cell for cell in notebook.cells if cell.cell_type == "code")
+    assert "USE_MY_SERVER = False" in first.source  # a CONDUCTOR_SERVER_URL left in the environment is not followed
+    first.source = first.source.replace("USE_MY_SERVER = False", "USE_MY_SERVER = True")  # the session's server
     client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
                                      resources={"metadata": {"path": str(SAMPLES)}})
     client.execute()
 
     code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    said = "".join(o.get("text", "") for o in code[0].outputs if o["output_type"] == "stream")
+    assert said == f"server {remote_env['CONDUCTOR_SERVER_URL']} (yours), model {remote_env['CONDUCTOR_AGENT_MODEL']}\n"
     started = code[0].outputs[-1]["data"]
     assert "AgentHandle(execution_id=" in started["text/plain"] and "workers=local" in started["text/plain"]
     assert "<b>notebook_listener</b>" in started["text/html"]
@@ -211,3 +219,91 @@ def test_cluster_sample_runs_unchanged_on_either_topology(remote_env: Dict[str, 
     assert result.returncode == 0, result.stdout + result.stderr
     assert "run ended COMPLETED; reports made in this process: ['/reports/before.pdf', '/reports/after.pdf']" \
         in result.stdout
+
+
+def test_starlette_sample_is_the_async_twin_of_the_flask_one(agent_settings, scripted_llm,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """samples/starlette_app.py through Starlette's TestClient (its lifespan makes and closes the async
+    runtime): start, a message acted on, a publication approved from the approval queue, stop."""
+    from starlette.testclient import TestClient
+
+    sample = _import_sample("starlette_app_sample", "starlette_app.py")
+    monkeypatch.setenv("CONDUCTOR_SERVER_URL", agent_settings.server_url)
+    monkeypatch.setenv("CONDUCTOR_AGENT_MODEL", scripted_llm.script(policy=listener_policy(sample.scripted_action)))
+    with TestClient(sample.app) as client:
+        started = client.post("/listeners")
+        assert started.status_code == 201, started.text
+        execution_id = started.json()["execution_id"]
+        sent = client.post(f"/listeners/{execution_id}/messages", json={"action": "generate-report", "topic": "q3"})
+        assert sent.status_code == 202 and sent.json()["message_id"]
+        eventually(lambda: client.get(f"/listeners/{execution_id}").json()["reports"] == ["q3"], timeout=60,
+                   message="the report")
+        assert client.post(f"/listeners/{execution_id}/messages", content=b"not json").status_code == 400
+        assert client.get("/listeners/nope").status_code == 404
+
+        client.post(f"/listeners/{execution_id}/messages", json={"action": "publish-report", "topic": "q3"})
+        queue = eventually(lambda: client.get("/approvals").json()["approvals"], timeout=60, message="the approval")
+        assert [r["executionId"] for r in queue] == [execution_id]
+        assert client.post(f"/approvals/{execution_id}/reject", json={}).status_code == 400  # a reason is needed
+        approved = client.post(f"/approvals/{execution_id}/approve", json={"by": "tester"})
+        assert approved.status_code == 200, approved.text
+
+        stopped = client.post(f"/listeners/{execution_id}/stop")
+        assert stopped.status_code == 200, stopped.text
+        body = stopped.json()
+        assert body["status"] == "COMPLETED" and body["reports"] == ["q3"]
+        assert {"generate_report", "publish_report"} <= set(body["tool_calls"])
+
+
+def _import_sample(module_name: str, file_name: str) -> object:
+    spec = importlib.util.spec_from_file_location(module_name, SAMPLES / file_name)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_notebooks_first_cell_uses_its_own_server_and_keeps_it_when_run_again(
+        agent_settings, scripted_llm, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture) -> None:
+    """With a CONDUCTOR_SERVER_URL left in the environment, the first cell still starts a local server (and says
+    which it uses); run again, it keeps that server and closes its first runtime (issue 34, point 12: it followed
+    the variable silently, and a second run started a second server). Run here, not in a kernel, with a
+    LocalStack that stands in for a new server by lending the session's (so no JVM starts)."""
+    import json
+
+    import conductor_agents.testing as testing
+
+    starts = []
+
+    class SessionStack:
+        def __init__(self) -> None:
+            self.llm, self.settings, self.server = scripted_llm, agent_settings, self
+
+        is_running = True
+
+        def start(self) -> "SessionStack":
+            starts.append(self)
+            return self
+
+        def stop(self) -> None:
+            pass
+
+    monkeypatch.setattr(testing, "LocalStack", SessionStack)
+    monkeypatch.setenv("CONDUCTOR_SERVER_URL", "http://127.0.0.1:9/api")  # left over: never to be used
+    cell = "".join(json.loads((SAMPLES / "listener.ipynb").read_text())["cells"][1]["source"])
+    scope: Dict[str, object] = {}
+    try:
+        exec(compile(cell, "listener.ipynb", "exec"), scope)  # noqa: S102 - the notebook's own cell
+        first, first_run = scope["runtime"], scope["handle"]
+        exec(compile(cell, "listener.ipynb", "exec"), scope)  # noqa: S102
+        scope["runtime"].attach(first_run.execution_id).cancel("the test is done with it")
+        assert len(starts) == 1 and scope["stack"] is starts[0]
+        assert first is not scope["runtime"] and "closed" in repr(first)
+        said = capsys.readouterr().out.splitlines()
+        assert said[-1].startswith(f"server {agent_settings.server_url} (local, started by this notebook), model ")
+        assert scope["handle"].status().status.value == "RUNNING"
+    finally:
+        if "handle" in scope:
+            scope["handle"].cancel("the test is done with it")
+        if "runtime" in scope:
+            scope["runtime"].close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -169,6 +170,10 @@ def main(argv: "list[str]") -> int:
     parser.add_argument("--starts", type=int, default=0)
     parser.add_argument("--stall-seconds", type=float, default=None)
     args = parser.parse_args(argv)
+    # What the SDK did, with times, in the child's stderr file (the test quotes it when it fails).
+    logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
+                        format="%(asctime)s %(threadName)s %(name)s %(levelname)s %(message)s")
+    logging.getLogger("conductor_agents").setLevel(logging.INFO)
 
     parent_gone = threading.Event()
 

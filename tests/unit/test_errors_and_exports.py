@@ -48,6 +48,7 @@ BUILTIN_OF = {
     "OutputValidationError": (ValueError,),
     "RunContextError": (ValueError,),
     "MissingSecretError": (LookupError,),
+    "ModelUnavailableError": (ValueError,),
 }
 
 
@@ -160,14 +161,14 @@ PACKAGE_ALL = [
     "Agent", "Continuation", "CarryOver", "ToolDef", "ToolRegistry", "WaitForMessageTool", "HumanTool", "HttpTool",
     "McpTool", "ApiTool", "tool", "Strategy", "Handoff", "HandoffContext", "Gate", "Guardrail", "GuardrailResult", "Termination",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
-    "AgentRuntime", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
+    "AgentRuntime", "AsyncAgentRuntime", "AsyncAgentHandle", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
     "ToolCallRecord", "ListenerTotals", "MessageDelivery",
     "PendingRequest", "PendingToolCall", "HumanAnswer",
     "LocalServer",
     "ConductorAgentsError", "AgentDefinitionError", "AgentTypeError", "AnswerConflictError", "AuthenticationError",
     "ConfigurationError", "ExecutionNotFoundError", "ExecutionNotRunningError", "InvalidAnswerError", "JarDownloadError",
     "JavaNotFoundError", "LocalServerError", "MessageLostError", "MessageQueueDisabledError", "MessageQueueFullError",
-    "MissingSecretError", "NothingPendingError", "OutputValidationError",
+    "MissingSecretError", "ModelUnavailableError", "NothingPendingError", "OutputValidationError",
     "PayloadError", "ResumeError", "RunContextError", "RuntimeClosedError", "ServerError", "ServerUnavailableError",
     "ToolArgumentsError", "ToolDefinitionError", "WaitTimeoutError", "WorkerStallError", "WorkerStartupError",
     "__version__",

@@ -3,6 +3,7 @@ finding its newest run once the runs in between are gone (_listener.directory)."
 
 import logging
 import threading
+from datetime import timedelta
 
 import pytest
 
@@ -10,9 +11,12 @@ from conductor_agents._listener.chain import continued_reason
 from conductor_agents._listener.directory import ChainDirectory
 from conductor_agents._listener.following import current_status
 from conductor_agents._listener.head import SLOTS, read_head, write_head
-from conductor_agents._listener.retention import Remover, Retirer, sweep
+from conductor_agents import Continuation
+from conductor_agents._listener.retention import RESWEEP_FLOOR, Remover, Retirer, sweep
 from conductor_agents._wire.transport import HttpError
-from conductor_agents.errors import ExecutionNotFoundError, ServerUnavailableError
+from conductor_agents.errors import (AgentDefinitionError, AgentTypeError, ExecutionNotFoundError,
+                                     ServerUnavailableError)
+from tests.unit.fakes import FakeClock
 from tests.unit.test_chain_directory_and_sending import RUN, FakeChainServer, send
 
 
@@ -25,6 +29,7 @@ class RetentionServer(FakeChainServer):
         self.removed = []  # (execution id, archive) in order
         self.fail_full_removal = None  # an exception the archive=False call raises
         self.sub_gone = set()
+        self.ended = {}  # execution id -> endTime (epoch ms) the server reports once the run ended
 
     def _known(self, execution_id):
         if execution_id not in self.runs:
@@ -36,7 +41,10 @@ class RetentionServer(FakeChainServer):
 
     def agent_status(self, execution_id, timeout=None):
         self._known(execution_id)
-        return super().agent_status(execution_id, timeout)
+        status = super().agent_status(execution_id, timeout)
+        if status["status"] != "RUNNING":
+            status["endTime"] = self.ended.get(execution_id)
+        return status
 
     def remove_workflow(self, execution_id, *, archive, timeout=15.0):
         self.calls.append(("remove", execution_id))
@@ -74,7 +82,7 @@ def test_a_sweep_keeps_the_first_run_and_the_newest_ended_ones_and_writes_the_he
     server = RetentionServer()
     directory, chain = chain_of(server, 8)  # links 0..7, 7 live
     server.calls.clear()
-    assert sweep(server, directory, chain, 7, 2, Remover(server)) == 4
+    assert sweep(server, directory, chain, 7, 2, Remover(server)).retired == 4
     assert held(server) == [0, 5, 6, 7]  # link 0, the newest 2 ended, the live one
     kinds = [kind for kind, _ in server.calls]
     assert kinds.index("poll") < kinds.index("remove")  # the head hint is written before anything goes
@@ -117,17 +125,17 @@ def test_a_sweep_cut_short_is_finished_by_the_next_one_and_repeats_do_nothing():
     write_head(server, RUN, 9)
     for number in (1, 2, 3):  # a process died after retiring these (the lowest first)
         server.retire(number)
-    assert sweep(server, directory, ChainDirectory(server).chain(chain.execution_id), 9, 2, Remover(server)) == 3
+    assert sweep(server, directory, ChainDirectory(server).chain(chain.execution_id), 9, 2, Remover(server)).retired == 3
     assert held(server) == [0, 7, 8, 9]
     server.calls.clear()
-    assert sweep(server, directory, chain, 9, 2, Remover(server)) == 0
+    assert sweep(server, directory, chain, 9, 2, Remover(server)).retired == 0
     assert "remove" not in [kind for kind, _ in server.calls]
 
 
 def test_keep_all_writes_the_head_and_retires_nothing():
     server = RetentionServer()
     directory, chain = chain_of(server, 6)
-    assert sweep(server, directory, chain, 5, None, Remover(server)) == 0
+    assert sweep(server, directory, chain, 5, None, Remover(server)).retired == 0
     assert held(server) == [0, 1, 2, 3, 4, 5] and read_head(server, RUN) == 5
 
 
@@ -160,7 +168,7 @@ def test_a_server_that_cannot_remove_in_full_gets_archived_removals_and_one_warn
     server.fail_full_removal = failure
     remover = Remover(server)
     with caplog.at_level(logging.WARNING, logger="conductor_agents.continuation"):
-        assert sweep(server, directory, chain, 7, 1, remover) == 5
+        assert sweep(server, directory, chain, 7, 1, remover).retired == 5
     assert remover.archive and all(archive for _, archive in server.removed)
     full = [i for kind, i in server.calls if kind == "remove"]
     assert len(full) == 6  # one full attempt, then five archived removals
@@ -207,7 +215,7 @@ def test_a_listener_served_from_a_later_runs_id_still_keeps_its_first_run():
     directory, _ = chain_of(server, 7)
     later = ChainDirectory(server).chain(server.key(3).execution_id)
     assert later.first == 3
-    assert sweep(server, directory, later, 6, 1, Remover(server)) == 4
+    assert sweep(server, directory, later, 6, 1, Remover(server)).retired == 4
     assert held(server) == [0, 5, 6]
 
 
@@ -215,7 +223,114 @@ def test_an_agent_without_sub_runs_is_retired_without_reading_its_task_lists():
     server = RetentionServer()
     directory, chain = chain_of(server, 5)
     server.get_workflow = None  # any read of a whole run would fail
-    assert sweep(server, directory, chain, 4, 1, Remover(server), with_sub_runs=False) == 2
+    assert sweep(server, directory, chain, 4, 1, Remover(server), with_sub_runs=False).retired == 2
+
+
+def aged_chain(server, clock, ended_minutes_ago):
+    """Links 0..len+1: link n (n >= 1) ended ``ended_minutes_ago[n-1]`` minutes before now (oldest first),
+    the last one is live."""
+    directory, chain = chain_of(server, len(ended_minutes_ago) + 2)
+    for number, minutes in enumerate(ended_minutes_ago, start=1):
+        server.ended[server.key(number).execution_id] = (clock.time() - minutes * 60) * 1000
+    return directory, chain
+
+
+def test_keep_for_alone_retires_the_ended_runs_older_than_the_age_and_says_when_the_next_comes_of_age():
+    clock = FakeClock()
+    server = RetentionServer()
+    directory, chain = aged_chain(server, clock, [300, 200, 90, 30, 5])  # links 1-5 ended; 6 live
+    swept = sweep(server, directory, chain, 6, None, Remover(server), keep_for=timedelta(hours=1), clock=clock)
+    assert swept.retired == 3 and held(server) == [0, 4, 5, 6]
+    assert swept.next_due == pytest.approx(clock.time() + 30 * 60)  # link 4 (30 min old) in 30 min
+    clock.advance(31 * 60)
+    swept = sweep(server, directory, chain, 6, None, Remover(server), keep_for=timedelta(hours=1), clock=clock)
+    assert swept.retired == 1 and held(server) == [0, 5, 6]
+    assert swept.next_due == pytest.approx(clock.time() + 24 * 60)
+
+
+def test_a_run_is_retired_when_beyond_the_count_or_older_than_the_age():
+    clock = FakeClock()
+    server = RetentionServer()
+    directory, chain = aged_chain(server, clock, [500, 400, 300, 120, 10])
+    # Within keep_runs=4 (links 2-5) but older than 2 h 30 min: links 2 and 3 go as well as link 1.
+    swept = sweep(server, directory, chain, 6, 4, Remover(server), keep_for=timedelta(minutes=150), clock=clock)
+    assert swept.retired == 3 and held(server) == [0, 4, 5, 6]
+    # All young, but beyond keep_runs=1: the count still retires link 4.
+    swept = sweep(server, directory, chain, 6, 1, Remover(server), keep_for=timedelta(days=7), clock=clock)
+    assert swept.retired == 1 and held(server) == [0, 5, 6]
+    assert swept.next_due == pytest.approx(clock.time() + 7 * 86400 - 600)
+
+
+def test_the_age_walk_stops_at_a_run_that_has_not_ended():
+    clock = FakeClock()
+    server = RetentionServer()
+    directory, chain = aged_chain(server, clock, [300, 200])
+    server.runs[server.key(2).execution_id]["status"] = "RUNNING"  # a switch left half done
+    swept = sweep(server, directory, chain, 3, None, Remover(server), keep_for=timedelta(minutes=1), clock=clock)
+    assert swept.retired == 1 and held(server) == [0, 2, 3] and swept.next_due is None
+
+
+def test_the_retirer_sweeps_a_quiet_listener_again_when_its_next_run_comes_of_age():
+    clock = FakeClock()
+    server = RetentionServer()
+    directory, chain = aged_chain(server, clock, [120, 30])
+    retirer = Retirer(server, directory, clock=clock)
+    try:
+        retirer.request(chain, 3, None, keep_for=timedelta(hours=1))
+        eventually_true(lambda: held(server) == [0, 2, 3] and retirer.scheduled(chain.run_id) is not None)
+        assert retirer.scheduled(chain.run_id) == pytest.approx(clock.time() + 30 * 60)
+        clock.advance(10 * 60)
+        assert held(server) == [0, 2, 3]  # not of age yet
+        clock.advance(21 * 60)  # no switch, no request: the schedule alone retires link 2
+        retirer._wake.set()  # its wait is real time (at most 5 s): cut it short
+        eventually_true(lambda: held(server) == [0, 3])
+        eventually_true(lambda: retirer.scheduled(chain.run_id) is None)  # nothing left to age
+    finally:
+        retirer.close(5.0)
+
+
+def test_a_failed_sweep_under_keep_for_is_tried_again_after_the_floor_not_in_a_loop():
+    clock = FakeClock()
+    server = RetentionServer()
+    directory, chain = aged_chain(server, clock, [120])
+    broken = {"on": True}
+    original = server.poll_data
+
+    def poll_data(task_type):
+        if broken["on"]:
+            raise ServerUnavailableError("down")
+        return original(task_type)
+
+    server.poll_data = poll_data
+    retirer = Retirer(server, directory, clock=clock)
+    try:
+        retirer.request(chain, 2, None, keep_for=timedelta(hours=1))
+        eventually_true(lambda: retirer.scheduled(chain.run_id) is not None)
+        assert retirer.scheduled(chain.run_id) == pytest.approx(clock.time() + RESWEEP_FLOOR)
+        sweeps = retirer.sweeps
+        broken["on"] = False
+        clock.advance(RESWEEP_FLOOR)
+        retirer._wake.set()
+        eventually_true(lambda: held(server) == [0, 2])
+        assert retirer.sweeps == sweeps + 1
+    finally:
+        retirer.close(5.0)
+
+
+@pytest.mark.parametrize("value,error", [
+    (3600, AgentTypeError), ("1h", AgentTypeError), (timedelta(0), AgentDefinitionError),
+    (timedelta(seconds=-5), AgentDefinitionError),
+])
+def test_keep_for_must_be_a_positive_timedelta(value, error):
+    with pytest.raises(error, match="Continuation.keep_for"):
+        Continuation(keep_for=value)
+    assert Continuation(keep_runs=None, keep_for=timedelta(days=30)).keep_for == timedelta(days=30)
+
+
+def eventually_true(check, timeout=10.0):
+    from tests.helpers import eventually
+
+    eventually(check, timeout=timeout, interval=0.01, message="retirer")
 
 
 # -- a listener with a mailbox (the id callers hold is not a link) -------------------------------
@@ -249,9 +364,9 @@ def test_a_sweep_of_a_listener_with_a_mailbox_retires_its_first_run_too():
     chain_of(server, 8)  # links 0..7, 7 live
     directory = ChainDirectory(server)
     boxed = directory.chain(MAILBOX)
-    assert sweep(server, directory, boxed, 7, 2, Remover(server)) == 5
+    assert sweep(server, directory, boxed, 7, 2, Remover(server)).retired == 5
     assert held(server) == [5, 6, 7]  # the newest 2 ended, the live one: link 0 went like the others
-    assert sweep(server, directory, boxed, 7, 2, Remover(server)) == 0  # idempotent
+    assert sweep(server, directory, boxed, 7, 2, Remover(server)).retired == 0  # idempotent
 
 
 def test_the_mailbox_id_reaches_the_current_run_after_link_0_was_retired():

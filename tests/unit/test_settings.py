@@ -1,5 +1,7 @@
 """Unit tests for conductor_agents.settings: AgentSettings.from_env and the field validators."""
 
+from datetime import timedelta
+
 import attrs
 import pytest
 
@@ -23,6 +25,7 @@ GOOD = {
     "CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS": ("12", "continue_after_turns", 12),
     "CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES": ("500000", "continue_after_bytes", 500_000),
     "CONDUCTOR_AGENT_KEEP_RUNS": ("5", "keep_runs", 5),
+    "CONDUCTOR_AGENT_KEEP_FOR": ("30d", "keep_for", timedelta(days=30)),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("1.5", "pending_check_interval_seconds", 1.5),
 }
 
@@ -53,6 +56,10 @@ BAD = [
     ("CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES", "1MB"),
     ("CONDUCTOR_AGENT_KEEP_RUNS", "-1"),
     ("CONDUCTOR_AGENT_KEEP_RUNS", "some"),
+    ("CONDUCTOR_AGENT_KEEP_FOR", "0"),
+    ("CONDUCTOR_AGENT_KEEP_FOR", "-2h"),
+    ("CONDUCTOR_AGENT_KEEP_FOR", "a week"),
+    ("CONDUCTOR_AGENT_KEEP_FOR", "3w"),
     ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "0"),
     ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "soon"),
 ]
@@ -252,3 +259,20 @@ def test_keep_runs_all_keeps_every_run_and_reaches_the_continuation():
     assert AgentSettings.from_env({"CONDUCTOR_AGENT_KEEP_RUNS": "0"}).continuation_for(agent).keep_runs == 0
     own = Agent("b", "openai/gpt-4o-mini", instructions="x", continuation=Continuation(keep_runs=7))
     assert keep_all.continuation_for(own).keep_runs == 7
+
+
+@pytest.mark.parametrize("raw,expected", [
+    ("12h", timedelta(hours=12)), ("45m", timedelta(minutes=45)), ("90s", timedelta(seconds=90)),
+    ("3600", timedelta(hours=1)), (" 1.5d ", timedelta(hours=36)), ("none", None),
+])
+def test_keep_for_takes_a_duration_and_reaches_the_continuation(raw, expected):
+    """``CONDUCTOR_AGENT_KEEP_FOR`` is a duration (d/h/m/s, or seconds); ``none`` sets no age limit. It
+    reaches the continuation of an agent without its own, beside ``keep_runs``."""
+    from conductor_agents import Agent
+
+    settings = AgentSettings.from_env({"CONDUCTOR_AGENT_KEEP_FOR": raw})
+    assert settings.keep_for == expected
+    agent = Agent("a", "openai/gpt-4o-mini", instructions="x")
+    assert (settings.continuation_for(agent).keep_for, settings.continuation_for(agent).keep_runs) == (expected, 2)
+    with pytest.raises(ConfigurationError, match="keep_for"):
+        AgentSettings(keep_for=5)

@@ -1,0 +1,49 @@
+"""What the transport sends again, and when: the one place that decides it (see :mod:`.transport`).
+
+A request is sent again only when that cannot run a side effect twice: a connection that could not be
+established (nothing reached the server), for any method; a GET whose connection broke before the answer.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, TypeVar
+
+import requests
+import urllib3
+from urllib3.util.retry import Retry
+
+__all__ = ["again_if_broken", "connect_retries"]
+
+log = logging.getLogger("conductor_agents.transport")
+
+T = TypeVar("T")
+
+
+def connect_retries() -> Retry:
+    """Only failures to establish a connection are retried (nothing reached the server then)."""
+    return Retry(total=None, connect=2, read=0, status=0, other=0, redirect=0,
+                 backoff_factor=0.2, raise_on_status=False)
+
+
+def _broke_mid_exchange(err: BaseException) -> bool:
+    """Whether ``err`` (from requests or urllib3) says an established connection broke before the answer
+    came, as opposed to a refused connection or a timeout."""
+    cause: Any = err
+    if isinstance(cause, requests.exceptions.ConnectionError) and cause.args:
+        cause = cause.args[0]
+    if isinstance(cause, urllib3.exceptions.MaxRetryError):
+        cause = cause.reason
+    return isinstance(cause, urllib3.exceptions.ProtocolError)
+
+
+def again_if_broken(send: Callable[[], T], what: str) -> T:
+    """``send()``, and once more when its connection broke before the answer (only for requests that
+    change nothing on the server)."""
+    try:
+        return send()
+    except (requests.exceptions.ConnectionError, urllib3.exceptions.HTTPError) as err:
+        if isinstance(err, requests.exceptions.Timeout) or not _broke_mid_exchange(err):
+            raise
+        log.debug("%s: the connection broke before the answer; sending it once more", what)
+        return send()

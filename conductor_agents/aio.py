@@ -1,0 +1,348 @@
+"""The async face: :class:`AsyncAgentRuntime` and :class:`AsyncAgentHandle`, awaitable twins of the runtime's
+and the handle's verbs, for asyncio code (FastAPI, Starlette, a notebook's running loop).
+
+The SDK's core is synchronous and threaded (its pollers, tool pool and watchdog are threads either way);
+this face runs each blocking verb on a thread pool of its own, so the event loop never waits on the server.
+The same arguments, results and errors as the synchronous verbs (see :class:`~conductor_agents.AgentRuntime`
+and :class:`~conductor_agents.AgentHandle`); ``events()`` is an async iterator.
+
+Cancelling an awaiting task gives the loop back at once. The thread under it ends by itself: a
+``wait()`` is sliced (at most :data:`WAIT_SLICE_SECONDS` a piece), so a cancelled one lets its thread go
+within that; an ``events()`` iterator that is closed or cancelled closes its connection. A verb that
+changes something (``send_message``, ``stop``, ``approve`` ...) still completes on the server after its
+awaiter was cancelled, like a request already sent.
+
+Thread-safety: an :class:`AsyncAgentRuntime` may be used from any number of tasks of one loop at once (and
+from several loops); it holds no loop. ``max_threads`` bounds the threads of its pool: verbs beyond that
+wait their turn (each waiting ``wait()`` takes one thread for at most a slice, then yields it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextvars
+import functools
+import os
+import threading
+import time
+from typing import Any, Callable, Mapping, Optional, TypeVar
+
+from ._common.fork import rebuild_after_fork
+from .agent import Agent
+from .errors import WaitTimeoutError
+from .events import AgentEvent
+from .handle import AgentHandle
+from ._listener.delivery import MessageDelivery
+from .result import AgentResult, AgentStatus, ListenerTotals
+from .runtime import AgentRuntime
+from .settings import AgentSettings
+from .stats import RunStats, RuntimeStats
+from ._people.pending import HumanAnswer, PendingRequest
+
+__all__ = ["AsyncAgentHandle", "AsyncAgentRuntime", "AsyncEvents", "WAIT_SLICE_SECONDS"]
+
+T = TypeVar("T")
+
+#: The longest one thread blocks in ``wait()`` before the awaiting coroutine looks again (a cancelled
+#: ``wait()`` frees its thread within this).
+WAIT_SLICE_SECONDS = 5.0
+#: Default size of an async runtime's thread pool.
+DEFAULT_MAX_THREADS = 32
+_END = object()
+
+
+class _Pool:
+    """The threads an async runtime runs blocking verbs on; made again in a forked child."""
+
+    def __init__(self, max_threads: int) -> None:
+        if not isinstance(max_threads, int) or isinstance(max_threads, bool) or max_threads < 1:
+            raise ValueError(f"max_threads must be a positive int, got {max_threads!r}")
+        self.max_threads = max_threads
+        self._executor = self._make()
+        rebuild_after_fork(self)
+
+    def _make(self) -> concurrent.futures.ThreadPoolExecutor:
+        return concurrent.futures.ThreadPoolExecutor(self.max_threads, thread_name_prefix="conductor-agents-async")
+
+    def _after_fork_in_child(self) -> None:
+        self._executor = self._make()  # the parent's threads do not exist here
+
+    async def run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)`` on a pool thread, in the caller's context (contextvars)."""
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
+
+    def shutdown(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class AsyncAgentRuntime:
+    """An :class:`~conductor_agents.AgentRuntime` with awaitable verbs.
+
+    ``AsyncAgentRuntime(settings, **kwargs)`` makes its own runtime (the same arguments as
+    ``AgentRuntime``); ``AsyncAgentRuntime(runtime=rt)`` wraps one that exists (closing this closes it).
+    Use ``async with`` or ``await close()``. :attr:`sync` is the synchronous runtime under it.
+    """
+
+    def __init__(self, settings: Optional[AgentSettings] = None, *, runtime: Optional[AgentRuntime] = None,
+                 max_threads: int = DEFAULT_MAX_THREADS, **kwargs: Any) -> None:
+        if runtime is not None and (settings is not None or kwargs):
+            raise ValueError("pass either runtime= or the settings to make one, not both")
+        self._pool = _Pool(max_threads)
+        self.sync: AgentRuntime = runtime if runtime is not None else AgentRuntime(settings, **kwargs)
+
+    @property
+    def settings(self) -> AgentSettings:
+        return self.sync.settings
+
+    def __repr__(self) -> str:
+        return f"Async{self.sync!r}"
+
+    async def __aenter__(self) -> "AsyncAgentRuntime":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def _handle(self, handle: AgentHandle) -> "AsyncAgentHandle":
+        return AsyncAgentHandle(handle, self._pool, wait_timeout=self.settings.wait_timeout_seconds)
+
+    # -- runs -------------------------------------------------------------------------
+
+    async def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None,
+                    context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None) -> "AsyncAgentHandle":
+        """As :meth:`AgentRuntime.start`."""
+        return self._handle(await self._pool.run(self.sync.start, agent, prompt, idempotency_key=idempotency_key,
+                                                 context=context, media=media))
+
+    async def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0, idempotency_key: Optional[str] = None,
+                  context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None) -> AgentResult:
+        """As :meth:`AgentRuntime.run`: start, then ``await handle.wait(timeout)``."""
+        handle = await self.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media)
+        return await handle.wait(timeout=timeout)
+
+    async def send_message(self, execution_id: str, payload: Any) -> str:
+        """As :meth:`AgentRuntime.send_message`."""
+        return await self._pool.run(self.sync.send_message, execution_id, payload)
+
+    async def wait_delivered(self, execution_id: str, message_id: str,
+                             timeout: Optional[float] = None) -> MessageDelivery:
+        """As :meth:`AgentRuntime.wait_delivered`."""
+        return await self._pool.run(self.sync.wait_delivered, execution_id, message_id, timeout=timeout)
+
+    async def attach(self, execution_id: str) -> "AsyncAgentHandle":
+        """As :meth:`AgentRuntime.attach`."""
+        return self._handle(await self._pool.run(self.sync.attach, execution_id))
+
+    async def resume(self, execution_id: str, agent: Agent, *, force: bool = False) -> "AsyncAgentHandle":
+        """As :meth:`AgentRuntime.resume`."""
+        return self._handle(await self._pool.run(self.sync.resume, execution_id, agent, force=force))
+
+    async def serve(self, agent: Agent, *, on_adopt: Optional[Callable[[AgentHandle], Any]] = None) -> None:
+        """As :meth:`AgentRuntime.serve` (``on_adopt`` is called on a worker thread with the sync handle)."""
+        await self._pool.run(self.sync.serve, agent, on_adopt=on_adopt)
+
+    # -- people in the loop -----------------------------------------------------------
+
+    async def pending(self, execution_id: str) -> "tuple[PendingRequest, ...]":
+        """As :meth:`AgentRuntime.pending`."""
+        return await self._pool.run(self.sync.pending, execution_id)
+
+    async def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
+        """As :meth:`AgentRuntime.pending_requests`."""
+        return await self._pool.run(self.sync.pending_requests, agent)
+
+    async def approve(self, execution_id: str, **kwargs: Any) -> HumanAnswer:
+        """As :meth:`AgentRuntime.approve` (``reason``, ``by``, ``request``, ``timeout``)."""
+        return await self._pool.run(self.sync.approve, execution_id, **kwargs)
+
+    async def reject(self, execution_id: str, reason: str, **kwargs: Any) -> HumanAnswer:
+        """As :meth:`AgentRuntime.reject` (``by``, ``request``, ``timeout``)."""
+        return await self._pool.run(self.sync.reject, execution_id, reason, **kwargs)
+
+    async def respond(self, execution_id: str, answer: Any, **kwargs: Any) -> HumanAnswer:
+        """As :meth:`AgentRuntime.respond` (``by``, ``request``, ``timeout``)."""
+        return await self._pool.run(self.sync.respond, execution_id, answer, **kwargs)
+
+    def stats(self) -> RuntimeStats:
+        """As :meth:`AgentRuntime.stats` (no request: not awaitable)."""
+        return self.sync.stats()
+
+    async def close(self) -> None:
+        """As :meth:`AgentRuntime.close` (lets running tools finish, joins threads), off the loop. Idempotent."""
+        try:
+            await self._pool.run(self.sync.close)
+        finally:
+            self._pool.shutdown()
+
+
+class AsyncAgentHandle:
+    """An :class:`~conductor_agents.AgentHandle` with awaitable verbs; :attr:`sync` is the handle under it."""
+
+    def __init__(self, handle: AgentHandle, pool: _Pool, *, wait_timeout: float) -> None:
+        self.sync = handle
+        self._pool = pool
+        self._wait_timeout = wait_timeout  # the settings' wait_timeout_seconds: wait()'s default
+
+    @property
+    def execution_id(self) -> str:
+        return self.sync.execution_id
+
+    @property
+    def current_execution_id(self) -> str:
+        return self.sync.current_execution_id
+
+    @property
+    def run_id(self) -> Optional[str]:
+        return self.sync.run_id
+
+    @property
+    def agent_name(self) -> str:
+        return self.sync.agent_name
+
+    def __repr__(self) -> str:
+        return f"Async{self.sync!r}"
+
+    async def status(self) -> AgentStatus:
+        """As :meth:`AgentHandle.status`."""
+        return await self._pool.run(self.sync.status)
+
+    async def totals(self) -> ListenerTotals:
+        """As :meth:`AgentHandle.totals`."""
+        return await self._pool.run(self.sync.totals)
+
+    async def wait(self, timeout: Optional[float] = None) -> AgentResult:
+        """As :meth:`AgentHandle.wait`; its thread blocks for a slice at a time (see the module)."""
+        limit = self._wait_timeout if timeout is None else float(timeout)
+        if limit <= 0:
+            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        deadline = time.monotonic() + limit
+        while True:
+            remaining = deadline - time.monotonic()
+            piece = max(0.001, min(WAIT_SLICE_SECONDS, remaining))
+            try:
+                return await self._pool.run(self.sync.wait, timeout=piece)
+            except WaitTimeoutError as err:
+                if deadline - time.monotonic() > 0:
+                    continue
+                raise WaitTimeoutError(
+                    f"run {self.execution_id} did not end within {limit:g}s; it goes on on the server and is not "
+                    "cancelled (call wait() again, stop() or cancel())",
+                    execution_id=err.execution_id, timeout=limit) from None
+
+    def events(self, timeout: Optional[float] = None) -> "AsyncEvents":
+        """As :meth:`AgentHandle.events`, as an async iterator (``async for``; ``aclose()`` or ``async with``)."""
+        return AsyncEvents(lambda: self.sync.events(timeout=timeout), self._pool)
+
+    def stats(self) -> RunStats:
+        """As :meth:`AgentHandle.stats` (no request: not awaitable)."""
+        return self.sync.stats()
+
+    async def send_message(self, payload: Any) -> str:
+        """As :meth:`AgentHandle.send_message`."""
+        return await self._pool.run(self.sync.send_message, payload)
+
+    async def wait_delivered(self, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
+        """As :meth:`AgentHandle.wait_delivered`."""
+        return await self._pool.run(self.sync.wait_delivered, message_id, timeout=timeout)
+
+    async def stop(self) -> None:
+        """As :meth:`AgentHandle.stop`."""
+        await self._pool.run(self.sync.stop)
+
+    async def cancel(self, reason: str = "cancelled by the caller") -> None:
+        """As :meth:`AgentHandle.cancel`."""
+        await self._pool.run(self.sync.cancel, reason)
+
+    async def pending(self) -> "tuple[PendingRequest, ...]":
+        """As :meth:`AgentHandle.pending`."""
+        return await self._pool.run(self.sync.pending)
+
+    async def approve(self, **kwargs: Any) -> HumanAnswer:
+        """As :meth:`AgentHandle.approve` (``reason``, ``by``, ``request``, ``timeout``)."""
+        return await self._pool.run(self.sync.approve, **kwargs)
+
+    async def reject(self, reason: str, **kwargs: Any) -> HumanAnswer:
+        """As :meth:`AgentHandle.reject` (``by``, ``request``, ``timeout``)."""
+        return await self._pool.run(self.sync.reject, reason, **kwargs)
+
+    async def respond(self, answer: Any, **kwargs: Any) -> HumanAnswer:
+        """As :meth:`AgentHandle.respond` (``by``, ``request``, ``timeout``)."""
+        return await self._pool.run(self.sync.respond, answer, **kwargs)
+
+
+class AsyncEvents:
+    """A run's events as an async iterator: a thread of its own reads the synchronous iterator and hands
+    each event to the loop. Closing it (``aclose()``, ``async with``, a cancelled ``async for``) closes the
+    connection and lets the thread end."""
+
+    def __init__(self, open_events: Callable[[], Any], pool: _Pool) -> None:
+        self._open = open_events
+        self._pool = pool
+        self._events: Any = None
+        self._queue: "Optional[asyncio.Queue[Any]]" = None
+        self._thread: Optional[threading.Thread] = None
+        self._closed = False
+
+    def __aiter__(self) -> "AsyncEvents":
+        return self
+
+    async def __aenter__(self) -> "AsyncEvents":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    async def __anext__(self) -> AgentEvent:
+        if self._closed:
+            raise StopAsyncIteration
+        if self._queue is None:
+            await self._begin()
+        assert self._queue is not None
+        try:
+            item = await self._queue.get()
+        except asyncio.CancelledError:
+            await asyncio.shield(self.aclose())
+            raise
+        if item is _END:
+            self._closed = True
+            raise StopAsyncIteration
+        if isinstance(item, BaseException):
+            self._closed = True
+            raise item
+        return item
+
+    async def _begin(self) -> None:
+        loop = asyncio.get_running_loop()
+        self._events = await self._pool.run(self._open)
+        queue: "asyncio.Queue[Any]" = asyncio.Queue()
+        self._queue = queue
+
+        def hand(item: Any) -> None:
+            try:
+                loop.call_soon_threadsafe(queue.put_nowait, item)
+            except RuntimeError:  # the loop closed: nobody reads any more
+                pass
+
+        def read(events: Any = self._events) -> None:
+            try:
+                for event in events:
+                    hand(event)
+                hand(_END)
+            except BaseException as err:  # noqa: BLE001 (handed to the awaiting coroutine, raised there)
+                hand(err)
+
+        self._thread = threading.Thread(target=read, name=f"conductor-agents-async-events-{os.getpid()}",
+                                        daemon=True)
+        self._thread.start()
+
+    async def aclose(self) -> None:
+        """Stop reading and close the connection. Idempotent."""
+        self._closed = True
+        events, thread = self._events, self._thread
+        if events is not None:
+            events.close()  # thread-safe: unblocks a read in progress
+        if thread is not None:
+            await self._pool.run(thread.join, 10.0)
+

@@ -1,0 +1,71 @@
+"""``conductor-agents list AGENT`` and ``conductor-agents events ID`` through the real CLI: the running runs of an
+agent with what each waits for, and a run's events followed until it ends."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from conductor_agents import AgentRuntime
+from conductor_agents.testing import listener_policy
+
+from ..helpers import eventually, listener
+from .test_stateful_listener import ActionTools, act_on
+
+pytestmark = pytest.mark.integration
+
+
+def cli(server_url: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "conductor_agents", *args, "--server-url", server_url],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_list_shows_what_each_run_waits_for_and_events_follows_a_run_to_its_end(
+        agent_settings, scripted_llm, unique_name) -> None:
+    url = agent_settings.server_url
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("watch")
+    name = unique_name("watched")
+    with AgentRuntime(agent_settings) as runtime:
+        handles = [runtime.start(listener(name, model, tools), "Start listening.") for _ in range(2)]
+        handles[0].send_message({"action": "first"})
+        eventually(lambda: [a for a, _ in tools.actions] == ["first"], timeout=60, message="the action")
+
+        def listed():
+            result = cli(url, "list", name, "--json")
+            assert result.returncode == 0, result.stderr
+            rows = json.loads(result.stdout)
+            return rows if len(rows) == 2 and all(r["waitingFor"] == "message" for r in rows) else None
+
+        rows = eventually(listed, timeout=60, interval=0.5, message="both listeners waiting for a message")
+        running = {h.current_execution_id for h in handles}
+        assert {r["executionId"] for r in rows} == running and all(r["status"] == "RUNNING" for r in rows)
+        plain = cli(url, "list", name)
+        assert plain.returncode == 0 and len(plain.stdout.splitlines()) == 2
+        assert all("waits for message" in line for line in plain.stdout.splitlines()), plain.stdout
+        none = cli(url, "list", unique_name("nobody"))
+        assert (none.returncode, none.stdout) == (0, "")
+
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "conductor_agents", "events", handles[0].execution_id, "--json",
+             "--server-url", url], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            handles[0].send_message({"action": "second"})
+            eventually(lambda: "second" in [a for a, _ in tools.actions], timeout=60, message="the second action")
+            handles[0].stop()
+            out, err = follower.communicate(timeout=120)
+        finally:
+            if follower.poll() is None:
+                follower.kill()
+        assert follower.returncode == 0, err
+        kinds = [json.loads(line)["kind"] for line in out.splitlines()]
+        assert kinds[-1] == "done" and kinds.count("tool_call") >= 2, kinds  # the history, then what followed
+        handles[1].cancel()
+
+    text = cli(url, "events", handles[0].execution_id)  # an ended run: its history at once, in lines
+    assert text.returncode == 0 and text.stdout.splitlines()[-1].endswith("done"), text.stdout
+    unknown = cli(url, "events", "no-such-run", "--timeout", "5")
+    assert unknown.returncode == 3, unknown.stderr

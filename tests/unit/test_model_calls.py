@@ -1,0 +1,89 @@
+"""A model call that cannot succeed is told from one that may (issue 34, point 1): the reasons are the
+server's own words, recorded from a 3.32.3 server whose provider URL pointed at a closed loopback port
+(no route), with no internet (an unknown host), and answering 401 (a refused key)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conductor_agents import ModelUnavailableError
+from conductor_agents._liveness.model_calls import classify_model_failure, model_failure_error
+
+REFUSED = ("Task execution failed: OpenAI Responses API call failed: Failed to connect to /127.0.0.1:45791 "
+           "\u2014 caused by: Connection refused")
+UNKNOWN_HOST = ("Task execution failed: Anthropic Messages API call failed: api.anthropic.com \u2014 caused by: "
+                "api.anthropic.com")
+REJECTED = ('Task execution failed: OpenAI Responses API call failed: Responses API failed with status 401: '
+            '{"error": {"message": "Incorrect API key provided: sk-abc***xyz"}}')
+
+
+@pytest.mark.parametrize("reason, cause, detail", [
+    (REFUSED, "no_route", "Failed to connect to /127.0.0.1:45791: Connection refused"),
+    (UNKNOWN_HOST, "no_route", "unknown host api.anthropic.com"),
+    (REJECTED, "rejected_key", "the provider answered HTTP 401"),
+])
+def test_hopeless_model_calls_are_classified(reason: str, cause: str, detail: str) -> None:
+    """No route and a refused key are the set-up's fault; the detail never carries the provider's body."""
+    assert classify_model_failure(reason) == (cause, detail)
+
+
+@pytest.mark.parametrize("reason", [
+    "Task execution failed: OpenAI Responses API call failed: Responses API failed with status 429: slow down",
+    "Task execution failed: OpenAI Responses API call failed: Responses API failed with status 503: upstream",
+    "Task execution failed: OpenAI Responses API call failed: timeout \u2014 caused by: Read timed out",
+    "Task execution failed: something else entirely", None, "",
+])
+def test_calls_that_may_pass_are_left_to_the_servers_retries(reason: object) -> None:
+    assert classify_model_failure(reason) is None
+
+
+def test_the_error_names_the_cause_and_the_fix_on_one_line() -> None:
+    """The server's key variable for the provider, CONDUCTOR_AGENT_MODEL, the offline command; no key text."""
+    err = model_failure_error("run-1", "openai/gpt-4o", *classify_model_failure(REJECTED))
+    text = str(err)
+    assert isinstance(err, ModelUnavailableError) and isinstance(err, ValueError)
+    assert "\n" not in text and "sk-abc" not in text
+    for part in ("openai/gpt-4o", "refused the server's key", "OPENAI_API_KEY", "CONDUCTOR_AGENT_MODEL",
+                 "--scripted-model", "run-1 was cancelled"):
+        assert part in text
+    assert (err.variable, err.cause, err.execution_id) == ("OPENAI_API_KEY", "rejected_key", "run-1")
+
+
+class _Api:
+    """The one read FirstModelTurn makes: a run's tasks."""
+
+    def __init__(self, tasks: list) -> None:
+        self.tasks, self.reads = tasks, 0
+
+    def get_workflow(self, execution_id: str, *, include_tasks: bool = False, timeout: object = None) -> dict:
+        self.reads += 1
+        return {"tasks": list(self.tasks)}
+
+
+def _llm(status: str, reason: str = "") -> dict:
+    return {"taskType": "LLM_CHAT_COMPLETE", "status": status, "reasonForIncompletion": reason,
+            "inputData": {"llmProvider": "openai", "model": "gpt-4o"}}
+
+
+def test_first_model_turn_reads_until_the_model_answered_then_never_again() -> None:
+    from conductor_agents._liveness.model_calls import FirstModelTurn
+
+    api = _Api([_llm("IN_PROGRESS")])
+    watch = FirstModelTurn(api)
+    assert watch.problem("run-1") is None and not watch.settled
+    api.tasks = [_llm("FAILED", "Task execution failed: OpenAI Responses API call failed: Responses API failed "
+                                "with status 503: busy"), _llm("COMPLETED")]
+    assert watch.problem("run-1") is None and watch.settled  # a blip the retry got past
+    assert watch.problem("run-1") is None and api.reads == 2
+
+
+def test_a_hopeless_first_attempt_is_the_error_and_a_run_without_model_tasks_stops_costing_reads() -> None:
+    from conductor_agents._liveness.model_calls import FirstModelTurn
+
+    problem = FirstModelTurn(_Api([_llm("FAILED", REFUSED), _llm("SCHEDULED")])).problem("run-1")
+    assert isinstance(problem, ModelUnavailableError) and problem.model == "openai/gpt-4o"
+    quiet = _Api([{"taskType": "SUB_WORKFLOW", "status": "IN_PROGRESS"}])
+    watch = FirstModelTurn(quiet, max_reads=3)
+    for _ in range(5):
+        assert watch.problem("run-1") is None
+    assert quiet.reads == 3 and watch.settled
