@@ -87,7 +87,8 @@ def definitions() -> "tuple[list[dict], list[dict]]":
                 {"name": "mailbox_pull", "taskReferenceName": "pull", "type": "PULL_WORKFLOW_MESSAGES",
                  "inputParameters": {"batchSize": _BATCH}},
                 {"name": FORWARD_TASK, "taskReferenceName": "forward", "type": "SIMPLE",
-                 "inputParameters": {"messages": "${pull.output.messages}"}},
+                 "inputParameters": {"messages": "${pull.output.messages}"},
+                 "taskDefinition": task_def},  # inline: no node's cache of task definitions can miss it
             ],
         }],
     }
@@ -228,7 +229,8 @@ def _was_pushed(api: ConductorApi, directory: ChainDirectory, chain: Chain, enve
             break
         if clock.monotonic() >= deadline:
             raise ToolRetry("the listener did not come to rest to settle a forwarded message", after_seconds=5.0)
-        pause(0.5)
+        if pause(0.5):  # this process is closing: the next delivery settles it
+            raise ToolRetry("the process is closing", after_seconds=1.0)
     lowest = max(0, newest.number - 3)
     for number in range(newest.number, lowest - 1, -1):
         if _pulled_since(api, chain.link(number), payload, since_ms):
