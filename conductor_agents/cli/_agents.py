@@ -230,7 +230,8 @@ def _send(args: argparse.Namespace) -> int:
                   "it may still arrive")
             return EXIT_TIMED_OUT
     others = delivery.batch_count - 1
-    _note(f"delivered: run {delivery.execution_id} read it"
+    where = "" if delivery.execution_id == args.execution_id else f" (its run {delivery.execution_id})"
+    _note(f"delivered: run {args.execution_id} read it{where}"
           + (f" with {others} other message{'s' if others != 1 else ''}" if others else ""))
     return EXIT_OK
 
