@@ -38,7 +38,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from _harness import Bench, percentiles  # noqa: E402
 
-from conductor_agents._listener.chain import parse_link_key  # noqa: E402
+from conductor_agents._listener.chain import parse_link_key, parse_mailbox_key  # noqa: E402
 from conductor_agents._listener.directory import Chain  # noqa: E402
 
 
@@ -101,11 +101,9 @@ def store_bytes(bench: Bench) -> Optional[int]:
 def held_runs(url: str, execution_id: str, runs: int) -> Optional[int]:
     """How many runs of the listener the server holds: link 0, and from its newest link (``runs - 1``, or
     further if it moved on) down to the first one retention removed (one small read each)."""
-    status = requests.get(f"{url}/workflow/{execution_id}/status", timeout=30).json()
-    key = parse_link_key(status.get("correlationId"))
-    if key is None:
+    chain = _chain_of(url, execution_id)
+    if chain is None:
         return None
-    chain = Chain(execution_id, key.run_id, key.agent_name, key.number)
 
     def exists(number: int) -> bool:
         link = chain.link(number).execution_id
@@ -114,20 +112,28 @@ def held_runs(url: str, execution_id: str, runs: int) -> Optional[int]:
     top = max(0, runs - 1)
     while exists(top + 1):
         top += 1
-    held, number = 1, top
-    while number > 0 and exists(number):
+    held, number = 1, top  # link 0, or the mailbox (then link 0 is counted if it is still there)
+    while number > (-1 if chain.mailbox else 0) and exists(number):
         held, number = held + 1, number - 1
     return held
+
+
+def _chain_of(url: str, execution_id: str) -> Optional[Chain]:
+    """The listener ``execution_id`` names (its first run, or its mailbox), or None."""
+    status = requests.get(f"{url}/workflow/{execution_id}/status", timeout=30).json()
+    box = parse_mailbox_key(status.get("correlationId"))
+    if box is not None:
+        return Chain(execution_id, box.run_id, box.agent_name, 0, mailbox=True)
+    key = parse_link_key(status.get("correlationId"))
+    return Chain(execution_id, key.run_id, key.agent_name, key.number) if key is not None else None
 
 
 def link_sizes(url: str, execution_id: str, runs: int, sample: int = 5) -> List[int]:
     """Stored sizes (bytes of the whole task list) of the last ``sample`` finished runs of the listener
     that the server still holds."""
-    status = requests.get(f"{url}/workflow/{execution_id}/status", timeout=30).json()
-    key = parse_link_key(status.get("correlationId"))
-    if key is None or runs < 2:
+    chain = _chain_of(url, execution_id)
+    if chain is None or runs < 2:
         return []
-    chain = Chain(execution_id, key.run_id, key.agent_name, key.number)
     sizes = []
     for number in range(max(0, runs - 1 - sample), runs - 1):
         link = chain.link(number).execution_id

@@ -113,11 +113,18 @@ class Continuation:
             (the id callers hold, which always stays); older ones are removed from the server after
             each switch, with their sub-runs (see ``docs/operations.md``, *What the server keeps*).
             ``None`` keeps every run (for audit). Totals (runs, turns, messages, tokens) survive
-            retirement: :meth:`AgentHandle.totals`.
+            retirement: :meth:`AgentHandle.totals`. With a mailbox the first run is retired like
+            the others (the mailbox is the id callers hold).
         keep_for: the longest an ended run stays on the server (a :class:`~datetime.timedelta`, counted
             from when it ended), whatever ``keep_runs`` allows: a run is retired once it is beyond
             ``keep_runs`` *or* older than ``keep_for``. ``None`` (the default) puts no age limit;
             ``keep_runs=None, keep_for=timedelta(days=30)`` keeps every run for 30 days.
+        mailbox: give the listener a mailbox, a small run of the SDK's whose id is the one callers
+            hold (``execution_id``) for the listener's whole life: a sender that pushes with the
+            server's own REST call (``POST /workflow/{id}/messages``) to that id reaches the listener
+            after any number of continuations. It costs one more run per listener and one evaluation
+            of its wait per second on the server. ``False``: the id callers hold is the first run's,
+            and outside senders get 409 once it was continued (see ``docs/operations.md``).
     """
 
     max_turns: int = attrs.field(default=DEFAULT_MAX_TURNS, validator=_check_count(2))
@@ -129,6 +136,7 @@ class Continuation:
     enabled: bool = attrs.field(default=True)
     keep_runs: Optional[int] = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_check_keep)
     keep_for: Optional[timedelta] = attrs.field(default=None, validator=_check_keep_for)
+    mailbox: bool = attrs.field(default=True)
 
     @classmethod
     def disabled(cls) -> "Continuation":

@@ -14,7 +14,7 @@ from ._listener.chained_events import ChainedEvents
 from ._common.clock import Clock
 from ._common.transient import TransientErrors
 from ._listener.delivery import MessageDelivery, wait_for_delivery
-from ._listener.following import current_status, listener_totals, live_links
+from ._listener.following import current_status, end_mailbox, listener_totals, live_links
 from ._answers.output_check import rejection_of
 from ._answers.output_type import Rejection, typed_result
 from ._listener.by_id import RunsById
@@ -444,6 +444,7 @@ class AgentHandle:
                 cancelled.add(link.execution_id)
                 if self._on_terminal is not None:  # its tools running here see ctx.cancelled at once
                     self._on_terminal(link.execution_id)
+        end_mailbox(self._api, self._directory, chain)  # later pushes to the listener's id answer 409
         self._terminal()
         self._wake.set()
 

@@ -9,7 +9,7 @@ from typing import Callable, Optional, TypeVar
 import requests
 
 from conductor_agents import Agent, Continuation, ToolRegistry, WaitForMessageTool
-from conductor_agents._listener.chain import link_id, link_key, parse_link_key
+from conductor_agents._listener.chain import link_id, link_key, parse_link_key, parse_mailbox_key
 from conductor_agents._listener.head import head_task_type
 from conductor_agents._serving.leases import lease_execution_id
 
@@ -106,7 +106,9 @@ def listener_links(base_url: str, execution_id: str) -> "list[tuple[int, str]]":
 
     first = read_through_balancer(f"{base_url}/workflow/{execution_id}", {"includeTasks": "false"})
     first.raise_for_status()
-    key = parse_link_key(first.json().get("correlationId"))
+    correlation = first.json().get("correlationId")
+    box = parse_mailbox_key(correlation)  # a listener's mailbox: every link is probed, link 0 included
+    key = box or parse_link_key(correlation)
     if key is None:
         return [(0, execution_id)]
 
@@ -123,6 +125,8 @@ def listener_links(base_url: str, execution_id: str) -> "list[tuple[int, str]]":
     while number > key.number and exists(link(number)):
         links.append((number, link(number)))
         number -= 1
+    if box is not None:
+        return [*([(0, link(0))] if number == 0 and exists(link(0)) else []), *reversed(links)]
     return [(key.number, execution_id), *reversed(links)]
 
 

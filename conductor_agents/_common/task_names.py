@@ -22,6 +22,7 @@ __all__ = [
     "MESSAGE_WAIT_TASK_TYPE",
     "MODEL_TASK_TYPE",
     "CARRY_TASK",
+    "FORWARD_TASK",
     "INTERNAL_TASK_TYPES",
     "PICK_SUFFIX",
     "SELECTION_SUFFIX",
@@ -53,8 +54,10 @@ CARRY_TASK = "conductor_agents_carry"
 #: The worker task the SDK adds before each model call of a continued listener (a ``before_model``
 #: callback): it tells the serving process that a turn began, and which, without any polling.
 TURN_TASK = "conductor_agents_turn"
+#: The worker task of a listener's mailbox (``_listener.mailbox``): pushes its messages into the listener.
+FORWARD_TASK = "conductor_agents_forward"
 #: The task types the SDK adds to a listener's runs for itself: never a tool call of the model's.
-INTERNAL_TASK_TYPES = frozenset({CARRY_TASK, TURN_TASK})
+INTERNAL_TASK_TYPES = frozenset({CARRY_TASK, TURN_TASK, FORWARD_TASK})
 
 #: A ``manual`` team's turn: the server's ``HUMAN`` task ``<agent>_pick_agent``, then the worker task
 #: ``<agent>_process_selection`` this SDK serves.

@@ -17,6 +17,11 @@ The server derives an idempotent run's execution id from the agent's name and th
 - a link's ``correlationId`` (the key) tells its chain, number and agent without another request.
 
 A link ended by a continuation is TERMINATED with a reason starting with :data:`CONTINUED_REASON`.
+
+A listener started since the mailbox (:mod:`.mailbox`) is named by its *mailbox* instead: a small
+workflow that lives as long as the listener, whose ``correlationId`` is
+``conductor-agents/<run id>/mailbox/<agent name>`` (:func:`mailbox_key`): the id callers hold is the
+mailbox's, and link 0 is then a link like the others (retention may retire it).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ __all__ = [
     "is_continued",
     "link_id",
     "link_key",
+    "mailbox_key",
+    "parse_mailbox_key",
     "run_id_for_key",
     "parse_link_key",
 ]
@@ -48,6 +55,8 @@ CONTINUED_REASON = "conductor-agents: continued"
 ABANDONED_REASON = "conductor-agents: continuation abandoned"
 
 _PREFIX = "conductor-agents"
+#: The word in a mailbox's key where a link's number would be.
+MAILBOX = "mailbox"
 _KEY = re.compile(r"^conductor-agents/([0-9a-f]{32})/(\d+)/([A-Za-z_][A-Za-z0-9_-]{0,127})$")
 
 
@@ -79,6 +88,22 @@ def parse_link_key(value: Optional[str]) -> Optional[LinkKey]:
     if match is None:
         return None
     return LinkKey(run_id=match.group(1), number=int(match.group(2)), agent_name=match.group(3))
+
+
+def mailbox_key(run_id: str, agent_name: str) -> str:
+    """The ``correlationId`` of the mailbox of the listener on ``run_id`` (see :mod:`.mailbox`)."""
+    return f"{_PREFIX}/{run_id}/{MAILBOX}/{agent_name}"
+
+
+_MAILBOX_KEY = re.compile(r"^conductor-agents/([0-9a-f]{32})/mailbox/([A-Za-z_][A-Za-z0-9_-]{0,127})$")
+
+
+def parse_mailbox_key(value: Optional[str]) -> Optional[LinkKey]:
+    """The listener a mailbox's ``correlationId`` names (as its link 0), or None when it is no mailbox."""
+    match = _MAILBOX_KEY.match(value or "")
+    if match is None:
+        return None
+    return LinkKey(run_id=match.group(1), number=0, agent_name=match.group(2))
 
 
 def link_id(agent_name: str, key: str) -> str:

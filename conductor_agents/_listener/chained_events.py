@@ -82,7 +82,7 @@ class ChainedEvents:
             except ExecutionNotFoundError:
                 # Retention removed this run while it was being read (a reader more than ``keep_runs``
                 # runs behind): go on with the first run still held; the rest of this one is gone.
-                if not self._chain.continuable or self._link.number <= self._chain.first:
+                if not self._chain.continuable or self._chain.held(self._link.number):
                     raise
                 successor = self._directory.next_link(self._chain, self._link.number)
                 if successor is None:

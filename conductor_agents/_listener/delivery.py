@@ -93,9 +93,10 @@ class DeliveryCheck:
     the tasks after its last turn once it has ended; ``find`` locates the task that pulled a message.
     """
 
-    def __init__(self, execution_id: str, message_id: str) -> None:
+    def __init__(self, execution_id: str, message_id: str, *, reported_as: Optional[str] = None) -> None:
         self.execution_id = execution_id
         self.message_id = message_id
+        self._reported_as = reported_as or execution_id  # the id errors name (the one the caller holds)
         self._first_poll_count: Dict[str, int] = {}
         self._suspect = False
 
@@ -110,7 +111,7 @@ class DeliveryCheck:
             raise MessageLostError(
                 f"message {self.message_id} was not delivered: run {self.execution_id} ended {status} "
                 "without pulling it (a run's queue is deleted when it ends)",
-                execution_id=self.execution_id, message_id=self.message_id,
+                execution_id=self._reported_as, message_id=self.message_id,
                 reason=MessageLostError.RUN_ENDED, run_status=status,
             )
         if self._suspect:  # the second sample in a row without it: confirmed
@@ -119,7 +120,7 @@ class DeliveryCheck:
                 "for messages and found its queue empty after the message was accepted, and no task "
                 "pulled it. The server lost it (on a SQLite server the message queue is in memory and "
                 "a server restart empties it); send it again",
-                execution_id=self.execution_id, message_id=self.message_id,
+                execution_id=self._reported_as, message_id=self.message_id,
                 reason=MessageLostError.NOT_IN_QUEUE, run_status=status or None,
             )
         self._suspect = self._waited_on_an_empty_queue(workflow)
@@ -244,7 +245,7 @@ def wait_for_delivery(
                     return verdict
             except (MessageLostError, ExecutionNotFoundError):
                 pass  # not pulled by the earlier run (or it was retired): look in the newest
-    check = DeliveryCheck(link.execution_id, message_id)
+    check = DeliveryCheck(link.execution_id, message_id, reported_as=chain.execution_id if chain.mailbox else None)
     deadline = clock.monotonic() + timeout
     budget = TransientErrors(max_transient_errors)
     while True:

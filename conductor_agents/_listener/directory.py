@@ -7,12 +7,13 @@ caller that needs the truth asks :meth:`ChainDirectory.refresh`, which probes th
 last looked ``n`` links ago, plus one read of the listener's head hint (:mod:`.head`) when the link
 after the newest one known is missing.
 
-Retention (:mod:`.retention`) removes ended links, always the lowest first and never link 0 nor the
-newest ``keep_runs`` ended ones, and only after the head hint names a link above them. So the links
-that exist are link 0, then a gap (links 1 to *r*, removed), then every link from *r+1* to the newest:
-"link *n* exists" is true from the bottom of that run of links up to the newest and false after it. A
-probe from a link known to exist that finds the next one missing has reached either the newest link or
-the gap; the head hint, which is never below a removed link, says which.
+Retention (:mod:`.retention`) removes ended links, always the lowest first and never the newest
+``keep_runs`` ended ones, nor link 0 of a listener without a mailbox (:mod:`.mailbox`; with one, link 0
+goes like the others), and only after the head hint names a link above them. So the links that exist
+are (link 0, then) a gap (the links removed), then every link from *r+1* to the newest: "link *n*
+exists" is true from the bottom of that run of links up to the newest and false after it. A probe from a
+link known to exist that finds the next one missing has reached either the newest link or the gap; the
+head hint, which is never below a removed link, says which.
 """
 
 from __future__ import annotations
@@ -25,8 +26,8 @@ from typing import Optional
 import attrs
 
 from .._wire.api import ConductorApi
-from .chain import LinkKey, link_id, link_key, parse_link_key
-from .head import read_head
+from .chain import LinkKey, link_id, link_key, parse_link_key, parse_mailbox_key
+from .head import read_head, read_mailbox
 from .._common.fork import rebuild_after_fork
 from ..errors import ExecutionNotFoundError, ServerError
 
@@ -58,14 +59,22 @@ class Chain:
     run_id: Optional[str] = None
     agent_name: Optional[str] = None
     first: int = 0  # the link ``execution_id`` is (0 unless a caller holds a later link's id)
+    #: ``execution_id`` is the listener's mailbox (:mod:`.mailbox`), not a link: every link's id is
+    #: derived, and link 0 may have been retired like any other.
+    mailbox: bool = False
 
     @property
     def continuable(self) -> bool:
         return self.run_id is not None and self.agent_name is not None
 
+    def held(self, number: int) -> bool:
+        """Whether link ``number`` is (or precedes) the link whose id the caller holds, so exists for sure
+        (never for a mailbox's chain: the caller holds no link)."""
+        return not self.mailbox and number <= self.first
+
     def link(self, number: int) -> Link:
         """Link ``number`` of this chain: any number, also one before ``first`` (its id is derived)."""
-        if number == self.first or not self.continuable:
+        if (number == self.first and not self.mailbox) or not self.continuable:
             return Link(self.first, self.execution_id)
         assert self.run_id is not None and self.agent_name is not None
         return Link(number, link_id(self.agent_name, link_key(self.run_id, number, self.agent_name)))
@@ -88,6 +97,7 @@ class ChainDirectory:
         self._chains: "collections.OrderedDict[str, Chain]" = collections.OrderedDict()
         self._newest: "collections.OrderedDict[tuple, Link]" = collections.OrderedDict()  # (run id, agent) -> Link
         self._accepted: "collections.OrderedDict[str, Link]" = collections.OrderedDict()  # message id -> link
+        self._ended: "collections.OrderedDict[str, None]" = collections.OrderedDict()  # mailboxes ended here
 
     def _after_fork_in_child(self) -> None:
         # What it knows stays true in a child; only its lock may be held by a thread that is gone.
@@ -129,10 +139,37 @@ class ChainDirectory:
         # Every run of a listener this SDK started carries its link key; any other run is its own
         # only link (not stateful, not a listener, or started by another SDK): never continued.
         status = self._api.workflow_status(execution_id)
+        box = parse_mailbox_key(status.get("correlationId"))
+        if box is not None:
+            return Chain(execution_id, box.run_id, box.agent_name, 0, mailbox=True)
         key = parse_link_key(status.get("correlationId"))
         if key is None:
             return Chain(execution_id)
         return Chain(execution_id, key.run_id, key.agent_name, key.number)
+
+    def anchor(self, chain: Chain) -> Chain:
+        """The chain by the id callers hold: the listener's mailbox when it has one (read from the
+        server's poll data: one small request), else its link 0.
+
+        Raises:
+            ExecutionNotFoundError: that run is gone from the server.
+            ServerUnavailableError, ServerError: a request failed.
+        """
+        if chain.mailbox or not chain.continuable:
+            return chain
+        mailbox_id = read_mailbox(self._api, chain.run_id)
+        if mailbox_id is not None:
+            return self.chain(mailbox_id)
+        return self.chain(chain.link(0).execution_id) if chain.first > 0 else chain
+
+    def mailbox_ended(self, mailbox_id: str, *, mark: bool) -> bool:
+        """Whether this process has ended mailbox ``mailbox_id`` (``mark``: it just has)."""
+        with self._lock:
+            if mark:
+                self._ended[mailbox_id] = None
+                while len(self._ended) > _CACHE_SIZE:
+                    self._ended.popitem(last=False)
+            return mailbox_id in self._ended
 
     # -- which link took a message -------------------------------------------------------
 
@@ -176,7 +213,7 @@ class ChainDirectory:
 
     def exists(self, chain: Chain, number: int) -> bool:
         """Whether link ``number`` of ``chain`` exists on the server (one small request)."""
-        if number <= chain.first:
+        if chain.held(number):
             return True
         link = chain.link(number)
         try:
@@ -228,13 +265,13 @@ class ChainDirectory:
         return low
 
     def lowest_kept(self, chain: Chain, below: int) -> Optional[int]:
-        """The lowest link after ``chain.first`` and at most ``below`` that retention has not removed
+        """The lowest link after ``chain.first`` (from link 0 for a mailbox's chain) and at most ``below`` that retention has not removed
         (links removed are the lowest ones: a binary search), or None when every one of them is gone.
 
         Raises:
             ServerUnavailableError, ServerError: a probe failed.
         """
-        low = chain.first + 1
+        low = chain.first if chain.mailbox else chain.first + 1
         if below < low or not self.exists(chain, below):
             return None
         high = below  # exists

@@ -29,6 +29,8 @@ from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._tooldefs.context import ToolContext
+from .following import end_mailbox, is_running
+from .mailbox import make_forward_tool
 from .retention import Retirer
 from .switch import LinkSpec, Switch
 from ..errors import ConductorAgentsError, WorkerStallError
@@ -131,7 +133,7 @@ class ContinuationDriver:
 
     def __init__(self, api: ConductorApi, directory: ChainDirectory, *, worker_id: str,
                  locally_busy: Callable[[str], bool], drain_seconds: float = 60.0,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 switch_wait: float = 300.0, clock: Clock = SYSTEM_CLOCK) -> None:
         self._api = api
         self._directory = directory
         self._worker_id = worker_id
@@ -148,6 +150,9 @@ class ContinuationDriver:
         #: Retires each listener's older runs after its switches, on a thread of its own (:mod:`.retention`).
         self.retirer = Retirer(api, directory, clock=clock)
         self.turn_tool = self._make_turn_tool()
+        #: The worker of the listeners' mailboxes (:mod:`.mailbox`), served on each listener's domain.
+        self.forward_tool = make_forward_tool(api, directory, switch_wait=switch_wait, clock=clock,
+                                              stopping=self._closing)
 
     # -- registration -----------------------------------------------------------------
 
@@ -158,6 +163,7 @@ class ContinuationDriver:
         the workers (returning its watch, or None), ``handle_link(False, id)`` drops it."""
         with self._lock:
             served = self._by_run.get(str(chain.run_id))
+            fresh = served is None
             if served is None:
                 served = _Served(chain, spec, current, turns_before, handle_link, ChainTracker(chain, current))
                 self._by_run[str(chain.run_id)] = served
@@ -166,6 +172,8 @@ class ContinuationDriver:
             if pending_from is not None:
                 self._by_link[pending_from.execution_id] = served
         self._directory.advance(chain, current)
+        if fresh and chain.mailbox:
+            handle_link(True, chain.execution_id)  # its forward task runs here too
         self._attach(served, current)
         if pending_from is not None:
             self._attach(served, pending_from)
@@ -192,9 +200,22 @@ class ContinuationDriver:
             served = self._by_link.pop(execution_id, None)
             if served is None:
                 return
-            if served.current.execution_id == execution_id and served.switch is None:
-                self._by_run.pop(str(served.chain.run_id), None)  # the listener ended
+            ended = served.current.execution_id == execution_id and served.switch is None
+            if ended:
+                self._by_run.pop(str(served.chain.run_id), None)  # the listener ended (or is let go)
         served.tracker.link_removed(Link(-1, execution_id))
+        if ended and served.chain.mailbox:
+            self._listener_ended(served, execution_id)
+
+    def _listener_ended(self, served: _Served, last: str) -> None:
+        """The listener's last link is no longer served here: end its mailbox if that link has ended
+        (not when this process only lets it go), and stop serving the mailbox."""
+        try:
+            if not is_running(self._api, last):
+                end_mailbox(self._api, self._directory, served.chain)
+        except ConductorAgentsError as err:
+            log.debug("listener %s: its last run's status is unreadable (%s)", served.chain.execution_id, err)
+        served.handle_link(False, served.chain.execution_id)
 
     def served_links(self) -> "list[str]":
         with self._lock:
@@ -365,6 +386,8 @@ class ContinuationDriver:
             self._detach(served, old)
             with self._lock:
                 self._by_run.pop(str(served.chain.run_id), None)
+            if served.chain.mailbox:
+                self._listener_ended(served, old.execution_id)
             if old.number > served.chain.first:
                 self._retire(served, old.number)
             return

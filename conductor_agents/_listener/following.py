@@ -7,17 +7,24 @@ ends TERMINATED too; the listener's outcome is then the previous link's.
 
 from __future__ import annotations
 
+import logging
 from typing import Optional
 
 from .._wire.api import ConductorApi
 from .chain import is_abandoned, is_continued
 from .directory import Chain, ChainDirectory, Link
-from ..errors import ExecutionNotFoundError
-from ..result import AgentStatus, ListenerTotals
+from .._wire.transport import HttpError
+from ..errors import ConductorAgentsError, ExecutionNotFoundError
+from ..result import AgentStatus, ListenerTotals, RunStatus
 from .carryover import add_tokens, pulled_message_ids
 from .switch import read_commit, read_final_state, run_tokens
 
-__all__ = ["current_status", "is_running", "listener_totals", "live_links"]
+__all__ = ["current_status", "end_mailbox", "is_running", "listener_totals", "live_links", "workflow_running"]
+
+log = logging.getLogger("conductor_agents.continuation")
+
+#: The reason a listener's mailbox is ended with.
+MAILBOX_ENDED_REASON = "conductor-agents: the listener ended"
 
 
 def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *,
@@ -28,7 +35,7 @@ def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
         try:
             status = AgentStatus.from_dict(api.agent_status(link.execution_id, timeout=timeout))
         except ExecutionNotFoundError:
-            if link.number <= chain.first or not chain.continuable:
+            if chain.held(link.number) or not chain.continuable:
                 raise
             newer = directory.refresh(chain)  # retired since this process last looked
             if newer.number <= link.number:
@@ -50,6 +57,8 @@ def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
             if newer.number > link.number:
                 link = newer
                 continue
+        if status.is_terminal and chain.mailbox:
+            end_mailbox(api, directory, chain)  # whoever first sees the listener ended (idempotent)
         return link, status
 
 
@@ -69,6 +78,14 @@ def is_running(api: ConductorApi, execution_id: str) -> bool:
     server ended long ago."""
     try:
         return not AgentStatus.from_dict(api.agent_status(execution_id)).is_terminal
+    except ExecutionNotFoundError:
+        return False
+
+
+def workflow_running(api: ConductorApi, execution_id: str) -> bool:
+    """Whether a run of any workflow (a mailbox: not an agent run) has not ended; False once removed."""
+    try:
+        return not RunStatus.parse(api.workflow_status(execution_id).get("status")).is_terminal
     except ExecutionNotFoundError:
         return False
 
@@ -99,3 +116,22 @@ def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) 
         history=record.record if record else "",
         current_execution_id=live.execution_id,
     )
+
+
+def end_mailbox(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> None:
+    """End the mailbox of a listener that has ended, so that later pushes to it answer 409 (see
+    :mod:`.mailbox`). Once per process and mailbox (one small read when it has ended already); never
+    raises: the next look at the listener tries again."""
+    if not chain.mailbox or directory.mailbox_ended(chain.execution_id, mark=False):
+        return
+    try:
+        if workflow_running(api, chain.execution_id):
+            api.terminate_workflow(chain.execution_id, MAILBOX_ENDED_REASON)
+            log.info("listener %s ended: its mailbox is ended too", chain.execution_id)
+    except (ExecutionNotFoundError, HttpError):
+        pass
+    except ConductorAgentsError as err:
+        log.warning("the mailbox of listener %s could not be ended (%s); the next look tries again",
+                    chain.execution_id, err)
+        return
+    directory.mailbox_ended(chain.execution_id, mark=True)

@@ -16,6 +16,10 @@ the rows. A process that writes late (it committed link *n* and was paused while
 went on to *n+1*) overwrites only its own slot, so the largest number never goes back unless a
 writer is :data:`SLOTS` links behind. So a listener costs :data:`SLOTS` small rows, for ever, whatever
 its number of runs.
+
+A listener's mailbox (:mod:`.mailbox`) is written down the same way, once: one row whose worker id is
+``mailbox:<its execution id>``, so a process that holds only a link's id (an adopter) finds the id
+callers hold.
 """
 
 from __future__ import annotations
@@ -26,13 +30,14 @@ from typing import Optional
 
 from .._wire.api import ConductorApi
 
-__all__ = ["SLOTS", "head_task_type", "read_head", "write_head"]
+__all__ = ["SLOTS", "head_task_type", "read_head", "read_mailbox", "write_head", "write_mailbox"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
 #: Rows per listener: a late writer must be this many links behind to hide the newest number.
 SLOTS = 4
 _WORKER = re.compile(r"^head:(\d+)$")
+_MAILBOX = re.compile(r"^mailbox:([0-9a-f-]{36})$")
 
 
 def head_task_type(run_id: str) -> str:
@@ -61,3 +66,29 @@ def read_head(api: ConductorApi, run_id: Optional[str]) -> int:
         if match is not None:
             best = max(best, int(match.group(1)))
     return best
+
+
+def _mailbox_task_type(run_id: str) -> str:
+    return f"conductor_agents_mailbox_{run_id}"
+
+
+def write_mailbox(api: ConductorApi, run_id: str, mailbox_id: str) -> None:
+    """Record that ``mailbox_id`` is the mailbox of the listener on ``run_id`` (one small request).
+
+    Raises: as :meth:`ConductorApi.mark_presence`.
+    """
+    api.mark_presence(_mailbox_task_type(run_id), worker_id=f"mailbox:{mailbox_id}", domain="m")
+
+
+def read_mailbox(api: ConductorApi, run_id: Optional[str]) -> Optional[str]:
+    """The mailbox id written for the listener on ``run_id``, or None (one request).
+
+    Raises: as :meth:`ConductorApi.poll_data`.
+    """
+    if not run_id:
+        return None
+    for row in api.poll_data(_mailbox_task_type(run_id)):
+        match = _MAILBOX.match(str((row or {}).get("workerId") or ""))
+        if match is not None:
+            return match.group(1)
+    return None

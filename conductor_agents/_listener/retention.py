@@ -9,12 +9,13 @@ come to rest, and whenever it takes a listener up (a start, ``resume()``, an ado
 1. write the head hint (:mod:`.head`): the newest committed link's number, and read it back; without
    it a process that knows only the first run's id could not find the newest one once the runs in
    between are gone, so nothing is retired unless the hint is there;
-2. retire, lowest first, every link from 1 up to ``head - 1 - keep_runs``: link 0 (the id callers hold)
-   and the newest ``keep_runs`` ended links stay, with the live one. With ``keep_for`` (an age), the
-   ended links after those that ended more than ``keep_for`` ago go too (links end in order, so the
-   old ones are the lowest: one status read per link looked at, up to the first young one). A link's
-   sub-runs (its sub-agents and agent tools, and theirs) go before the link itself, which is what
-   lists them.
+2. retire, lowest first, every link from 1 (from 0 when the listener has a mailbox, which is then the id
+   callers hold: :mod:`.mailbox`) up to ``head - 1 - keep_runs``: link 0 of a listener without a mailbox
+   (the id callers hold) and the newest ``keep_runs`` ended links stay, with the live one. With
+   ``keep_for`` (an age), the ended links after those that ended more than ``keep_for`` ago go too (links
+   end in order, so the old ones are the lowest: one status read per link looked at, up to the first young
+   one). A link's sub-runs (its sub-agents and agent tools, and theirs) go before the link itself, which is
+   what lists them.
 
 Each step is idempotent and the removed links always form the lowest stretch after link 0, so a
 process killed in the middle leaves a listener that the next sweep (any process's) finishes: it
@@ -127,7 +128,7 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
     if not chain.continuable:
         return Swept()
     assert chain.run_id is not None
-    if chain.first != 0:  # served from a later run's id: link 0 is the one callers hold, and kept
+    if chain.first != 0 and not chain.mailbox:  # served from a later run's id: link 0 is the one callers hold
         chain = Chain(chain.link(0).execution_id, chain.run_id, chain.agent_name, 0)
     write_head(api, chain.run_id, head)
     if keep is None and keep_for is None:
@@ -137,7 +138,7 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
         log.warning("listener %s: its head hint reads %d after link %d was written; nothing is retired this time",
                     chain.execution_id, hint, head)
         return Swept()
-    bound = head - 1 - keep if keep is not None else 0
+    bound = head - 1 - keep if keep is not None else -1  # -1: none by count (link 0 too, for a mailbox)
     next_due = None
     if keep_for is None:
         lowest = directory.lowest_kept(chain, bound)
@@ -159,7 +160,7 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
             break  # removed lowest first: a link left behind stops the sweep (the next one goes on)
         retired += 1
     if retired:
-        log.info("listener %s: retired %d ended run(s) (links %d-%d; link 0 and the newest %s ended kept%s)",
+        log.info("listener %s: retired %d ended run(s) (links %d-%d; the newest %s ended kept%s)",
                  chain.execution_id, retired, lowest, lowest + retired - 1, "all" if keep is None else keep,
                  f", none older than {keep_for}" if keep_for is not None else "")
     if keep_for is not None and retired < bound + 1 - lowest:

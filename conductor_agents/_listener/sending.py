@@ -8,9 +8,11 @@ on there, or carried over to the new one) or it did not (then it is sent again, 
 The switch's commit record says which (its ``pulled`` ids). A ``409`` from a link that was continued
 sends the message to its successor. So every message this SDK sends reaches the listener once.
 
-A sender that bypasses the SDK (``POST /workflow/{id}/messages`` itself) gets a ``409`` from a link
-that was continued (it must then find the current run itself), and a message it pushes to a link
-during the few seconds of its switch can be dropped: see ``docs/operations.md``.
+A sender that bypasses the SDK (``POST /workflow/{id}/messages`` itself) pushes to the listener's
+mailbox (:mod:`.mailbox`), whose forward sends each message on through this function. A listener
+without a mailbox (started before it, or ``Continuation(mailbox=False)``) answers such a sender ``409``
+from a link that was continued, and a message it pushes to a link during the few seconds of its switch
+can be dropped: see ``docs/operations.md``.
 """
 
 from __future__ import annotations
@@ -63,10 +65,14 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
         try:
             message_id = api.push_message(link.execution_id, body)
         except (ExecutionNotRunningError, ExecutionNotFoundError) as err:
-            if isinstance(err, ExecutionNotFoundError) and link.number <= chain.first:
+            if isinstance(err, ExecutionNotFoundError) and chain.held(link.number):
                 raise
             newer = directory.refresh(chain)  # continued, or retired since this process last looked
             if newer.number <= link.number:
+                if isinstance(err, ExecutionNotRunningError) and link.execution_id != execution_id:
+                    raise ExecutionNotRunningError(  # the listener ended: say so by the id the caller holds
+                        f"listener {execution_id} has ended (its run {link.execution_id} is not running); it "
+                        "cannot receive messages", execution_id=execution_id) from err
                 raise
             link = newer
             continue

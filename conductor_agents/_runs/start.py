@@ -15,13 +15,14 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
 
 from .._listener.chain import link_key, run_id_for_key
 from .._listener.directory import Chain, ChainDirectory, Link
+from .._listener.mailbox import Mailboxes
 from .._listener.switch import LinkSpec, link_start_body
 from .._tooldefs.run_state import check_context, check_media
 from .._wire.api import ConductorApi
 from .._wire.starting import start_run
 from .._worker.workers import Reservation, WorkerSet
 from ..agent import Agent
-from ..errors import AgentTypeError
+from ..errors import AgentTypeError, ConductorAgentsError
 from ..settings import AgentSettings
 from .take_up import HandleFactory, RunTaker, released_on_failure
 
@@ -60,6 +61,7 @@ class RunStarter:
         self._taker = taker  # leases, the domain of an existing run, serving a listener's chain
         self._pause = pause  # between retries of a start; returns at once when the runtime closes
         self._handle = handle
+        self._mailboxes = Mailboxes(api)
 
     def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str],
               context: Optional[Mapping[str, Any]], media: Optional[Any]) -> "AgentHandle":
@@ -100,15 +102,32 @@ class RunStarter:
                 reservation.commit(execution_id, domain=run_id)
                 self._workers.confirm_polling(reservation)
             if spec is not None:
-                chain = Chain(execution_id, run_id, agent.name, 0)
+                assert run_id is not None
+                chain = self._open_mailbox(spec, run_id, execution_id) or Chain(execution_id, run_id, agent.name, 0)
                 self._directory.remember(chain, newest=Link(0, execution_id))
                 if reservation is not None:
                     tracker = self._taker.serve_chain(reservation, chain, spec)
+                execution_id = chain.execution_id  # the id callers hold: the mailbox's, when it has one
             else:
                 self._directory.remember(Chain(execution_id))  # never continued: sends need no lookup
         log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")
         return self._handle(execution_id, agent.name, run_id, agent, workers=reservation is not None,
                             tracker=tracker)
+
+
+    def _open_mailbox(self, spec: LinkSpec, run_id: str, first_id: str) -> Optional[Chain]:
+        """The chain of a listener by its mailbox (opened now, or the one an earlier start with the same
+        key opened); None when it has none (``Continuation(mailbox=False)``, or no continuation)."""
+        continuation = spec.continuation
+        if not (continuation.enabled and continuation.mailbox):
+            return None
+        try:
+            mailbox_id = self._mailboxes.open(run_id, spec.agent.name)
+        except ConductorAgentsError as err:
+            log.warning("listener %s: its mailbox could not be opened (%s); callers hold its first run's id, and "
+                        "senders outside this SDK reach it only until it is continued", first_id, err)
+            return None
+        return Chain(mailbox_id, run_id, spec.agent.name, 0, mailbox=True)
 
 
 def start_body(agent: Agent, prompt: str, run_id: Optional[str], spec: Optional[LinkSpec], *,

@@ -67,8 +67,8 @@ class RunTaker:
         chain = self._directory.chain(execution_id)
         if chain.continuable:
             self._directory.refresh(chain)
-        return self._handle(execution_id, str(workflow.get("workflowName") or ""), domain, None,
-                            workers=False, monitor=False)
+        name = chain.agent_name if chain.mailbox else str(workflow.get("workflowName") or "")
+        return self._handle(execution_id, name or "", domain, None, workers=False, monitor=False)
 
     def resume(self, execution_id: str, agent: Agent, *, force: bool) -> "AgentHandle":
         """Serve run ``execution_id`` of ``agent`` from this process (see :meth:`AgentRuntime.resume`)."""
@@ -77,7 +77,7 @@ class RunTaker:
         domain = single_domain(workflow, execution_id, required=needs_domain)
         chain = self._directory.chain(execution_id) if agent.is_listener else None
         if chain is not None and chain.continuable:
-            return self._resume_listener(chain, agent, force=force)
+            return self._resume_listener(self._directory.anchor(chain), agent, force=force)
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
         serve = self._settings.auto_start_workers and bool(agent.worker_tools)
@@ -92,11 +92,12 @@ class RunTaker:
         workflow = self._api.get_workflow(execution_id)
         domain = single_domain(workflow, execution_id, required=True)
         chain = self._directory.chain(execution_id) if agent.is_listener else None
-        if chain is not None and chain.continuable and chain.first > 0:
+        if chain is not None and chain.continuable:
             # The adopter may list a later run of the listener (even one whose switch the dead process
-            # began and did not finish): serve it as the listener it is, from its first run's id, so
-            # that a switch left half done is finished and the handle keeps the listener's identity.
-            chain = self._directory.chain(chain.link(0).execution_id)
+            # began and did not finish): serve it as the listener it is, from the id callers hold (its
+            # mailbox, or its first run), so that a switch left half done is finished, its mailbox is
+            # served, and the handle keeps the listener's identity.
+            chain = self._directory.anchor(chain)
         if chain is not None and chain.continuable:
             return self._resume_listener(chain, agent, force=True, lease=False)
         if RunStatus.parse(workflow.get("status")).is_terminal:
@@ -138,8 +139,8 @@ class RunTaker:
                 reservation.commit(newest.execution_id, domain=domain)
                 self._workers.confirm_polling(reservation)
                 tracker = self.serve_chain(reservation, chain, spec, newest=newest)
-            for live in {newest.execution_id, link.execution_id}:
-                self._reclaim(live, domain)
+            for live in {newest.execution_id, link.execution_id} | ({chain.execution_id} if chain.mailbox else set()):
+                self._reclaim(live, domain)  # the mailbox's forward too: a dead process's is delivered again
         log.info("resumed %s listener %s (run %d: %s)", agent.name, chain.execution_id,
                  newest.number - chain.first + 1, newest.execution_id)
         return self._handle(chain.execution_id, agent.name, domain, agent, workers=serve, tracker=tracker)

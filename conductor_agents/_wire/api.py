@@ -196,6 +196,31 @@ class ConductorApi:
                                    params={"archiveWorkflow": "true" if archive else "false"},
                                    timeout=(5.0, float(timeout)))
 
+    def register_definitions(self, task_defs: "list[dict]", workflow_defs: "list[dict]") -> None:
+        """``POST /metadata/taskdefs`` then ``PUT /metadata/workflow``: create or update definitions."""
+        if task_defs:
+            self.transport.request("POST", "/metadata/taskdefs", json_body=list(task_defs))
+        if workflow_defs:
+            self.transport.request("PUT", "/metadata/workflow", json_body=list(workflow_defs))
+
+    def start_workflow(self, body: Mapping[str, Any]) -> str:
+        """``POST /workflow`` (a StartWorkflowRequest) → the new run's id (the server picks it)."""
+        result = self.transport.request("POST", "/workflow", json_body=dict(body))
+        execution_id = str(result).strip() if result is not None else ""
+        if not execution_id:
+            raise ServerError("POST /workflow returned no execution id")
+        return execution_id
+
+    def terminate_workflow(self, execution_id: str, reason: str) -> None:
+        """``DELETE /workflow/{id}?reason=``: end a run now (its message queue is deleted with it).
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the run.
+            HttpError: another refusal (409 once it has ended).
+        """
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("DELETE", f"/workflow/{_seg(execution_id)}", params={"reason": reason[:1000]})
+
     def push_message(self, execution_id: str, payload: Mapping[str, Any]) -> str:
         """``POST /workflow/{id}/messages`` → the message id.
 

@@ -15,7 +15,7 @@ import threading
 from typing import Optional
 
 from .._wire.api import ConductorApi
-from .._common.task_names import CARRY_TASK, INTERNAL_TASK_TYPES, TURN_TASK
+from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._listener.driver import ChainTracker, ContinuationDriver
@@ -60,6 +60,8 @@ class Reservation:
         self.tools = tools
         self.agent_name = agent_name  # the run's workflow name, as the server compiles agents
         self.execution_id: Optional[str] = None
+        #: The id the tools of the runs served here count as (a listener's mailbox; else ``execution_id``).
+        self.counted_as: Optional[str] = None
 
     def commit(self, execution_id: str, *, domain: Optional[str]) -> None:
         """Bind the reservation to the started run (moving it when the run's domain differs)."""
@@ -83,8 +85,9 @@ class Reservation:
             self._workers.execution_ended(execution_id)
             return None
         self.poller.add_execution(execution_id, self.tools)
-        if self.execution_id is not None:
-            self._workers.observer.alias(execution_id, self.execution_id)
+        counted_as = self.counted_as or self.execution_id
+        if counted_as is not None:
+            self._workers.observer.alias(execution_id, counted_as)
         return self._workers.watch(execution_id, served=True, served_domain=self.poller.domain,
                                    workflow_name=self.agent_name,
                                    domain=self.poller.domain if self._workers.liveness_enabled else None)
@@ -140,6 +143,7 @@ class WorkerSet:
         tools = {t.name: t for t in agent.worker_tools}
         if continued:
             tools[TURN_TASK] = self.driver.turn_tool
+            tools[FORWARD_TASK] = self.driver.forward_tool  # its mailbox's (if it has one)
         poller = self.poller_for(domain, reserve=tools)
         return Reservation(self, poller, tools, agent.name)
 
@@ -260,7 +264,8 @@ class WorkerSet:
                 self._driver = ContinuationDriver(
                     self._api, self.directory, worker_id=self._worker_id, clock=self._clock,
                     locally_busy=self._runs_tools_of,
-                    drain_seconds=self._settings.continuation_drain_seconds)
+                    drain_seconds=self._settings.continuation_drain_seconds,
+                    switch_wait=self._settings.switch_wait_seconds)
                 if self._closed:
                     self._driver.close()
             return self._driver
@@ -268,6 +273,10 @@ class WorkerSet:
     def serve_chain(self, reservation: Reservation, chain: Chain, spec: LinkSpec, current: Link, *,
                     turns_before: int, pending_from: Optional[Link] = None) -> ChainTracker:
         """Continue ``chain`` from here: its links are served on ``reservation``'s poller."""
+        if chain.mailbox:  # the tools of every run count as the id callers hold
+            reservation.counted_as = chain.execution_id
+            if reservation.execution_id is not None:
+                self.observer.alias(reservation.execution_id, chain.execution_id)
         return self.driver.serve(chain, spec, current, turns_before=turns_before,
                                  handle_link=reservation.handle_link, pending_from=pending_from)
 

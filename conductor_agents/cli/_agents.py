@@ -230,7 +230,8 @@ def _send(args: argparse.Namespace) -> int:
                   "it may still arrive")
             return EXIT_TIMED_OUT
     others = delivery.batch_count - 1
-    _note(f"delivered: run {delivery.execution_id} read it"
+    where = "" if delivery.execution_id == args.execution_id else f" (its run {delivery.execution_id})"
+    _note(f"delivered: run {args.execution_id} read it{where}"
           + (f" with {others} other message{'s' if others != 1 else ''}" if others else ""))
     return EXIT_OK
 
@@ -367,7 +368,7 @@ class _watching:
         else:  # an SDK without handle.events(): sample the task list
             api = runtime._api  # the CLI is part of the package
             self._watcher = RunWatcher(display, handle.execution_id,
-                                       fetch=lambda: api.get_workflow(handle.execution_id, include_tasks=True))
+                                       fetch=lambda: api.get_workflow(handle.current_execution_id, include_tasks=True))
 
     def __enter__(self) -> "_watching":
         if self._watcher is not None:

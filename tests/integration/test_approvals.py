@@ -398,7 +398,7 @@ def _wait_or_explain(runtime: AgentRuntime, handle, timeout: float):
     try:
         return handle.wait(timeout=timeout)
     except WaitTimeoutError:
-        flow = runtime._api.get_workflow(handle.execution_id, include_tasks=True)
+        flow = runtime._api.get_workflow(handle.current_execution_id, include_tasks=True)
         rows = [(t.get("referenceTaskName"), t.get("taskType"), t.get("status"), t.get("workerId"),
                  t.get("pollCount"), t.get("scheduledTime"), t.get("startTime"), t.get("endTime"))
                 for t in flow.get("tasks") or ()]

@@ -371,7 +371,7 @@ def test_progress_from_the_task_list_when_there_is_no_event_stream(agent_runtime
     out = io.StringIO()
     display = ProgressDisplay(out, tty=tty)
     watcher = RunWatcher(display, handle.execution_id, interval=0.2,
-                         fetch=lambda: agent_runtime._api.get_workflow(handle.execution_id, include_tasks=True))
+                         fetch=lambda: agent_runtime._api.get_workflow(handle.current_execution_id, include_tasks=True))
     watcher.start()
     try:
         eventually(lambda: "waiting for a message" in out.getvalue(), timeout=30, message="waiting")

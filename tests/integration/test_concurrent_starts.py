@@ -125,5 +125,6 @@ def test_two_processes_start_one_new_agent_at_once(agent_runtime, agent_settings
 
 
 def _acted(runtime, execution_id: str) -> bool:
-    tasks = runtime._api.get_workflow(execution_id, include_tasks=True).get("tasks") or []
+    current = runtime.attach(execution_id).current_execution_id  # the listener's run (the id is its mailbox)
+    tasks = runtime._api.get_workflow(current, include_tasks=True).get("tasks") or []
     return any(t.get("taskType") == "act" and t.get("status") == "COMPLETED" for t in tasks)

@@ -113,7 +113,7 @@ def test_seed_scenario_events_arrive_in_order(agent_runtime, scripted_llm, uniqu
     finished = by_kind["tool_finished"]
     assert (finished.tool_name, finished.ok, finished.error) == ("act", True, None)
     assert finished.task_id == by_kind["tool_started"].task_id and finished.duration_seconds >= 0
-    assert all(e.execution_id == handle.execution_id for e in events)
+    assert all(e.execution_id == handle.current_execution_id for e in events)  # the run they happened in
 
     again = list(handle.events(timeout=30))  # the run has ended: rebuilt from its task list
     assert [e.kind for e in again] == SEED_KINDS and {e.source for e in again} == {"poll"}
@@ -149,7 +149,7 @@ def test_cut_connections_lose_and_repeat_no_event(agent_runtime, scripted_llm, u
     assert proxy.cuts == 4 and watcher.stream.mode == "stream"
     assert len(resumed) >= 5 and resumed[0] is None and all(resumed[1:]), resumed
     got = [(e.id, e.kind) for e in server_events(events)]
-    assert got == raw_stream(server_url, handle.execution_id)
+    assert got == raw_stream(server_url, handle.current_execution_id)
     assert len(set(got)) == len(got)
     assert [a for a, _ in tools.actions] == [f"a-{i}" for i in range(4)]
 
@@ -177,7 +177,7 @@ def test_polling_fallback_gives_the_same_story(agent_settings, scripted_llm, uni
         assert proxy.requests_to("/agent/stream/")
     assert watcher.stream.mode == "poll"
     assert [e.kind for e in server_events(events)] == SEED_KINDS
-    assert [kind for _, kind in raw_stream(server_url, handle.execution_id)] == SEED_KINDS
+    assert [kind for _, kind in raw_stream(server_url, handle.current_execution_id)] == SEED_KINDS
     assert {"tool_started", "tool_finished"} <= {e.kind for e in events}
     with pytest.raises(StopIteration):
         next(open_stream)

@@ -17,7 +17,7 @@ import requests
 from conductor_agents import AgentRuntime, Continuation, RunStatus
 from conductor_agents.testing import listener_policy
 
-from conductor_agents._listener.chain import link_id, link_key, parse_link_key
+from conductor_agents._listener.chain import link_id, link_key, parse_link_key, parse_mailbox_key
 
 from ..helpers import eventually, listener, listener_links
 from .test_long_listeners import ActionTools, act_on
@@ -38,8 +38,9 @@ def held_runs(base: str, execution_id: str, upto: int) -> "list[int]":
 
 
 def link_of(base: str, execution_id: str, number: int) -> str:
-    """The execution id of link ``number`` of the listener whose first run is ``execution_id``."""
-    key = parse_link_key(requests.get(f"{base}/workflow/{execution_id}", timeout=10).json()["correlationId"])
+    """The execution id of link ``number`` of the listener ``execution_id`` names (its mailbox or first run)."""
+    correlation = requests.get(f"{base}/workflow/{execution_id}", timeout=10).json()["correlationId"]
+    key = parse_mailbox_key(correlation) or parse_link_key(correlation)
     return link_id(key.agent_name, link_key(key.run_id, number, key.agent_name))
 
 
@@ -49,13 +50,13 @@ def send_and_act(runtime: AgentRuntime, execution_id: str, tools: ActionTools, a
 
 
 @pytest.mark.both_topologies
-def test_a_listener_continued_many_times_keeps_its_first_run_and_the_newest_ones(
+def test_a_listener_continued_many_times_keeps_its_newest_runs(
         agent_settings, scripted_llm, unique_name, topology_server):
-    """Eight switches with ``keep_runs=1``: the server holds link 0, one ended link and the live one; a
-    process that takes it up with ``keep_for=1s`` retires that ended link too (older than the age); a fresh
-    runtime holding only the first id reads status, totals and events, sends a message that is acted on
-    once, resumes the listener (its take-up sweeps again), and the result's totals count every run,
-    including the ones removed."""
+    """Eight switches with ``keep_runs=1``: the server holds one ended link and the live one (and the
+    listener's mailbox, the id callers hold: link 0 is retired like the others); a process that takes it up
+    with ``keep_for=1s`` retires that ended link too (older than the age); a fresh runtime holding only that
+    id reads status, totals and events, sends a message that is acted on once, resumes the listener (its
+    take-up sweeps again), and the result's totals count every run, including the ones removed."""
     base = getattr(topology_server, "url")
     tools = ActionTools()
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -69,12 +70,12 @@ def test_a_listener_continued_many_times_keeps_its_first_run_and_the_newest_ones
             sent.append(f"m{len(sent)}")
             send_and_act(first, execution_id, tools, sent[-1])
         newest = handle.runs - 1
-        # Once the last switch's sweep is done: link 0, the newest KEEP ended ones, the live one (and the
-        # one being started if a switch is under way).
-        eventually(lambda: held_runs(base, execution_id, newest + 1)[:KEEP + 2] == [0, *range(newest - KEEP, newest + 1)],
+        # Once the last switch's sweep is done: the newest KEEP ended ones, the live one (and the one being
+        # started if a switch is under way).
+        eventually(lambda: held_runs(base, execution_id, newest + 1)[:KEEP + 1] == [*range(newest - KEEP, newest + 1)],
                    timeout=30, interval=0.2, message="older runs retired")
         held = held_runs(base, execution_id, newest + 1)
-        assert len(held) <= 1 + KEEP + 2 and held[0] == 0 and 1 not in held, held
+        assert len(held) <= KEEP + 2 and 0 not in held and 1 not in held, held
 
     # Retention by age: a process that takes the listener up with keep_for=1s retires the ended run that
     # keep_runs=1 keeps, once it ended more than a second ago (no message is sent: no switch meanwhile).
@@ -83,7 +84,7 @@ def test_a_listener_continued_many_times_keeps_its_first_run_and_the_newest_ones
     aged = attrs.evolve(agent, continuation=Continuation(max_turns=2, keep_runs=KEEP, keep_for=timedelta(seconds=1)))
     with AgentRuntime(agent_settings) as taker:
         taker.resume(execution_id, aged, force=True)
-        eventually(lambda: held_runs(base, execution_id, newest + 1) == [0, newest], timeout=30, interval=0.2,
+        eventually(lambda: held_runs(base, execution_id, newest + 1) == [newest], timeout=30, interval=0.2,
                    message="the ended run older than keep_for retired")
 
     # Nobody serves it now. A fresh runtime holding only the first id:
@@ -106,7 +107,7 @@ def test_a_listener_continued_many_times_keeps_its_first_run_and_the_newest_ones
             send_and_act(other, execution_id, tools, sent[-1])
         later = resumed.runs - 1
         assert later > newest
-        eventually(lambda: 1 + KEEP + 2 >= len(held_runs(base, execution_id, later + 1)), timeout=30, interval=0.2,
+        eventually(lambda: KEEP + 2 >= len(held_runs(base, execution_id, later + 1)), timeout=30, interval=0.2,
                    message="older runs retired after the resume")
         resumed.stop()
         result = resumed.wait(timeout=120)

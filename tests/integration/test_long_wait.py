@@ -56,7 +56,7 @@ def test_the_join_after_a_long_wait_never_backs_off_past_one_second(stack):
         handle = runtime.start(agent, "Listen.")
 
         def waiting_join() -> "dict | None":
-            tasks = http.get(f"{stack.url}/workflow/{handle.execution_id}", params={"includeTasks": "true"},
+            tasks = http.get(f"{stack.url}/workflow/{handle.current_execution_id}", params={"includeTasks": "true"},
                              timeout=10).json()["tasks"]
             joins = [t for t in tasks if t["taskType"] == "JOIN" and t["status"] == "IN_PROGRESS"]
             return joins[0] if joins and joins[0]["pollCount"] >= 8 else None

@@ -60,8 +60,9 @@ def test_a_pulled_message_is_reported_delivered(agent_runtime, scripted_llm, uni
     handle = agent_runtime.start(listener(unique_name("delivered"), model, tools), "Start listening.")
     message_id = handle.send_message({"action": "report"})
     delivery = handle.wait_delivered(message_id, timeout=60)
-    assert delivery.message_id == message_id and delivery.execution_id == handle.execution_id
-    pulled = [t for t in tasks_of(agent_runtime.settings.server_url, handle.execution_id, WAIT_TASK_TYPE)
+    # The run that pulled it: the listener's current run (the id callers hold is its mailbox).
+    assert delivery.message_id == message_id and delivery.execution_id == handle.current_execution_id
+    pulled = [t for t in tasks_of(agent_runtime.settings.server_url, handle.current_execution_id, WAIT_TASK_TYPE)
               if t["taskId"] == delivery.task_id]
     assert pulled and pulled[0]["referenceTaskName"] == delivery.task_reference_name
     assert [m["id"] for m in pulled[0]["outputData"]["messages"]] == [message_id]

@@ -134,10 +134,11 @@ def test_an_approval_raised_as_the_listener_is_continued_is_answered_by_its_firs
     agent = ops_listener(unique_name("ops"), model, ops, Continuation(max_turns=2))
     with AgentRuntime(settings, on_pending=lambda h, r: reported.append((h.execution_id, r))) as runtime:
         handle = runtime.start(agent, "Listen.")
-        first = handle.execution_id
+        first = handle.execution_id  # the id callers hold (the listener's mailbox)
+        link0 = handle.current_execution_id  # its first run, which holds the request
         handle.send_message({"do": "deploy", "arg": "v2"})
         request = raised_in_switch(runtime, handle, PendingRequest.APPROVAL)
-        assert request.execution_id == first and [c.name for c in request.tool_calls] == ["deploy"]
+        assert request.execution_id == link0 and [c.name for c in request.tool_calls] == ["deploy"]
         assert runtime.pending(first) == (request,)
         assert runtime.pending_requests(agent) == (request,)  # both runs are running: listed once
         listed = cli(["pending", first, "--json"], settings)
@@ -149,9 +150,9 @@ def test_an_approval_raised_as_the_listener_is_continued_is_answered_by_its_firs
         approved = cli(["approve", first, "--by", "ops-oncall", "--json"], settings)
         assert approved.returncode == 0, approved.stderr
         answer = json.loads(approved.stdout)
-        assert (answer["approved"], answer["answeredBy"], answer["executionId"]) == (True, "ops-oncall", first)
+        assert (answer["approved"], answer["answeredBy"], answer["executionId"]) == (True, "ops-oncall", link0)
         eventually(lambda: ops.snapshot() == [("deploy", "v2")], timeout=60, message="the approved call ran")
-        eventually(lambda: continued(settings, first), timeout=120, interval=0.25, message="the switch at rest")
+        eventually(lambda: continued(settings, link0), timeout=120, interval=0.25, message="the switch at rest")
 
         again = cli(["approve", first, "--by", "late"], settings)
         assert again.returncode == 3, (again.returncode, again.stderr)  # nothing waits any more

@@ -76,6 +76,16 @@ def test_stateful_resume_sample_continues_the_run_after_the_child_is_killed(remo
     assert "run ended COMPLETED; reports made in this process: ['after-resume']" in out
 
 
+def test_webhook_sender_sample_reaches_the_listener_by_plain_http_across_continuations(
+        remote_env: Dict[str, str]) -> None:
+    result = run_sample(["samples/webhook_sender.py", "--remote"], remote_env, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert out.count(": HTTP 200;") == 8 and "a push now: HTTP 409" in out, out
+    runs = int(out.split(" after ", 1)[1].split(" runs", 1)[0])
+    assert runs >= 3, out  # continued, and every push still reached it
+
+
 def test_chat_repl_sample_works_with_piped_input(scripted_llm, agent_settings) -> None:
     model = scripted_llm.script(policy=listener_policy(
         lambda payload: ToolCall("reply", {"text": f"you said: {payload['message']}"})))

@@ -83,7 +83,7 @@ def _server_side(runtime, handle) -> str:
     if handle is None:
         return ""
     try:
-        run = runtime._api.get_workflow(handle.execution_id)
+        run = runtime._api.get_workflow(handle.current_execution_id)
     except Exception as err:  # a diagnostic only
         return f" (server: unreadable, {err!r})"
     return f" (server: {run.get('status')}, {run.get('reasonForIncompletion') or 'no reason'})"

@@ -99,6 +99,32 @@ def crash_while_retiring(after: int) -> None:
     _retention.Remover.remove = remove_then_die
 
 
+def crash_in_forward() -> None:
+    """SIGKILL this process inside the mailbox's forward: right after it pushed a message whose action is
+    ``crash-after-push``, or right before it pushes one whose action is ``crash-before-push`` (its mark is
+    written by then)."""
+    from conductor_agents._listener import mailbox as _mailbox
+
+    original = _mailbox.send_to_listener
+
+    def push_or_die(api, directory, execution_id, body, **kwargs):
+        action = str((body or {}).get("action") or "")
+        if action == "crash-before-push":
+            _die("before pushing")
+        result = original(api, directory, execution_id, body, **kwargs)
+        if action == "crash-after-push":
+            _die("after pushing")
+        return result
+
+    _mailbox.send_to_listener = push_or_die
+
+
+def _die(where: str) -> None:
+    sys.stderr.write(f"crash_child: killed in the forward {where}\n")
+    sys.stderr.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def read_actions(log_path: str) -> "list[dict]":
     """Every action line written so far."""
     try:
@@ -135,6 +161,7 @@ def main(argv: "list[str]") -> int:
     parser.add_argument("--crash-at", choices=sorted(CRASH_STEPS), default=None)
     parser.add_argument("--keep-runs", default="default", help="a number, or 'all'")
     parser.add_argument("--crash-after-removals", type=int, default=None)
+    parser.add_argument("--crash-in-forward", action="store_true")
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--start", action="store_true")
     group.add_argument("--resume")
@@ -159,6 +186,8 @@ def main(argv: "list[str]") -> int:
         crash_after(args.crash_at)
     if args.crash_after_removals:
         crash_while_retiring(args.crash_after_removals)
+    if args.crash_in_forward:
+        crash_in_forward()
     keep = args.keep_runs if args.keep_runs == "default" else None if args.keep_runs == "all" else int(args.keep_runs)
     agent = listener(args.name, args.model, FileActionTools(args.log, hang_on=args.hang_on),
                      continue_every=args.continue_every, keep_runs=keep)

@@ -11,6 +11,7 @@ import sys
 import time
 from typing import Any, List, Optional
 
+from conductor_agents._listener.chain import parse_mailbox_key
 
 from ..helpers import listener_runs, read_through_balancer
 
@@ -31,7 +32,11 @@ def server_get(base_url: str, path: str, **params: Any) -> Any:
 
 
 def workflow(base_url: str, execution_id: str) -> dict:
-    return server_get(base_url, f"/workflow/{execution_id}", includeTasks="true")
+    """The run with its tasks; for a listener's mailbox (the id its handle holds), its current run."""
+    flow = server_get(base_url, f"/workflow/{execution_id}", includeTasks="true")
+    if parse_mailbox_key(flow.get("correlationId")) is not None:
+        return server_get(base_url, f"/workflow/{current_run(base_url, execution_id)}", includeTasks="true")
+    return flow
 
 
 def current_run(base_url: str, execution_id: str) -> str:

@@ -331,3 +331,65 @@ def eventually_true(check, timeout=10.0):
     from tests.helpers import eventually
 
     eventually(check, timeout=timeout, interval=0.01, message="retirer")
+
+
+# -- a listener with a mailbox (the id callers hold is not a link) -------------------------------
+
+MAILBOX = "4f0c6b2e-9a51-4d1b-8f35-0d6e2a7c9b11"
+
+
+class MailboxServer(RetentionServer):
+    """A retention server whose listener also has a mailbox run (its correlation id names the chain)."""
+
+    def workflow_status(self, execution_id, include_variables=False):
+        if execution_id == MAILBOX:
+            from conductor_agents._listener.chain import mailbox_key
+            self.calls.append(("status", execution_id))
+            return {"workflowId": MAILBOX, "status": "RUNNING", "correlationId": mailbox_key(RUN, "listener")}
+        return super().workflow_status(execution_id, include_variables)
+
+
+def test_a_mailbox_names_its_listener_whose_every_link_is_derived():
+    server = MailboxServer()
+    directory, chain = chain_of(server, 3)
+    boxed = directory.chain(MAILBOX)
+    assert (boxed.execution_id, boxed.run_id, boxed.first, boxed.mailbox) == (MAILBOX, RUN, 0, True)
+    assert boxed.link(0) == chain.link(0) and boxed.link(0).execution_id != MAILBOX
+    assert not boxed.held(0) and chain.held(0)
+    assert directory.refresh(boxed).number == 2
+
+
+def test_a_sweep_of_a_listener_with_a_mailbox_retires_its_first_run_too():
+    server = MailboxServer()
+    chain_of(server, 8)  # links 0..7, 7 live
+    directory = ChainDirectory(server)
+    boxed = directory.chain(MAILBOX)
+    assert sweep(server, directory, boxed, 7, 2, Remover(server)).retired == 5
+    assert held(server) == [5, 6, 7]  # the newest 2 ended, the live one: link 0 went like the others
+    assert sweep(server, directory, boxed, 7, 2, Remover(server)).retired == 0  # idempotent
+
+
+def test_the_mailbox_id_reaches_the_current_run_after_link_0_was_retired():
+    """A process that knows only the mailbox id: status and sends find the newest link through the head hint."""
+    server = MailboxServer()
+    chain_of(server, 8)
+    sweep(server, ChainDirectory(server), ChainDirectory(server).chain(MAILBOX), 7, 1, Remover(server))
+    assert held(server) == [6, 7]
+    fresh = ChainDirectory(server)
+    boxed = fresh.chain(MAILBOX)
+    link, status = current_status(server, fresh, boxed)
+    assert link.number == 7 and not status.is_terminal
+    send(server, fresh, MAILBOX)
+    assert server.runs[server.key(7).execution_id]["queue"] == ["m1"]
+
+
+def test_a_link_id_is_anchored_at_the_mailbox_when_one_is_written():
+    from conductor_agents._listener.head import write_mailbox
+
+    server = MailboxServer()
+    directory, _ = chain_of(server, 4)
+    later = directory.chain(server.key(3).execution_id)
+    assert directory.anchor(later).execution_id == server.key(0).execution_id  # no mailbox: its first run
+    write_mailbox(server, RUN, MAILBOX)
+    anchored = directory.anchor(later)
+    assert anchored.mailbox and anchored.execution_id == MAILBOX

@@ -1,0 +1,297 @@
+"""A continued listener's mailbox: one id that every sender can push to for the listener's whole life.
+
+A continued listener is a chain of runs (:mod:`.chain`); a sender that pushes with the server's own
+REST call (``POST /workflow/{id}/messages``) reaches only the run it names. So the SDK starts, beside
+link 0, a small workflow of its own, :data:`MAILBOX_WORKFLOW`::
+
+    DO_WHILE (keepLastN 2) [ PULL_WORKFLOW_MESSAGES (blocking, up to 100), forward (SIMPLE) ]
+
+whose id is the one callers hold (``AgentHandle.execution_id``). The ``forward`` task's domain is the
+listener's run id, so the process that serves the listener polls it like the listener's other
+tasks (also after an adoption or ``resume()``); it pushes each message it was given into the
+listener with :func:`~.sending.send_to_listener` (exactly once across switches). ``keepLastN`` keeps
+the mailbox at four tasks and the last two iterations' outputs, whatever its age (measured on 3.32.3:
+the run's size stays flat). The mailbox's ``correlationId`` names the chain
+(:func:`~.chain.mailbox_key`), so the directory resolves its id to the listener; its id is also
+written in the server's poll data (:func:`~.head.write_mailbox`) for a process that holds only a
+link's id.
+
+The mailbox ends when the listener ends (the serving process, or whoever first sees the listener
+ended, terminates it): a push after that answers 409, an error the sender sees.
+
+A process killed mid-forward: before each push the forward writes a *mark* (one poll-data row per
+listener: the message's id, and the server's time of the write), so the next delivery of the task
+skips the messages before the marked one and settles the marked one: it was pushed if a run of the
+listener pulled a message with the same payload after the mark (looked for once the listener has
+waited on an empty queue, so nothing it accepted is still queued); otherwise it is pushed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from datetime import datetime
+import re
+import threading
+from typing import Any, Callable, Mapping, Optional
+
+from .._common.clock import Clock
+from .._common.task_names import FORWARD_TASK
+from .._tooldefs.context import ToolContext
+from .._wire.api import ConductorApi
+from .chain import mailbox_key
+from .directory import Chain, ChainDirectory, Link
+from .following import is_running, workflow_running
+from .head import read_mailbox, write_mailbox
+from .sending import send_to_listener
+from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, ToolRetry
+from ..tools import ToolDef, tool
+
+__all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool"]
+
+log = logging.getLogger("conductor_agents.continuation")
+
+#: The workflow every listener's mailbox runs.
+MAILBOX_WORKFLOW = "conductor_agents_mailbox"
+_VERSION = 1
+#: Iterations whose tasks and outputs the loop keeps (the server removes older ones).
+_KEEP_ITERATIONS = 2
+#: Messages one PULL takes at most (the server's own cap).
+_BATCH = 100
+#: The forward task's lease; the executor extends it every half of it while the forward runs.
+_RESPONSE_TIMEOUT_SECONDS = 60
+#: Deliveries of one forward task: a crash or a ``ToolRetry`` hands it back; it must never fail.
+_RETRIES = 100_000
+#: How long a re-delivered forward waits for the listener to come to rest before it settles a marked
+#: message (then it is handed back and tried again).
+_SETTLE_SECONDS = 120.0
+_MARK = re.compile(r"^sending:([0-9a-f-]{36})$")
+
+
+def definitions() -> "tuple[list[dict], list[dict]]":
+    """The forward task's definition and the mailbox workflow's."""
+    owner = "conductor-agents@localhost"
+    task_def = {"name": FORWARD_TASK, "retryCount": _RETRIES, "retryLogic": "FIXED", "retryDelaySeconds": 1,
+                "timeoutSeconds": 0, "responseTimeoutSeconds": _RESPONSE_TIMEOUT_SECONDS,
+                "timeoutPolicy": "RETRY", "ownerEmail": owner,
+                "description": "conductor-agents: forwards a listener's mailbox messages into its current run"}
+    workflow = {
+        "name": MAILBOX_WORKFLOW, "version": _VERSION, "schemaVersion": 2, "ownerEmail": owner,
+        "timeoutSeconds": 0, "restartable": True,
+        "description": "conductor-agents: the one id of a continued listener (push messages here)",
+        "tasks": [{
+            "name": "mailbox_loop", "taskReferenceName": "loop", "type": "DO_WHILE",
+            "inputParameters": {"keepLastN": _KEEP_ITERATIONS},
+            "loopCondition": "$.forward['end'] != true",
+            "loopOver": [
+                {"name": "mailbox_pull", "taskReferenceName": "pull", "type": "PULL_WORKFLOW_MESSAGES",
+                 "inputParameters": {"batchSize": _BATCH}},
+                {"name": FORWARD_TASK, "taskReferenceName": "forward", "type": "SIMPLE",
+                 "inputParameters": {"messages": "${pull.output.messages}"},
+                 "taskDefinition": task_def},  # inline: no node's cache of task definitions can miss it
+            ],
+        }],
+    }
+    return [task_def], [workflow]
+
+
+class Mailboxes:
+    """Opens and ends listeners' mailboxes for one process. Thread-safe."""
+
+    def __init__(self, api: ConductorApi) -> None:
+        self._api = api
+        self._lock = threading.Lock()
+        self._registered = False
+
+    def _register(self) -> None:
+        with self._lock:
+            if self._registered:
+                return
+        task_defs, workflow_defs = definitions()
+        self._api.register_definitions(task_defs, workflow_defs)
+        with self._lock:
+            self._registered = True
+
+    def open(self, run_id: str, agent_name: str) -> str:
+        """The mailbox of the listener on ``run_id``: the one written down (an idempotent start of the same
+        listener, which may have ended: then so has its mailbox), else a new one.
+
+        Two starts with the same key at the same moment may both open one: each reads back which was
+        written last and ends its own if it lost (one more small request).
+
+        Raises:
+            ServerUnavailableError, ServerError: a request failed.
+        """
+        known = read_mailbox(self._api, run_id)
+        if known is not None:
+            return known
+        self._register()
+        mailbox_id = self._api.start_workflow({
+            "name": MAILBOX_WORKFLOW, "version": _VERSION, "input": {},
+            "correlationId": mailbox_key(run_id, agent_name), "taskToDomain": {FORWARD_TASK: run_id},
+        })
+        write_mailbox(self._api, run_id, mailbox_id)
+        written = read_mailbox(self._api, run_id)
+        if written is not None and written != mailbox_id and workflow_running(self._api, written):
+            self._api.terminate_workflow(mailbox_id, "conductor-agents: another start opened this listener's mailbox")
+            return written
+        log.info("listener on %s: mailbox %s opened", run_id, mailbox_id)
+        return mailbox_id
+
+# -- the forward task --------------------------------------------------------------------
+
+
+def _mark_type(run_id: str) -> str:
+    return f"conductor_agents_forward_{run_id}"
+
+
+def _read_mark(api: ConductorApi, run_id: str) -> "tuple[Optional[str], int]":
+    """The message id the last forward marked before pushing it, and the server's time of the mark (ms)."""
+    for row in api.poll_data(_mark_type(run_id)):
+        match = _MARK.match(str((row or {}).get("workerId") or ""))
+        if match is not None:
+            return match.group(1), int(row.get("lastPollTime") or 0)
+    return None, 0
+
+
+def _write_mark(api: ConductorApi, run_id: str, message_id: str) -> None:
+    api.mark_presence(_mark_type(run_id), worker_id=f"sending:{message_id}", domain="f")
+
+
+def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wait: float, clock: Clock,
+                      stopping: threading.Event) -> ToolDef:
+    """The worker of the mailbox's forward task (served on the listener's domain)."""
+
+    @tool(name=FORWARD_TASK)
+    def conductor_agents_forward(ctx: ToolContext, messages: Optional[Any] = None) -> dict:
+        """Pushes a listener's mailbox messages into its current run (conductor-agents)."""
+        try:
+            return _forward(api, directory, ctx.execution_id, list(messages or ()), switch_wait=switch_wait,
+                            clock=clock, pause=stopping.wait)
+        except ToolRetry:
+            raise
+        except Exception as err:  # noqa: BLE001 - the mailbox must never fail: hand the task back
+            log.warning("mailbox %s: forwarding failed (%s: %s); trying again", ctx.execution_id,
+                        type(err).__name__, err)
+            raise ToolRetry(f"forwarding failed: {type(err).__name__}", after_seconds=2.0) from None
+
+    return conductor_agents_forward
+
+
+def _forward(api: ConductorApi, directory: ChainDirectory, mailbox_id: str, messages: "list[Any]", *,
+             switch_wait: float, clock: Clock, pause: Callable[[float], Any]) -> dict:
+    chain = directory.chain(mailbox_id)
+    if not chain.continuable:
+        raise ConductorAgentsError(f"run {mailbox_id} is not a listener's mailbox")
+    assert chain.run_id is not None
+    envelopes = [m for m in messages if isinstance(m, Mapping) and m.get("id")]
+    ids = [str(m["id"]) for m in envelopes]
+    marked, marked_at = _read_mark(api, chain.run_id)
+    start = 0
+    if marked in ids:  # a later delivery of this task: the messages before the mark went through
+        start = ids.index(marked)
+        if _was_pushed(api, directory, chain, envelopes[start], marked_at, clock=clock, pause=pause):
+            log.info("mailbox %s: message %s reached the listener before the crash; not pushed again",
+                     mailbox_id, marked)
+            start += 1
+    forwarded = start
+    for envelope in envelopes[start:]:
+        _write_mark(api, chain.run_id, str(envelope["id"]))
+        payload = envelope.get("payload") if isinstance(envelope.get("payload"), Mapping) else {}
+        try:
+            send_to_listener(api, directory, mailbox_id, payload, switch_wait=switch_wait, clock=clock,
+                             pause=pause, on_accepted=directory.note_accepted)
+        except (ExecutionNotRunningError, ExecutionNotFoundError) as err:
+            lost = ids[forwarded:]
+            log.warning("mailbox %s: the listener has ended; %d message(s) pushed to the mailbox as it ended "
+                        "were not delivered (%s)", mailbox_id, len(lost), err)
+            return {"end": True, "forwarded": forwarded, "undelivered": lost}
+        forwarded += 1
+    return {"forwarded": forwarded}
+
+
+def _was_pushed(api: ConductorApi, directory: ChainDirectory, chain: Chain, envelope: Mapping[str, Any],
+                since_ms: int, *, clock: Clock, pause: Callable[[float], Any]) -> bool:
+    """Whether a marked message reached the listener (a run of it pulled the same payload after the mark).
+
+    Looked at once the listener's current run has waited on an empty queue (two more evaluations of its
+    wait than first seen) with no switch under way: whatever it accepted is pulled by then.
+
+    Raises:
+        ToolRetry: the listener did not come to rest within :data:`_SETTLE_SECONDS`.
+    """
+    payload = _canonical(envelope.get("payload"))
+    deadline = clock.monotonic() + _SETTLE_SECONDS
+    first: "dict[str, int]" = {}
+    while True:
+        newest = directory.refresh(chain)
+        if _at_rest(api, chain, newest, first):
+            break
+        if clock.monotonic() >= deadline:
+            raise ToolRetry("the listener did not come to rest to settle a forwarded message", after_seconds=5.0)
+        if pause(0.5):  # this process is closing: the next delivery settles it
+            raise ToolRetry("the process is closing", after_seconds=1.0)
+    lowest = max(0, newest.number - 3)
+    for number in range(newest.number, lowest - 1, -1):
+        if _pulled_since(api, chain.link(number), payload, since_ms):
+            return True
+    return False
+
+
+def _at_rest(api: ConductorApi, chain: Chain, newest: Link, first: "dict[str, int]") -> bool:
+    if newest.number > 0 and is_running(api, chain.link(newest.number - 1).execution_id):
+        return False  # a switch is under way
+    if not is_running(api, newest.execution_id):
+        return True  # ended: nothing more arrives
+    page = api.workflow_tasks(newest.execution_id, statuses=("IN_PROGRESS",), start=1, count=20)
+    for task in page.tasks:
+        if task.get("taskType") == "PULL_WORKFLOW_MESSAGES":
+            count = int(task.get("pollCount") or 0)
+            seen = first.setdefault(str(task.get("taskId")), count)
+            if count >= seen + 2:
+                return True
+    return False
+
+
+def _pulled_since(api: ConductorApi, link: Link, payload: str, since_ms: int) -> bool:
+    """Whether a wait-for-message task of ``link`` that ended after ``since_ms`` pulled ``payload``."""
+    try:
+        total = api.workflow_tasks(link.execution_id, statuses=("COMPLETED",), start=0, count=1).total
+    except ExecutionNotFoundError:
+        return False
+    start = total
+    while start > 0:
+        start = max(0, start - 50)
+        page = api.workflow_tasks(link.execution_id, statuses=("COMPLETED",), start=start, count=50).tasks
+        older = False
+        for task in page:
+            if task.get("taskType") != "PULL_WORKFLOW_MESSAGES":
+                continue
+            if int(task.get("endTime") or 0) < since_ms:
+                older = True
+                continue
+            for message in (task.get("outputData") or {}).get("messages") or ():
+                if isinstance(message, Mapping) and _canonical(message.get("payload")) == payload \
+                        and _received_ms(message.get("receivedAt")) >= since_ms:
+                    return True
+        if older:
+            return False
+    return False
+
+
+def _canonical(payload: Any) -> str:
+    return json.dumps(payload, sort_keys=True, separators=(",", ":"), default=str)
+
+
+def _received_ms(value: Any) -> int:
+    """An ISO-8601 ``receivedAt`` (the server's clock) in ms since the epoch; 0 when unreadable."""
+    try:
+        text = str(value)
+        match = re.match(r"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z$", text)
+        if match is None:
+            return 0
+        whole = datetime.strptime(match.group(1) + "+0000", "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        fraction = float("0." + match.group(2)) if match.group(2) else 0.0
+        return int((whole + fraction) * 1000)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,107 @@
+"""One id for every sender (issue 30, items 2 and 4): a continued listener's mailbox.
+
+A sender that uses only the server's own REST push (``POST /workflow/{id}/messages``) to the id callers
+hold reaches the listener after any number of switches, exactly once; a burst of such pushes during
+switches neither loses a message nor keeps a switch from coming to rest; and the id answers everything
+after the listener's first run was retired. A tiny budget (a switch every couple of turns).
+"""
+
+from __future__ import annotations
+
+import collections
+
+import pytest
+import requests
+
+from conductor_agents import AgentRuntime, Continuation, RunStatus
+from conductor_agents._listener.chain import parse_mailbox_key
+from conductor_agents.testing import listener_policy
+
+from ..helpers import eventually, listener, listener_links
+from .test_long_listeners import ActionTools, act_on
+
+pytestmark = pytest.mark.integration
+
+
+def push(base: str, execution_id: str, action: str) -> None:
+    """The server's own push, as a webhook or another SDK would send it (retried on nothing)."""
+    response = requests.post(f"{base}/workflow/{execution_id}/messages", json={"action": action}, timeout=30)
+    assert response.status_code == 200, (response.status_code, response.text)
+
+
+@pytest.mark.both_topologies
+def test_raw_rest_pushes_to_the_one_id_reach_the_listener_once_across_switches(
+        agent_settings, scripted_llm, unique_name, topology_server):
+    """Raw pushes to ``handle.execution_id``, each once the previous was acted on, across at least five
+    switches, then a burst of twenty pushed at once while switches happen: every message is acted on
+    exactly once, the listener comes to rest (one live run), its first run is retired (``keep_runs=1``)
+    and the id still answers status, totals, events and pending from a fresh runtime; after the listener
+    ended, a push to the id is refused (409), an error the sender sees."""
+    base = getattr(topology_server, "url")
+    tools = ActionTools()
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    agent = listener(unique_name("mailbox"), model, tools, batch_size=4,
+                     continuation=Continuation(max_turns=2, keep_runs=1))
+    sent: "list[str]" = []
+    with AgentRuntime(agent_settings) as runtime:
+        handle = runtime.start(agent, "Start listening.")
+        execution_id = handle.execution_id
+        status = requests.get(f"{base}/workflow/{execution_id}", timeout=10).json()
+        assert parse_mailbox_key(status.get("correlationId")) is not None  # the id callers hold is the mailbox
+        assert handle.current_execution_id != execution_id
+        while handle.runs < 6:
+            assert len(sent) < 40, "no switch for many messages"
+            sent.append(f"one-{len(sent)}")
+            push(base, execution_id, sent[-1])
+            eventually(lambda: sent[-1] in tools.snapshot(), timeout=60, interval=0.05, message=f"{sent[-1]} acted on")
+        runs_before_burst = handle.runs
+        burst = [f"burst-{i}" for i in range(20)]
+        for action in burst:
+            push(base, execution_id, action)
+        sent.extend(burst)
+        eventually(lambda: set(sent) <= set(tools.snapshot()), timeout=120, interval=0.1, message="the burst acted on")
+        assert handle.runs > runs_before_burst  # it was continued during the burst
+        # At rest: one live run, and link 0 retired (the mailbox is the anchor).
+        eventually(lambda: [n for n, _ in listener_links(base, execution_id)][0] > 0, timeout=60, interval=0.2,
+                   message="link 0 retired")
+        eventually(lambda: len(_live(base, execution_id)) == 1, timeout=60, interval=0.2,
+                   message="the switch came to rest")
+
+        with AgentRuntime(agent_settings) as other:  # only the id, from a fresh runtime
+            watched = other.attach(execution_id)
+            status = watched.status()
+            assert (status.execution_id, status.is_terminal) == (execution_id, False)
+            assert status.runs == handle.runs >= 7
+            assert watched.pending() == ()
+            # Once the last switch is committed (its record holds the totals of the runs before it):
+            eventually(lambda: watched.totals().runs == handle.runs, timeout=30, interval=0.2,
+                       message="the last switch committed")
+            assert watched.totals().messages >= len(sent)
+            events = watched.events(timeout=120)
+            other.send_message(execution_id, {"action": "via-sdk"})  # the SDK's own send, by the same id
+            sent.append("via-sdk")
+            eventually(lambda: "via-sdk" in tools.snapshot(), timeout=60, message="the SDK's message acted on")
+            watched.stop()
+            result = watched.wait(timeout=120)
+            kinds = collections.Counter()
+            with events:
+                for event in events:
+                    kinds[event.kind] += 1
+        assert (result.status, result.execution_id) == (RunStatus.COMPLETED, execution_id)
+        assert kinds["done"] == 1
+        # The mailbox ended with the listener: a push now is refused, not accepted and dropped.
+        eventually(lambda: requests.post(f"{base}/workflow/{execution_id}/messages", json={"action": "late"},
+                                         timeout=10).status_code == 409, timeout=30, message="409 after the end")
+    counts = collections.Counter(tools.snapshot())
+    assert sorted(counts) == sorted(sent) and set(counts.values()) == {1}, counts.most_common(3)
+    scripted_llm.assert_no_anomalies(model)
+
+
+def _live(base: str, execution_id: str) -> "list[int]":
+    """The links of the listener that are still running."""
+    live = []
+    for number, run in listener_links(base, execution_id):
+        status = requests.get(f"{base}/workflow/{run}/status", timeout=10).json().get("status")
+        if status == "RUNNING":
+            live.append(number)
+    return live
