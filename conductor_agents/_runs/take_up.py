@@ -139,8 +139,13 @@ class RunTaker:
                 reservation.commit(newest.execution_id, domain=domain)
                 self._workers.confirm_polling(reservation)
                 tracker = self.serve_chain(reservation, chain, spec, newest=newest)
-            for live in {newest.execution_id, link.execution_id} | ({chain.execution_id} if chain.mailbox else set()):
-                self._reclaim(live, domain)  # the mailbox's forward too: a dead process's is delivered again
+            # The mailbox's forward too, and the old run of a switch the dead process left half done: a tool
+            # it had taken there and not answered is delivered again here (at least once, as after any crash),
+            # else that run never comes to rest and the message behind the tool is never acted on.
+            half_done = pending_switch(self._api, chain, newest)
+            for live in {newest.execution_id, link.execution_id} | ({chain.execution_id} if chain.mailbox else set()) \
+                    | ({half_done.execution_id} if half_done is not None else set()):
+                self._reclaim(live, domain)
         log.info("resumed %s listener %s (run %d: %s)", agent.name, chain.execution_id,
                  newest.number - chain.first + 1, newest.execution_id)
         return self._handle(chain.execution_id, agent.name, domain, agent, workers=serve, tracker=tracker)
