@@ -29,8 +29,22 @@ def bench_act_ours(key: str = "") -> dict:
     return {"ok": key}
 
 
+def apply_patches(patches: dict) -> None:
+    """Set module constants before the runtime is built: ``{"package.module:NAME": value}`` (a variant
+    of ours measured beside the unpatched one, e.g. ``server_share.py --variant``)."""
+    import importlib
+
+    for target, value in patches.items():
+        module, _, name = target.partition(":")
+        mod = importlib.import_module(module)
+        if not hasattr(mod, name):
+            raise SystemExit(f"--variant: {module} has no {name}")
+        setattr(mod, name, value)
+
+
 class OursAdapter:
     def __init__(self, cfg: dict) -> None:
+        apply_patches(cfg.get("patch") or {})
         self.runtime = AgentRuntime(AgentSettings.from_env(server_url=cfg["server_url"]))
         self.receive = WaitForMessageTool.create(
             name="wait_for_message", description="Wait for the next external messages, then return them.",

@@ -37,6 +37,7 @@ from typing import Dict, List, Optional
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 
+import _jvm  # noqa: E402
 import _procs  # noqa: E402
 from _harness import SERVERS, Bench, percentiles, server_unavailable  # noqa: E402
 
@@ -60,6 +61,9 @@ def parse_args(argv: "list[str]") -> argparse.Namespace:
     p.add_argument("--rate", type=float, help="messages per second")
     p.add_argument("--repeats", type=int)
     p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE", help="a server -D property")
+    p.add_argument("--variant", action="append", default=[], metavar="TAG:MODULE:NAME=VALUE[,MODULE:NAME=VALUE]",
+                   help="also measure ours with these module constants set (driver ours@TAG), e.g. "
+                        "w50:conductor_agents._worker.watcher:_FAST_SECONDS=0.05")
     p.add_argument("--peer2-python", default=os.path.join(HERE, ".venv-peer2", "bin", "python"))
     p.add_argument("--out", default=os.path.join(HERE, "results-server-share.json"))
     p.add_argument("--md", default=os.path.join(HERE, "results.md"), help="the report its section goes into")
@@ -80,6 +84,21 @@ def _cpu(bench: Bench) -> "tuple[float, float]":
     return sum(_procs.cpu_seconds(bench.server_pids).values()), time.monotonic()
 
 
+def _threads(bench: Bench) -> Dict[str, float]:
+    """CPU seconds so far of each thread group, summed over the server's nodes."""
+    out: Dict[str, float] = {}
+    for pid in bench.server_pids:
+        for name, cpu in _jvm.thread_cpu(pid).items():
+            out[name] = out.get(name, 0.0) + cpu
+    return out
+
+
+def _by_thread(before: Dict[str, float], after: Dict[str, float], per: float) -> Dict[str, float]:
+    """Milliseconds of CPU per ``per`` of each thread group that used any (the largest first)."""
+    used = _jvm.delta(before, after)
+    return {k: round(1000.0 * v / per, 3) for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v >= 0.02}
+
+
 def _requests(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     return {k: v for k, v in sorted(delta.items()) if v > 0 and "/actuator/" not in k}
@@ -91,8 +110,9 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
     time.sleep(s["base_s"])
     c1, t1 = _cpu(bench)
     base_rate = (c1 - c0) / (t1 - t0)
-    driver = bench.driver(driver_name, "share", model=bench.models[driver_name]["listen"], n=s["n"],
-                          messages=s["messages"], rate=s["rate"], start_budget_s=600.0)
+    base, _, tag = driver_name.partition("@")
+    driver = bench.driver(base, "share", model=bench.models[base]["listen"], n=s["n"], messages=s["messages"],
+                          rate=s["rate"], start_budget_s=600.0, patch=s["variants"].get(tag, {}))
     ids: List[str] = []
     try:
         started = driver.expect("started", timeout=900)
@@ -101,20 +121,25 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
             return {"error": f"started {len(ids)} of {s['n']}: {started.get('stopped')}"}
         time.sleep(5.0)  # every run reaches its wait for a message; start-up traffic settles
         r0 = bench.server_requests()
-        c0, t0 = _cpu(bench)
+        c0, t0, h0 = *_cpu(bench), _threads(bench)
         time.sleep(s["idle_s"])
-        c1, t1 = _cpu(bench)
+        c1, t1, h1 = *_cpu(bench), _threads(bench)
         r1 = bench.server_requests()
         idle_rate = (c1 - c0) / (t1 - t0)
         tasks0, bytes0 = _tasks_and_bytes(bench, ids)
         r2 = bench.server_requests()
-        c2, t2 = _cpu(bench)
+        c2, t2, h2 = *_cpu(bench), _threads(bench)
         driver.send("burst")
         done = driver.expect("burst_done", timeout=120 + s["messages"] / s["rate"])
         time.sleep(TAIL_S)
-        c3, t3 = _cpu(bench)
+        c3, t3, h3 = *_cpu(bench), _threads(bench)
         r3 = bench.server_requests()
         tasks1, bytes1 = _tasks_and_bytes(bench, ids)
+        # Idle again, the runs now longer by the messages' tasks: each 1 s evaluation of a run's
+        # wait for a message loads the run (PullWorkflowMessages), so its cost may grow with them.
+        c4, t4 = _cpu(bench)
+        time.sleep(s["idle_s"])
+        c5, t5 = _cpu(bench)
         m, n, idle_s = s["messages"], len(ids), t1 - t0
         idle_req = _requests(r0, r1)
         burst_req = _requests(r2, r3)
@@ -122,13 +147,18 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
         return {
             "listeners": n, "base_cpu_pct": 100.0 * base_rate, "idle_cpu_pct": 100.0 * idle_rate,
             "idle_ms_per_listener_s": 1000.0 * (idle_rate - base_rate) / n,
+            "idle_after_ms_per_listener_s": 1000.0 * ((c5 - c4) / (t5 - t4) - base_rate) / n,
+            "tasks_per_run_before": tasks0 / n, "tasks_per_run_after": tasks1 / n,
             "idle_req_per_listener_s": sum(idle_req.values()) / n / idle_s,
             "idle_req_by_kind": {k: v / n / idle_s for k, v in idle_req.items()},
             "burst_cpu_pct": 100.0 * (c3 - c2) / (t3 - t2),
             "cpu_ms_per_message": 1000.0 * ((c3 - c2) - idle_rate * (t3 - t2)) / m,
+            "all_in_ms_per_message": 1000.0 * ((c3 - c2) - base_rate * (t3 - t2)) / m,
             "req_per_message": (sum(burst_req.values()) - sum(idle_req.values()) / idle_s * (t3 - t2)) / m,
             "req_per_message_by_kind": {k: v / m for k, v in burst_req.items()},
             "tasks_per_message": (tasks1 - tasks0) / m, "kb_per_message": (bytes1 - bytes0) / 1024.0 / m,
+            "idle_ms_per_s_by_thread": _by_thread(h0, h1, idle_s),
+            "burst_ms_per_message_by_thread": _by_thread(h2, h3, m),
             "answered": len(done["latencies"]), "answer_p50_s": lat["p50"], "answer_p95_s": lat["p95"],
         }
     finally:
@@ -139,46 +169,56 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
 def summarise(repeats: List[Dict[str, dict]], drivers: List[str]) -> dict:
     """Per driver the median of each figure; per ratio (ours/peer2, ours/floor) its median and min-max."""
     fields = ("idle_ms_per_listener_s", "cpu_ms_per_message", "idle_req_per_listener_s", "req_per_message",
-              "tasks_per_message", "kb_per_message", "answer_p50_s", "answer_p95_s", "idle_cpu_pct", "base_cpu_pct")
+              "tasks_per_message", "kb_per_message", "answer_p50_s", "answer_p95_s", "idle_cpu_pct", "base_cpu_pct",
+              "idle_after_ms_per_listener_s", "tasks_per_run_before", "tasks_per_run_after", "all_in_ms_per_message",
+              "burst_cpu_pct")
     out: dict = {"median": {}, "ratios": {}}
     for d in drivers:
         good = [rep[d] for rep in repeats if d in rep and not rep[d].get("error")]
         out["median"][d] = {f: statistics.median(r[f] for r in good) if good else None for f in fields}
         out["median"][d]["range"] = {f: (min(r[f] for r in good), max(r[f] for r in good)) if good else None
                                      for f in fields}
-    for other in ("peer2", "floor"):
-        if "ours" not in drivers or other not in drivers:
+    pairs = [("ours", other) for other in ("peer2", "floor")] + \
+        [(d, other) for d in drivers if d.startswith("ours@") for other in ("ours", "peer2", "floor")]
+    for mine, other in pairs:
+        if mine not in drivers or other not in drivers:
             continue
-        for f in fields[:6]:
-            ratios = [rep["ours"][f] / rep[other][f] for rep in repeats
-                      if not rep.get("ours", {}).get("error") and not rep.get(other, {}).get("error")
+        for f in fields[:6] + ("all_in_ms_per_message",):
+            ratios = [rep[mine][f] / rep[other][f] for rep in repeats
+                      if not rep.get(mine, {}).get("error") and not rep.get(other, {}).get("error")
                       and rep[other].get(f)]
             if ratios:
-                out["ratios"][f"ours/{other} {f}"] = {"median": statistics.median(ratios), "min": min(ratios),
-                                                      "max": max(ratios), "n": len(ratios)}
+                out["ratios"][f"{mine}/{other} {f}"] = {"median": statistics.median(ratios), "min": min(ratios),
+                                                        "max": max(ratios), "n": len(ratios)}
     return out
 
 
 def render(results: dict) -> str:
     s, summary = results["settings"], results["summary"]
     drivers = results["drivers"]
-    names = {"ours": "ours", "peer2": "peer (conductor-python 2.0.0)", "floor": "floor (REST only)"}
+    names = {"ours": "ours", "peer2": "peer (conductor-python 2.0.0)", "floor": "floor (REST only)",
+             **{f"ours@{t}": f"ours@{t}" for t in s["variants"]}}
     lines = [SECTION, "## The server's share: ours, the peer and the floor (`benchmarks/server_share.py`)", "",
              f"{results['started']}; `{results['command']}`; server {results.get('server_version')} "
              f"({s['server']}{', ' + str(s['properties']) if s['properties'] else ''}); {s['n']} listeners per "
              f"driver, idle window {s['idle_s']:.0f} s, {s['messages']} messages at {s['rate']}/s; {s['repeats']} "
              f"repeats, the drivers' order rotated; load average {results['loadavg_start'][0]:.1f} at start, "
-             f"{results['loadavg_end'][0]:.1f} at end. Each cell: median (min–max over the repeats). Server CPU is "
+             f"{results['loadavg_end'][0]:.1f} at end. {_variants(s['variants'])}Each cell: median (min–max over the repeats). Server CPU is "
              f"the JVM's utime+stime: ms per idle listener-second above the empty server's, ms per message above "
              f"the idle listeners'.", "",
              "| | " + " | ".join(names[d] for d in drivers) + " |", "|---|" + "---:|" * len(drivers)]
     rows = [("server CPU ms per idle listener-second", "idle_ms_per_listener_s", 2),
-            ("server CPU ms per message", "cpu_ms_per_message", 1),
+            ("server CPU ms per message (above the idle listeners)", "cpu_ms_per_message", 1),
+            ("server CPU ms per message, all in (above the empty server)", "all_in_ms_per_message", 1),
+            ("server CPU % while the messages come", "burst_cpu_pct", 1),
             ("requests per idle listener-second", "idle_req_per_listener_s", 2),
             ("requests per message", "req_per_message", 1), ("tasks stored per message", "tasks_per_message", 1),
             ("KB stored per message", "kb_per_message", 1), ("answer p50 s", "answer_p50_s", 2),
             ("answer p95 s", "answer_p95_s", 2), ("server CPU % with the listeners idle", "idle_cpu_pct", 1),
-            ("server CPU % with none (baseline)", "base_cpu_pct", 1)]
+            ("server CPU % with none (baseline)", "base_cpu_pct", 1),
+            ("tasks per run while idle, before the messages", "tasks_per_run_before", 0),
+            ("tasks per run while idle, after them", "tasks_per_run_after", 0),
+            ("server CPU ms per idle listener-second, after the messages", "idle_after_ms_per_listener_s", 2)]
     for label, key, digits in rows:
         cells = []
         for d in drivers:
@@ -192,6 +232,13 @@ def render(results: dict) -> str:
     errors = [f"{d}: {rep[d]['error']}" for rep in results["repeats"] for d in rep if rep[d].get("error")]
     lines += [""] + [f"- error: {e}" for e in errors] + [SECTION]
     return "\n".join(lines)
+
+
+def _variants(variants: dict) -> str:
+    if not variants:
+        return ""
+    return "Variants of ours: " + "; ".join(f"`ours@{t}`: " + ", ".join(f"`{k}={v}`" for k, v in p.items())
+                                            for t, p in variants.items()) + ". "
 
 
 def write_section(path: str, text: str) -> None:
@@ -212,7 +259,11 @@ def main(argv: "list[str]") -> int:
     s = dict(PRESETS["quick" if args.quick else "full"])
     s.update({k: getattr(args, k) for k in ("n", "idle_s", "messages", "rate", "repeats") if getattr(args, k)})
     s["server"], s["properties"] = args.server, dict(p.split("=", 1) for p in args.property)
-    drivers = [d.strip() for d in args.drivers.split(",") if d.strip()]
+    s["variants"] = {}
+    for spec in args.variant:
+        tag, _, assignments = spec.partition(":")
+        s["variants"][tag] = {k: json.loads(v) for k, v in (a.split("=", 1) for a in assignments.split(","))}
+    drivers = [d.strip() for d in args.drivers.split(",") if d.strip()] + [f"ours@{t}" for t in s["variants"]]
     if server_unavailable(args.server):
         print(server_unavailable(args.server), file=sys.stderr)
         return 2
@@ -240,7 +291,7 @@ def main(argv: "list[str]") -> int:
                 except Exception as err:  # one failed driver is reported, the others still run
                     rep[d] = {"error": f"{type(err).__name__}: {err}"}
                 print(f"share: repeat {r + 1} {d} ({time.monotonic() - began:.0f}s): "
-                      f"{json.dumps({k: v for k, v in rep[d].items() if not k.endswith('by_kind')})}", flush=True)
+                      f"{json.dumps({k: v for k, v in rep[d].items() if 'by_' not in k})}", flush=True)
             results["repeats"].append(rep)
     results["loadavg_end"] = os.getloadavg()
     results["summary"] = summarise(results["repeats"], drivers)

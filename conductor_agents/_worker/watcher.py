@@ -58,6 +58,8 @@ _UNLISTED_RECHECK_MAX_SECONDS = 30.0
 #: Between full rounds while no poller is active the watcher waits ``slow`` seconds, or this long
 #: per queue it reads when that is longer (every idle round costs a pass over them), at most the max.
 _SLOW_PER_QUEUE_SECONDS = 0.0005
+#: Between rounds while a poller is active (a task came in the last ``_ACTIVE_SECONDS``).
+_FAST_SECONDS = 0.015
 _SLOW_MAX_SECONDS = 1.0
 _NEVER_ASKED = (0.0, 0.0)
 _QUEUE_NAMES = operator.methodcaller("queue_names")
@@ -80,7 +82,7 @@ class QueueWatcher:
     """
 
     def __init__(self, api: ConductorApi, pollers: Callable[[], List[DomainPoller]], *, clock: Clock = SYSTEM_CLOCK,
-                 fast: float = 0.015, slow: float = 0.25,
+                 fast: Optional[float] = None, slow: float = 0.25,
                  may_stop: Optional[Callable[["QueueWatcher"], bool]] = None,
                  unlisted_recheck_max: float = _UNLISTED_RECHECK_MAX_SECONDS) -> None:
         self._api = api
@@ -94,7 +96,7 @@ class QueueWatcher:
         # runtime that serves no run sends no request at all.
         self._may_stop = may_stop
         self._clock = clock
-        self._fast = fast
+        self._fast = _FAST_SECONDS if fast is None else fast
         self._slow = slow
         self._healthy = False
         self._list_all = True  # False for good once the server refuses /tasks/queue/all
