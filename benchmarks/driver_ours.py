@@ -12,6 +12,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _scenarios  # noqa: E402
 
+
+def use_code_from(cfg: dict) -> None:
+    """``cfg["code"]``: import conductor_agents from that directory instead (e.g. the commit a change
+    is measured against, unpacked with ``git archive``), ahead of this checkout's editable install."""
+    code = cfg.get("code")
+    if code:
+        sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+        sys.path.insert(0, code)
+
+
+use_code_from(__import__("json").loads(sys.argv[1]) if len(sys.argv) > 1 else {})
+
 from conductor_agents import Agent, AgentRuntime, AgentSettings, WaitForMessageTool, tool  # noqa: E402
 
 

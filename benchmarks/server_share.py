@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import concurrent.futures
+import contextlib
 import json
 import os
 import statistics
@@ -61,6 +62,12 @@ def parse_args(argv: "list[str]") -> argparse.Namespace:
     p.add_argument("--rate", type=float, help="messages per second")
     p.add_argument("--repeats", type=int)
     p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE", help="a server -D property")
+    p.add_argument("--against", action="append", default=[], metavar="NAME=VALUE",
+                   help="also start a second server with this -D property (repeatable) and measure every driver "
+                        "on it too (driver#B): a server setting side by side with the first server's")
+    p.add_argument("--baseline", metavar="DIR",
+                   help="also measure ours with conductor_agents imported from DIR (driver ours@base), e.g. a "
+                        "commit unpacked with `git archive COMMIT conductor_agents | tar -x -C DIR`")
     p.add_argument("--variant", action="append", default=[], metavar="TAG:MODULE:NAME=VALUE[,MODULE:NAME=VALUE]",
                    help="also measure ours with these module constants set (driver ours@TAG), e.g. "
                         "w50:conductor_agents._worker.watcher:_FAST_SECONDS=0.05")
@@ -112,7 +119,8 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
     base_rate = (c1 - c0) / (t1 - t0)
     base, _, tag = driver_name.partition("@")
     driver = bench.driver(base, "share", model=bench.models[base]["listen"], n=s["n"], messages=s["messages"],
-                          rate=s["rate"], start_budget_s=600.0, patch=s["variants"].get(tag, {}))
+                          rate=s["rate"], start_budget_s=600.0, patch=s["variants"].get(tag, {}),
+                          code=s["baseline"] if tag == "base" else None)
     ids: List[str] = []
     try:
         started = driver.expect("started", timeout=900)
@@ -179,7 +187,8 @@ def summarise(repeats: List[Dict[str, dict]], drivers: List[str]) -> dict:
         out["median"][d]["range"] = {f: (min(r[f] for r in good), max(r[f] for r in good)) if good else None
                                      for f in fields}
     pairs = [("ours", other) for other in ("peer2", "floor")] + \
-        [(d, other) for d in drivers if d.startswith("ours@") for other in ("ours", "peer2", "floor")]
+        [(d, other) for d in drivers if d.startswith("ours@") for other in ("ours", "peer2", "floor")] + \
+        [(d, d[:-2]) for d in drivers if d.endswith("#B")]
     for mine, other in pairs:
         if mine not in drivers or other not in drivers:
             continue
@@ -196,14 +205,17 @@ def summarise(repeats: List[Dict[str, dict]], drivers: List[str]) -> dict:
 def render(results: dict) -> str:
     s, summary = results["settings"], results["summary"]
     drivers = results["drivers"]
-    names = {"ours": "ours", "peer2": "peer (conductor-python 2.0.0)", "floor": "floor (REST only)",
-             **{f"ours@{t}": f"ours@{t}" for t in s["variants"]}}
+    names = {"ours": "ours", "peer2": "peer (conductor-python 2.0.0)", "floor": "floor (REST only)"}
+    names = {d: names.get(d.split("#")[0], d.split("#")[0]) + (" on server B" if d.endswith("#B") else "")
+             for d in drivers}
     lines = [SECTION, "## The server's share: ours, the peer and the floor (`benchmarks/server_share.py`)", "",
              f"{results['started']}; `{results['command']}`; server {results.get('server_version')} "
              f"({s['server']}{', ' + str(s['properties']) if s['properties'] else ''}); {s['n']} listeners per "
              f"driver, idle window {s['idle_s']:.0f} s, {s['messages']} messages at {s['rate']}/s; {s['repeats']} "
              f"repeats, the drivers' order rotated; load average {results['loadavg_start'][0]:.1f} at start, "
-             f"{results['loadavg_end'][0]:.1f} at end. {_variants(s['variants'])}Each cell: median (min–max over the repeats). Server CPU is "
+             f"{results['loadavg_end'][0]:.1f} at end. "
+             f"{'`ours@base`: conductor_agents from ' + s['baseline'] + '. ' if s['baseline'] else ''}"
+             f"{_variants(s['variants'])}{_against(s['against'])}Each cell: median (min–max over the repeats). Server CPU is "
              f"the JVM's utime+stime: ms per idle listener-second above the empty server's, ms per message above "
              f"the idle listeners'.", "",
              "| | " + " | ".join(names[d] for d in drivers) + " |", "|---|" + "---:|" * len(drivers)]
@@ -241,6 +253,13 @@ def _variants(variants: dict) -> str:
                                             for t, p in variants.items()) + ". "
 
 
+def _against(against: dict) -> str:
+    if not against:
+        return ""
+    return ("Server B, started beside the first and measured in turn with it: "
+            + ", ".join(f"`{k}={v}`" for k, v in against.items()) + ". ")
+
+
 def write_section(path: str, text: str) -> None:
     """Put ``text`` in place of the report's server-share section (appended when it has none)."""
     old = open(path).read() if os.path.exists(path) else ""
@@ -264,6 +283,12 @@ def main(argv: "list[str]") -> int:
         tag, _, assignments = spec.partition(":")
         s["variants"][tag] = {k: json.loads(v) for k, v in (a.split("=", 1) for a in assignments.split(","))}
     drivers = [d.strip() for d in args.drivers.split(",") if d.strip()] + [f"ours@{t}" for t in s["variants"]]
+    s["baseline"] = os.path.abspath(args.baseline) if args.baseline else None
+    if s["baseline"]:
+        drivers.append("ours@base")
+    s["against"] = dict(p.split("=", 1) for p in args.against)
+    if s["against"]:
+        drivers += [f"{d}#B" for d in drivers]
     if server_unavailable(args.server):
         print(server_unavailable(args.server), file=sys.stderr)
         return 2
@@ -276,18 +301,28 @@ def main(argv: "list[str]") -> int:
                      "command": "benchmarks/server_share.py " + " ".join(argv)}
     workdir = tempfile.mkdtemp(prefix="conductor-agents-share-")
     print(f"share: logs in {workdir}", flush=True)
-    with Bench(workdir, sys.executable, args.peer2_python, pickup_turns=1, server=args.server,
-               peer2_python=args.peer2_python, properties=s["properties"]) as bench:
-        results["server_version"] = bench.server_version
+    for sub in ("a", "b"):
+        os.makedirs(os.path.join(workdir, sub))
+    with contextlib.ExitStack() as stack:
+        benches = {"": stack.enter_context(Bench(os.path.join(workdir, "a"), sys.executable, args.peer2_python,
+                                                 pickup_turns=1, server=args.server, peer2_python=args.peer2_python,
+                                                 properties=s["properties"]))}
+        if s["against"]:
+            benches["B"] = stack.enter_context(Bench(
+                os.path.join(workdir, "b"), sys.executable, args.peer2_python, pickup_turns=1, server=args.server,
+                peer2_python=args.peer2_python, properties={**s["properties"], **s["against"]}))
+        results["server_version"] = benches[""].server_version
         for d in drivers:  # a fresh server is slow for its first runs (JIT): warm it with every driver
-            measure(bench, d, {**s, "n": 2, "messages": 4, "idle_s": 1.0, "base_s": 1.0})
+            name, _, tag = d.partition("#")
+            measure(benches[tag], name, {**s, "n": 2, "messages": 4, "idle_s": 1.0, "base_s": 1.0})
         for r in range(s["repeats"]):
             order = drivers[r % len(drivers):] + drivers[:r % len(drivers)]
             rep: Dict[str, dict] = {}
             for d in order:
                 began = time.monotonic()
+                name, _, tag = d.partition("#")
                 try:
-                    rep[d] = measure(bench, d, s)
+                    rep[d] = measure(benches[tag], name, s)
                 except Exception as err:  # one failed driver is reported, the others still run
                     rep[d] = {"error": f"{type(err).__name__}: {err}"}
                 print(f"share: repeat {r + 1} {d} ({time.monotonic() - began:.0f}s): "
