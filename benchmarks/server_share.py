@@ -65,6 +65,9 @@ def parse_args(argv: "list[str]") -> argparse.Namespace:
     p.add_argument("--against", action="append", default=[], metavar="NAME=VALUE",
                    help="also start a second server with this -D property (repeatable) and measure every driver "
                         "on it too (driver#B): a server setting side by side with the first server's")
+    p.add_argument("--jstack", action="store_true",
+                   help="sample the server's stacks (jstack, every 2 s) in the idle and message windows: the "
+                        "server code its busy threads run (it pauses the JVM briefly: not for cost figures)")
     p.add_argument("--baseline", metavar="DIR",
                    help="also measure ours with conductor_agents imported from DIR (driver ours@base), e.g. a "
                         "commit unpacked with `git archive COMMIT conductor_agents | tar -x -C DIR`")
@@ -130,16 +133,20 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
         time.sleep(5.0)  # every run reaches its wait for a message; start-up traffic settles
         r0 = bench.server_requests()
         c0, t0, h0 = *_cpu(bench), _threads(bench)
+        sampler = _jvm.StackSampler(bench.server_pids[0], interval=2.0).start() if s["jstack"] else None
         time.sleep(s["idle_s"])
+        idle_stacks = sampler.stop() if sampler else None
         c1, t1, h1 = *_cpu(bench), _threads(bench)
         r1 = bench.server_requests()
         idle_rate = (c1 - c0) / (t1 - t0)
         tasks0, bytes0 = _tasks_and_bytes(bench, ids)
         r2 = bench.server_requests()
         c2, t2, h2 = *_cpu(bench), _threads(bench)
+        sampler = _jvm.StackSampler(bench.server_pids[0], interval=2.0).start() if s["jstack"] else None
         driver.send("burst")
         done = driver.expect("burst_done", timeout=120 + s["messages"] / s["rate"])
         time.sleep(TAIL_S)
+        burst_stacks = sampler.stop() if sampler else None
         c3, t3, h3 = *_cpu(bench), _threads(bench)
         r3 = bench.server_requests()
         tasks1, bytes1 = _tasks_and_bytes(bench, ids)
@@ -165,6 +172,7 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
             "req_per_message": (sum(burst_req.values()) - sum(idle_req.values()) / idle_s * (t3 - t2)) / m,
             "req_per_message_by_kind": {k: v / m for k, v in burst_req.items()},
             "tasks_per_message": (tasks1 - tasks0) / m, "kb_per_message": (bytes1 - bytes0) / 1024.0 / m,
+            "idle_stacks_by_frame": idle_stacks, "burst_stacks_by_frame": burst_stacks,
             "idle_ms_per_s_by_thread": _by_thread(h0, h1, idle_s),
             "burst_ms_per_message_by_thread": _by_thread(h2, h3, m),
             "answered": len(done["latencies"]), "answer_p50_s": lat["p50"], "answer_p95_s": lat["p95"],
@@ -278,6 +286,7 @@ def main(argv: "list[str]") -> int:
     s = dict(PRESETS["quick" if args.quick else "full"])
     s.update({k: getattr(args, k) for k in ("n", "idle_s", "messages", "rate", "repeats") if getattr(args, k)})
     s["server"], s["properties"] = args.server, dict(p.split("=", 1) for p in args.property)
+    s["jstack"] = args.jstack
     s["variants"] = {}
     for spec in args.variant:
         tag, _, assignments = spec.partition(":")
