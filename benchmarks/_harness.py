@@ -246,6 +246,13 @@ class Bench:
         return [int(node.pid) for node in self._nodes if node.pid]
 
     @property
+    def store_pids(self) -> List[int]:
+        """The Redis process behind a Redis-backed node or a cluster (none for SQLite: it is in the JVM)."""
+        redis = getattr(self.server, "redis", None) or getattr(self.server, "_redis", None)
+        pid = getattr(redis, "pid", None)
+        return [int(pid)] if pid else []
+
+    @property
     def server_version(self) -> Optional[str]:
         return self._nodes[0].version
 

@@ -91,7 +91,8 @@ def _tasks_and_bytes(bench: Bench, ids: List[str]) -> "tuple[int, int]":
 
 
 def _cpu(bench: Bench) -> "tuple[float, float]":
-    return sum(_procs.cpu_seconds(bench.server_pids).values()), time.monotonic()
+    """CPU seconds so far of the server: its JVM(s), and Redis behind them when there is one."""
+    return sum(_procs.cpu_seconds(bench.server_pids + bench.store_pids).values()), time.monotonic()
 
 
 def _threads(bench: Bench) -> Dict[str, float]:
