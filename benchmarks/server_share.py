@@ -251,7 +251,13 @@ def render(results: dict) -> str:
         for key, r in summary["ratios"].items():
             lines.append(f"| {key} | {r['median']:.2f} | {r['min']:.2f}–{r['max']:.2f} |")
     errors = [f"{d}: {rep[d]['error']}" for rep in results["repeats"] for d in rep if rep[d].get("error")]
-    lines += [""] + [f"- error: {e}" for e in errors] + [SECTION]
+    lines += ["", "- *Above the idle listeners* is what the messages add to the listeners' idle cost; the peer's "
+              "idle polls (one per (tool, run) every 100 ms, backing off when empty) slow down while messages "
+              "come, so its figure there and its requests per message come out too low, even negative: compare "
+              "the peer on the *all in* row. Server CPU by thread group, requests by kind: the JSON.",
+              "- *Requests* are the server's own counts (`/actuator/prometheus`), the harness's reads left out; "
+              "*KB stored* is the JSON of the listeners' runs with their tasks."]
+    lines += [f"- error: {e}" for e in errors] + [SECTION]
     return "\n".join(lines)
 
 
@@ -283,6 +289,9 @@ def write_section(path: str, text: str) -> None:
 
 
 def main(argv: "list[str]") -> int:
+    if argv[:1] == ["--render"]:  # write the report's section again from a results JSON
+        write_section(argv[2] if len(argv) > 2 else os.path.join(HERE, "results.md"), render(json.load(open(argv[1]))))
+        return 0
     args = parse_args(argv)
     s = dict(PRESETS["quick" if args.quick else "full"])
     s.update({k: getattr(args, k) for k in ("n", "idle_s", "messages", "rate", "repeats") if getattr(args, k)})
