@@ -13,7 +13,7 @@ else
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 endif
 
-.PHONY: install server-deps cluster-deps layering test test-fast unit demo clean bench
+.PHONY: install server-deps cluster-deps layering test test-fast unit demo clean bench bench-share
 
 # setuptools says "Editable installation." in a box on every editable install (a warning only for
 # information, InformationOnly, seen with setuptools 84): not ours to show, so it is filtered by its message.
@@ -85,5 +85,20 @@ $(PEER_VENV)/.installed-0.4.4:
 	$(PEER_VENV)/bin/python -m pip install --quiet '$(PEER_SDK)'
 	touch $@
 
-bench: server-deps $(PEER_VENV)/.installed-0.4.4
+# The server's share (benchmarks/server_share.py): ours, the official peer conductor-python 2.0.0
+# and the REST calls alone, side by side on one server; SHARE_ARGS="--quick" for a short run.
+PEER2_VENV := benchmarks/.venv-peer2
+PEER2_SDK  := conductor-python==2.0.0
+SHARE_ARGS ?= $(filter --quick,$(BENCH_ARGS))
+
+$(PEER2_VENV)/.installed-2.0.0:
+	$(PYTHON) -m venv $(PEER2_VENV)
+	$(PEER2_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(PEER2_VENV)/bin/python -m pip install --quiet '$(PEER2_SDK)'
+	touch $@
+
+bench: server-deps $(PEER_VENV)/.installed-0.4.4 bench-share
 	$(PY) benchmarks/run.py $(BENCH_ARGS)
+
+bench-share: server-deps $(PEER2_VENV)/.installed-2.0.0
+	$(PY) benchmarks/server_share.py $(SHARE_ARGS)

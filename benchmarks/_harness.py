@@ -174,13 +174,18 @@ class Bench:
     """The shared stack, scripted models per SDK, and the calls the harness makes to the server."""
 
     def __init__(self, workdir: str, ours_python: str, peer_python: str, *, pickup_turns: int,
-                 server: str = "sqlite") -> None:
+                 server: str = "sqlite", peer2_python: Optional[str] = None,
+                 properties: Optional[Dict[str, str]] = None) -> None:
         if server not in SERVERS:
             raise ValueError(f"server must be one of {SERVERS}, got {server!r}")
         self.workdir = workdir
         self.server_kind = server
-        self.pythons = {"ours": ours_python, "peer": peer_python}
-        self.scripts = {"ours": "driver_ours.py", "peer": "driver_peer.py"}
+        # peer: conductor-agent-sdk 0.4.4; peer2: conductor-python 2.0.0; floor: the REST calls alone
+        self.pythons = {"ours": ours_python, "peer": peer_python, "peer2": peer2_python or peer_python,
+                        "floor": ours_python}
+        self.scripts = {"ours": "driver_ours.py", "peer": "driver_peer.py", "peer2": "driver_peer2.py",
+                        "floor": "driver_floor.py"}
+        self.properties = dict(properties or {})
         self._pickup_turns = pickup_turns
         self.llm = ScriptedLLM()
         self.server: Any = None  # a LocalServer, or a LocalCluster for --server cluster
@@ -196,7 +201,7 @@ class Bench:
         except BaseException:
             self.llm.stop()
             raise
-        for sdk in ("ours", "peer"):
+        for sdk in self.scripts:
             self.models[sdk] = {
                 "pick": self.llm.script(policy=_pickup_policy(f"bench_tool_{sdk}", self._pickup_turns)),
                 "warm": self.llm.script(policy=_pickup_policy(f"bench_tool_{sdk}", 10)),
@@ -210,10 +215,13 @@ class Bench:
         if self.server_kind == "cluster":
             from conductor_agents.local_server import LocalCluster
 
-            return LocalCluster(data_dir, nodes=2, env=env, startup_timeout=_STARTUP_TIMEOUT)
+            return LocalCluster(data_dir, nodes=2, env=env, startup_timeout=_STARTUP_TIMEOUT,
+                                **({"properties": self.properties} if self.properties else {}))
         from conductor_agents.local_server import LocalServer
 
-        options = {"backend": "redis"} if self.server_kind == "redis" else {}
+        options: Dict[str, Any] = {"backend": "redis"} if self.server_kind == "redis" else {}
+        if self.properties:
+            options["properties"] = self.properties
         return LocalServer(data_dir, env=env, startup_timeout=_STARTUP_TIMEOUT, **options)
 
     def __exit__(self, *exc: Any) -> None:
@@ -236,6 +244,13 @@ class Bench:
     def server_pids(self) -> List[int]:
         """The Conductor JVM(s): one for a node, one per node for a cluster."""
         return [int(node.pid) for node in self._nodes if node.pid]
+
+    @property
+    def store_pids(self) -> List[int]:
+        """The Redis process behind a Redis-backed node or a cluster (none for SQLite: it is in the JVM)."""
+        redis = getattr(self.server, "redis", None) or getattr(self.server, "_redis", None)
+        pid = getattr(redis, "pid", None)
+        return [int(pid)] if pid else []
 
     @property
     def server_version(self) -> Optional[str]:

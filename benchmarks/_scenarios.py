@@ -132,8 +132,8 @@ def scenario_roundtrip(adapter: Any, cfg: dict, log: EntryLog) -> None:
     wait_command(("stop",), 120)
 
 
-def scenario_live(adapter: Any, cfg: dict, log: EntryLog) -> None:
-    """N concurrent stateful listeners: start them, idle (the harness measures), answer one message each."""
+def start_listeners(adapter: Any, cfg: dict) -> "tuple[List[str], Optional[str], float]":
+    """Start ``cfg["n"]`` listeners within the start budget and the memory cap: (ids, why it stopped, seconds)."""
     n = cfg["n"]
     budget = cfg.get("start_budget_s", 300.0)
     pss_cap = cfg.get("pss_cap_mb", 6000.0)
@@ -154,7 +154,13 @@ def scenario_live(adapter: Any, cfg: dict, log: EntryLog) -> None:
         except Exception as err:  # the peer may give up somewhere: report where
             stopped = f"start {i + 1} failed: {type(err).__name__}: {str(err)[:200]}"
             break
-    emit(event="started", ids=ids, start_s=time.monotonic() - began, stopped=stopped)
+    return ids, stopped, time.monotonic() - began
+
+
+def scenario_live(adapter: Any, cfg: dict, log: EntryLog) -> None:
+    """N concurrent stateful listeners: start them, idle (the harness measures), answer one message each."""
+    ids, stopped, start_s = start_listeners(adapter, cfg)
+    emit(event="started", ids=ids, start_s=start_s, stopped=stopped)
     if wait_command(("answer", "stop"), cfg.get("max_seconds", 900)) != "answer":
         return
     sent: Dict[str, float] = {}
@@ -178,6 +184,34 @@ def scenario_live(adapter: Any, cfg: dict, log: EntryLog) -> None:
     sent_by_run = {eid: sent[f"live-{i}"] for i, eid in enumerate(ids) if f"live-{i}" in sent}
     emit(event="answered", latencies=sorted(latencies.values()), sent=len(sent), sent_by_run=sent_by_run)
     wait_command(("stop",), 300)
+
+
+def scenario_share(adapter: Any, cfg: dict, log: EntryLog) -> None:
+    """N listeners; at each ``burst`` from the harness, ``messages`` messages round-robin over them at
+    ``rate`` a second, then ``burst_done`` once each was acted on (or ``answer_wait_s`` passed)."""
+    ids, stopped, start_s = start_listeners(adapter, cfg)
+    emit(event="started", ids=ids, start_s=start_s, stopped=stopped)
+    spacing = 1.0 / cfg.get("rate", 2.0)
+    burst = 0
+    while ids and wait_command(("burst", "stop"), cfg.get("max_seconds", 1800)) == "burst":
+        sent: Dict[str, float] = {}
+        next_at = time.time()
+        for i in range(cfg["messages"]):
+            time.sleep(max(0.0, next_at - time.time()))
+            next_at += spacing
+            key = f"share-{burst}-{i}"
+            sent[key] = time.time()
+            try:
+                adapter.send(ids[i % len(ids)], {"key": key})
+            except Exception as err:
+                print(f"send {key} failed: {err}", file=sys.stderr)
+        deadline = time.monotonic() + cfg.get("answer_wait_s", 60.0)
+        while time.monotonic() < deadline and any(k not in log.refresh() for k in sent):
+            time.sleep(0.05)
+        entries = log.refresh()
+        emit(event="burst_done", latencies=sorted(entries[k] - t for k, t in sent.items() if k in entries),
+             sent=len(sent))
+        burst += 1
 
 
 def scenario_long(adapter: Any, cfg: dict, log: EntryLog) -> None:
@@ -250,6 +284,8 @@ def main(make_adapter: Callable[[dict], Any]) -> int:
             scenario_roundtrip(adapter, cfg, log)
         elif kind == "live":
             scenario_live(adapter, cfg, log)
+        elif kind == "share":
+            scenario_share(adapter, cfg, log)
         elif kind == "long":
             scenario_long(adapter, cfg, log)
         else:

@@ -12,6 +12,18 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import _scenarios  # noqa: E402
 
+
+def use_code_from(cfg: dict) -> None:
+    """``cfg["code"]``: import conductor_agents from that directory instead (e.g. the commit a change
+    is measured against, unpacked with ``git archive``), ahead of this checkout's editable install."""
+    code = cfg.get("code")
+    if code:
+        sys.meta_path[:] = [f for f in sys.meta_path if "__editable__" not in getattr(f, "__module__", "")]
+        sys.path.insert(0, code)
+
+
+use_code_from(__import__("json").loads(sys.argv[1]) if len(sys.argv) > 1 else {})
+
 from conductor_agents import Agent, AgentRuntime, AgentSettings, WaitForMessageTool, tool  # noqa: E402
 
 
@@ -29,8 +41,22 @@ def bench_act_ours(key: str = "") -> dict:
     return {"ok": key}
 
 
+def apply_patches(patches: dict) -> None:
+    """Set module constants before the runtime is built: ``{"package.module:NAME": value}`` (a variant
+    of ours measured beside the unpatched one, e.g. ``server_share.py --variant``)."""
+    import importlib
+
+    for target, value in patches.items():
+        module, _, name = target.partition(":")
+        mod = importlib.import_module(module)
+        if not hasattr(mod, name):
+            raise SystemExit(f"--variant: {module} has no {name}")
+        setattr(mod, name, value)
+
+
 class OursAdapter:
     def __init__(self, cfg: dict) -> None:
+        apply_patches(cfg.get("patch") or {})
         self.runtime = AgentRuntime(AgentSettings.from_env(server_url=cfg["server_url"]))
         self.receive = WaitForMessageTool.create(
             name="wait_for_message", description="Wait for the next external messages, then return them.",

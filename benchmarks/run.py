@@ -64,6 +64,8 @@ def parse_args(argv: "list[str]") -> argparse.Namespace:
                    help="live scenario: a driver starts no more runs once its processes' summed PSS passes this, "
                         "and is killed past 1.25 times it (the peer runs a process per worker: 9.5 GB RSS at "
                         "N=200); default 4000")
+    p.add_argument("--property", action="append", default=[], metavar="NAME=VALUE",
+                   help="a server -D property (repeatable), e.g. conductor.app.systemTaskWorkerPollInterval=200ms")
     p.add_argument("--out", default=os.path.join(HERE, "results.md"))
     return p.parse_args(argv)
 
@@ -230,7 +232,9 @@ def main(argv: "list[str]") -> int:
                              "python": platform.python_version(), "started": time.strftime("%Y-%m-%d %H:%M:%S")}}
     workdir = tempfile.mkdtemp(prefix="conductor-agents-bench-")
     print(f"bench: {results['mode']} run, logs in {workdir}", flush=True)
-    with Bench(workdir, sys.executable, args.peer_python, pickup_turns=s["pickup_turns"], server=args.server) as bench:
+    s["properties"] = dict(p.split("=", 1) for p in args.property)
+    with Bench(workdir, sys.executable, args.peer_python, pickup_turns=s["pickup_turns"], server=args.server,
+               properties=s["properties"]) as bench:
         results["env"]["server_version"] = bench.server_version
         # A fresh server is slow for its first runs (JIT, first compiles): warm it up with both
         # SDKs first, so that neither pays for it in the measurements.
@@ -264,11 +268,20 @@ def main(argv: "list[str]") -> int:
     text = render(results)
     print(text)
     with open(args.out, "w") as f:
-        f.write(text)
+        f.write(text + _share_section(args.out))
     with open(os.path.splitext(args.out)[0] + ".json", "w") as f:
         json.dump(results, f, indent=1)
     print(f"written: {args.out}")
     return 0
+
+
+def _share_section(path: str) -> str:
+    """The section ``server_share.py`` keeps in the report (written by ``make bench`` before this), to keep."""
+    marker = "<!-- server-share -->"
+    old = open(path).read() if os.path.exists(path) else ""
+    if old.count(marker) < 2:
+        return ""
+    return "\n\n" + marker + old.split(marker)[1] + marker + "\n"
 
 
 def _seconds(ms: "float | None") -> "float | None":
