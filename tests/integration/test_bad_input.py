@@ -149,8 +149,10 @@ class Server:
             self._cleanups.append(server.stop)
             # No workers and no liveness: nothing of this runtime talks to the server in the background
             # (the rows count every request the process sends).
+            # A long read timeout: the first agent start on a server just started compiles the agent, which
+            # took over 30 s on a loaded 2-core machine.
             settings = attrs.evolve(self.settings, server_url=server.url, auto_start_workers=False,
-                                    liveness_enabled=False)
+                                    liveness_enabled=False, http_timeout_seconds=180.0)
             runtime = AgentRuntime(settings)
             self._cleanups.append(runtime.close)
             agent = stateful_agent(self.name("queue_off"), self.llm.script([ToolCall("act", {"action": "x"})]))
