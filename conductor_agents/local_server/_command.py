@@ -21,13 +21,7 @@ def server_properties(data_dir: Path, redis_port: Optional[int]) -> Dict[str, st
     """The ``-D`` properties every local server gets: its storage, the message queue, loopback."""
     if redis_port is None:
         backend = {
-            # synchronous=NORMAL: in WAL mode a commit is not flushed to disk (checkpoints are). With
-            # one connection every evaluation of a listener's wait queues behind the others' commits:
-            # side by side, 50 listeners at 3 messages a second answered in 5.4 s (p50) instead of 12.0 s
-            # (benchmarks/server_share.py --against, docs/operations.md). A killed server loses nothing;
-            # the last commits can be lost only if the machine itself goes down.
-            "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}"
-                                     "?busy_timeout=15000&journal_mode=WAL&synchronous=NORMAL",
+            "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL",
             # One connection: SQLite has one writer anyway, and concurrent transactions that read
             # then write fail with SQLITE_BUSY_SNAPSHOT (a 500 to 1 of 50 concurrent starts), which
             # the server's own retries do not cover on every path. transaction_mode=IMMEDIATE also
