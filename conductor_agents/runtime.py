@@ -12,7 +12,6 @@ from ._common.clock import SYSTEM_CLOCK, Clock
 from ._common.fork import rebuild_after_fork
 from ._listener.delivery import MessageDelivery
 from ._listener.directory import ChainDirectory
-from ._people import approvals as _approvals
 from ._people.pending import HumanAnswer, PendingRequest
 from ._listener.by_id import RunsById
 from ._runs.exit import close_at_exit
@@ -351,7 +350,7 @@ class AgentRuntime:
         name = agent.name if isinstance(agent, Agent) else agent
         if not isinstance(name, str) or not name:
             raise AgentTypeError(f"agent must be an Agent or its name, got {agent!r}", field="agent", value=agent)
-        return _approvals.pending_of_agent(self._api, name)
+        return self._by_id.pending_of_agent(name)
 
     def approve(self, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:

@@ -11,7 +11,8 @@ to the run that holds the request (see ``docs/humans.md``).
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Mapping, Optional
+import contextlib
+from typing import Any, Callable, Iterator, List, Mapping, Optional
 
 from .._common.clock import Clock
 from .directory import Chain, ChainDirectory
@@ -20,7 +21,7 @@ from .sending import send_to_listener
 from .._people import approvals
 from .._people.pending import HumanAnswer, PendingRequest
 from .._wire.api import ConductorApi
-from ..errors import ExecutionNotFoundError
+from ..errors import AnswerConflictError, ExecutionNotFoundError
 from ..settings import AgentSettings
 
 __all__ = ["RunsById", "people_runs"]
@@ -45,13 +46,13 @@ def people_runs(api: ConductorApi, directory: ChainDirectory, execution_id: str,
         previous = chain.link(newest.number - 1).execution_id
         if request is not None or is_running(api, previous):
             runs.insert(0, previous)
-    if isinstance(request, PendingRequest) and request.execution_id not in runs:
+    if isinstance(request, PendingRequest) and request.held_in not in runs:
         try:
-            held = directory.chain(request.execution_id)
+            held = directory.chain(request.held_in)
         except ExecutionNotFoundError:
             return tuple(runs)  # retired from the server: the answer is told there is no such request
         if (held.run_id, held.agent_name) == (chain.run_id, chain.agent_name):
-            runs.insert(0, request.execution_id)
+            runs.insert(0, request.held_in)
     return tuple(runs)
 
 
@@ -75,23 +76,64 @@ class RunsById:
                                 on_accepted=self._directory.note_accepted)
 
     def pending(self, execution_id: str, *, chain: Optional[Chain] = None) -> "tuple[PendingRequest, ...]":
+        """What the listener ``execution_id`` names waits on, each request named by the listener's id."""
+        chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain)
-        return approvals.pending(self._api, current, earlier=earlier)
+        found = approvals.pending(self._api, current, earlier=earlier)
+        if not found or not chain.continuable:
+            return found
+        listener_id = self._directory.anchor(chain).execution_id
+        return tuple(request.known_as(listener_id) for request in found)
+
+    def pending_of_agent(self, agent_name: str) -> "tuple[PendingRequest, ...]":
+        """What every running run of agent ``agent_name`` waits on, each request named by the id callers
+        hold for its listener (one status read per listener, once per process, and one poll-data read)."""
+        found = approvals.pending_of_agent(self._api, agent_name)
+        listener_ids: "dict[str, str]" = {}
+        for request in found:
+            if request.held_in not in listener_ids:
+                try:
+                    listener_ids[request.held_in] = self._directory.anchor(
+                        self._directory.chain(request.held_in)).execution_id
+                except ExecutionNotFoundError:
+                    listener_ids[request.held_in] = request.held_in  # ended since: named by its own run
+        return tuple(request.known_as(listener_ids[request.held_in]) for request in found)
 
     def approve(self, execution_id: str, *, chain: Optional[Chain] = None, reason: Optional[str],
                 by: Optional[str], request: "Optional[PendingRequest | str]", timeout: float) -> HumanAnswer:
+        chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
-        return approvals.approve(self._api, current, reason=reason, by=by, request=request, timeout=timeout,
-                                 clock=self._clock, earlier=earlier)
+        with self._named(chain) as named:
+            return named(approvals.approve(self._api, current, reason=reason, by=by, request=request,
+                                           timeout=timeout, clock=self._clock, earlier=earlier))
 
     def reject(self, execution_id: str, reason: str, *, chain: Optional[Chain] = None, by: Optional[str],
                request: "Optional[PendingRequest | str]", timeout: float) -> HumanAnswer:
+        chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
-        return approvals.reject(self._api, current, reason, by=by, request=request, timeout=timeout,
-                                clock=self._clock, earlier=earlier)
+        with self._named(chain) as named:
+            return named(approvals.reject(self._api, current, reason, by=by, request=request, timeout=timeout,
+                                          clock=self._clock, earlier=earlier))
 
     def respond(self, execution_id: str, answer: Any, *, chain: Optional[Chain] = None, by: Optional[str],
                 request: "Optional[PendingRequest | str]", timeout: float) -> HumanAnswer:
+        chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
-        return approvals.respond(self._api, current, answer, by=by, request=request, timeout=timeout,
-                                 clock=self._clock, earlier=earlier)
+        with self._named(chain) as named:
+            return named(approvals.respond(self._api, current, answer, by=by, request=request, timeout=timeout,
+                                           clock=self._clock, earlier=earlier))
+
+    @contextlib.contextmanager
+    def _named(self, chain: Chain) -> "Iterator[Callable[[HumanAnswer], HumanAnswer]]":
+        """Names an answer (and a conflict's winner) by the id callers hold for the listener ``chain`` is."""
+        def named(answer: HumanAnswer) -> HumanAnswer:
+            if not chain.continuable:
+                return answer
+            return answer.known_as(self._directory.anchor(chain).execution_id)
+
+        try:
+            yield named
+        except AnswerConflictError as err:
+            if isinstance(err.winner, HumanAnswer):
+                err.winner = named(err.winner)
+            raise

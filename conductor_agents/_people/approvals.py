@@ -280,7 +280,7 @@ def holder(runs: Sequence[Run], kinds: "tuple[str, ...]", request: Target) -> Ru
         return pending_in(run[1], run[0])
 
     if isinstance(request, PendingRequest):
-        named = [run for run in runs if run[0] == request.execution_id]
+        named = [run for run in runs if run[0] == request.held_in]
         if named:
             return named[0]
     for run in runs:

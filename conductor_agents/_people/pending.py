@@ -83,6 +83,11 @@ class PendingRequest:
     ``since`` is when the run started waiting (epoch seconds, the server's clock). ``options``: the
     answers a question takes, when it takes only some (a ``manual`` team's pick: the sub-agents'
     names; answer with one of them). Immutable; thread-safe.
+
+    ``execution_id`` is the id callers hold for the run: a continued listener's mailbox (or first
+    run), the same for every request of the listener across its switches; pass it to ``approve`` and
+    the other verbs. ``run_execution_id`` is the run of the listener that holds the request (None when
+    that is ``execution_id`` itself); :attr:`held_in` is whichever it is.
     """
 
     APPROVAL: ClassVar[str] = "approval"
@@ -99,6 +104,18 @@ class PendingRequest:
     output: Optional[str] = None
     guardrail: Optional[str] = None
     guardrail_message: Optional[str] = None
+    run_execution_id: Optional[str] = None
+
+    @property
+    def held_in(self) -> str:
+        """The execution id of the run that holds the request."""
+        return self.run_execution_id or self.execution_id
+
+    def known_as(self, listener_id: str) -> "PendingRequest":
+        """This request named by the id callers hold for its listener (``listener_id``)."""
+        if listener_id == self.execution_id:
+            return self
+        return attrs.evolve(self, execution_id=listener_id, run_execution_id=self.held_in)
 
     @property
     def tool_name(self) -> Optional[str]:
@@ -120,7 +137,8 @@ class PendingRequest:
 
     def to_dict(self) -> Dict[str, Any]:
         """JSON-ready (what ``conductor-agents pending --json`` prints)."""
-        out = {"executionId": self.execution_id, "kind": self.kind, "taskId": self.task_id,
+        out = {"executionId": self.execution_id, "runExecutionId": self.held_in, "kind": self.kind,
+               "taskId": self.task_id,
                "taskReferenceName": self.task_reference_name, "question": self.question,
                "toolCalls": [c.to_dict() for c in self.tool_calls], "since": self.since,
                "options": list(self.options)}
@@ -238,7 +256,8 @@ class HumanAnswer:
     ``answer`` is the answer; for a review ``action`` is ``"approve"``, ``"edit"`` (``answer`` is the
     corrected output) or ``"reject"`` (``reason``), and ``approved`` is True only for ``"approve"``.
     ``answer_id`` tells answers apart (None for one sent without this SDK,
-    e.g. from the Conductor UI). Immutable; thread-safe.
+    e.g. from the Conductor UI). ``execution_id`` and ``run_execution_id`` name the listener and the
+    run that held the request as on :class:`PendingRequest`. Immutable; thread-safe.
     """
 
     execution_id: str
@@ -250,9 +269,23 @@ class HumanAnswer:
     answer: Any = None
     answered_by: Optional[str] = None
     action: Optional[str] = None
+    run_execution_id: Optional[str] = None
+
+    @property
+    def held_in(self) -> str:
+        """The execution id of the run that held the request."""
+        return self.run_execution_id or self.execution_id
+
+    def known_as(self, listener_id: str) -> "HumanAnswer":
+        """This answer named by the id callers hold for its listener (``listener_id``)."""
+        if listener_id == self.execution_id:
+            return self
+        return attrs.evolve(self, execution_id=listener_id, run_execution_id=self.held_in)
+
 
     def to_dict(self) -> Dict[str, Any]:
-        out = {"executionId": self.execution_id, "taskReferenceName": self.task_reference_name,
+        out = {"executionId": self.execution_id, "runExecutionId": self.held_in,
+               "taskReferenceName": self.task_reference_name,
                "kind": self.kind, "answerId": self.answer_id, "approved": self.approved, "reason": self.reason,
                "answer": self.answer, "answeredBy": self.answered_by}
         if self.action is not None:

@@ -131,7 +131,8 @@ class PendingMonitor:
         for run, status in zip(runs, statuses):
             if status is not None and not RunStatus.parse(status.get("status")).is_terminal and \
                     waits_on_person(status):
-                requests.extend(pending_in(self._api.get_workflow(run, include_tasks=True), run))
+                requests.extend(r.known_as(execution_id)
+                                for r in pending_in(self._api.get_workflow(run, include_tasks=True), run))
         with self._lock:
             seen = self._reported.get(execution_id)
             if seen is None:

@@ -114,7 +114,7 @@ def raised_in_switch(runtime: AgentRuntime, handle, kind: str) -> PendingRequest
     """The one request of ``kind`` the listener waits on, once it is held by a run that is being continued."""
     def found():
         requests_ = [r for r in handle.pending() if r.kind == kind]
-        return requests_ if requests_ and handle.status().current_execution_id != requests_[0].execution_id else []
+        return requests_ if requests_ and handle.status().current_execution_id != requests_[0].held_in else []
 
     [request] = eventually(found, timeout=120, interval=0.25, message=f"a {kind} held by a run being continued")
     return request
@@ -138,7 +138,8 @@ def test_an_approval_raised_as_the_listener_is_continued_is_answered_by_its_firs
         link0 = handle.current_execution_id  # its first run, which holds the request
         handle.send_message({"do": "deploy", "arg": "v2"})
         request = raised_in_switch(runtime, handle, PendingRequest.APPROVAL)
-        assert request.execution_id == link0 and [c.name for c in request.tool_calls] == ["deploy"]
+        assert (request.execution_id, request.held_in) == (first, link0)  # named by the id callers hold
+        assert [c.name for c in request.tool_calls] == ["deploy"]
         assert runtime.pending(first) == (request,)
         assert runtime.pending_requests(agent) == (request,)  # both runs are running: listed once
         listed = cli(["pending", first, "--json"], settings)
@@ -150,7 +151,8 @@ def test_an_approval_raised_as_the_listener_is_continued_is_answered_by_its_firs
         approved = cli(["approve", first, "--by", "ops-oncall", "--json"], settings)
         assert approved.returncode == 0, approved.stderr
         answer = json.loads(approved.stdout)
-        assert (answer["approved"], answer["answeredBy"], answer["executionId"]) == (True, "ops-oncall", link0)
+        assert (answer["approved"], answer["answeredBy"], answer["executionId"], answer["runExecutionId"]) == (
+            True, "ops-oncall", first, link0)
         eventually(lambda: ops.snapshot() == [("deploy", "v2")], timeout=60, message="the approved call ran")
         eventually(lambda: continued(settings, link0), timeout=120, interval=0.25, message="the switch at rest")
 
@@ -163,7 +165,7 @@ def test_an_approval_raised_as_the_listener_is_continued_is_answered_by_its_firs
         eventually(lambda: ("note", "after") in ops.snapshot(), timeout=120, message="the next message acted on")
         assert ops.snapshot() == [("deploy", "v2"), ("note", "after")]  # the approved call ran once
         assert handle.runs >= 2 and handle.pending() == ()
-        assert [(eid, r.task_id) for eid, r in reported] == [(first, request.task_id)]
+        assert [(eid, r.execution_id, r.task_id) for eid, r in reported] == [(first, first, request.task_id)]
         handle.stop()
         assert handle.wait(timeout=120).status is RunStatus.COMPLETED
     scripted_llm.assert_no_anomalies(model)
@@ -186,8 +188,9 @@ def test_a_question_and_racing_answers_across_a_switch_are_taken_once(agent_sett
         answered = cli(["respond", first, "teal", "--by", "carol", "--json"], agent_settings)
         assert answered.returncode == 0, answered.stderr
         assert (json.loads(answered.stdout)["answer"], json.loads(answered.stdout)["executionId"]) == (
-            "teal", question.execution_id)
-        eventually(lambda: continued(agent_settings, question.execution_id), timeout=120, interval=0.25,
+            "teal", first)
+        assert json.loads(answered.stdout)["runExecutionId"] == question.held_in
+        eventually(lambda: continued(agent_settings, question.held_in), timeout=120, interval=0.25,
                    message="the first switch at rest")
         outputs = [o for r in scripted_llm.requests_for(model) for o in r.tool_outputs if o.answer is not None]
         assert [o.answer for o in outputs] == ["teal"]
@@ -195,7 +198,7 @@ def test_a_question_and_racing_answers_across_a_switch_are_taken_once(agent_sett
         # The new run's second turn begins its own switch: the deploy asks for approval in it.
         handle.send_message({"do": "deploy", "arg": "v3"})
         request = raised_in_switch(runtime, handle, PendingRequest.APPROVAL)
-        assert request.execution_id != question.execution_id
+        assert request.held_in != question.held_in and request.execution_id == question.execution_id == first
         ref = request.task_reference_name
         racers = [cli_start(["approve", first, "--by", "yes", "--request", ref], agent_settings),
                   cli_start(["reject", first, "no", "--by", "no", "--request", ref], agent_settings)]
@@ -208,7 +211,7 @@ def test_a_question_and_racing_answers_across_a_switch_are_taken_once(agent_sett
             codes.append(process.returncode)
         assert sorted(codes) == [0, 7], codes
         approved = codes[0] == 0
-        eventually(lambda: continued(agent_settings, request.execution_id), timeout=120, interval=0.25,
+        eventually(lambda: continued(agent_settings, request.held_in), timeout=120, interval=0.25,
                    message="the second switch at rest")
         handle.send_message({"do": "note", "arg": "after"})
         eventually(lambda: ("note", "after") in ops.snapshot(), timeout=120, message="the next message acted on")
@@ -236,11 +239,12 @@ def test_approvals_at_the_default_budget_are_answered_by_the_first_id_across_swi
             expected.append(("deploy", f"v{len(expected)}-" + "x" * 2_000))
             handle.send_message({"do": "deploy", "arg": expected[-1][1]})
             request = eventually(lambda: handle.pending(), timeout=120, interval=0.2, message="a pending approval")[0]
-            if handle.status().current_execution_id != request.execution_id:
+            if handle.status().current_execution_id != request.held_in:
                 across += 1  # held by a run that is being continued
             approved = cli(["approve", first, "--json"], agent_settings)
             assert approved.returncode == 0, approved.stderr
-            assert json.loads(approved.stdout)["executionId"] == request.execution_id
+            answer = json.loads(approved.stdout)
+            assert (answer["executionId"], answer["runExecutionId"]) == (first, request.held_in)
             eventually(lambda: ops.snapshot() == expected, timeout=120, interval=0.1, message="the deploy ran")
         assert handle.runs >= 3
         handle.send_message({"do": "note", "arg": "after"})

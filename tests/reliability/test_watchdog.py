@@ -5,6 +5,7 @@ run costs (counted through a proxy)."""
 from __future__ import annotations
 
 import concurrent.futures
+from collections import Counter
 import threading
 import time
 
@@ -15,6 +16,7 @@ from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, Worke
 from conductor_agents.testing import ToolCall, listener_policy
 
 from conductor_agents._liveness.watchdog import IDLE_SAMPLE_INTERVALS
+from conductor_agents._listener.mailbox import MAILBOX_WORKFLOW
 
 from ..helpers import eventually, listener, sdk_threads
 from ..integration.test_stateful_listener import ActionTools, act_on
@@ -127,11 +129,12 @@ def test_a_run_ended_elsewhere_releases_its_poller(agent_settings, scripted_llm,
 
 def test_idle_runs_cost_one_request_each_per_three_intervals(agent_settings, scripted_llm, unique_name,
                                                              conductor_server):
-    """20 idle listeners of one agent behind a counting proxy: in a window, each run's own samples
-    (the requests naming its execution id) are at most one per three liveness intervals (the queue
-    watcher reads their queues empty, so no task can be stalled), their end-of-run checks share one
-    running list of the agent per interval, every run is checked, and the polls of its domain are at
-    most its poller's safety polls (one a minute)."""
+    """20 idle listeners of one agent behind a counting proxy. Each listener is two runs the watchdog
+    watches: its current run and its mailbox. In a window, each run's own samples (the requests naming
+    its execution id) are at most one per three liveness intervals (the queue watcher reads their
+    queues empty, so no task can be stalled), their end-of-run checks share one running list per
+    workflow and interval (the agent's, and the one every listener's mailbox runs), every run is
+    checked, and the polls of a listener's domain are at most its poller's safety polls (one a minute)."""
     n, interval = 20, 2.0
     settings = attrs.evolve(agent_settings, liveness_check_interval_seconds=interval)
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -141,18 +144,22 @@ def test_idle_runs_cost_one_request_each_per_three_intervals(agent_settings, scr
         handles = [runtime.start(agent, "Listen.") for _ in range(n)]
         eventually(lambda: all(_waiting_for_message(agent_settings.server_url, h.execution_id) for h in handles),
                    timeout=120, message="every listener waiting for a message")
-        watches = [runtime._workers.watch(h.execution_id) for h in handles]  # the watchdog's RunWatch of each
-        eventually(lambda: all(w.workflow_name for w in watches), timeout=30,
-                   message="a first sample of each run (it tells the run's workflow name)")
+        runs = [(h, run_id) for h in handles for run_id in dict.fromkeys((h.execution_id, h.current_execution_id))]
+        assert len(runs) == 2 * n, "each listener has a mailbox beside its run"
+        watches = [runtime._workers.watch(run_id) for _, run_id in runs]  # the watchdog's RunWatch of each
+        eventually(lambda: all(w.samples or w.listed for w in watches), timeout=30,
+                   message="a first end check of each run (a sample, or the running list)")
 
         def per_run() -> "list[tuple[int, int, int]]":
-            return [(len(proxy.requests_to(h.execution_id)), len(proxy.requests_to(f"domain={h.run_id}")),
-                     w.listed) for h, w in zip(handles, watches)]
+            return [(len(proxy.requests_to(run_id)), len(proxy.requests_to(f"domain={h.run_id}")), w.listed)
+                    for (h, run_id), w in zip(runs, watches)]
 
         first, lists_before, started = per_run(), len(proxy.requests_to("/workflow/running/")), time.monotonic()
         threading.Event().wait(2 * IDLE_SAMPLE_INTERVALS * interval + 0.5)  # the window (its length is measured)
         last, elapsed = per_run(), time.monotonic() - started
-        lists = len(proxy.requests_to("/workflow/running/")) - lists_before
+        listed = proxy.requests_to("/workflow/running/")[lists_before:]
+        per_workflow = Counter(path.split("?")[0].rsplit("/", 1)[-1] for _, path, _ in listed)
+        lists = max(per_workflow.values(), default=0)
         for h in handles:
             h.cancel()
     samples = [b[0] - a[0] for a, b in zip(first, last)]
@@ -160,14 +167,16 @@ def test_idle_runs_cost_one_request_each_per_three_intervals(agent_settings, scr
     checks = [b[0] - a[0] + b[2] - a[2] for a, b in zip(first, last)]
     sample_bound = int(elapsed // (IDLE_SAMPLE_INTERVALS * interval)) + 1
     poll_bound = int(elapsed // SAFETY_POLL_SECONDS) + 1
-    print(f"\n{n} idle runs, {elapsed:.1f}s window, interval {interval}s: own samples per run {samples} "
-          f"(bound {sample_bound}), running lists {lists}, domain polls per run {polls} (bound {poll_bound}); "
-          f"{(sum(samples) + sum(polls) + lists) / n / elapsed:.3f} requests/s per run")
+    print(f"\n{n} idle listeners ({len(runs)} runs), {elapsed:.1f}s window, interval {interval}s: own samples per "
+          f"run {samples} (bound {sample_bound}), running lists {dict(per_workflow)}, domain polls per run {polls} "
+          f"(bound {poll_bound}); {(sum(samples) + sum(polls[::2]) + sum(per_workflow.values())) / n / elapsed:.3f} "
+          "requests/s per listener")
     assert max(samples) <= sample_bound, samples
     assert max(polls) <= poll_bound, polls
-    assert lists <= int(elapsed // interval) + 1, lists
+    assert set(per_workflow) <= {agent.name, MAILBOX_WORKFLOW}, per_workflow
+    assert lists <= int(elapsed // interval) + 1, per_workflow
     assert min(checks) >= 1, checks  # every run's end is checked while idle (its own sample or the list)
-    assert sum(samples) < n, samples  # most checks were answered by the shared list
+    assert sum(samples) < len(runs), samples  # most checks were answered by the shared list
 
 
 def _waiting_for_message(base_url: str, execution_id: str) -> bool:
