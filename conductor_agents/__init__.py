@@ -10,6 +10,7 @@ from ._tooldefs.context import CancelReason, ToolContext, current_tool_context
 from ._listener.delivery import MessageDelivery
 from .aio import AsyncAgentHandle, AsyncAgentRuntime
 from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
+from ._runs.running import RunningRun
 from .agent import Agent
 from ._answers.guardrails import Guardrail, GuardrailResult
 from ._teams.gates import Gate
@@ -97,6 +98,7 @@ __all__ = [
     "MessageDelivery",
     # People in the loop
     "PendingRequest",
+    "RunningRun",
     "PendingToolCall",
     "HumanAnswer",
     # A real server on this machine

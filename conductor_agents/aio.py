@@ -34,6 +34,7 @@ from .errors import WaitTimeoutError
 from .events import AgentEvent
 from .handle import AgentHandle
 from ._listener.delivery import MessageDelivery
+from ._runs.running import RunningRun
 from .result import AgentResult, AgentStatus, ListenerTotals
 from .runtime import AgentRuntime
 from .settings import AgentSettings
@@ -148,6 +149,10 @@ class AsyncAgentRuntime:
     async def pending(self, execution_id: str) -> "tuple[PendingRequest, ...]":
         """As :meth:`AgentRuntime.pending`."""
         return await self._pool.run(self.sync.pending, execution_id)
+
+    async def running(self, agent: "Agent | str") -> "tuple[RunningRun, ...]":
+        """As :meth:`AgentRuntime.running`."""
+        return await self._pool.run(self.sync.running, agent)
 
     async def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
         """As :meth:`AgentRuntime.pending_requests`."""

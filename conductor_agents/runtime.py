@@ -16,6 +16,7 @@ from ._people.pending import HumanAnswer, PendingRequest
 from ._listener.by_id import RunsById
 from ._runs.exit import close_at_exit
 from ._runs.handles import HandleMaker
+from ._runs.running import RunningRun, running_runs
 from ._runs.serving import ProcessServing, check_servable
 from ._runs.start import RunStarter, check_prompt
 from ._runs.take_up import RunTaker
@@ -336,6 +337,20 @@ class AgentRuntime:
         self._check_open()
         return self._by_id.pending(str(execution_id))
 
+    def running(self, agent: "Agent | str") -> "tuple[RunningRun, ...]":
+        """The running runs of ``agent`` (an Agent or its name) on the server, whichever process
+        serves them, oldest first: one :class:`RunningRun` per listener, named by the id callers hold
+        (a continued listener's two runs mid-switch are one row).
+
+        One request for the running runs, then a status, a start time and (once per process and run)
+        which listener it is, per running run: a page of a dashboard, not something to call in a loop.
+
+        Raises:
+            AgentTypeError: ``agent`` is neither an Agent nor a name.
+        """
+        self._check_open()
+        return running_runs(self._api, self._directory, _agent_name(agent))
+
     def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
         """What every running run of ``agent`` (an Agent or its name) waits on from a person,
         oldest first: an approval queue across processes.
@@ -347,10 +362,7 @@ class AgentRuntime:
             AgentTypeError: ``agent`` is neither an Agent nor a name.
         """
         self._check_open()
-        name = agent.name if isinstance(agent, Agent) else agent
-        if not isinstance(name, str) or not name:
-            raise AgentTypeError(f"agent must be an Agent or its name, got {agent!r}", field="agent", value=agent)
-        return self._by_id.pending_of_agent(name)
+        return self._by_id.pending_of_agent(_agent_name(agent))
 
     def approve(self, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
                 request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
@@ -394,3 +406,11 @@ class AgentRuntime:
         self._observer.close()  # open event streams end with the runtime
         if self._owns_transport:
             self._transport.close()
+
+
+def _agent_name(agent: "Agent | str") -> str:
+    """The name of ``agent`` (an Agent or its name); AgentTypeError for anything else."""
+    name = agent.name if isinstance(agent, Agent) else agent
+    if not isinstance(name, str) or not name:
+        raise AgentTypeError(f"agent must be an Agent or its name, got {agent!r}", field="agent", value=agent)
+    return name

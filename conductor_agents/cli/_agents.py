@@ -33,8 +33,7 @@ from ..errors import (
     WaitTimeoutError,
     WorkerStallError,
 )
-from .._listener.delivery import PULL_TASK_TYPE
-from .._people.pending import waits_on_person
+from .._runs.running import waiting_for
 from ..handle import AgentHandle
 from ..result import AgentResult, AgentStatus
 from ..runtime import AgentRuntime
@@ -281,19 +280,8 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _waiting_for(runtime: AgentRuntime, status: AgentStatus) -> Optional[str]:
-    """``"person"``, ``"message"`` or None: what a running run waits for. The server's ``isWaiting`` covers
-    both (a HUMAN or a wait-for-message task in progress), and misses a wait-for-message task between two of
-    its polls (SCHEDULED again): then the run's open tasks tell."""
-    if status.is_terminal:
-        return None
-    if status.is_waiting:
-        return "person" if waits_on_person({"isWaiting": True, "pendingTool": status.pending_tool}) else "message"
-    try:
-        page = runtime._api.workflow_tasks(status.current_execution_id or status.execution_id,
-                                           statuses=("SCHEDULED", "IN_PROGRESS"), count=50)
-    except ConductorAgentsError:
-        return None  # one look: the status itself was read
-    return "message" if any(t.get("taskType") == PULL_TASK_TYPE for t in page.tasks) else None
+    """``"person"``, ``"message"`` or None: what a running run waits for (see :func:`waiting_for`)."""
+    return waiting_for(runtime._api, status)  # the CLI is part of the package
 
 
 def _status_dict(status: AgentStatus, handle: AgentHandle, waiting_for: Optional[str]) -> Dict[str, Any]:

@@ -16,10 +16,8 @@ from typing import Any, Dict, List
 
 import attrs
 
-from ..errors import ExecutionNotFoundError
-from ..result import AgentStatus
 from ..runtime import AgentRuntime
-from ._agents import _guarded, _waiting_for
+from ._agents import _guarded
 from ._main import EXIT_OK, exit_codes_help
 from ._options import add_verb, positive_seconds, settings
 from ._progress import describe_event
@@ -49,26 +47,14 @@ def register(subparsers: Any) -> None:
 
 
 def _list(args: argparse.Namespace) -> int:
-    rows: List[Dict[str, Any]] = []
     with AgentRuntime(settings(args)) as runtime:
-        for execution_id in dict.fromkeys(runtime._api.running_workflow_ids(args.agent)):
-            try:
-                status = AgentStatus.from_dict(runtime._api.agent_status(execution_id))
-                started = runtime._api.workflow_status(execution_id).get("startTime")
-            except ExecutionNotFoundError:
-                continue  # ended and removed in between
-            if status.is_terminal:
-                continue  # ended in between
-            rows.append({"executionId": execution_id, "status": status.status.value,
-                         "waitingFor": _waiting_for(runtime, status),
-                         "startTime": started if isinstance(started, (int, float)) and started > 0 else None})
-    rows.sort(key=lambda row: (row["startTime"] or 0, row["executionId"]))
+        rows = [run.to_dict() for run in runtime.running(args.agent)]
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
     now = time.time()
     for row in rows:
-        since = f"{_age(now - row['startTime'] / 1000.0)} ago" if row["startTime"] else "-"
+        since = f"{_age(now - row['startTime'])} ago" if row["startTime"] else "-"
         print(f"{row['executionId']}  {row['status']:<8}  waits for {row['waitingFor'] or 'nothing (working)':<18}  "
               f"started {since}")
     return EXIT_OK

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -41,8 +42,11 @@ def test_list_shows_what_each_run_waits_for_and_events_follows_a_run_to_its_end(
             return rows if len(rows) == 2 and all(r["waitingFor"] == "message" for r in rows) else None
 
         rows = eventually(listed, timeout=60, interval=0.5, message="both listeners waiting for a message")
-        running = {h.current_execution_id for h in handles}
-        assert {r["executionId"] for r in rows} == running and all(r["status"] == "RUNNING" for r in rows)
+        assert {(r["executionId"], r["currentExecutionId"]) for r in rows} == {
+            (h.execution_id, h.current_execution_id) for h in handles}  # named by the id callers hold
+        assert all(r["status"] == "RUNNING" and abs(r["startTime"] - time.time()) < 600 for r in rows)
+        assert {(r.execution_id, r.waiting_for) for r in runtime.running(name)} == {
+            (h.execution_id, "message") for h in handles}
         plain = cli(url, "list", name)
         assert plain.returncode == 0 and len(plain.stdout.splitlines()) == 2
         assert all("waits for message" in line for line in plain.stdout.splitlines()), plain.stdout

@@ -142,6 +142,8 @@ def test_an_approval_raised_as_the_listener_is_continued_is_answered_by_its_firs
         assert [c.name for c in request.tool_calls] == ["deploy"]
         assert runtime.pending(first) == (request,)
         assert runtime.pending_requests(agent) == (request,)  # both runs are running: listed once
+        [row] = runtime.running(agent)  # one row for the listener's two running runs, named by its id
+        assert (row.execution_id, row.waiting_for) == (first, "person") and row.current_execution_id != link0
         listed = cli(["pending", first, "--json"], settings)
         assert listed.returncode == 0, listed.stderr
         assert [r["taskId"] for r in json.loads(listed.stdout)] == [request.task_id]

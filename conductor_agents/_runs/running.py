@@ -1,0 +1,98 @@
+"""The running runs of an agent, one row per listener: what :meth:`AgentRuntime.running` and
+``conductor-agents list`` show.
+
+The server lists running workflows by name (``GET /workflow/running/{name}``). A continued listener
+has two running runs while a switch drains the old one, and callers hold neither: they hold its
+mailbox (:mod:`.._listener.mailbox`). So each running run is named by the id callers hold
+(:meth:`ChainDirectory.anchor`) and a listener is one row, its newest running run the current one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, List, Optional
+
+import attrs
+
+from .._listener.delivery import PULL_TASK_TYPE
+from .._listener.directory import ChainDirectory
+from .._people.pending import waits_on_person
+from .._wire.api import ConductorApi
+from ..errors import ConductorAgentsError, ExecutionNotFoundError
+from ..result import AgentStatus, RunStatus
+
+__all__ = ["RunningRun", "running_runs", "waiting_for"]
+
+PERSON = "person"
+MESSAGE = "message"
+
+
+@attrs.frozen
+class RunningRun:
+    """A running run of an agent, as a list of runs shows it. Immutable; thread-safe.
+
+    ``execution_id`` is the id callers hold (a continued listener's mailbox: the same for its whole
+    life); ``current_execution_id`` the run that works now (its newest running run).
+    ``waiting_for``: ``"person"`` (a run of it waits for an approval, an answer or a review),
+    ``"message"`` (it waits for the next message) or None (it is working). ``start_time``: when the
+    current run started (epoch seconds, the server's clock), None when the server did not say.
+    """
+
+    execution_id: str
+    current_execution_id: str
+    status: RunStatus
+    waiting_for: Optional[str] = None
+    start_time: Optional[float] = None
+
+    def to_dict(self) -> Dict[str, Any]:
+        """JSON-ready (what ``conductor-agents list --json`` prints)."""
+        return {"executionId": self.execution_id, "currentExecutionId": self.current_execution_id,
+                "status": self.status.value, "waitingFor": self.waiting_for, "startTime": self.start_time}
+
+
+def waiting_for(api: ConductorApi, status: AgentStatus) -> Optional[str]:
+    """``"person"``, ``"message"`` or None: what a running run waits for.
+
+    The server's ``isWaiting`` covers both (a HUMAN or a wait-for-message task in progress) and misses
+    a wait-for-message task between two of its polls (SCHEDULED again): then the run's open tasks tell
+    (one small read).
+    """
+    if status.is_terminal:
+        return None
+    if status.is_waiting:
+        return PERSON if waits_on_person({"isWaiting": True, "pendingTool": status.pending_tool}) else MESSAGE
+    try:
+        page = api.workflow_tasks(status.current_execution_id or status.execution_id,
+                                  statuses=("SCHEDULED", "IN_PROGRESS"), count=50)
+    except ConductorAgentsError:
+        return None  # one look: the status itself was read
+    return MESSAGE if any(t.get("taskType") == PULL_TASK_TYPE for t in page.tasks) else None
+
+
+def running_runs(api: ConductorApi, directory: ChainDirectory, agent_name: str) -> "tuple[RunningRun, ...]":
+    """The running runs of agent ``agent_name``, one per listener, oldest first.
+
+    One request for the running list, then per running run: its status, its start, and (once per
+    process) which listener it is, with one poll-data read for a run not named by its mailbox.
+    """
+    rows: "Dict[str, tuple[int, RunningRun]]" = {}
+    for execution_id in dict.fromkeys(api.running_workflow_ids(agent_name)):
+        try:
+            status = AgentStatus.from_dict(api.agent_status(execution_id))
+            if status.is_terminal:
+                continue  # ended in between
+            chain = directory.chain(execution_id)
+            held = directory.anchor(chain).execution_id if chain.continuable else execution_id
+            started = api.workflow_status(execution_id).get("startTime")
+        except ExecutionNotFoundError:
+            continue  # ended and removed in between
+        row = RunningRun(held, execution_id, status.status, waiting_for(api, status),
+                         started / 1000.0 if isinstance(started, (int, float)) and started > 0 else None)
+        number, known = chain.number, rows.get(held)
+        if known is not None:  # two runs of a listener mid-switch: one row, the newer current
+            newest = row if number > known[0] else known[1]
+            person = PERSON in (row.waiting_for, known[1].waiting_for)  # the old run may hold a request
+            row, number = attrs.evolve(newest, waiting_for=PERSON if person else newest.waiting_for), max(number, known[0])
+        rows[held] = (number, row)
+    ordered: List[RunningRun] = [row for _, row in rows.values()]
+    ordered.sort(key=lambda r: (r.start_time or 0.0, r.execution_id))
+    return tuple(ordered)
