@@ -96,9 +96,9 @@ __all__ = [
     "ToolCallRecord",
     "ListenerTotals",
     "MessageDelivery",
+    "RunningRun",
     # People in the loop
     "PendingRequest",
-    "RunningRun",
     "PendingToolCall",
     "HumanAnswer",
     # A real server on this machine
