@@ -327,7 +327,7 @@ class Transport:
         self._check_process()
         direct = self._direct
         assert direct is not None
-        limits = timeout if timeout is not None else (min(5.0, self._timeout), self._timeout)
+        limits = timeout if timeout is not None else self._limits()
         status, body, content_type = self._direct_get(direct, path, params, limits)
         if status in (401, 403) and self._auth_key:
             self._invalidate_token()
@@ -451,6 +451,10 @@ class Transport:
                 if self._pid != os.getpid():
                     self._after_fork_in_child()
 
+    def _limits(self) -> "tuple[float, float]":
+        """The default (connect, read) timeouts: connecting takes at most 5 s of the read timeout."""
+        return (min(5.0, self._timeout), self._timeout)
+
     def _send(self, method: str, path: str, params: Any, json_body: Any, headers: Optional[Mapping[str, str]],
               timeout: Optional[Timeout], stream: bool) -> requests.Response:
         self._check_process()
@@ -458,7 +462,7 @@ class Transport:
         token = self._current_token()
         if token is not None:
             send_headers["X-Authorization"] = token
-        limits = timeout if timeout is not None else (min(5.0, self._timeout), self._timeout)
+        limits = timeout if timeout is not None else self._limits()
         try:
             def send() -> requests.Response:
                 return self._session.request(method, self.base_url + path, params=params, json=json_body,
@@ -504,7 +508,7 @@ class Transport:
             response = self._session.post(
                 self.base_url + path,
                 json={"keyId": self._auth_key, "keySecret": self._auth_secret},
-                timeout=(min(5.0, self._timeout), self._timeout),
+                timeout=self._limits(),
             )
         except requests.exceptions.RequestException as err:
             raise ServerUnavailableError(f"POST {path}: cannot reach the server at {self.base_url}") from err
