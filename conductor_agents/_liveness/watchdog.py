@@ -32,7 +32,7 @@ every interval.
 listener (``resume()`` with ``auto_start_workers=False``, a start without workers) also reads the
 listener's current run (its *companion*, given by the caller as a function): a message the SDK sends
 goes straight into that run, so a turn or tool task nobody polls waits there, not in the mailbox.
-That is one more read per sample (its SCHEDULED and IN_PROGRESS tasks); a run that read shows with no
+That is one more read per sample (its SCHEDULED and IN_PROGRESS tasks); a run whose read shows no
 task waiting at all has ended (a switch, or the listener's end), and the function is asked again,
 this time from the server.
 
