@@ -8,7 +8,7 @@ ends TERMINATED too; the listener's outcome is then the previous link's.
 from __future__ import annotations
 
 import logging
-from typing import Optional
+from typing import Callable, Optional
 
 from .._wire.api import ConductorApi
 from .chain import is_abandoned, is_continued
@@ -19,7 +19,8 @@ from ..result import AgentStatus, ListenerTotals, RunStatus
 from .carryover import add_tokens, pulled_message_ids
 from .switch import read_commit, read_final_state, run_tokens
 
-__all__ = ["current_status", "end_mailbox", "is_running", "listener_totals", "live_links", "workflow_running"]
+__all__ = ["current_runs", "current_status", "end_mailbox", "is_running", "listener_totals", "live_links",
+           "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -71,6 +72,20 @@ def live_links(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> "l
         if is_running(api, previous.execution_id):
             links.append(previous)
     return links
+
+
+def current_runs(directory: ChainDirectory, chain: Chain) -> "Callable[[bool], tuple[str, ...]]":
+    """The watch of a listener's mailbox samples this too: the listener's current run, as this process knows
+    it (no request), or as the server says (``refresh``: the one known has ended; a probe or two).
+
+    Why: the SDK sends a message straight into that run, so the turn or tool task a frozen serving
+    process leaves unpolled waits there, never in the mailbox.
+    """
+    def runs(refresh: bool) -> "tuple[str, ...]":
+        link = directory.refresh(chain) if refresh else directory.newest(chain)
+        return (link.execution_id,)
+
+    return runs
 
 
 def is_running(api: ConductorApi, execution_id: str) -> bool:

@@ -28,6 +28,14 @@ the list is sampled itself (it may have ended, or its name was not the agent's).
 task in a queue, one not served here, or any run while the watcher is not healthy is sampled
 every interval.
 
+**A listener's mailbox.** The watch of a listener's mailbox in a process that does not serve the
+listener (``resume()`` with ``auto_start_workers=False``, a start without workers) also reads the
+listener's current run (its *companion*, given by the caller as a function): a message the SDK sends
+goes straight into that run, so a turn or tool task nobody polls waits there, not in the mailbox.
+That is one more read per sample (its SCHEDULED and IN_PROGRESS tasks); a run whose read shows no
+task waiting at all has ended (a switch, or the listener's end), and the function is asked again,
+this time from the server.
+
 Runs are sampled one at a time, each at most once per ``interval`` (a heap of due times; the
 thread wakes a tenth of the interval, one second at most, after the next due time and samples
 every run due by then); a thousand runs cost one thread. The thread starts with the first
@@ -52,7 +60,7 @@ from .tree import running_sub_runs
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, WorkerStallError
 from ..result import RunStatus
 
-__all__ = ["RunWatch", "RunWatchdog"]
+__all__ = ["Companions", "RunWatch", "RunWatchdog"]
 
 log = logging.getLogger("conductor_agents.liveness")
 
@@ -64,6 +72,10 @@ _MAX_SLACK_SECONDS = 1.0
 
 #: Called with the stall error, from the watchdog thread.
 StallListener = Callable[[WorkerStallError], None]
+
+#: ``companions(refresh)``: the runs whose waiting tasks count as a watched run's own (see above), as last
+#: known (``refresh``: the last answer's runs have ended; ask the server).
+Companions = Callable[[bool], "tuple[str, ...]"]
 
 
 class RunWatch:
@@ -79,6 +91,7 @@ class RunWatch:
         self.served = False  # this process serves the run's tools: release them when it ends
         self.tree = False  # the run has sub-runs (sub-agents, agent tools) on its domain: sample theirs too
         self.served_domain: Optional[str] = None  # the domain this process polls for the run's tools
+        self.companions: Optional[Companions] = None  # runs sampled with it (a mailbox's listener run)
         self._stall: Optional[WorkerStallError] = None
         self._listeners: List[StallListener] = []
         self._lock = threading.Lock()
@@ -184,7 +197,7 @@ class RunWatchdog:
 
     def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
               served_domain: Optional[str] = None, workflow_name: Optional[str] = None,
-              tree: bool = False) -> RunWatch:
+              tree: bool = False, companions: Optional[Companions] = None) -> RunWatch:
         """Sample ``execution_id`` from now on (first sample one interval from now); its RunWatch.
 
         ``domain``: watch the run's liveness on that domain. ``served``: this process serves the
@@ -193,7 +206,9 @@ class RunWatchdog:
         its end checks can use the name's running list without a first sample (a wrong name costs
         one sample, which tells the right one). ``tree``: the run has sub-runs on its domain (an agent
         with sub-agents or agent tools): liveness samples read their SCHEDULED tasks too (one more
-        read per sample, and one per running sub-run). Watching a run again merges them.
+        read per sample, and one per running sub-run). ``companions``: runs sampled with it (a listener's
+        mailbox: its current run; ``tree`` then reads their sub-runs, not its own). Watching a run again
+        merges them.
         """
         with self._lock:
             run = self._runs.get(execution_id)
@@ -209,6 +224,7 @@ class RunWatchdog:
             run.served_domain = served_domain or run.served_domain
             run.workflow_name = run.workflow_name or workflow_name
             run.tree = tree or run.tree
+            run.companions = companions or run.companions
             if self._thread is None:
                 self._start_thread()
         self._wake.set()
@@ -409,9 +425,13 @@ class RunWatchdog:
         if domain is None:
             return
         tasks = list(workflow.get("tasks") or ())
+        roots: "tuple[str, ...]" = (run.execution_id,)
+        if run.companions is not None:
+            roots = self._companion_tasks(run, tasks)
         if run.tree:
-            for sub_run in running_sub_runs(self._api, run.execution_id):
-                tasks += self._api.workflow_tasks(sub_run, statuses=("SCHEDULED",), count=100).tasks
+            for root in roots:
+                for sub_run in running_sub_runs(self._api, root):
+                    tasks += self._api.workflow_tasks(sub_run, statuses=("SCHEDULED",), count=100).tasks
         stall = find_stall(
             tasks, domain=domain, stall_seconds=self._stall_seconds,
             server_now=server_now, first_seen=run.first_seen, client_now=self._clock.monotonic(),
@@ -428,6 +448,34 @@ class RunWatchdog:
                         run.execution_id, error.task_reference_name, error.domain, error.waited_seconds)
             for listener in listeners:
                 self._tell(listener, error)
+
+    def _companion_tasks(self, run: RunWatch, tasks: "list[Any]") -> "tuple[str, ...]":
+        """Add the SCHEDULED tasks of the run's companions to ``tasks``; the companions read.
+
+        One read per companion (its SCHEDULED and IN_PROGRESS tasks: a running listener run always has
+        its loop in progress). A companion with no task waiting, or gone, has ended: the companions are
+        asked again from the server once, and the new ones read.
+        """
+        assert run.companions is not None
+        read: "set[str]" = set()
+        ids = tuple(run.companions(False))
+        for refresh in (False, True):
+            ended = False
+            for execution_id in ids:
+                if execution_id in read:
+                    continue
+                read.add(execution_id)
+                try:
+                    page = self._api.workflow_tasks(execution_id, statuses=("SCHEDULED", "IN_PROGRESS"), count=100)
+                except ExecutionNotFoundError:  # retired since this process last looked: not the watched run's end
+                    ended = True
+                    continue
+                ended = ended or not page.tasks
+                tasks += [t for t in page.tasks if t.get("status") == "SCHEDULED"]
+            if not ended or refresh:
+                break
+            ids = tuple(run.companions(True))
+        return ids
 
     def _check_name(self, run: RunWatch) -> None:
         """Learn the run's workflow name and version from the server (the agent's name given at watch()

@@ -20,6 +20,7 @@ from .._wire.api import ConductorApi
 from .._worker.observer import TaskObserver
 from .._worker.workers import WorkerSet
 from .._listener.by_id import people_runs
+from .._listener.following import current_runs
 from ..agent import Agent
 from ..errors import WorkerStallError
 from ..settings import AgentSettings
@@ -61,15 +62,20 @@ class HandleMaker:
         """A handle on run ``execution_id``; ``workers``: this process serves it; ``monitor``: watch it
         (liveness, the hooks); ``tracker``: a continued listener's watch, used instead of a new one."""
         watch: Any = None
+        chain = self._directory.known(execution_id) if chain is None else chain
         if monitor and run_id and self._settings.liveness_enabled:
             tree = agent is not None and agent.has_sub_runs
-            watch = tracker if tracker is not None else self._workers().watch(execution_id, domain=run_id, tree=tree)
+            # Not served here, a listener's mailbox is watched with the listener's current run, where a turn or
+            # tool task waits after a message (a served listener's handle watches its runs through its tracker).
+            companions = current_runs(self._directory, chain) if chain is not None and chain.mailbox else None
+            watch = tracker if tracker is not None else self._workers().watch(
+                execution_id, domain=run_id, tree=tree, companions=companions)
         handle = self._new_handle(
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
             settings=self._settings, clock=self._clock, agent=agent, liveness=watch,
             on_terminal=self._execution_ended, on_stop=self._stop_requested, workers_attached=workers,
             observer=self._observer, directory=self._directory,
-            chain=self._directory.known(execution_id) if chain is None else chain,
+            chain=chain,
         )
         on_stall = self._on_stall
         if watch is not None and on_stall is not None:

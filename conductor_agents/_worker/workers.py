@@ -24,7 +24,7 @@ from .observer import TaskObserver
 from .poller import DomainPoller
 from .task_watch import hand_back
 from .._liveness.tree import RootFinder
-from .._liveness.watchdog import RunWatch, RunWatchdog
+from .._liveness.watchdog import Companions, RunWatch, RunWatchdog
 from .._listener.switch import LinkSpec, carry_grace_seconds
 from .watcher import QueueWatcher
 from ..agent import Agent
@@ -295,7 +295,7 @@ class WorkerSet:
 
     def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
               served_domain: Optional[str] = None, workflow_name: Optional[str] = None,
-              tree: bool = False) -> RunWatch:
+              tree: bool = False, companions: Optional[Companions] = None) -> RunWatch:
         """Have the runtime's watchdog sample ``execution_id`` (see :meth:`RunWatchdog.watch`)."""
         with self._lock:
             if self._watchdog is None:
@@ -309,7 +309,7 @@ class WorkerSet:
                     self._watchdog.close()
             watchdog = self._watchdog
         return watchdog.watch(execution_id, domain=domain, served=served, served_domain=served_domain,
-                              workflow_name=workflow_name, tree=tree)
+                              workflow_name=workflow_name, tree=tree, companions=companions)
 
     def unwatch(self, execution_id: str) -> None:
         """Stop sampling ``execution_id`` (this process no longer serves or watches it)."""

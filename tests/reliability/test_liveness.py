@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import Callable
 
 import attrs
 import pytest
 
 from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, WaitTimeoutError, WorkerStallError, tool
-from conductor_agents._common.task_names import TURN_TASK
+from conductor_agents._common.task_names import FORWARD_TASK, TURN_TASK
 from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, listener, sdk_threads
+from ..integration.test_mailbox import push
 from ..integration.test_stateful_listener import ActionTools, act_on
 from ..proxy import LoopbackProxy
-from .support import last_poll_ms, quiescent, tasks_of
+from .support import last_poll_ms, quiescent, server_get, tasks_of
 
 pytestmark = pytest.mark.reliability
 
@@ -89,9 +91,13 @@ def test_nobody_polls_the_domain_then_resume_completes_the_run(agent_settings, s
 
 def test_frozen_polling_is_reported_by_a_direct_observer_and_the_run_recovers(
         agent_settings, scripted_llm, unique_name, conductor_server):
-    """The serving runtime talks through a proxy the test freezes; its next tool task goes
+    """The serving runtime talks through a proxy the test freezes; the task a message needs goes
     unpolled; an observer that reads the server directly (resume with auto_start_workers=False)
-    gets WorkerStallError; after unfreezing, the serving runtime picks the task up by itself."""
+    gets WorkerStallError; after unfreezing, the serving runtime picks the task up by itself.
+
+    Twice: a message sent with the SDK goes into the listener's current run (its turn task waits
+    there), one pushed with the server's own call goes into the listener's mailbox (its forward
+    task waits there); the observer's watch of the mailbox sees both."""
     base = agent_settings.server_url
     stall, interval = 2.0, 0.25
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -109,40 +115,65 @@ def test_frozen_polling_is_reported_by_a_direct_observer_and_the_run_recovers(
         eventually(lambda: tools.actions and quiescent(base, handle.execution_id), timeout=60,
                    message="the first action, through the proxy")
 
-        proxy.freeze()
-        # A long poll that reached the server before the freeze may still take a task for up
-        # to worker_long_poll_ms; its answer would then be held by the proxy and the task would
-        # look polled. Wait until the server has seen no poll of this domain for that long.
-        quiet = agent_settings.worker_long_poll_ms / 1000.0 + 0.5
-        eventually(lambda: all(time.time() - (last_poll_ms(base, kind, handle.run_id) or 0) / 1000.0 > quiet
-                               for kind in ("act", TURN_TASK)),
-                   timeout=30, interval=0.1, message="no poll of the domain in flight")
-        observer.send_message(handle.execution_id, {"action": "while-frozen"})
+        def freeze() -> None:
+            proxy.freeze()
+            # A long poll that reached the server before the freeze may still take a task for up
+            # to worker_long_poll_ms; its answer would then be held by the proxy and the task would
+            # look polled. Wait until the server has seen no poll of this domain for that long.
+            quiet = agent_settings.worker_long_poll_ms / 1000.0 + 0.5
+            eventually(lambda: all(time.time() - (last_poll_ms(base, kind, handle.run_id) or 0) / 1000.0 > quiet
+                                   for kind in ("act", TURN_TASK, FORWARD_TASK)),
+                       timeout=30, interval=0.1, message="no poll of the domain in flight")
 
+        def stall_reported(task: "Callable[[], dict]") -> None:
+            with pytest.raises(WorkerStallError) as info:
+                watcher.wait(timeout=60)
+            raised_at = time.time()
+            unpolled = task()
+            detected_after = raised_at - unpolled["scheduledTime"] / 1000.0
+            print(f"\nfrozen-proxy stall of {unpolled['taskType']} detected {detected_after:.2f}s after the task "
+                  f"was scheduled (threshold {stall}s, interval {interval}s)")
+            assert info.value.task_reference_name == unpolled["referenceTaskName"]
+            assert info.value.domain == handle.run_id == unpolled["domain"]
+            assert info.value.execution_id == handle.execution_id
+            assert stall - DATE_ROUNDING <= detected_after <= detection_bound(stall, interval)
+
+        freeze()
+        observer.send_message(handle.execution_id, {"action": "while-frozen"})
         watcher = observer.resume(handle.execution_id, agent)
         assert not watcher.workers_attached
-        with pytest.raises(WorkerStallError) as info:
-            watcher.wait(timeout=60)
-        raised_at = time.time()
         # A listener's next task after a message is its turn callback (served by the same process,
-        # in the same domain), before the model asks for the tool: that is the one left unpolled.
-        task = scheduled_tool_task(base, handle.execution_id, TURN_TASK)
-        detected_after = raised_at - task["scheduledTime"] / 1000.0
-        print(f"\nfrozen-proxy stall detected {detected_after:.2f}s after the task was scheduled "
-              f"(threshold {stall}s, interval {interval}s)")
-        assert info.value.task_reference_name == task["referenceTaskName"]
-        assert info.value.domain == handle.run_id
-        assert stall - DATE_ROUNDING <= detected_after <= detection_bound(stall, interval)
+        # in the same domain), before the model asks for the tool: that is the one left unpolled,
+        # in the listener's current run (the SDK sends there, not through the mailbox).
+        stall_reported(lambda: scheduled_tool_task(base, handle.execution_id, TURN_TASK))
         assert tools.actions == [("before-freeze", "")]
 
         proxy.unfreeze()
         eventually(lambda: len(tools.actions) == 2 and quiescent(base, handle.execution_id), timeout=60,
                    message="the serving runtime recovered by itself after the unfreeze")
-        assert tools.actions == [("before-freeze", ""), ("while-frozen", "")]
+        eventually(lambda: watcher.stall is None, timeout=10, message="the observer saw the stall end")
+
+        freeze()
+        push(base, handle.execution_id, "into-the-mailbox")  # the server's own push: into the mailbox
+        stall_reported(lambda: mailbox_forward_task(base, handle.execution_id))
+        assert len(tools.actions) == 2
+
+        proxy.unfreeze()
+        eventually(lambda: len(tools.actions) == 3 and quiescent(base, handle.execution_id), timeout=60,
+                   message="the serving runtime forwarded the message and acted on it after the unfreeze")
+        assert tools.actions == [("before-freeze", ""), ("while-frozen", ""), ("into-the-mailbox", "")]
         handle.stop()
         assert handle.wait(timeout=60).status is RunStatus.COMPLETED
         assert watcher.wait(timeout=10).status is RunStatus.COMPLETED  # no stale stall on a second wait
     assert sdk_threads() == before
+
+
+def mailbox_forward_task(base: str, mailbox_id: str) -> dict:
+    """The forward task waiting in a listener's mailbox (the mailbox's own task list)."""
+    tasks = server_get(base, f"/workflow/{mailbox_id}", includeTasks="true").get("tasks") or ()
+    pending = [t for t in tasks if t.get("taskType") == FORWARD_TASK and t["status"] == "SCHEDULED"]
+    assert len(pending) == 1, pending
+    return pending[0]
 
 
 class SlowTools:

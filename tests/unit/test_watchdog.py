@@ -11,7 +11,7 @@ from email.utils import formatdate
 import pytest
 import responses
 
-from conductor_agents._wire.api import ConductorApi
+from conductor_agents._wire.api import ConductorApi, TaskPage
 from conductor_agents._wire.transport import Transport
 from conductor_agents._liveness.watchdog import RunWatchdog
 from conductor_agents.errors import ExecutionNotFoundError, ServerUnavailableError, WorkerStallError
@@ -72,6 +72,13 @@ class FakeApi:
         if isinstance(answer, Exception):
             return {}
         return {k: v for k, v in answer.items() if k in ("workflowName", "workflowVersion")}
+
+    def workflow_tasks(self, execution_id, *, start=0, count=15, statuses=()):
+        """A page of a run's tasks in ``statuses`` (a listener's current run, read with its mailbox)."""
+        self.calls.append(("page", execution_id))
+        tasks = self._next(execution_id)["tasks"]
+        return TaskPage(total=len(tasks), tasks=[t for t in tasks if not statuses or t["status"] in statuses],
+                        date=None)
 
     def poll_data(self, task_type):
         self.calls.append(("polldata", task_type))
@@ -266,6 +273,41 @@ def test_an_ended_run_that_is_only_watched_is_forgotten_without_on_ended(no_thre
     watchdog.watch(EXEC, domain=DOMAIN)
     tick(watchdog, clock)
     assert ([], ()) == (host.ended, watchdog.watched())
+
+
+def test_a_mailbox_watch_samples_its_listeners_current_run_and_follows_it(no_thread):
+    """A listener's mailbox watched where nobody serves it: a turn task unpolled in the listener's current run
+    is its stall (one more read per sample); that run ended (a switch), the next one is read, asked for
+    once; a run gone from the server is no end of the mailbox."""
+    watchdog, api, clock, host = make()
+    loop = task("loop", age=100, domain=None, status="IN_PROGRESS", task_type="DO_WHILE")
+    api.answer("mailbox", running())
+    api.answer("link-0", running(loop, task("turn__2", age=45, task_type="conductor_agents_turn")), running())
+    api.answer("link-1", running(loop), running(loop, task("act__1", age=31)))
+    listener = CurrentRun("link-0", then="link-1")
+    watch = watchdog.watch("mailbox", domain=DOMAIN, companions=listener)
+    tick(watchdog, clock)
+    assert ("turn__2", "mailbox", [("page", "link-0")]) == (
+        watch.stall.task_reference_name, watch.stall.execution_id, [c for c in api.calls if c[0] == "page"])
+    tick(watchdog, clock)  # link-0 has ended: link-1 is read, nothing waits there
+    assert (None, [False, False, True], 1) == (watch.stall, listener.asked, api.count("page", "link-1"))
+    tick(watchdog, clock)
+    assert ("act__1", [False, False, True, False]) == (watch.stall.task_reference_name, listener.asked)
+    api.answer("link-1", ExecutionNotFoundError("retired", execution_id="link-1"))
+    tick(watchdog, clock)
+    assert (("mailbox",), [], None) == (watchdog.watched(), host.ended, watch.stall)
+
+
+class CurrentRun:
+    """A listener's current run as its mailbox's watch asks for it: ``then`` once asked to refresh."""
+
+    def __init__(self, current, *, then):
+        self.current, self.then, self.asked = current, then, []
+
+    def __call__(self, refresh):
+        self.asked.append(refresh)
+        self.current = self.then if refresh else self.current
+        return (self.current,)
 
 
 def test_a_vanished_run_is_released(no_thread):
