@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from typing import List
 
 import pytest
@@ -61,7 +62,19 @@ def server_events(events) -> list:
 
 def raw_stream(base_url: str, execution_id: str) -> "list[tuple[str, str]]":
     """(id, event) of every event the server replays for a run, read straight off the wire, but for the
-    events of the SDK's own tasks (a listener's turn reports), which ``events()`` leaves out."""
+    events of the SDK's own tasks (a listener's turn reports), which ``events()`` leaves out.
+
+    A stream opened as the run ends may miss the server's end of it (its completion is sent apart from
+    the run's status) and then only carries heartbeats: read again, a few times, each within 20 s."""
+    seen: list = []
+    for _ in range(3):
+        seen, done = _read_stream(base_url, execution_id, deadline=time.monotonic() + 20)
+        if done:
+            return seen
+    raise AssertionError(f"the server's stream of {execution_id} did not end within 20 s, 3 times: {seen}")
+
+
+def _read_stream(base_url: str, execution_id: str, *, deadline: float) -> "tuple[list, bool]":
     decoder = SseDecoder()
     out = []
     with requests.get(f"{base_url}/agent/stream/{execution_id}", stream=True, timeout=(5, 30),
@@ -72,8 +85,10 @@ def raw_stream(base_url: str, execution_id: str) -> "list[tuple[str, str]]":
                     continue
                 out.append((message.id, message.event))
                 if message.event == "done":
-                    return out
-    return out
+                    return out, True
+            if time.monotonic() > deadline:  # heartbeats only: the stream has no end
+                return out, False
+    return out, True  # the server ended the stream
 
 
 @pytest.mark.both_topologies
