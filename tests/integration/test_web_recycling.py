@@ -75,7 +75,9 @@ def test_listeners_survive_gunicorn_recycling_workers_under_them(agent_settings,
     model = scripted_llm.script(policy=listener_policy(report_on))
     env = {**os.environ, "CONDUCTOR_SERVER_URL": base, "CONDUCTOR_AGENT_MODEL": model, "PYTHONUNBUFFERED": "1",
            "XDG_RUNTIME_DIR": xdg_runtime_dir, "CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": "6",
-           "CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS": "1", "LISTENERS_SITE_SDK_LOG_LEVEL": "INFO"}
+           "CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS": "1", "LISTENERS_SITE_SDK_LOG_LEVEL": "INFO",
+           # Every run kept: the reports are counted in the listener's runs (retention would remove the first).
+           "CONDUCTOR_AGENT_KEEP_RUNS": "all"}
     port = free_port()
     command = [sys.executable, "-m", "gunicorn", "--workers", "3", "--preload", "--max-requests", "10",
                "--bind", f"127.0.0.1:{port}", "--chdir", str(SAMPLE), "--timeout", "120",
