@@ -342,8 +342,8 @@ class AgentRuntime:
         serves them, oldest first: one :class:`RunningRun` per listener, named by the id callers hold
         (a continued listener's two runs mid-switch are one row).
 
-        One request for the running runs, then a status, a start time and (once per process and run)
-        which listener it is, per running run: a page of a dashboard, not something to call in a loop.
+        One request for the running runs, then a status and (once per process and run) which
+        listener it is, per running run: a page of a dashboard, not something to call in a loop.
 
         Raises:
             AgentTypeError: ``agent`` is neither an Agent nor a name.

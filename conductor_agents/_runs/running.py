@@ -71,23 +71,24 @@ def waiting_for(api: ConductorApi, status: AgentStatus) -> Optional[str]:
 def running_runs(api: ConductorApi, directory: ChainDirectory, agent_name: str) -> "tuple[RunningRun, ...]":
     """The running runs of agent ``agent_name``, one per listener, oldest first.
 
-    One request for the running list, then per running run: its status, its start, and (once per
-    process) which listener it is, with one poll-data read for a run not named by its mailbox.
+    One request for the running list, then per running run: its status (with its start), and (once
+    per process) which listener it is, with one poll-data read for a run not named by its mailbox.
     """
     rows: "Dict[str, tuple[int, RunningRun]]" = {}
     for execution_id in dict.fromkeys(api.running_workflow_ids(agent_name)):
         try:
-            status = AgentStatus.from_dict(api.agent_status(execution_id))
+            raw = api.agent_status(execution_id)  # its startTime too
+            status = AgentStatus.from_dict(raw)
             if status.is_terminal:
                 continue  # ended in between
             chain = directory.chain(execution_id)
             held = directory.anchor(chain).execution_id if chain.continuable else execution_id
-            started = api.workflow_status(execution_id).get("startTime")
+            started = raw.get("startTime")
         except ExecutionNotFoundError:
             continue  # ended and removed in between
         row = RunningRun(held, execution_id, status.status, waiting_for(api, status),
                          started / 1000.0 if isinstance(started, (int, float)) and started > 0 else None)
-        number, known = chain.number, rows.get(held)
+        number, known = chain.first, rows.get(held)  # the link the running run is
         if known is not None:  # two runs of a listener mid-switch: one row, the newer current
             newest = row if number > known[0] else known[1]
             person = PERSON in (row.waiting_for, known[1].waiting_for)  # the old run may hold a request
