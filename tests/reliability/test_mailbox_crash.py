@@ -27,6 +27,7 @@ def push(base: str, execution_id: str, action: str) -> None:
     assert response.status_code == 200, (response.status_code, response.text)
 
 
+@pytest.mark.both_topologies
 def test_a_process_killed_mid_forward_leaves_nothing_lost_or_twice(agent_settings, scripted_llm, unique_name, tmp_path):
     """Raw pushes to the mailbox's id. Child 1 is killed right after its forward pushed a message (before the
     forward task completed); this process resumes the listener: the forward is delivered again, finds that
