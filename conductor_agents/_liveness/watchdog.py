@@ -95,6 +95,7 @@ class RunWatch:
         self._stall: Optional[WorkerStallError] = None
         self._listeners: List[StallListener] = []
         self._lock = threading.Lock()
+        self._forgotten = False  # no longer watched (ended, or the watchdog closed): never stalled again
         # Owned by the watchdog thread:
         self.first_seen: dict = {}
         self.due = 0.0
@@ -122,13 +123,20 @@ class RunWatch:
     def _set_stall(self, stall: Optional[Stall]) -> "Optional[tuple[WorkerStallError, List[StallListener]]]":
         """Record a sample's finding; when the run has just stalled, the error and the listeners to tell."""
         with self._lock:
-            if stall is None:
+            if stall is None or self._forgotten:
                 self._stall = None
                 return None
             if self._stall is not None:
                 return None  # still stalled: told already
             self._stall = stall_error(self.execution_id, stall)
             return self._stall, list(self._listeners)
+
+    def _forget(self) -> None:
+        """No longer watched: the flag is cleared, and a sample still in flight (it read the run
+        before its end) cannot set it again."""
+        with self._lock:
+            self._forgotten = True
+            self._stall = None
 
 
 class RunWatchdog:
@@ -237,7 +245,7 @@ class RunWatchdog:
             if not self._runs:
                 self._due.clear()
         if run is not None:
-            run._set_stall(None)
+            run._forget()
             self._wake.set()
 
     def resample(self, domain: str) -> int:
@@ -290,7 +298,7 @@ class RunWatchdog:
             threads = [t for t in (self._thread, self._previous) if t is not None]
         self._wake.set()
         for run in runs:
-            run._set_stall(None)
+            run._forget()
         for thread in threads:
             thread.join(timeout)
 

@@ -103,7 +103,8 @@ CHILD = textwrap.dedent(
         handle = runtime.start(listener({name!r}, {model!r}, tools), "Start listening.")
         print(json.dumps({{"execution_id": handle.execution_id}}), flush=True)
         result = handle.wait(timeout=180)
-        print(json.dumps({{"status": result.status.value, "actions": tools.actions}}), flush=True)
+        print(json.dumps({{"status": result.status.value, "actions": tools.actions, "error": result.error,
+                          "run": result.current_execution_id, "runs": result.runs}}), flush=True)
     """
 )
 
@@ -136,7 +137,7 @@ def test_two_processes_each_get_only_their_own_messages(agent_runtime, agent_set
         if child.poll() is None:
             child.kill()
             child.wait(timeout=10)
-    assert child_report["status"] == "COMPLETED"
+    assert child_report["status"] == "COMPLETED", child_report
     assert sorted(a for a, _ in child_report["actions"]) == sorted(f"c-{i}" for i in range(EACH))
     assert {t for _, t in child_report["actions"]} == {"child"}
     assert sorted(a for a, _ in tools_here.actions) == sorted(f"p-{i}" for i in range(EACH))

@@ -360,6 +360,26 @@ def test_forget_stops_sampling_and_clears_the_stall(no_thread):
     assert (True, None, 0) == (stalled, watch.stall, tick(watchdog, clock))
 
 
+def test_a_sample_in_flight_when_the_run_is_forgotten_cannot_flag_it_again(no_thread):
+    """A sample that read the run before its end finishes after forget(): the flag stays clear and
+    nobody hears of a stall (the handle that cancelled the run saw it end)."""
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, running(task("a", age=40)))
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    heard = []
+    watch.add_listener(heard.append)
+    read = api.liveness_sample
+
+    def read_then_forget(execution_id):
+        answer = read(execution_id)
+        watchdog.forget(EXEC)  # the run ends while the sample is on its way back
+        return answer
+
+    api.liveness_sample = read_then_forget
+    tick(watchdog, clock)
+    assert (None, []) == (watch.stall, heard)
+
+
 # --- missed rings ------------------------------------------------------------------------------
 
 
