@@ -14,7 +14,7 @@ from ._listener.chained_events import ChainedEvents
 from ._common.clock import Clock
 from ._common.transient import TransientErrors
 from ._listener.delivery import MessageDelivery, wait_for_delivery
-from ._listener.following import current_status, end_mailbox, listener_totals, live_links
+from ._listener.following import current_status, end_mailbox, is_running, listener_totals, live_links
 from ._answers.output_check import rejection_of
 from ._answers.output_type import Rejection, typed_result
 from ._listener.by_id import RunsById
@@ -404,7 +404,9 @@ class AgentHandle:
             ExecutionNotFoundError: the server does not know the execution.
         """
         stopped = False
-        for link in live_links(self._api, self._directory, self._chain()):
+        # Only the newest run: while a switch is under way, the run before it is ended by the switch, and
+        # the server's stop rewrites the whole run it read (no lock), which could undo that end.
+        for link in live_links(self._api, self._directory, self._chain())[:1]:
             try:
                 self._api.stop_agent(link.execution_id)
             except HttpError as err:
@@ -431,8 +433,10 @@ class AgentHandle:
         chain = self._chain()
         cancelled: set = set()
         for _ in range(3):  # a switch racing the cancel starts a newer link: end it too
+            # A run ended here and read back running: a stop racing the cancel rewrote it (the server's
+            # stop writes the whole run it read, without a lock): end it again.
             links = [link for link in live_links(self._api, self._directory, chain)
-                     if link.execution_id not in cancelled]
+                     if link.execution_id not in cancelled or is_running(self._api, link.execution_id)]
             if not links:
                 break
             for link in links:

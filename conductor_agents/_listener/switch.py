@@ -71,6 +71,8 @@ _DRAIN_PAUSE = 0.25
 #: was being evaluated when the run ended writes its output a moment later (what it popped then is
 #: not in the record, so an SDK sender sends it again; this only narrows that window).
 _SETTLE_SECONDS = 0.1
+#: Attempts to end link n when a concurrent write keeps bringing it back (see ``terminate_old``).
+_TERMINATE_ATTEMPTS = 5
 #: How many tasks are read from the end of link n to find its last model turn (more pages if needed).
 _TAIL_PAGE = 40
 _PULL = MESSAGE_WAIT_TASK_TYPE
@@ -261,16 +263,27 @@ class Switch:
         return isinstance(scheduled, (int, float)) and scheduled > self._new_created_ms + _SCHEDULED_AFTER_MARGIN_MS
 
     def terminate_old(self) -> Optional[str]:
-        """Step 3. Returns None, or the status link n ended with on its own (the switch is off)."""
-        try:
-            self._api.cancel_agent(self.old.execution_id, continued_reason(self.new.execution_id))
-        except HttpError as err:
-            if err.status not in (409, 400):
-                raise
-        status = self._api.agent_status(self.old.execution_id)
-        if is_continued(status.get("reasonForIncompletion")):
-            return None
-        return str(status.get("status"))
+        """Step 3. Returns None, or the status link n ended with on its own (the switch is off).
+
+        Link n read back still running means a write that read it before the end (the server's stop
+        rewrites the whole run, without a lock) undid the end: it is ended again, a few times at most.
+        """
+        for attempt in range(_TERMINATE_ATTEMPTS):
+            try:
+                self._api.cancel_agent(self.old.execution_id, continued_reason(self.new.execution_id))
+            except HttpError as err:
+                if err.status not in (409, 400):
+                    raise
+            status = self._api.agent_status(self.old.execution_id)
+            if is_continued(status.get("reasonForIncompletion")):
+                return None
+            if RunStatus.parse(status.get("status")).is_terminal:
+                return str(status.get("status"))
+            log.info("listener %s: link %s still %s after it was ended (attempt %d): ending it again",
+                     self.chain.execution_id, self.old.execution_id, status.get("status"), attempt + 1)
+            self._pause(_SETTLE_SECONDS)
+        raise ConductorAgentsError(f"link {self.old.execution_id} of listener {self.chain.execution_id} is still "
+                                   f"running after {_TERMINATE_ATTEMPTS} attempts to end it for its continuation")
 
     def commit(self) -> CommitRecord:
         """Step 4: build the record from link n's final state, write it (first writer wins), read it back."""
