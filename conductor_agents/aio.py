@@ -260,6 +260,14 @@ class AsyncAgentHandle:
         """As :meth:`AgentHandle.cancel`."""
         await self._pool.run(self.sync.cancel, reason)
 
+    async def pause(self) -> None:
+        """As :meth:`AgentHandle.pause`."""
+        await self._pool.run(self.sync.pause)
+
+    async def unpause(self) -> None:
+        """As :meth:`AgentHandle.unpause`."""
+        await self._pool.run(self.sync.unpause)
+
     async def pending(self) -> "tuple[PendingRequest, ...]":
         """As :meth:`AgentHandle.pending`."""
         return await self._pool.run(self.sync.pending)

@@ -157,6 +157,15 @@ class ExecutionNotRunningError(ServerError):
         self.execution_id = execution_id
 
 
+class RunPausedError(ServerError):
+    """The run is paused (``handle.pause()``, or the server's ``PUT /workflow/{id}/pause``): it takes no
+    message until it is unpaused. Nothing was queued: send the message again after ``handle.unpause()``."""
+
+    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 409) -> None:
+        super().__init__(message, status=status)
+        self.execution_id = execution_id
+
+
 class MessageQueueFullError(ServerError):
     """The execution's message queue is full (HTTP 429); retry after the agent drains it."""
 

@@ -19,6 +19,7 @@ from ..errors import (
     ExecutionNotRunningError,
     MessageQueueDisabledError,
     MessageQueueFullError,
+    RunPausedError,
     ServerError,
 )
 
@@ -83,6 +84,16 @@ class ConductorApi:
         """``POST /agent/{id}/stop`` (graceful)."""
         with _not_found_is_unknown_execution(execution_id):
             self.transport.request("POST", f"/agent/{_seg(execution_id)}/stop")
+
+    def pause_workflow(self, execution_id: str) -> None:
+        """``PUT /workflow/{id}/pause``: nothing new is scheduled until resumed (idempotent; 409 once ended)."""
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("PUT", f"/workflow/{_seg(execution_id)}/pause")
+
+    def resume_workflow(self, execution_id: str) -> None:
+        """``PUT /workflow/{id}/resume`` of a paused run (the server refuses one that is not paused)."""
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("PUT", f"/workflow/{_seg(execution_id)}/resume")
 
     def cancel_agent(self, execution_id: str, reason: str) -> None:
         """``DELETE /agent/{id}/cancel?reason=`` (hard)."""
@@ -235,6 +246,10 @@ class ConductorApi:
         except HttpError as err:
             if err.status == 404:
                 raise self._explain_message_404(execution_id) from err
+            if err.status == 409 and "current: PAUSED" in (err.server_message or ""):
+                raise RunPausedError(
+                    f"execution {execution_id!r} is paused; it takes no messages until it is unpaused "
+                    "(handle.unpause())", execution_id=execution_id) from err
             if err.status == 409:
                 raise ExecutionNotRunningError(
                     f"execution {execution_id!r} is not running; it cannot receive messages "

@@ -32,6 +32,7 @@ BUILTIN_OF = {
     "ExecutionNotFoundError": (LookupError,),
     "ExecutionNotRunningError": (Exception,),
     "MessageQueueFullError": (Exception,),
+    "RunPausedError": (Exception,),
     "MessageQueueDisabledError": (Exception,),
     "MessageLostError": (LookupError,),
     "WaitTimeoutError": (TimeoutError,),
@@ -93,7 +94,8 @@ def test_no_error_shadows_a_builtin_name():
 def test_server_error_subclasses_are_server_errors():
     """Every error about a server answer is a ServerError (one except clause catches them)."""
     for cls in (errors.ServerUnavailableError, errors.AuthenticationError, errors.ExecutionNotFoundError,
-                errors.ExecutionNotRunningError, errors.MessageQueueFullError, errors.MessageQueueDisabledError):
+                errors.ExecutionNotRunningError, errors.MessageQueueFullError, errors.MessageQueueDisabledError,
+                errors.RunPausedError):
         assert issubclass(cls, errors.ServerError), cls.__name__
 
 
@@ -110,6 +112,7 @@ def test_local_server_errors_are_local_server_errors():
     (errors.ExecutionNotFoundError, 404),
     (errors.ExecutionNotRunningError, 409),
     (errors.MessageQueueFullError, 429),
+    (errors.RunPausedError, 409),
     (errors.MessageQueueDisabledError, 404),
 ])
 def test_execution_errors_carry_id_and_status(cls, status):
@@ -169,7 +172,7 @@ PACKAGE_ALL = [
     "ConfigurationError", "ExecutionNotFoundError", "ExecutionNotRunningError", "InvalidAnswerError", "JarDownloadError",
     "JavaNotFoundError", "LocalServerError", "MessageLostError", "MessageQueueDisabledError", "MessageQueueFullError",
     "MissingSecretError", "ModelUnavailableError", "NothingPendingError", "OutputValidationError",
-    "PayloadError", "ResumeError", "RunContextError", "RuntimeClosedError", "ServerError", "ServerUnavailableError",
+    "PayloadError", "ResumeError", "RunContextError", "RunPausedError", "RuntimeClosedError", "ServerError", "ServerUnavailableError",
     "ToolArgumentsError", "ToolDefinitionError", "WaitTimeoutError", "WorkerStallError", "WorkerStartupError",
     "__version__",
 ]
