@@ -11,6 +11,7 @@ from ._listener.delivery import MessageDelivery
 from .aio import AsyncAgentHandle, AsyncAgentRuntime
 from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
 from ._runs.running import RunningRun
+from ._scheduling import Schedule, Schedules
 from .agent import Agent
 from ._answers.guardrails import Guardrail, GuardrailResult
 from ._teams.gates import Gate
@@ -42,6 +43,7 @@ from .errors import (
     RunContextError,
     RunPausedError,
     RuntimeClosedError,
+    ScheduleNotFoundError,
     ServerError,
     ServerUnavailableError,
     ToolCancelled,
@@ -98,6 +100,8 @@ __all__ = [
     "ListenerTotals",
     "MessageDelivery",
     "RunningRun",
+    "Schedule",
+    "Schedules",
     # People in the loop
     "PendingRequest",
     "PendingToolCall",
@@ -129,6 +133,7 @@ __all__ = [
     "RunContextError",
     "RunPausedError",
     "RuntimeClosedError",
+    "ScheduleNotFoundError",
     "ServerError",
     "ServerUnavailableError",
     "ToolArgumentsError",

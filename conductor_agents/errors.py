@@ -149,6 +149,14 @@ class ExecutionNotFoundError(ServerError, LookupError):
         self.execution_id = execution_id
 
 
+class ScheduleNotFoundError(ServerError, LookupError):
+    """No schedule with this name exists on the server (``runtime.schedules``)."""
+
+    def __init__(self, message: str, *, name: str, status: Optional[int] = 404) -> None:
+        super().__init__(message, status=status)
+        self.name = name
+
+
 class ExecutionNotRunningError(ServerError):
     """The execution exists but is no longer RUNNING (messages cannot be delivered)."""
 

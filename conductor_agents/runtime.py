@@ -20,6 +20,7 @@ from ._runs.running import RunningRun, running_runs
 from ._runs.serving import ProcessServing, check_servable
 from ._runs.start import RunStarter, check_prompt
 from ._runs.take_up import RunTaker
+from ._scheduling import Schedules
 from ._serving.takeover import make_worker_id
 from ._wire.api import ConductorApi
 from ._wire.payload import message_payload
@@ -350,6 +351,14 @@ class AgentRuntime:
         """
         self._check_open()
         return running_runs(self._api, self._directory, _agent_name(agent))
+
+    @property
+    def schedules(self) -> Schedules:
+        """The server's cron schedules of agents: ``create``, ``get``, ``list``, ``pause``, ``unpause``,
+        ``delete``, ``next_runs`` (see ``docs/schedules.md``). A scheduled run is served by the processes
+        that :meth:`serve` its agent."""
+        self._check_open()
+        return Schedules(self._api)
 
     def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
         """What every running run of ``agent`` (an Agent or its name) waits on from a person,

@@ -28,7 +28,7 @@ FLOORS: "List[Set[str]]" = [
     {"events", "tools", "_answers"},
     {"_teams"},
     {"agent", "_events"},
-    {"_listener"},
+    {"_listener", "_scheduling"},
     {"_worker"},
     {"_serving"},
     {"handle"},

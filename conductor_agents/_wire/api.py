@@ -20,6 +20,7 @@ from ..errors import (
     MessageQueueDisabledError,
     MessageQueueFullError,
     RunPausedError,
+    ScheduleNotFoundError,
     ServerError,
 )
 
@@ -65,6 +66,58 @@ class ConductorApi:
         if not isinstance(result, dict) or not result.get("executionId"):
             raise ServerError(f"POST /agent/start returned no executionId: {str(result)[:200]}")
         return result
+
+    def deploy_agent(self, body: Mapping[str, Any]) -> dict:
+        """``POST /agent/deploy``: compile and register the agent's workflow, start nothing → ``{agentName,
+        requiredWorkers}``."""
+        result = self.transport.request("POST", "/agent/deploy", json_body=dict(body))
+        return result if isinstance(result, dict) else {}
+
+    # -- the scheduler (``/scheduler``) --------------------------------------------------
+
+    def create_schedule(self, body: Mapping[str, Any]) -> dict:
+        """``POST /scheduler/schedules`` (creates, or replaces the schedule of that name)."""
+        result = self.transport.request("POST", "/scheduler/schedules", json_body=dict(body))
+        return result if isinstance(result, dict) else {}
+
+    def get_schedule(self, name: str) -> dict:
+        """``GET /scheduler/schedules/{name}``.
+
+        Raises:
+            ScheduleNotFoundError: no such schedule.
+        """
+        try:
+            result = self.transport.request("GET", f"/scheduler/schedules/{_seg(name)}")
+        except HttpError as err:
+            if err.status == 404:
+                raise ScheduleNotFoundError(f"no schedule named {name!r} on the server", name=name) from err
+            raise
+        if not isinstance(result, dict):
+            raise ScheduleNotFoundError(f"no schedule named {name!r} on the server", name=name)
+        return result
+
+    def list_schedules(self) -> "list[dict]":
+        """``GET /scheduler/schedules``: every schedule."""
+        result = self.transport.request("GET", "/scheduler/schedules")
+        return [s for s in result if isinstance(s, dict)] if isinstance(result, list) else []
+
+    def pause_schedule(self, name: str) -> None:
+        """``PUT /scheduler/schedules/{name}/pause``."""
+        self.transport.request("PUT", f"/scheduler/schedules/{_seg(name)}/pause")
+
+    def resume_schedule(self, name: str) -> None:
+        """``PUT /scheduler/schedules/{name}/resume``."""
+        self.transport.request("PUT", f"/scheduler/schedules/{_seg(name)}/resume")
+
+    def delete_schedule(self, name: str) -> None:
+        """``DELETE /scheduler/schedules/{name}``."""
+        self.transport.request("DELETE", f"/scheduler/schedules/{_seg(name)}")
+
+    def next_schedule_times(self, cron: str, count: int) -> "list[int]":
+        """``GET /scheduler/nextFewSchedules``: the next ``count`` start times of ``cron`` (epoch ms)."""
+        result = self.transport.request("GET", "/scheduler/nextFewSchedules",
+                                        params={"cronExpression": cron, "limit": str(count)})
+        return [int(t) for t in result if isinstance(t, (int, float))] if isinstance(result, list) else []
 
     def agent_status(self, execution_id: str, *, timeout: Optional[float] = None) -> dict:
         """``GET /agent/{id}/status``."""
