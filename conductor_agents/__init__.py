@@ -11,6 +11,7 @@ from ._listener.delivery import MessageDelivery
 from .aio import AsyncAgentHandle, AsyncAgentRuntime
 from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
 from ._runs.running import RunningRun
+from ._tracing import ConductorAgentsInstrumentor
 from .agent import Agent
 from ._answers.guardrails import Guardrail, GuardrailResult
 from ._teams.gates import Gate
@@ -97,6 +98,8 @@ __all__ = [
     "ListenerTotals",
     "MessageDelivery",
     "RunningRun",
+    # Watching them: OpenTelemetry traces and metrics (the otel extra)
+    "ConductorAgentsInstrumentor",
     # People in the loop
     "PendingRequest",
     "PendingToolCall",

@@ -14,6 +14,7 @@ import logging
 import threading
 from typing import Optional
 
+from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
 from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
 from .._listener.directory import Chain, ChainDirectory, Link
@@ -240,6 +241,7 @@ class WorkerSet:
             poller.remove_execution(execution_id)
             self.retire_if_idle(poller)
         self.unwatch(execution_id)
+        tracing.run_ended(execution_id, lambda: self._api.get_workflow(execution_id, include_tasks=True))
 
     def serves_domain(self, domain: str) -> bool:
         """Whether a run on ``domain`` is served here now (or its poller is reserved for one starting)."""
@@ -459,3 +461,4 @@ class WorkerSet:
             watcher.join(join_timeout)
         if executor is not None:
             executor.shutdown(self._settings.shutdown_grace_seconds)
+        tracing.runs_closed(self)  # the spans of its runs still going end here (the runs go on)
