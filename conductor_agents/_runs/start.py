@@ -105,7 +105,7 @@ class RunStarter:
                 reservation.cancel()
             raise
         execution_id = str(started["executionId"])
-        traced.started(execution_id)
+        traced.started(execution_id)  # before its first tool runs here
         tracker = None
         with released_on_failure(reservation, execution_id):
             if run_id and keyed:
@@ -120,6 +120,7 @@ class RunStarter:
                 if reservation is not None:
                     tracker = self._taker.serve_chain(reservation, chain, spec)
                 execution_id = chain.execution_id  # the id callers hold: the mailbox's, when it has one
+                traced.started(str(started["executionId"]), conversation_id=execution_id)
             else:
                 self._directory.remember(Chain(execution_id))  # never continued: sends need no lookup
         log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")

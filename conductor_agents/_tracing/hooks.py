@@ -71,12 +71,14 @@ def carrier_of(workflow: Mapping[str, Any]) -> Optional[str]:
     return read(workflow)
 
 
-def run_ended(execution_id: str, read_workflow: Callable[[], Mapping[str, Any]]) -> None:
+def run_ended(execution_id: str, read_workflow: Callable[[], Mapping[str, Any]], *,
+              continued: Callable[[Optional[str]], bool] = lambda reason: False) -> None:
     """Run ``execution_id`` ended: if its span is open here, record its model turns (``read_workflow()``
-    gives the run with its tasks; called only then) and end it."""
+    gives the run with its tasks; called only then) and end it. ``continued(reasonForIncompletion)`` says
+    whether its end was a continuation (a listener's next run took over: not an error)."""
     telemetry = _active
     if telemetry is not None:
-        _quietly(telemetry.run_ended, execution_id, read_workflow)
+        _quietly(telemetry.run_ended, execution_id, read_workflow, continued)
 
 
 def runs_closed(owner: Any) -> None:

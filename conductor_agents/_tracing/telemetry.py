@@ -138,12 +138,12 @@ class Telemetry:
         return _RunTrace(self, _OpenRun(span, agent_name, owner))
 
     def register(self, run: _OpenRun, execution_id: str, conversation_id: str) -> None:
-        run.execution_id = execution_id
-        run.span.set_attribute("gen_ai.conversation.id", conversation_id)
-        run.span.set_attribute("conductor_agents.execution_id", execution_id)
         with self._lock:
             if run.ended:
                 return
+            run.execution_id = execution_id
+            run.span.set_attribute("gen_ai.conversation.id", conversation_id)
+            run.span.set_attribute("conductor_agents.execution_id", execution_id)
             replaced = self._runs.get(execution_id)
             self._runs[execution_id] = run
             if replaced is run or (replaced is not None and replaced.ended):
@@ -161,7 +161,8 @@ class Telemetry:
             ended, run.ended = run.ended, True
         return not ended
 
-    def run_ended(self, execution_id: str, read_workflow: Callable[[], Mapping[str, Any]]) -> None:
+    def run_ended(self, execution_id: str, read_workflow: Callable[[], Mapping[str, Any]],
+                  continued: Callable[[Optional[str]], bool]) -> None:
         with self._lock:
             run = self._runs.pop(execution_id, None)
             if run is None or run.ended:
@@ -172,6 +173,8 @@ class Telemetry:
         try:
             workflow = read_workflow() or {}
             status = str(workflow.get("status") or "")
+            if status == "TERMINATED" and continued(workflow.get("reasonForIncompletion")):
+                status = "CONTINUED"  # a listener's next run took over: its normal end
             self._model_turns(workflow.get("tasks") or (), span)
         except Exception as err:  # the span still ends; its turns are missing
             span.set_attribute("conductor_agents.turns_unread", error_type(err))

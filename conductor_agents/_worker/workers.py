@@ -17,6 +17,7 @@ from typing import Optional
 from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
 from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
+from .._listener.chain import is_continued
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._listener.driver import ChainTracker, ContinuationDriver
@@ -241,7 +242,8 @@ class WorkerSet:
             poller.remove_execution(execution_id)
             self.retire_if_idle(poller)
         self.unwatch(execution_id)
-        tracing.run_ended(execution_id, lambda: self._api.get_workflow(execution_id, include_tasks=True))
+        tracing.run_ended(execution_id, lambda: self._api.get_workflow(execution_id, include_tasks=True),
+                          continued=is_continued)
 
     def serves_domain(self, domain: str) -> bool:
         """Whether a run on ``domain`` is served here now (or its poller is reserved for one starting)."""
