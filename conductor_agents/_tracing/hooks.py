@@ -89,7 +89,7 @@ def runs_closed(owner: Any) -> None:
 
 
 class _NoTool:
-    def failed(self, err: BaseException) -> None:
+    def failed(self, err: BaseException, *, message: Optional[str] = None, stacktrace: Optional[str] = None) -> None:
         """Nothing to record."""
 
     def finished(self, status: Optional[str]) -> None:

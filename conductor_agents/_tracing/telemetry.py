@@ -95,10 +95,13 @@ class _ToolSpan:
             self.failed(err)
         self._span.end()
 
-    def failed(self, err: BaseException) -> None:
+    def failed(self, err: BaseException, *, message: Optional[str] = None, stacktrace: Optional[str] = None) -> None:
         self._error = error_type(err)
         self._span.set_attribute("error.type", self._error)
-        self._span.record_exception(err)
+        shown = {} if message is None else {"exception.message": message}  # the executor's, secrets redacted
+        if stacktrace is not None:
+            shown["exception.stacktrace"] = stacktrace
+        self._span.record_exception(err, attributes=shown)
         self._span.set_status(Status(StatusCode.ERROR, f"{type(err).__name__}"))
 
     def finished(self, status: Optional[str]) -> None:

@@ -294,15 +294,16 @@ class ToolExecutor:
         except ToolCancelled as cancelled:
             return self._cancelled(task, flight, cancelled, base)
         except Exception as err:  # the model sees the error and the run goes on
-            span.failed(err)
             reason = scrub(str(err) if isinstance(err, ToolArgumentsError) else f"{type(err).__name__}: {err}")
+            stacktrace = scrub(traceback.format_exc())
+            span.failed(err, message=reason, stacktrace=stacktrace)
             log.info("tool %s failed on task %s: %s", task.task_type, task.task_id, reason)
             return {
                 **base,
                 "status": _TERMINAL_FAILURE,
                 "reasonForIncompletion": reason[:2000],
                 "outputData": {"error": reason[:2000]},
-                "logs": [{"log": scrub(traceback.format_exc())[-4000:], "createdTime": int(self._clock.time() * 1000)}],
+                "logs": [{"log": stacktrace[-4000:], "createdTime": int(self._clock.time() * 1000)}],
             }
         try:
             output = _run_state.merge_updates(tool_output(value), _context.state_updates_of(flight.context))

@@ -164,7 +164,8 @@ def test_a_tool_span_finds_the_run_it_belongs_to():
 
 def test_the_executor_runs_a_tool_body_inside_its_span(http):
     """A body run by the executor sees its span as current (the user's spans nest under it); a body that
-    raises leaves ``error.type`` and the exception on the span; the run's carrier is read once."""
+    raises leaves ``error.type`` and the exception on the span, with the run's secrets redacted; the run's
+    carrier is read once."""
     http.add("GET", BASE_URL + "/workflow/wf-1", json={"workflowId": "wf-1", "input": {"session_id": TRACEPARENT}})
     http.add("POST", BASE_URL + "/tasks", body="")
     executor = ToolExecutor(ConductorApi(Transport(BASE_URL)), threads=2, worker_id="w")
@@ -175,13 +176,14 @@ def test_the_executor_runs_a_tool_body_inside_its_span(http):
             """Look up a city."""
             with otel.tracer.start_as_current_span("mine"):
                 if city == "Atlantis":
-                    raise LookupError("no such city")
+                    raise LookupError("no such city (tried with key sk-very-secret)")
                 return city
 
         try:
             for number, city in enumerate(("Oslo", "Atlantis")):
                 task = {"taskId": f"t-{number}", "workflowInstanceId": "wf-1", "taskType": "lookup",
-                        "referenceTaskName": f"call_{number}", "inputData": {"city": city}}
+                        "referenceTaskName": f"call_{number}", "inputData": {"city": city},
+                        "runtimeMetadata": {"API_KEY": "sk-very-secret"}}
                 assert executor.submit(task, lookup)
                 eventually(lambda: executor.in_flight_count == 0, timeout=5.0, message="the tool to finish")
         finally:
@@ -195,7 +197,10 @@ def test_the_executor_runs_a_tool_body_inside_its_span(http):
     assert "error.type" not in tools[0].attributes
     assert tools[1].attributes["error.type"] == "LookupError"
     assert tools[1].attributes["conductor_agents.task.status"] == "FAILED_WITH_TERMINAL_ERROR"
-    assert [e.name for e in tools[1].events] == ["exception"]
+    event, = tools[1].events
+    assert event.name == "exception" and event.attributes["exception.type"] == "LookupError"
+    assert "no such city" in event.attributes["exception.message"]
+    assert "sk-very-secret" not in repr([dict(s.attributes) for s in otel.spans()] + [dict(event.attributes)])
     assert [c.request.method for c in http.calls].count("GET") == 1
 
 
