@@ -71,7 +71,7 @@ class RunStarter:
         run_id = uuid.uuid4().hex if agent.is_stateful else None
         checked_context = check_context(context) if context is not None else None
         spec = None
-        traced = tracing.begin_run(agent.name, owner=self._workers)  # a child of the caller's current span
+        traced = tracing.begin_run(agent.name, owner=self._workers.worker_id)  # a child of the caller's current span
         if agent.is_listener:
             spec = LinkSpec(agent, prompt, self._settings.continuation_for(agent), context=checked_context or {},
                             trace_parent=traced.traceparent)

@@ -110,7 +110,7 @@ class RunTaker:
                      serve: bool, traced: "Optional[tuple[Optional[str], str]]" = None) -> "AgentHandle":
         if serve and traced is not None:  # its span here: a child of the span it was started with
             parent, how = traced
-            tracing.begin_run(agent.name, parent=parent, taken_up=how, owner=self._workers).started(execution_id)
+            tracing.begin_run(agent.name, parent=parent, taken_up=how, owner=self._worker_id).started(execution_id)
         if serve:
             reservation = self._workers.reserve(domain, agent)
             with released_on_failure(reservation, execution_id):
@@ -141,7 +141,7 @@ class RunTaker:
             prompt = str((workflow.get("input") or {}).get("prompt") or "")
             carrier = tracing.carrier_of(workflow)  # its later runs stay in the trace it was started in
             spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent), trace_parent=carrier)
-            tracing.begin_run(agent.name, parent=carrier, taken_up=how, owner=self._workers).started(
+            tracing.begin_run(agent.name, parent=carrier, taken_up=how, owner=self._worker_id).started(
                 newest.execution_id, conversation_id=chain.execution_id)
             reservation = self._workers.reserve(domain, agent, continued=True)
             with released_on_failure(reservation, chain.execution_id):

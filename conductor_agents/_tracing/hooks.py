@@ -52,8 +52,8 @@ def begin_run(agent_name: str, *, parent: Optional[str] = None, taken_up: Option
     """Open the ``invoke_agent`` span of a run about to start (or taken up): a child of ``parent`` (a W3C
     ``traceparent``) or else of the caller's current span. Returns an object whose ``traceparent`` the
     run's start carries (None when tracing is off), whose ``started(execution_id)`` names the run and
-    whose ``failed(err)`` ends the span of a start that failed. ``owner`` (a runtime's workers) ends
-    it in :func:`runs_closed` if the run is still going then."""
+    whose ``failed(err)`` ends the span of a start that failed. ``owner`` (the worker id of the runtime that
+    serves the run) ends it in :func:`runs_closed` if the run is still going then."""
     telemetry = _active
     if telemetry is None:
         return NO_RUN
@@ -82,7 +82,8 @@ def run_ended(execution_id: str, read_workflow: Callable[[], Mapping[str, Any]],
 
 
 def runs_closed(owner: Any) -> None:
-    """``owner``'s runtime closed: end the spans of its runs still going (they go on on the server)."""
+    """The runtime of worker id ``owner`` closed: end the spans of its runs still going (they go on on the
+    server)."""
     telemetry = _active
     if telemetry is not None:
         _quietly(telemetry.runs_closed, owner)

@@ -427,6 +427,11 @@ class WorkerSet:
 
     # -- introspection ----------------------------------------------------------------
 
+    @property
+    def worker_id(self) -> str:
+        """This process's worker id (what its run spans are owned by)."""
+        return self._worker_id
+
     def pollers(self) -> "list[DomainPoller]":
         with self._lock:
             return list(self._pollers.values())
@@ -463,4 +468,4 @@ class WorkerSet:
             watcher.join(join_timeout)
         if executor is not None:
             executor.shutdown(self._settings.shutdown_grace_seconds)
-        tracing.runs_closed(self)  # the spans of its runs still going end here (the runs go on)
+        tracing.runs_closed(self._worker_id)  # the spans of its runs still going end here (the runs go on)

@@ -66,33 +66,49 @@ def test_a_run_its_tool_and_the_callers_span_make_one_trace(agent_settings, scri
 
 
 @pytest.mark.both_topologies
-def test_a_continued_listener_keeps_one_trace(agent_settings, scripted_llm, unique_name):
-    """``Continuation(max_turns=2)``: the listener is continued; every run's span and every tool span is in
-    the trace of the caller's span, the later run's span a child of the first run's."""
+def test_a_continued_listener_keeps_one_trace_also_when_resumed_elsewhere(agent_settings, scripted_llm, unique_name):
+    """``Continuation(max_turns=2)``: the listener is continued, then its runtime closes and another resumes
+    it. Every run span, the taker's span and every tool span are in the trace of the caller's span; the later
+    run's span is a child of the first run's, the taker's a child of the run it took up, and the tool run
+    after the resume nests under the taker's span."""
     tools = ActionTools()
     model = scripted_llm.script(policy=listener_policy(act_on))
     agent = listener(unique_name("traced"), model, tools, continuation=Continuation(max_turns=2))
+
+    def act(runtime: AgentRuntime, execution_id: str, action: str) -> None:
+        runtime.send_message(execution_id, {"action": action})
+        eventually(lambda: action in tools.actions, timeout=60, message=f"{action} acted on")
+
     with otel_capture() as otel:
-        with AgentRuntime(agent_settings) as runtime:
+        with AgentRuntime(agent_settings) as first:
             with otel.tracer.start_as_current_span("caller") as caller:
-                handle = runtime.start(agent, "Start listening.")
-            sent = 0
+                handle = first.start(agent, "Start listening.")
             while handle.runs < 2:
-                assert sent < 10, "no switch"
-                runtime.send_message(handle.execution_id, {"action": f"m{sent}"})
-                sent += 1
-                eventually(lambda: f"m{sent - 1}" in tools.actions, timeout=60, message="acted on")
-            handle.stop()
-            handle.wait(timeout=60)
+                assert len(tools.actions) < 10, "no switch"
+                act(first, handle.execution_id, f"m{len(tools.actions)}")
+            eventually(lambda: [s for s in otel.spans() if s.attributes.get("conductor_agents.run.status") == "CONTINUED"],
+                       timeout=30, message="the switch committed: the first run's span ended")
+        with AgentRuntime(agent_settings) as taker:
+            resumed = taker.resume(handle.execution_id, agent, force=True)
+            act(taker, handle.execution_id, "after the resume")
+            resumed.stop()
+            resumed.wait(timeout=60)
         spans = otel.spans()
-        runs = sorted(_named(spans, f"invoke_agent {agent.name}"), key=lambda s: s.start_time)
+        runs = sorted((s for s in _named(spans, f"invoke_agent {agent.name}")
+                       if "conductor_agents.run.taken_up" not in s.attributes), key=lambda s: s.start_time)
+        took, = [s for s in spans if s.attributes.get("conductor_agents.run.taken_up") == "resume"]
         acts = _named(spans, "execute_tool act")
-        assert len(runs) >= 2 and len(acts) >= sent
-        assert {s.context.trace_id for s in (*runs, *acts)} == {caller.get_span_context().trace_id}
+        assert len(runs) >= 2 and len(acts) == len(tools.actions)
+        assert {s.context.trace_id for s in (*runs, took, *acts)} == {caller.get_span_context().trace_id}
         assert runs[0].parent.span_id == caller.get_span_context().span_id
-        assert all(later.parent.span_id == runs[0].context.span_id for later in runs[1:])
-        assert {a.parent.span_id for a in acts} <= {r.context.span_id for r in runs}
+        assert runs[1].parent.span_id == runs[0].context.span_id  # runs continued after the resume: of runs[1]
+        assert all(later.parent.span_id in {r.context.span_id for r in runs} for later in runs[1:])
         assert runs[0].attributes["conductor_agents.run.status"] == "CONTINUED"
         assert "error.type" not in runs[0].attributes
-        assert {r.attributes["gen_ai.conversation.id"] for r in runs} == {handle.execution_id}
+        before = [r for r in runs if r.start_time < took.start_time][-1]  # the run taken up
+        assert before.attributes["conductor_agents.run.open"] is True  # its runtime closed; the run went on
+        assert took.parent.span_id == before.context.span_id
+        last_act = max(acts, key=lambda s: s.start_time)
+        assert last_act.parent.span_id in {took.context.span_id, runs[-1].context.span_id}
+        assert {r.attributes["gen_ai.conversation.id"] for r in (*runs, took)} == {handle.execution_id}
         assert _named(spans, "chat ")
