@@ -11,6 +11,8 @@ import contextlib
 import logging
 from typing import Any, Callable, Iterator, Mapping, Optional
 
+from .carrier import carrier_of
+
 __all__ = ["NO_RUN", "NO_TOOL", "active", "begin_run", "carrier_of", "install", "run_ended", "runs_closed", "tool_call"]
 
 log = logging.getLogger("conductor_agents.tracing")
@@ -64,11 +66,6 @@ def begin_run(agent_name: str, *, parent: Optional[str] = None, taken_up: Option
         return NO_RUN
 
 
-def carrier_of(workflow: Mapping[str, Any]) -> Optional[str]:
-    """The ``traceparent`` a run was started with (its input's ``session_id``), or None."""
-    from .carrier import carrier_of as read
-
-    return read(workflow)
 
 
 def run_ended(execution_id: str, read_workflow: Callable[[], Mapping[str, Any]], *,

@@ -9,8 +9,10 @@ The only module that imports ``opentelemetry`` (the API only), and only
 from __future__ import annotations
 
 import collections
+import os
 import threading
 import time
+import weakref
 from typing import Any, Callable, Dict, Mapping, Optional, Tuple
 
 from opentelemetry import context as otel_context
@@ -41,6 +43,15 @@ def error_type(err: BaseException) -> str:
     """The ``error.type`` of an exception: its fully qualified class name (builtins unqualified)."""
     cls = type(err)
     return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _after_fork_in_child(ref: "weakref.ref[Telemetry]") -> None:
+    """In a forked child: a new lock (the parent's may be held by a thread that does not exist here), and
+    none of the parent's open runs (their spans are the parent's to end)."""
+    telemetry = ref()
+    if telemetry is not None:
+        telemetry._lock = threading.Lock()
+        telemetry._runs = {}
 
 
 class _OpenRun:
@@ -126,6 +137,8 @@ class Telemetry:
             explicit_bucket_boundaries_advisory=_SECOND_BUCKETS)
         self._lock = threading.Lock()
         self._runs: Dict[str, _OpenRun] = {}
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref))
         self._carriers: "collections.OrderedDict[str, Tuple[Optional[str], Optional[str]]]" = collections.OrderedDict()
 
     # -- runs -------------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Unit tests for conductor_agents._tracing: off without the extra, the spans and metrics it makes, the
 carrier a run keeps its trace context in, and a tool body run by the executor inside its span."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -215,3 +216,19 @@ def test_instrument_is_idempotent_and_reversible():
     assert not instrumentor.is_instrumented_by_opentelemetry
     assert hooks.begin_run("a") is hooks.NO_RUN
     instrumentor.uninstrument()  # again: nothing to do
+
+
+def test_a_forked_child_starts_with_no_open_run_of_its_parent():
+    """After ``fork()`` the child's instrumentation holds none of the parent's runs (and a fresh lock)."""
+    with otel_capture():
+        hooks.begin_run("a").started("wf-parent")
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: report what it holds, then leave at once
+            os.write(write, repr(sorted(hooks.active()._runs)).encode())
+            os._exit(0)
+        os.close(write)
+        held = os.read(read, 1000).decode()
+        os.waitpid(pid, 0)
+        assert held == "[]"
+        assert list(hooks.active()._runs) == ["wf-parent"]
