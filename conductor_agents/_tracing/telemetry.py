@@ -266,8 +266,9 @@ class Telemetry:
         attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name,
                       "gen_ai.tool.type": "function", "gen_ai.tool.call.id": call_id,
                       "conductor_agents.tool.attempt": attempt, "conductor_agents.execution_id": execution_id}
-        span = self._tracer.start_span(f"execute_tool {tool_name}", context=self._parent_of(execution_id, read_workflow),
-                                       kind=SpanKind.INTERNAL, attributes=attributes)
+        parent = self._parent_of(execution_id, read_workflow)
+        span = self._tracer.start_span(f"execute_tool {tool_name}", context=parent, kind=SpanKind.INTERNAL,
+                                       attributes=attributes)
         return _ToolSpan(span)
 
     def _parent_of(self, execution_id: str, read_workflow: Callable[[str], Mapping[str, Any]]) -> Any:

@@ -86,7 +86,8 @@ def test_a_continued_listener_keeps_one_trace_also_when_resumed_elsewhere(agent_
             while handle.runs < 2:
                 assert len(tools.actions) < 10, "no switch"
                 act(first, handle.execution_id, f"m{len(tools.actions)}")
-            eventually(lambda: [s for s in otel.spans() if s.attributes.get("conductor_agents.run.status") == "CONTINUED"],
+            eventually(lambda: [s for s in otel.spans()
+                                if s.attributes.get("conductor_agents.run.status") == "CONTINUED"],
                        timeout=30, message="the switch committed: the first run's span ended")
         with AgentRuntime(agent_settings) as taker:
             resumed = taker.resume(handle.execution_id, agent, force=True)
