@@ -12,6 +12,7 @@ from .aio import AsyncAgentHandle, AsyncAgentRuntime
 from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
 from ._runs.running import RunningRun
 from ._scheduling import Schedule, Schedules
+from ._tracing import ConductorAgentsInstrumentor
 from .agent import Agent
 from ._answers.guardrails import Guardrail, GuardrailResult
 from ._teams.gates import Gate
@@ -102,6 +103,8 @@ __all__ = [
     "RunningRun",
     "Schedule",
     "Schedules",
+    # Watching them: OpenTelemetry traces and metrics (the otel extra)
+    "ConductorAgentsInstrumentor",
     # People in the loop
     "PendingRequest",
     "PendingToolCall",

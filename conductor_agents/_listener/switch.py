@@ -48,6 +48,8 @@ from .chain import ABANDONED_REASON, continued_reason, is_continued
 from .directory import Chain, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._wire.transport import HttpError
+from .._tracing import hooks as tracing
+from .._tracing.carrier import START_KEY as TRACE_START_KEY
 from ..agent import Agent
 from ..continuation import Continuation
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
@@ -91,9 +93,12 @@ class LinkSpec:
     prompt: str
     continuation: Continuation
     context: Mapping[str, Any] = attrs.field(factory=dict)
+    #: The W3C traceparent of the listener's traced run its later runs' spans are children of (tracing on).
+    trace_parent: Optional[str] = None
 
 
-def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns_before: int) -> dict:
+def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns_before: int,
+                    traceparent: Optional[str] = None) -> dict:
     """The ``POST /agent/start`` body of link ``number`` of the listener on ``run_id`` (the first
     link included), started with idempotency key ``key``.
 
@@ -109,6 +114,8 @@ def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns
     body: dict = {"agentConfig": config, "prompt": spec.prompt, "runId": run_id, "idempotencyKey": key}
     if spec.context:
         body["context"] = dict(spec.context)
+    if traceparent is not None:
+        body[TRACE_START_KEY] = traceparent  # where this run's span context is found again (_tracing.carrier)
     return body
 
 
@@ -182,9 +189,15 @@ class Switch:
                  or {}).get("_agent_state")
         spec = attrs.evolve(self._spec, context=state) if isinstance(state, Mapping) and state else self._spec
         assert self.chain.run_id is not None
+        traced = tracing.begin_run(spec.agent.name, parent=spec.trace_parent, owner=self._worker_id)
         body = link_start_body(spec, self.chain.run_id, self.chain.key(self.new.number).key,
-                               number=self.new.number, turns_before=turns_before)
-        started = self._api.start_agent(body)
+                               number=self.new.number, turns_before=turns_before, traceparent=traced.traceparent)
+        try:
+            started = self._api.start_agent(body)
+        except BaseException as err:
+            traced.failed(err)
+            raise
+        traced.started(str(started.get("executionId")), conversation_id=self.chain.execution_id)
         if str(started.get("executionId")) != self.new.execution_id:
             raise ConductorAgentsError(
                 f"the server started link {self.new.number} of listener {self.chain.execution_id} as "

@@ -166,7 +166,7 @@ PACKAGE_ALL = [
     "McpTool", "ApiTool", "tool", "Strategy", "Handoff", "HandoffContext", "Gate", "Guardrail", "GuardrailResult", "Termination",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
     "AgentRuntime", "AsyncAgentRuntime", "AsyncAgentHandle", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
-    "ToolCallRecord", "ListenerTotals", "MessageDelivery", "RunningRun", "Schedule", "Schedules",
+    "ToolCallRecord", "ListenerTotals", "MessageDelivery", "RunningRun", "Schedule", "Schedules", "ConductorAgentsInstrumentor",
     "PendingRequest", "PendingToolCall", "HumanAnswer",
     "LocalServer",
     "ConductorAgentsError", "AgentDefinitionError", "AgentTypeError", "AnswerConflictError", "AuthenticationError",
