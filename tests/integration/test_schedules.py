@@ -4,6 +4,7 @@ deleted from the SDK."""
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import attrs
@@ -37,7 +38,8 @@ class Reports:
 
 @pytest.mark.both_topologies
 def test_a_schedule_starts_runs_that_the_serving_process_adopts_and_can_be_paused_and_deleted(
-        agent_settings, scripted_llm, unique_name):
+        agent_settings, scripted_llm, unique_name, caplog):
+    caplog.set_level(logging.DEBUG, logger="conductor_agents.serve")
     settings = attrs.evolve(agent_settings, liveness_stall_seconds=6.0, liveness_check_interval_seconds=1.0)
     model = scripted_llm.script([ToolCall("report", {"topic": "sales"}), "Report written."] * 50)
     reports = Reports()
@@ -63,7 +65,17 @@ def test_a_schedule_starts_runs_that_the_serving_process_adopts_and_can_be_pause
             (name, agent.name, False, schedule_domain(name), {"team": "sales"})
         assert [s.name for s in runtime.schedules.list(agent)] == [name]
 
-        eventually(lambda: reports.runs, timeout=90, message="a scheduled run's tool ran in the serving process")
+        def state() -> str:
+            runs = runtime._api.running_workflow_ids(agent.name)
+            tasks = [(t.get("taskType"), t.get("status"), t.get("domain"))
+                     for r in runs[:2] for t in runtime._api.get_workflow(r, include_tasks=True).get("tasks") or []
+                     if t.get("taskType") in ("report",)]
+            said = [r.getMessage() for r in caplog.records if r.name == "conductor_agents.serve"][-15:]
+            return (f"running runs {runs[:3]} ({len(runs)}), their tasks {tasks[:8]}, schedule "
+                    f"{runtime.schedules.get(name)}, serve log {said}")
+
+        eventually(lambda: reports.runs, timeout=90, message="a scheduled run's tool ran in the serving process",
+                   explain=state)
         run = runtime._api.get_workflow(reports.runs[0])
         assert run["input"][STARTED_BY] == name and run["input"]["prompt"] == "Write today's report."
         assert set(run["taskToDomain"].values()) == {schedule_domain(name)}
