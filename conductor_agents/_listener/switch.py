@@ -43,12 +43,14 @@ import attrs
 
 from .._wire.api import ConductorApi
 from .carryover import CommitRecord, build_record
+from .signals import carry_signal
 from .._common.task_names import CARRY_TASK, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, TURN_TASK
 from .chain import ABANDONED_REASON, continued_reason, is_continued
 from .directory import Chain, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._wire.transport import HttpError
 from ..agent import Agent
+from .._teams.model_settings import ModelSettings, apply_model_settings
 from ..continuation import Continuation
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import RunStatus, TokenUsage
@@ -83,12 +85,14 @@ _WAITING_KINDS = frozenset({_PULL, "JOIN", "DO_WHILE"})
 
 @attrs.frozen
 class LinkSpec:
-    """What a link is started with: the agent, the listener's prompt and context, and its turn budget."""
+    """What a link is started with: the agent, the listener's prompt and context, its turn budget, and the
+    model settings of the listener's start (every link gets them)."""
 
     agent: Agent
     prompt: str
     continuation: Continuation
     context: Mapping[str, Any] = attrs.field(factory=dict)
+    model_settings: Optional[ModelSettings] = None
 
 
 def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns_before: int) -> dict:
@@ -98,7 +102,7 @@ def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns
     Every link reports each model turn to the serving process (a ``before_model`` callback, task
     :data:`~conductor_agents._common.task_names.TURN_TASK`); links after the first begin with the carry task.
     """
-    config = spec.agent.to_config()
+    config = apply_model_settings(spec.agent.to_config(), spec.model_settings)
     config["maxTurns"] = max(1, spec.agent.max_turns - turns_before)
     callbacks = [c for c in config.get("callbacks") or () if c.get("position") != "before_model"]
     config["callbacks"] = [*callbacks, {"position": "before_model", "taskName": TURN_TASK}]
@@ -191,6 +195,8 @@ class Switch:
                 "for this listener")
         log.info("listener %s: link %d (%s) started to continue %s", self.chain.execution_id, self.new.number,
                  self.new.execution_id, self.old.execution_id)
+        # Link n+1 is live from now on (a signal() reaches it directly): the standing signal of link n goes on in it.
+        carry_signal(self._api, self.old.execution_id, self.new.execution_id, pause=self._pause)
 
     def drain(self) -> "tuple[str, Optional[str]]":
         """Step 2: ``("quiet", None)``, ``("timeout", None)``, ``("ended", status)`` or ``("stopping", None)``.

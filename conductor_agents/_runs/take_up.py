@@ -19,6 +19,7 @@ from .._listener.directory import Chain, ChainDirectory, Link
 from .._listener.following import current_status
 from .._listener.switch import LinkSpec, pending_switch, read_commit
 from .._liveness.tree import running_sub_runs
+from .._teams.model_settings import recorded_model_settings
 from .._serving.service import Service
 from .._serving.takeover import find_live_poller, freshness_window
 from .._wire.api import ConductorApi
@@ -133,7 +134,8 @@ class RunTaker:
                 self._lease_for_resume(agent, str(domain), chain.execution_id)
             workflow = self._api.get_workflow(newest.execution_id)
             prompt = str((workflow.get("input") or {}).get("prompt") or "")
-            spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent))
+            spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent),
+                            model_settings=recorded_model_settings(workflow))  # the start's, kept by the server
             reservation = self._workers.reserve(domain, agent, continued=True)
             with released_on_failure(reservation, chain.execution_id):
                 reservation.commit(newest.execution_id, domain=domain)

@@ -84,6 +84,11 @@ class ConductorApi:
         with _not_found_is_unknown_execution(execution_id):
             self.transport.request("POST", f"/agent/{_seg(execution_id)}/stop")
 
+    def signal_agent(self, execution_id: str, message: str) -> None:
+        """``POST /agent/{id}/signal``: set the run's standing signal (the server answers 200 for an ended run)."""
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("POST", f"/agent/{_seg(execution_id)}/signal", json_body={"message": message})
+
     def cancel_agent(self, execution_id: str, reason: str) -> None:
         """``DELETE /agent/{id}/cancel?reason=`` (hard)."""
         with _not_found_is_unknown_execution(execution_id):
