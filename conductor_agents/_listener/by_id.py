@@ -95,8 +95,16 @@ class RunsById:
             ExecutionNotRunningError: no run of it is running.
         """
         chain = self._directory.chain(execution_id) if chain is None else chain
-        reached = [link for link in live_links(self._api, self._directory, chain)
-                   if post_signal(self._api, link.execution_id, text, pause=pause, clock=self._clock)]
+        posted: "set[str]" = set()
+        reached = False
+        for _ in range(3):  # a switch that began meanwhile copies the old run's signal: reach its new run too
+            links = [link for link in live_links(self._api, self._directory, chain)
+                     if link.execution_id not in posted]
+            if not links:
+                break
+            for link in links:
+                posted.add(link.execution_id)
+                reached = post_signal(self._api, link.execution_id, text, pause=pause, clock=self._clock) or reached
         if not reached:
             raise ExecutionNotRunningError(f"execution {execution_id!r} is not running; a signal cannot reach it",
                                            execution_id=execution_id)

@@ -74,31 +74,34 @@ def _settle(api: ConductorApi, execution_id: str, *, pause: Callable[[float], ob
         pause(_PAUSE)
 
 
-def post_signal(api: ConductorApi, execution_id: str, text: str, *, pause: Callable[[float], object],
-                clock: Clock = SYSTEM_CLOCK, checked: bool = True) -> bool:
-    """Set the signal of one run to ``text`` and (``checked``) see that it stuck; False when the run has ended.
+def _wait_initialised(api: ConductorApi, execution_id: str, *, pause: Callable[[float], object],
+                      clock: Clock) -> "Optional[bool]":
+    """Wait (bounded) until the run's first state task, which would reset a signal, has run: True then (or
+    at the bound), None when the run has no such task (no loop), False when the run has ended."""
+    deadline = clock.monotonic() + _INIT_WAIT_SECONDS
+    while True:
+        running, _ = read_signal(api, execution_id)
+        if not running:
+            return False
+        initialised = _initialised(api, execution_id)
+        if initialised is None or initialised or clock.monotonic() >= deadline:
+            return None if initialised is None else True
+        pause(_PAUSE)
 
-    Unchecked, it is posted once, after the run's first state task, unless the run has a signal by then.
+
+def post_signal(api: ConductorApi, execution_id: str, text: str, *, pause: Callable[[float], object],
+                clock: Clock = SYSTEM_CLOCK) -> bool:
+    """Set the signal of one run to ``text`` and see that it stuck; False when the run has ended.
 
     Raises:
         ExecutionNotFoundError: the server does not know the run.
         ServerError: the signal did not stick after several posts (the run's state keeps changing under it).
     """
-    init_deadline = clock.monotonic() + _INIT_WAIT_SECONDS
-    while True:  # its first state task would reset the signal: wait for it (bounded)
-        running, _ = read_signal(api, execution_id)
-        if not running:
-            return False
-        initialised = _initialised(api, execution_id)
-        if initialised is None:  # no loop: nothing resets it, nothing reads it back
-            api.signal_agent(execution_id, text)
-            return True
-        if initialised or clock.monotonic() >= init_deadline:
-            break
-        pause(_PAUSE)
-    if not checked:  # never fights a signal() made meanwhile: that one is newer
-        if not read_signal(api, execution_id)[1]:
-            api.signal_agent(execution_id, text)
+    ready = _wait_initialised(api, execution_id, pause=pause, clock=clock)
+    if ready is False:
+        return False
+    if ready is None:  # no loop: nothing resets it, nothing reads it back
+        api.signal_agent(execution_id, text)
         return True
     for _ in range(_ATTEMPTS):
         api.signal_agent(execution_id, text)
@@ -119,14 +122,18 @@ def post_signal(api: ConductorApi, execution_id: str, text: str, *, pause: Calla
                       "state kept changing under it); send it again")
 
 
-def carry_signal(api: ConductorApi, old_id: str, new_id: str, *, pause: Callable[[float], object]) -> None:
+def carry_signal(api: ConductorApi, old_id: str, new_id: str, *, pause: Callable[[float], object],
+                 clock: Clock = SYSTEM_CLOCK) -> None:
     """Give a continued listener's new run (just started) the signal its old run has, unless it has one of
-    its own already (a ``signal()`` after the new run began reaches both runs)."""
+    its own already (a ``signal()`` after the new run began reaches both runs). Posted once, never fought
+    over: the old run's signal is read only once the new run can take it, and a ``signal()`` that lands
+    between that read and the post is the one thing it can undo (a window of one request)."""
     try:
-        _, text = read_signal(api, old_id)
-        if not text:
+        if not _wait_initialised(api, new_id, pause=pause, clock=clock):
             return
-        post_signal(api, new_id, text, pause=pause, checked=False)
-        log.info("run %s: the standing signal of %s carried over", new_id, old_id)
+        _, text = read_signal(api, old_id)
+        if text and not read_signal(api, new_id)[1]:
+            api.signal_agent(new_id, text)
+            log.info("run %s: the standing signal of %s carried over", new_id, old_id)
     except ServerError as err:  # never stops a switch: its model runs without the signal
         log.warning("run %s: the standing signal of %s could not be carried over (%s)", new_id, old_id, err)
