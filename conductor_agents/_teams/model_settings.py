@@ -19,7 +19,7 @@ import attrs
 
 from ..errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["METADATA_KEY", "ModelSettings", "REASONING_EFFORTS", "apply_model_settings", "recorded_model_settings"]
+__all__ = ["METADATA_KEY", "MODEL_PATTERN", "ModelSettings", "REASONING_EFFORTS", "apply_model_settings", "recorded_model_settings"]
 
 #: Where the settings of a run are recorded in its ``agentConfig.metadata`` (the server keeps the config
 #: in the run's workflow definition: ``workflowDefinition.metadata.agentDef``).
@@ -28,7 +28,8 @@ METADATA_KEY = "conductor_agents.model_settings"
 REASONING_EFFORTS = ("minimal", "low", "medium", "high")
 #: The widest temperature range a provider accepts (OpenAI: 0 to 2; Anthropic: 0 to 1).
 MAX_TEMPERATURE = 2.0
-_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/\S+$")
+#: What a model is named by: ``provider/model`` (``Agent.model`` too).
+MODEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/\S+$")
 #: The config keys of an agent the server compiles inline into the run (an agent tool is not one).
 _INLINE_AGENTS = ("agents", "planner", "fallback", "router")
 
@@ -38,7 +39,7 @@ def _check_model(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -
         return
     if not isinstance(value, str):
         raise AgentTypeError(f"ModelSettings.model must be a str or None, got {value!r}", field="model", value=value)
-    if not _MODEL.match(value):
+    if not MODEL_PATTERN.match(value):
         raise AgentDefinitionError(f"ModelSettings.model must be of the form 'provider/model' (e.g. "
                                    f"'openai/gpt-4o'), got {value!r}", field="model", value=value)
 
