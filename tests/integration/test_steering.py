@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import requests
 
-from conductor_agents import Agent, Continuation, ExecutionNotRunningError, ModelSettings, RunStatus
+from conductor_agents import Agent, AgentRuntime, Continuation, ExecutionNotRunningError, ModelSettings, RunStatus
 from conductor_agents._teams.model_settings import recorded_model_settings
 from conductor_agents.testing import listener_policy
 
@@ -24,9 +24,8 @@ def turn_after(scripted_llm, model: str, action: str):
     return found[-1]
 
 
-def waiting(server, handle) -> bool:
+def waiting(url: str, handle) -> bool:
     """Whether the listener's current run waits for a message (its wait task is in progress)."""
-    url = getattr(server, "url")
     page = requests.get(f"{url}/workflow/{handle.current_execution_id}/tasks",
                         params={"status": "IN_PROGRESS", "count": 20}, timeout=10).json()
     return any(t.get("taskType") == "PULL_WORKFLOW_MESSAGES" for t in page.get("results") or ())
@@ -51,7 +50,7 @@ def test_a_listener_keeps_its_signal_and_model_settings_across_continued_runs(ag
     handle = agent_runtime.start(agent, "Start listening.", model_settings=settings)
     # Signalled once it waits: the server (3.32.3) can lose a signal posted during its own update of the run.
     scripted_llm.wait_for_requests(chosen, 1, timeout=60)
-    eventually(lambda: handle.pending() == () and waiting(topology_server, handle), timeout=60, interval=0.2,
+    eventually(lambda: handle.pending() == () and waiting(getattr(topology_server, "url"), handle), timeout=60, interval=0.2,
                message="the listener waits for a message")
     handle.signal("Answer in French.")
     act_and_check(handle, tools, "a")
@@ -102,3 +101,30 @@ def test_model_settings_reach_a_teams_sub_agents_for_that_run_only(agent_runtime
 
     again = agent_runtime.run(team, "Say hi.", timeout=120)
     assert again.output == "second says hi" and len(scripted_llm.requests_for(chosen)) == 2
+
+
+def test_a_resumed_listener_keeps_its_model_settings_and_signal_in_its_next_runs(agent_settings, scripted_llm,
+                                                                                unique_name):
+    """The process that started the listener closes; another resumes it: the runs it continues the listener
+    as still use the start's model settings (read back from the server) and still show its signal."""
+    tools = ActionTools()
+    defined = scripted_llm.script(policy=listener_policy(act_on))
+    chosen = scripted_llm.script(policy=listener_policy(act_on))
+    agent = listener(unique_name("resumed"), defined, tools, continuation=Continuation(max_turns=2))
+    with AgentRuntime(agent_settings) as first:
+        handle = first.start(agent, "Start listening.", model_settings=ModelSettings(model=chosen, max_tokens=33))
+        scripted_llm.wait_for_requests(chosen, 1, timeout=60)
+        eventually(lambda: waiting(agent_settings.server_url, handle), timeout=60, interval=0.2,
+                   message="the listener waits for a message")
+        handle.signal("Be terse.")
+    with AgentRuntime(agent_settings) as second:
+        resumed = second.resume(handle.execution_id, agent, force=True)  # the first runtime's worker is closed
+        for action in ("r1", "r2", "r3"):
+            act_and_check(resumed, tools, action)
+        eventually(lambda: resumed.runs >= 2, timeout=60, interval=0.2, message="continued by the second runtime")
+        act_and_check(resumed, tools, "r4")
+        later = turn_after(scripted_llm, chosen, "r4")
+        assert later.is_continuation and later.signal == "Be terse." and later.body["max_output_tokens"] == 33
+        resumed.stop()
+        assert resumed.wait(timeout=60).status is RunStatus.COMPLETED
+    assert scripted_llm.requests_for(defined) == ()
