@@ -129,6 +129,8 @@ def carry_signal(api: ConductorApi, old_id: str, new_id: str, *, pause: Callable
     over: the old run's signal is read only once the new run can take it, and a ``signal()`` that lands
     between that read and the post is the one thing it can undo (a window of one request)."""
     try:
+        if not read_signal(api, old_id)[1]:
+            return  # the common case, one request: a signal() from now on reaches the new run itself
         if not _wait_initialised(api, new_id, pause=pause, clock=clock):
             return
         _, text = read_signal(api, old_id)
