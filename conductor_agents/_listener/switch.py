@@ -175,6 +175,7 @@ class Switch:
         self._pause = pause or self._stopping.wait
         self._new_created_ms: Optional[float] = None  # when link n+1 began (the server's clock)
         self._quiet_at = float("-inf")  # when the drain last found link n at rest (this process's clock)
+        self._signal_carried = False
 
     # -- the steps --------------------------------------------------------------------
 
@@ -195,8 +196,14 @@ class Switch:
                 "for this listener")
         log.info("listener %s: link %d (%s) started to continue %s", self.chain.execution_id, self.new.number,
                  self.new.execution_id, self.old.execution_id)
-        # Link n+1 is live from now on (a signal() reaches it directly): the standing signal of link n goes on in it.
-        carry_signal(self._api, self.old.execution_id, self.new.execution_id, pause=self._pause)
+        self._carry_signal()
+
+    def _carry_signal(self) -> None:
+        """Link n+1 is live from now on (a ``signal()`` reaches it directly): the standing signal of link n goes
+        on in it (once per switch and process: also when this process finishes a switch another one began)."""
+        if not self._signal_carried:
+            carry_signal(self._api, self.old.execution_id, self.new.execution_id, pause=self._pause)
+            self._signal_carried = True
 
     def drain(self) -> "tuple[str, Optional[str]]":
         """Step 2: ``("quiet", None)``, ``("timeout", None)``, ``("ended", status)`` or ``("stopping", None)``.
@@ -321,6 +328,7 @@ class Switch:
     def finish(self) -> Optional[SwitchOutcome]:
         """Steps 2-4 (a switch another process began, found by :func:`pending_switch`, or this one)."""
         began = self._clock.monotonic()
+        self._carry_signal()  # a switch another process began may have ended before its carry
         state, ended = self.drain()
         drained = self._clock.monotonic()
         if state == "stopping":
