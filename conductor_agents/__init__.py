@@ -11,6 +11,8 @@ from ._listener.delivery import MessageDelivery
 from .aio import AsyncAgentHandle, AsyncAgentRuntime
 from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
 from ._runs.running import RunningRun
+from ._scheduling import Schedule, Schedules
+from ._tracing import ConductorAgentsInstrumentor
 from .agent import Agent
 from ._answers.guardrails import Guardrail, GuardrailResult
 from ._teams.gates import Gate
@@ -41,7 +43,9 @@ from .errors import (
     PayloadError,
     ResumeError,
     RunContextError,
+    RunPausedError,
     RuntimeClosedError,
+    ScheduleNotFoundError,
     ServerError,
     ServerUnavailableError,
     ToolCancelled,
@@ -99,6 +103,10 @@ __all__ = [
     "ListenerTotals",
     "MessageDelivery",
     "RunningRun",
+    "Schedule",
+    "Schedules",
+    # Watching them: OpenTelemetry traces and metrics (the otel extra)
+    "ConductorAgentsInstrumentor",
     # People in the loop
     "PendingRequest",
     "PendingToolCall",
@@ -128,7 +136,9 @@ __all__ = [
     "PayloadError",
     "ResumeError",
     "RunContextError",
+    "RunPausedError",
     "RuntimeClosedError",
+    "ScheduleNotFoundError",
     "ServerError",
     "ServerUnavailableError",
     "ToolArgumentsError",

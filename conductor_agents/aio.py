@@ -36,13 +36,14 @@ from .events import AgentEvent
 from .handle import AgentHandle
 from ._listener.delivery import MessageDelivery
 from ._runs.running import RunningRun
+from ._scheduling import Schedule, Schedules
 from .result import AgentResult, AgentStatus, ListenerTotals
 from .runtime import AgentRuntime
 from .settings import AgentSettings
 from .stats import RunStats, RuntimeStats
 from ._people.pending import HumanAnswer, PendingRequest
 
-__all__ = ["AsyncAgentHandle", "AsyncAgentRuntime", "AsyncEvents", "WAIT_SLICE_SECONDS"]
+__all__ = ["AsyncAgentHandle", "AsyncAgentRuntime", "AsyncEvents", "AsyncSchedules", "WAIT_SLICE_SECONDS"]
 
 T = TypeVar("T")
 
@@ -162,6 +163,11 @@ class AsyncAgentRuntime:
         """As :meth:`AgentRuntime.running`."""
         return await self._pool.run(self.sync.running, agent)
 
+    @property
+    def schedules(self) -> "AsyncSchedules":
+        """As :attr:`AgentRuntime.schedules`, each verb awaitable."""
+        return AsyncSchedules(self.sync.schedules, self._pool)
+
     async def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
         """As :meth:`AgentRuntime.pending_requests`."""
         return await self._pool.run(self.sync.pending_requests, agent)
@@ -272,6 +278,14 @@ class AsyncAgentHandle:
         """As :meth:`AgentHandle.cancel`."""
         await self._pool.run(self.sync.cancel, reason)
 
+    async def pause(self) -> None:
+        """As :meth:`AgentHandle.pause`."""
+        await self._pool.run(self.sync.pause)
+
+    async def unpause(self) -> None:
+        """As :meth:`AgentHandle.unpause`."""
+        await self._pool.run(self.sync.unpause)
+
     async def pending(self) -> "tuple[PendingRequest, ...]":
         """As :meth:`AgentHandle.pending`."""
         return await self._pool.run(self.sync.pending)
@@ -363,3 +377,37 @@ class AsyncEvents:
         if thread is not None:
             await self._pool.run(thread.join, 10.0)
 
+
+class AsyncSchedules:
+    """:class:`~conductor_agents.Schedules` with every verb awaitable (``runtime.schedules`` of the async face)."""
+
+    def __init__(self, schedules: Schedules, pool: "_Pool") -> None:
+        self.sync = schedules
+        self._pool = pool
+
+    def __repr__(self) -> str:
+        return "AsyncSchedules()"
+
+    async def create(self, agent: Agent, prompt: str, **kwargs: Any) -> Schedule:
+        """As :meth:`Schedules.create` (``name``, ``cron``, ``zone``, ``context``, ``paused``, ``description``)."""
+        return await self._pool.run(self.sync.create, agent, prompt, **kwargs)
+
+    async def get(self, name: str) -> Schedule:
+        """As :meth:`Schedules.get`."""
+        return await self._pool.run(self.sync.get, name)
+
+    async def list(self, agent: "Agent | str | None" = None) -> "tuple[Schedule, ...]":
+        """As :meth:`Schedules.list`."""
+        return await self._pool.run(self.sync.list, agent)
+
+    async def pause(self, name: str) -> Schedule:
+        """As :meth:`Schedules.pause`."""
+        return await self._pool.run(self.sync.pause, name)
+
+    async def unpause(self, name: str) -> Schedule:
+        """As :meth:`Schedules.unpause`."""
+        return await self._pool.run(self.sync.unpause, name)
+
+    async def delete(self, name: str) -> bool:
+        """As :meth:`Schedules.delete`."""
+        return await self._pool.run(self.sync.delete, name)

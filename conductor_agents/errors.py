@@ -149,8 +149,25 @@ class ExecutionNotFoundError(ServerError, LookupError):
         self.execution_id = execution_id
 
 
+class ScheduleNotFoundError(ServerError, LookupError):
+    """No schedule with this name exists on the server (``runtime.schedules``)."""
+
+    def __init__(self, message: str, *, name: str, status: Optional[int] = 404) -> None:
+        super().__init__(message, status=status)
+        self.name = name
+
+
 class ExecutionNotRunningError(ServerError):
     """The execution exists but is no longer RUNNING (messages cannot be delivered)."""
+
+    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 409) -> None:
+        super().__init__(message, status=status)
+        self.execution_id = execution_id
+
+
+class RunPausedError(ServerError):
+    """The run is paused (``handle.pause()``, or the server's ``PUT /workflow/{id}/pause``): it takes no
+    message until it is unpaused. Nothing was queued: send the message again after ``handle.unpause()``."""
 
     def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 409) -> None:
         super().__init__(message, status=status)

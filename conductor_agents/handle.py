@@ -14,7 +14,8 @@ from ._listener.chained_events import ChainedEvents
 from ._common.clock import Clock
 from ._common.transient import TransientErrors
 from ._listener.delivery import MessageDelivery, wait_for_delivery
-from ._listener.following import current_status, end_mailbox, listener_totals, live_links
+from ._listener.control import cancel_listener, pause_listener, stop_listener, unpause_listener
+from ._listener.following import current_status, listener_totals
 from ._answers.output_check import rejection_of
 from ._answers.output_type import Rejection, typed_result
 from ._listener.by_id import RunsById, check_signal
@@ -27,6 +28,7 @@ from .errors import (
     ExecutionNotRunningError,
     MessageQueueDisabledError,
     OutputValidationError,
+    RunPausedError,
     ServerUnavailableError,
     WaitTimeoutError,
     WorkerStallError,
@@ -408,27 +410,17 @@ class AgentHandle:
         """Ask the run to finish gracefully: it ends after the current turn, COMPLETED.
 
         Also pushes ``{"_signal": "stop"}`` so a blocked wait-for-message tool wakes up.
-        Stopping a run that already ended does nothing.
+        Stopping a run that already ended does nothing; a paused run ends once unpaused.
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
         """
-        stopped = False
-        for link in live_links(self._api, self._directory, self._chain()):
-            try:
-                self._api.stop_agent(link.execution_id)
-            except HttpError as err:
-                if err.status != 409:
-                    raise
-                continue
-            stopped = True
-            if self._on_stop is not None:  # this process's running tools see ctx.stop_requested at once
-                self._on_stop(link.execution_id)
+        stopped = stop_listener(self._api, self._directory, self._chain(), self._on_stop)
         if not stopped or (self.agent is not None and not self.agent.needs_message_queue):
             return
         try:
             self.send_message(STOP_SIGNAL)
-        except (ExecutionNotRunningError, MessageQueueDisabledError) as err:
+        except (ExecutionNotRunningError, MessageQueueDisabledError, RunPausedError) as err:
             log.debug("no stop signal pushed to %s: %s", self.execution_id, err)
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
@@ -438,24 +430,29 @@ class AgentHandle:
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
         """
-        chain = self._chain()
-        cancelled: set = set()
-        for _ in range(3):  # a switch racing the cancel starts a newer link: end it too
-            links = [link for link in live_links(self._api, self._directory, chain)
-                     if link.execution_id not in cancelled]
-            if not links:
-                break
-            for link in links:
-                try:
-                    self._api.cancel_agent(link.execution_id, reason)
-                except HttpError as err:
-                    if err.status != 409:
-                        raise
-                cancelled.add(link.execution_id)
-                if self._on_terminal is not None:  # its tools running here see ctx.cancelled at once
-                    self._on_terminal(link.execution_id)
-        end_mailbox(self._api, self._directory, chain)  # later pushes to the listener's id answer 409
+        cancel_listener(self._api, self._directory, self._chain(), reason, self._on_terminal)
         self._terminal()
+        self._wake.set()
+
+    def pause(self) -> None:
+        """Pause the run: it takes no model turn until :meth:`unpause` (tool calls already handed out
+        finish). Messages are refused while it is paused (``RunPausedError``; a push to its id with the
+        server's REST call answers 409), and the liveness monitor does not call it stalled. Idempotent.
+
+        Raises:
+            ExecutionNotRunningError: the run has ended.
+            ExecutionNotFoundError: the server does not know the execution.
+        """
+        pause_listener(self._api, self._directory, self._chain())
+
+    def unpause(self) -> None:
+        """Let a paused run go on where it stopped (a run that is not paused is left as it is).
+
+        Raises:
+            ExecutionNotRunningError: the run has ended.
+            ExecutionNotFoundError: the server does not know the execution.
+        """
+        unpause_listener(self._api, self._directory, self._chain())
         self._wake.set()
 
     # -- people in the loop -----------------------------------------------------------

@@ -20,6 +20,7 @@ from ._runs.running import RunningRun, running_runs
 from ._runs.serving import ProcessServing, check_servable
 from ._runs.start import RunStarter, check_prompt
 from ._runs.take_up import RunTaker
+from ._scheduling import Schedules
 from ._serving.takeover import make_worker_id
 from ._wire.api import ConductorApi
 from ._wire.payload import message_payload
@@ -27,7 +28,7 @@ from ._wire.transport import Transport
 from ._worker.observer import TaskObserver
 from ._worker.workers import WorkerSet
 from .agent import Agent
-from ._teams.model_settings import ModelSettings
+from ._teams.model_settings import ModelSettings, apply_model_settings
 from .errors import AgentTypeError, RuntimeClosedError, WorkerStallError
 from .handle import AgentHandle
 from .result import AgentResult
@@ -209,6 +210,7 @@ class AgentRuntime:
         if model_settings is not None and not isinstance(model_settings, ModelSettings):
             raise AgentTypeError(f"model_settings must be a ModelSettings or None, got {model_settings!r}",
                                  field="model_settings", value=model_settings)
+        apply_model_settings(agent.to_config(), model_settings)  # refused here (an agent tool), before anything
         return self._starter.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media,
                                    model_settings=model_settings)
 
@@ -369,6 +371,14 @@ class AgentRuntime:
         """
         self._check_open()
         return running_runs(self._api, self._directory, _agent_name(agent))
+
+    @property
+    def schedules(self) -> Schedules:
+        """The server's cron schedules of agents: ``create``, ``get``, ``list``, ``pause``, ``unpause``,
+        ``delete``, ``next_runs`` (see ``docs/schedules.md``). A scheduled run is served by the processes
+        that :meth:`serve` its agent."""
+        self._check_open()
+        return Schedules(self._api)
 
     def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
         """What every running run of ``agent`` (an Agent or its name) waits on from a person,

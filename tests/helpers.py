@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from typing import Callable, Optional, TypeVar
+from typing import Any, Callable, Iterator, Optional, TypeVar
 
 import requests
 
@@ -149,3 +150,37 @@ def listener(name: str, model: str, tools: object, *, batch_size: int = 1,
         instructions="Loop: wait_for_message, act on it, repeat until told to stop.",
         continuation=continuation,
     )
+
+
+@contextlib.contextmanager
+def otel_capture() -> "Iterator[Any]":
+    """Instrument this process with in-memory OpenTelemetry providers: yields ``.spans()`` (finished spans),
+    ``.metric(name)`` (its data points), ``.tracer`` (for the caller's own spans); uninstrumented after."""
+    from types import SimpleNamespace
+
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from conductor_agents import ConductorAgentsInstrumentor
+
+    exporter, reader = InMemorySpanExporter(), InMemoryMetricReader()
+    tracers = TracerProvider()
+    tracers.add_span_processor(SimpleSpanProcessor(exporter))
+    meters = MeterProvider(metric_readers=[reader])
+
+    def metric(name: str) -> list:
+        data = reader.get_metrics_data()
+        return [point for rm in (data.resource_metrics if data else ()) for sm in rm.scope_metrics
+                for m in sm.metrics if m.name == name for point in m.data.data_points]
+
+    instrumentor = ConductorAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=tracers, meter_provider=meters)
+    try:
+        yield SimpleNamespace(spans=exporter.get_finished_spans, metric=metric, tracer=tracers.get_tracer("test"))
+    finally:
+        instrumentor.uninstrument()
+        tracers.shutdown()
+        meters.shutdown()

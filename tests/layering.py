@@ -22,13 +22,13 @@ PACKAGE = Path(__file__).resolve().parent.parent / "conductor_agents"
 #: Bottom floor first. A part may import the parts of any floor below its own, never its own floor or above.
 FLOORS: "List[Set[str]]" = [
     {"errors", "_version"},
-    {"_common", "continuation", "stats"},
+    {"_common", "_tracing", "continuation", "stats"},
     {"_wire", "settings", "result", "local_server"},
     {"_tooldefs", "_people", "_liveness"},
     {"events", "tools", "_answers"},
     {"_teams"},
     {"agent", "_events"},
-    {"_listener"},
+    {"_listener", "_scheduling"},
     {"_worker"},
     {"_serving"},
     {"handle"},

@@ -24,6 +24,8 @@ from typing import Any, Callable, Dict, List, Optional
 
 from .._wire.api import ConductorApi
 from .budget import RunSize, SizeModel
+from .chain import is_continued
+from .._tracing import hooks as tracing
 from .._common.task_names import TURN_TASK
 from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
@@ -400,6 +402,8 @@ class ContinuationDriver:
         served.tracker.moved_to(switch.new)
         self._directory.advance(served.chain, switch.new)
         self._detach(served, old)
+        tracing.run_ended(old.execution_id, lambda: self._api.get_workflow(old.execution_id, include_tasks=True),
+                          continued=is_continued)  # its span ends now, not when the watchdog next looks
         self._retire(served, switch.new.number)  # at rest: the head hint, then the older runs go
 
     # -- shutdown ---------------------------------------------------------------------

@@ -20,7 +20,7 @@ from .carryover import add_tokens, pulled_message_ids
 from .switch import read_commit, read_final_state, run_tokens
 
 __all__ = ["current_runs", "current_status", "end_mailbox", "is_running", "listener_totals", "live_links",
-           "workflow_running"]
+           "run_status", "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -99,10 +99,16 @@ def is_running(api: ConductorApi, execution_id: str) -> bool:
 
 def workflow_running(api: ConductorApi, execution_id: str) -> bool:
     """Whether a run of any workflow (a mailbox: not an agent run) has not ended; False once removed."""
+    return not run_status(api, execution_id).is_terminal
+
+
+def run_status(api: ConductorApi, execution_id: str) -> RunStatus:
+    """The status of a run of any workflow (one small request); TERMINATED once it was removed (retired
+    runs ended long ago)."""
     try:
-        return not RunStatus.parse(api.workflow_status(execution_id).get("status")).is_terminal
+        return RunStatus.parse(api.workflow_status(execution_id).get("status"))
     except ExecutionNotFoundError:
-        return False
+        return RunStatus.TERMINATED
 
 
 def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> ListenerTotals:

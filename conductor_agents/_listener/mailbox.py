@@ -41,10 +41,11 @@ from .._tooldefs.context import ToolContext
 from .._wire.api import ConductorApi
 from .chain import mailbox_key
 from .directory import Chain, ChainDirectory, Link
-from .following import is_running, workflow_running
+from .following import is_running, run_status, workflow_running
 from .head import read_mailbox, write_mailbox
 from .sending import send_to_listener
-from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, ToolRetry
+from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, RunPausedError, ToolRetry
+from ..result import RunStatus
 from ..tools import ToolDef, tool
 
 __all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool"]
@@ -65,6 +66,8 @@ _RETRIES = 100_000
 #: How long a re-delivered forward waits for the listener to come to rest before it settles a marked
 #: message (then it is handed back and tried again).
 _SETTLE_SECONDS = 120.0
+#: How often a forward tries again while the listener is paused (its deliveries last a month of pause).
+_PAUSED_RETRY_SECONDS = 30.0
 _MARK = re.compile(r"^sending:([0-9a-f-]{36})$")
 
 
@@ -170,6 +173,9 @@ def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wa
                             clock=clock, pause=stopping.wait)
         except ToolRetry:
             raise
+        except RunPausedError:  # kept in the mailbox until the listener is unpaused
+            log.debug("mailbox %s: the listener is paused; forwarding later", ctx.execution_id)
+            raise ToolRetry("the listener is paused", after_seconds=_PAUSED_RETRY_SECONDS) from None
         except Exception as err:  # noqa: BLE001 - the mailbox must never fail: hand the task back
             log.warning("mailbox %s: forwarding failed (%s: %s); trying again", ctx.execution_id,
                         type(err).__name__, err)
@@ -241,7 +247,10 @@ def _was_pushed(api: ConductorApi, directory: ChainDirectory, chain: Chain, enve
 def _at_rest(api: ConductorApi, chain: Chain, newest: Link, first: "dict[str, int]") -> bool:
     if newest.number > 0 and is_running(api, chain.link(newest.number - 1).execution_id):
         return False  # a switch is under way
-    if not is_running(api, newest.execution_id):
+    status = run_status(api, newest.execution_id)
+    if status is RunStatus.PAUSED:  # it pulls nothing until unpaused: settle the message then
+        raise RunPausedError(f"run {newest.execution_id} is paused", execution_id=newest.execution_id)
+    if status.is_terminal:
         return True  # ended: nothing more arrives
     page = api.workflow_tasks(newest.execution_id, statuses=("IN_PROGRESS",), start=1, count=20)
     for task in page.tasks:

@@ -49,6 +49,8 @@ from .chain import ABANDONED_REASON, continued_reason, is_continued
 from .directory import Chain, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._wire.transport import HttpError
+from .._tracing import hooks as tracing
+from .._tracing.carrier import START_KEY as TRACE_START_KEY
 from ..agent import Agent
 from .._teams.model_settings import ModelSettings, apply_model_settings
 from ..continuation import Continuation
@@ -73,6 +75,8 @@ _DRAIN_PAUSE = 0.25
 #: was being evaluated when the run ended writes its output a moment later (what it popped then is
 #: not in the record, so an SDK sender sends it again; this only narrows that window).
 _SETTLE_SECONDS = 0.1
+#: Attempts to end link n when a concurrent write keeps bringing it back (see ``terminate_old``).
+_TERMINATE_ATTEMPTS = 5
 #: How many tasks are read from the end of link n to find its last model turn (more pages if needed).
 _TAIL_PAGE = 40
 _PULL = MESSAGE_WAIT_TASK_TYPE
@@ -93,9 +97,12 @@ class LinkSpec:
     continuation: Continuation
     context: Mapping[str, Any] = attrs.field(factory=dict)
     model_settings: Optional[ModelSettings] = None
+    #: The W3C traceparent of the listener's traced run its later runs' spans are children of (tracing on).
+    trace_parent: Optional[str] = None
 
 
-def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns_before: int) -> dict:
+def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns_before: int,
+                    traceparent: Optional[str] = None) -> dict:
     """The ``POST /agent/start`` body of link ``number`` of the listener on ``run_id`` (the first
     link included), started with idempotency key ``key``.
 
@@ -111,6 +118,8 @@ def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns
     body: dict = {"agentConfig": config, "prompt": spec.prompt, "runId": run_id, "idempotencyKey": key}
     if spec.context:
         body["context"] = dict(spec.context)
+    if traceparent is not None:
+        body[TRACE_START_KEY] = traceparent  # where this run's span context is found again (_tracing.carrier)
     return body
 
 
@@ -185,9 +194,15 @@ class Switch:
                  or {}).get("_agent_state")
         spec = attrs.evolve(self._spec, context=state) if isinstance(state, Mapping) and state else self._spec
         assert self.chain.run_id is not None
+        traced = tracing.begin_run(spec.agent.name, parent=spec.trace_parent, owner=self._worker_id)
         body = link_start_body(spec, self.chain.run_id, self.chain.key(self.new.number).key,
-                               number=self.new.number, turns_before=turns_before)
-        started = self._api.start_agent(body)
+                               number=self.new.number, turns_before=turns_before, traceparent=traced.traceparent)
+        try:
+            started = self._api.start_agent(body)
+        except BaseException as err:
+            traced.failed(err)
+            raise
+        traced.started(str(started.get("executionId")), conversation_id=self.chain.execution_id)
         if str(started.get("executionId")) != self.new.execution_id:
             raise ConductorAgentsError(
                 f"the server started link {self.new.number} of listener {self.chain.execution_id} as "
@@ -274,16 +289,27 @@ class Switch:
         return isinstance(scheduled, (int, float)) and scheduled > self._new_created_ms + _SCHEDULED_AFTER_MARGIN_MS
 
     def terminate_old(self) -> Optional[str]:
-        """Step 3. Returns None, or the status link n ended with on its own (the switch is off)."""
-        try:
-            self._api.cancel_agent(self.old.execution_id, continued_reason(self.new.execution_id))
-        except HttpError as err:
-            if err.status not in (409, 400):
-                raise
-        status = self._api.agent_status(self.old.execution_id)
-        if is_continued(status.get("reasonForIncompletion")):
-            return None
-        return str(status.get("status"))
+        """Step 3. Returns None, or the status link n ended with on its own (the switch is off).
+
+        Link n read back still running means a write that read it before the end (the server's stop
+        rewrites the whole run, without a lock) undid the end: it is ended again, a few times at most.
+        """
+        for attempt in range(_TERMINATE_ATTEMPTS):
+            try:
+                self._api.cancel_agent(self.old.execution_id, continued_reason(self.new.execution_id))
+            except HttpError as err:
+                if err.status not in (409, 400):
+                    raise
+            status = self._api.agent_status(self.old.execution_id)
+            if is_continued(status.get("reasonForIncompletion")):
+                return None
+            if RunStatus.parse(status.get("status")).is_terminal:
+                return str(status.get("status"))
+            log.info("listener %s: link %s still %s after it was ended (attempt %d): ending it again",
+                     self.chain.execution_id, self.old.execution_id, status.get("status"), attempt + 1)
+            self._pause(_SETTLE_SECONDS)
+        raise ConductorAgentsError(f"link {self.old.execution_id} of listener {self.chain.execution_id} is still "
+                                   f"running after {_TERMINATE_ATTEMPTS} attempts to end it for its continuation")
 
     def commit(self) -> CommitRecord:
         """Step 4: build the record from link n's final state, write it (first writer wins), read it back."""

@@ -426,9 +426,14 @@ class RunWatchdog:
         else:
             workflow, date = self._api.liveness_sample(run.execution_id)
             server_now = server_time_from_date(date)
-        if RunStatus.parse(workflow.get("status")).is_terminal:
+        status = RunStatus.parse(workflow.get("status"))
+        if status.is_terminal:
             log.debug("run %s ended (%s)", run.execution_id, workflow.get("status"))
             self._ended(run)
+            return
+        if status is RunStatus.PAUSED:  # paused on purpose: what waits, waits for the unpause
+            run.first_seen.clear()
+            run._set_stall(None)
             return
         if domain is None:
             return

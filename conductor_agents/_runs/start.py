@@ -19,6 +19,8 @@ from .._listener.mailbox import Mailboxes
 from .._listener.switch import LinkSpec, link_start_body
 from .._teams.model_settings import ModelSettings, apply_model_settings
 from .._tooldefs.run_state import check_context, check_media
+from .._tracing import hooks as tracing
+from .._tracing.carrier import START_KEY as TRACE_START_KEY
 from .._wire.api import ConductorApi
 from .._wire.starting import start_run
 from .._worker.workers import Reservation, WorkerSet
@@ -71,25 +73,33 @@ class RunStarter:
         run_id = uuid.uuid4().hex if agent.is_stateful else None
         checked_context = check_context(context) if context is not None else None
         spec = None
+        traced = tracing.begin_run(agent.name, owner=self._workers.worker_id)  # a child of the caller's current span
         if agent.is_listener:
             spec = LinkSpec(agent, prompt, self._settings.continuation_for(agent), context=checked_context or {},
-                            model_settings=model_settings)
+                            model_settings=model_settings, trace_parent=traced.traceparent)
             # A listener's first run carries the SDK's key (its chain's name: see _chain); the caller's
             # idempotency key picks the run id, so the same key still gives the same run.
             if idempotency_key is not None:
                 run_id = run_id_for_key(agent.name, str(idempotency_key))
         body = start_body(agent, prompt, run_id, spec, context=checked_context, idempotency_key=idempotency_key,
                           model_settings=model_settings)
+        if traced.traceparent is not None:
+            body[TRACE_START_KEY] = traced.traceparent  # where later runs and other processes find it
         if media is not None:
             body["media"] = check_media(media)  # the first run's only: later runs carry the conversation
-        serve = self._settings.auto_start_workers and (bool(agent.worker_tools) or spec is not None)
-        if serve and run_id and not self._taker.lease_for_start(agent, run_id):
-            serve = False  # another live process holds this run (an idempotent start of a run it serves)
-        reservation = self._workers.reserve(run_id, agent, continued=spec is not None) if serve else None
-        return self._started(agent, body, reservation, run_id, spec, keyed=idempotency_key is not None)
+        try:
+            serve = self._settings.auto_start_workers and (bool(agent.worker_tools) or spec is not None)
+            if serve and run_id and not self._taker.lease_for_start(agent, run_id):
+                serve = False  # another live process holds this run (an idempotent start of a run it serves)
+            reservation = self._workers.reserve(run_id, agent, continued=spec is not None) if serve else None
+            return self._started(agent, body, reservation, run_id, spec, keyed=idempotency_key is not None,
+                                 traced=traced)
+        except BaseException as err:
+            traced.failed(err)
+            raise
 
     def _started(self, agent: Agent, body: dict, reservation: Optional[Reservation], run_id: Optional[str],
-                 spec: Optional[LinkSpec], *, keyed: bool) -> "AgentHandle":
+                 spec: Optional[LinkSpec], *, keyed: bool, traced: Any = tracing.NO_RUN) -> "AgentHandle":
         """Send the start, then commit ``reservation`` (if any) to the run the server started."""
         try:
             started = start_run(self._api, body, pause=self._pause)
@@ -98,6 +108,7 @@ class RunStarter:
                 reservation.cancel()
             raise
         execution_id = str(started["executionId"])
+        traced.started(execution_id)  # before its first tool runs here
         tracker = None
         with released_on_failure(reservation, execution_id):
             if run_id and keyed:
@@ -112,6 +123,7 @@ class RunStarter:
                 if reservation is not None:
                     tracker = self._taker.serve_chain(reservation, chain, spec)
                 execution_id = chain.execution_id  # the id callers hold: the mailbox's, when it has one
+                traced.started(str(started["executionId"]), conversation_id=execution_id)
             else:
                 self._directory.remember(Chain(execution_id))  # never continued: sends need no lookup
         log.info("started %s run %s%s", agent.name, execution_id, f" on domain {run_id}" if run_id else "")

@@ -22,6 +22,7 @@ from .._liveness.tree import running_sub_runs
 from .._teams.model_settings import recorded_model_settings
 from .._serving.service import Service
 from .._serving.takeover import find_live_poller, freshness_window
+from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
 from .._worker.workers import Reservation, WorkerSet
 from ..agent import Agent
@@ -78,7 +79,7 @@ class RunTaker:
         domain = single_domain(workflow, execution_id, required=needs_domain)
         chain = self._directory.chain(execution_id) if agent.is_listener else None
         if chain is not None and chain.continuable:
-            return self._resume_listener(self._directory.anchor(chain), agent, force=force)
+            return self._resume_listener(self._directory.anchor(chain), agent, force=force, how="resume")
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
         serve = self._settings.auto_start_workers and bool(agent.worker_tools)
@@ -86,7 +87,7 @@ class RunTaker:
             self._refuse_if_served(execution_id, agent, domain)
         if serve and domain:
             self._lease_for_resume(agent, domain, execution_id)
-        return self._take_up_run(execution_id, agent, domain, serve=serve)
+        return self._take_up_run(execution_id, agent, domain, serve=serve, traced=_traced(workflow, "resume"))
 
     def adopt(self, execution_id: str, agent: Agent) -> "AgentHandle":
         """Serve a run whose lease this process just won (the adopter's take-up)."""
@@ -100,13 +101,17 @@ class RunTaker:
             # served, and the handle keeps the listener's identity.
             chain = self._directory.anchor(chain)
         if chain is not None and chain.continuable:
-            return self._resume_listener(chain, agent, force=True, lease=False)
+            return self._resume_listener(chain, agent, force=True, lease=False, how="adopt")
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
-        return self._take_up_run(execution_id, agent, domain, serve=bool(agent.worker_tools))
+        return self._take_up_run(execution_id, agent, domain, serve=bool(agent.worker_tools),
+                                 traced=_traced(workflow, "adopt"))
 
     def _take_up_run(self, execution_id: str, agent: Agent, domain: Optional[str], *,
-                     serve: bool) -> "AgentHandle":
+                     serve: bool, traced: "Optional[tuple[Optional[str], str]]" = None) -> "AgentHandle":
+        if serve and traced is not None:  # its span here: a child of the span it was started with
+            parent, how = traced
+            tracing.begin_run(agent.name, parent=parent, taken_up=how, owner=self._worker_id).started(execution_id)
         if serve:
             reservation = self._workers.reserve(domain, agent)
             with released_on_failure(reservation, execution_id):
@@ -117,7 +122,8 @@ class RunTaker:
         log.info("resumed %s run %s%s", agent.name, execution_id, f" on domain {domain}" if domain else "")
         return self._handle(execution_id, agent.name, domain, agent, workers=serve)
 
-    def _resume_listener(self, chain: Chain, agent: Agent, *, force: bool, lease: bool = True) -> "AgentHandle":
+    def _resume_listener(self, chain: Chain, agent: Agent, *, force: bool, lease: bool = True,
+                         how: str = "resume") -> "AgentHandle":
         """``resume()`` of a continued listener: serve its current run (and finish a switch a dead
         process left half done), whichever id of it the caller holds."""
         newest = self._directory.refresh(chain)
@@ -134,8 +140,11 @@ class RunTaker:
                 self._lease_for_resume(agent, str(domain), chain.execution_id)
             workflow = self._api.get_workflow(newest.execution_id)
             prompt = str((workflow.get("input") or {}).get("prompt") or "")
-            spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent),
+            carrier = tracing.carrier_of(workflow)  # its later runs stay in the trace it was started in
+            spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent), trace_parent=carrier,
                             model_settings=recorded_model_settings(workflow))  # the start's, kept by the server
+            tracing.begin_run(agent.name, parent=carrier, taken_up=how, owner=self._worker_id).started(
+                newest.execution_id, conversation_id=chain.execution_id)
             reservation = self._workers.reserve(domain, agent, continued=True)
             with released_on_failure(reservation, chain.execution_id):
                 reservation.commit(newest.execution_id, domain=domain)
@@ -270,3 +279,8 @@ def single_domain(workflow: Mapping[str, Any], execution_id: str, *, required: b
             )
         return None
     return domains.pop()
+
+
+def _traced(workflow: Mapping[str, Any], how: str) -> "tuple[Optional[str], str]":
+    """The carrier a run was started with (its span's traceparent) and how it is taken up here."""
+    return tracing.carrier_of(workflow), how

@@ -19,6 +19,8 @@ from ..errors import (
     ExecutionNotRunningError,
     MessageQueueDisabledError,
     MessageQueueFullError,
+    RunPausedError,
+    ScheduleNotFoundError,
     ServerError,
 )
 
@@ -65,6 +67,58 @@ class ConductorApi:
             raise ServerError(f"POST /agent/start returned no executionId: {str(result)[:200]}")
         return result
 
+    def deploy_agent(self, body: Mapping[str, Any]) -> dict:
+        """``POST /agent/deploy``: compile and register the agent's workflow, start nothing → ``{agentName,
+        requiredWorkers}``."""
+        result = self.transport.request("POST", "/agent/deploy", json_body=dict(body))
+        return result if isinstance(result, dict) else {}
+
+    # -- the scheduler (``/scheduler``) --------------------------------------------------
+
+    def create_schedule(self, body: Mapping[str, Any]) -> dict:
+        """``POST /scheduler/schedules`` (creates, or replaces the schedule of that name)."""
+        result = self.transport.request("POST", "/scheduler/schedules", json_body=dict(body))
+        return result if isinstance(result, dict) else {}
+
+    def get_schedule(self, name: str) -> dict:
+        """``GET /scheduler/schedules/{name}``.
+
+        Raises:
+            ScheduleNotFoundError: no such schedule.
+        """
+        try:
+            result = self.transport.request("GET", f"/scheduler/schedules/{_seg(name)}")
+        except HttpError as err:
+            if err.status == 404:
+                raise ScheduleNotFoundError(f"no schedule named {name!r} on the server", name=name) from err
+            raise
+        if not isinstance(result, dict):
+            raise ScheduleNotFoundError(f"no schedule named {name!r} on the server", name=name)
+        return result
+
+    def list_schedules(self) -> "list[dict]":
+        """``GET /scheduler/schedules``: every schedule."""
+        result = self.transport.request("GET", "/scheduler/schedules")
+        return [s for s in result if isinstance(s, dict)] if isinstance(result, list) else []
+
+    def pause_schedule(self, name: str) -> None:
+        """``PUT /scheduler/schedules/{name}/pause``."""
+        self.transport.request("PUT", f"/scheduler/schedules/{_seg(name)}/pause")
+
+    def resume_schedule(self, name: str) -> None:
+        """``PUT /scheduler/schedules/{name}/resume``."""
+        self.transport.request("PUT", f"/scheduler/schedules/{_seg(name)}/resume")
+
+    def delete_schedule(self, name: str) -> None:
+        """``DELETE /scheduler/schedules/{name}``."""
+        self.transport.request("DELETE", f"/scheduler/schedules/{_seg(name)}")
+
+    def next_schedule_times(self, cron: str, count: int) -> "list[int]":
+        """``GET /scheduler/nextFewSchedules``: the next ``count`` start times of ``cron`` (epoch ms)."""
+        result = self.transport.request("GET", "/scheduler/nextFewSchedules",
+                                        params={"cronExpression": cron, "limit": str(count)})
+        return [int(t) for t in result if isinstance(t, (int, float))] if isinstance(result, list) else []
+
     def agent_status(self, execution_id: str, *, timeout: Optional[float] = None) -> dict:
         """``GET /agent/{id}/status``."""
         with _not_found_is_unknown_execution(execution_id):
@@ -88,6 +142,16 @@ class ConductorApi:
         """``POST /agent/{id}/signal``: set the run's standing signal (the server answers 200 for an ended run)."""
         with _not_found_is_unknown_execution(execution_id):
             self.transport.request("POST", f"/agent/{_seg(execution_id)}/signal", json_body={"message": message})
+
+    def pause_workflow(self, execution_id: str) -> None:
+        """``PUT /workflow/{id}/pause``: nothing new is scheduled until resumed (idempotent; 409 once ended)."""
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("PUT", f"/workflow/{_seg(execution_id)}/pause")
+
+    def resume_workflow(self, execution_id: str) -> None:
+        """``PUT /workflow/{id}/resume`` of a paused run (the server refuses one that is not paused)."""
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("PUT", f"/workflow/{_seg(execution_id)}/resume")
 
     def cancel_agent(self, execution_id: str, reason: str) -> None:
         """``DELETE /agent/{id}/cancel?reason=`` (hard)."""
@@ -240,6 +304,10 @@ class ConductorApi:
         except HttpError as err:
             if err.status == 404:
                 raise self._explain_message_404(execution_id) from err
+            if err.status == 409 and "current: PAUSED" in (err.server_message or ""):
+                raise RunPausedError(
+                    f"execution {execution_id!r} is paused; it takes no messages until it is unpaused "
+                    "(handle.unpause())", execution_id=execution_id) from err
             if err.status == 409:
                 raise ExecutionNotRunningError(
                     f"execution {execution_id!r} is not running; it cannot receive messages "

@@ -11,6 +11,7 @@ A task id already in flight is never run a second time concurrently.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import logging
 import threading
 import traceback
@@ -18,7 +19,9 @@ from typing import Any, Callable, Mapping, Optional
 
 import attrs
 
+from .._common.task_names import INTERNAL_TASK_TYPES
 from .._people import approval_gate as _approval_gate
+from .._tracing import hooks as tracing
 from .._tooldefs import context as _context
 from .._tooldefs import run_state as _run_state
 from .._wire.api import ConductorApi
@@ -226,7 +229,9 @@ class ToolExecutor:
         if listener is not None:
             listener.task_started(task)
         try:
-            result = self._execute(task, tool_def, flight)
+            with self._traced(task, tool_def, flight) as span:
+                result = self._execute(task, tool_def, flight, span)
+                span.finished(result["status"] if result is not None else None)
             flight.body_done = True
             outcome = result["status"] if result is not None else "CANCELED"
             if listener is not None:
@@ -258,7 +263,15 @@ class ToolExecutor:
             self._note_fullness()
             self._idle.notify_all()
 
-    def _execute(self, task: TaskRef, tool_def: ToolDef, flight: _InFlight) -> Optional[dict]:
+    def _traced(self, task: TaskRef, tool_def: ToolDef, flight: _InFlight) -> Any:
+        """The tool's ``execute_tool`` span, current while its body runs (a no-op while tracing is off)."""
+        if task.task_type in INTERNAL_TASK_TYPES:
+            return contextlib.nullcontext(tracing.NO_TOOL)
+        return tracing.tool_call(task.workflow_id, tool_def.name, call_id=task.reference_name,
+                                 attempt=flight.context.attempt, read_workflow=self._api.get_workflow)
+
+    def _execute(self, task: TaskRef, tool_def: ToolDef, flight: _InFlight, span: Any = tracing.NO_TOOL
+                 ) -> Optional[dict]:
         """Run the body; the task result to post (None: post nothing, see ``_cancelled``)."""
         base = {"workflowInstanceId": task.workflow_id, "taskId": task.task_id, "workerId": self._worker_id}
         scrub = _context.secrets_of(flight.context).redact  # secrets never leave in a failure text
@@ -282,13 +295,15 @@ class ToolExecutor:
             return self._cancelled(task, flight, cancelled, base)
         except Exception as err:  # the model sees the error and the run goes on
             reason = scrub(str(err) if isinstance(err, ToolArgumentsError) else f"{type(err).__name__}: {err}")
+            stacktrace = scrub(traceback.format_exc())
+            span.failed(err, message=reason, stacktrace=stacktrace)
             log.info("tool %s failed on task %s: %s", task.task_type, task.task_id, reason)
             return {
                 **base,
                 "status": _TERMINAL_FAILURE,
                 "reasonForIncompletion": reason[:2000],
                 "outputData": {"error": reason[:2000]},
-                "logs": [{"log": scrub(traceback.format_exc())[-4000:], "createdTime": int(self._clock.time() * 1000)}],
+                "logs": [{"log": stacktrace[-4000:], "createdTime": int(self._clock.time() * 1000)}],
             }
         try:
             output = _run_state.merge_updates(tool_output(value), _context.state_updates_of(flight.context))

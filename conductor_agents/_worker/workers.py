@@ -14,8 +14,10 @@ import logging
 import threading
 from typing import Optional
 
+from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
 from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
+from .._listener.chain import is_continued
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._listener.driver import ChainTracker, ContinuationDriver
@@ -240,6 +242,8 @@ class WorkerSet:
             poller.remove_execution(execution_id)
             self.retire_if_idle(poller)
         self.unwatch(execution_id)
+        tracing.run_ended(execution_id, lambda: self._api.get_workflow(execution_id, include_tasks=True),
+                          continued=is_continued)
 
     def serves_domain(self, domain: str) -> bool:
         """Whether a run on ``domain`` is served here now (or its poller is reserved for one starting)."""
@@ -423,6 +427,11 @@ class WorkerSet:
 
     # -- introspection ----------------------------------------------------------------
 
+    @property
+    def worker_id(self) -> str:
+        """This process's worker id (what its run spans are owned by)."""
+        return self._worker_id
+
     def pollers(self) -> "list[DomainPoller]":
         with self._lock:
             return list(self._pollers.values())
@@ -459,3 +468,4 @@ class WorkerSet:
             watcher.join(join_timeout)
         if executor is not None:
             executor.shutdown(self._settings.shutdown_grace_seconds)
+        tracing.runs_closed(self._worker_id)  # the spans of its runs still going end here (the runs go on)

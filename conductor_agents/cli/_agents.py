@@ -118,6 +118,12 @@ def register(subparsers: Any) -> None:
     stop.add_argument("--wait", action="store_true", help="wait for the run to end")
     _wait_timeout(stop, "with --wait: give up after SECONDS")
 
+    for verb, run, what, detail in (
+            ("pause", _pause, "pause an execution", "Pause the run: it takes no model turn and refuses messages "
+             "(409) until unpaused; tool calls already handed out finish."),
+            ("unpause", _unpause, "let a paused execution go on", "Let a paused run go on where it stopped.")):
+        add(verb, run, what, detail).add_argument("execution_id", metavar="EXECUTION_ID")
+
     cancel = add("cancel", _cancel, "terminate an execution at once",
                  "Terminate the run now (TERMINATED). A tool already running is not interrupted.")
     cancel.add_argument("execution_id", metavar="EXECUTION_ID")
@@ -325,6 +331,20 @@ def _stop(args: argparse.Namespace) -> int:
         if not args.wait:
             return EXIT_OK
         return _wait_on(runtime, handle, args)
+
+
+def _pause(args: argparse.Namespace) -> int:
+    with AgentRuntime(settings(args)) as runtime:
+        runtime.attach(args.execution_id).pause()
+    _note(f"paused execution {args.execution_id}")
+    return EXIT_OK
+
+
+def _unpause(args: argparse.Namespace) -> int:
+    with AgentRuntime(settings(args)) as runtime:
+        runtime.attach(args.execution_id).unpause()
+    _note(f"unpaused execution {args.execution_id}")
+    return EXIT_OK
 
 
 def _cancel(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ EXIT_CODE_TABLE: Tuple[Tuple[int, str], ...] = (
     (EXIT_ERROR, "the run ended FAILED, TERMINATED or TIMED_OUT, or another error"),
     (EXIT_USAGE, "usage or configuration error: bad arguments, a bad CONDUCTOR_* value or server URL, "
                  "MODULE:AGENT not found; the server cannot call the run's model (no key, no route)"),
-    (EXIT_NOT_FOUND, "unknown execution; it is no longer running (send, approve, reject, respond); "
+    (EXIT_NOT_FOUND, "unknown execution; it is no longer running (send, pause, unpause, approve, reject, respond); no such schedule; "
                      "nothing of that kind waits (approve, reject, respond); server verbs: no server "
                      "running, or no Java"),
     (EXIT_UNREACHABLE, "the Conductor server cannot be reached"),
@@ -61,7 +61,8 @@ def exit_codes_help() -> str:
     return "\n".join(lines)
 
 VERB_GROUPS: List[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents", "conductor_agents.cli._serve",
-                           "conductor_agents.cli._humans", "conductor_agents.cli._watch"]
+                           "conductor_agents.cli._humans", "conductor_agents.cli._watch",
+                           "conductor_agents.cli._schedules"]
 """Modules that add verbs; each exposes ``register(subparsers)``."""
 
 _PROG = "conductor-agents"

@@ -12,7 +12,7 @@ from typing import List
 
 import pytest
 
-from conductor_agents import AsyncAgentRuntime, ModelSettings, RunStatus, WaitTimeoutError, aio
+from conductor_agents import AsyncAgentRuntime, ModelSettings, RunPausedError, RunStatus, WaitTimeoutError, aio
 from conductor_agents.testing import listener_policy
 
 from ..helpers import listener
@@ -89,6 +89,11 @@ def test_every_verb_awaits_without_blocking_the_loop(agent_settings, scripted_ll
                 assert (await handle.totals()).runs == 1
                 await handle.signal("Be terse.")
                 await runtime.signal(handle.execution_id, "")
+                await handle.pause()
+                assert (await handle.status()).status is RunStatus.PAUSED
+                with pytest.raises(RunPausedError):
+                    await handle.send_message({"action": "refused"})
+                await handle.unpause()
 
                 started = time.monotonic()
                 with pytest.raises(WaitTimeoutError) as timed_out:

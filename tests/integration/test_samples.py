@@ -316,3 +316,17 @@ def test_the_notebooks_first_cell_uses_its_own_server_and_keeps_it_when_run_agai
             scope["handle"].cancel("the test is done with it")
         if "runtime" in scope:
             scope["runtime"].close()
+
+
+def test_traces_console_sample_prints_one_trace_across_a_continued_listener(remote_env: Dict[str, str]) -> None:
+    """The console exporter prints the caller's span, both runs' spans, tool and chat spans, all in one trace,
+    and the two GenAI metrics."""
+    result = run_sample(["samples/traces_console.py", "--remote"], remote_env)
+    assert result.returncode == 0, result.stdout + result.stderr
+    spans = [line.split() for line in result.stdout.splitlines() if line.startswith("trace ")]
+    names = [" ".join(fields[6:8]) for fields in spans]
+    assert {fields[1] for fields in spans} == {spans[0][1]}, result.stdout  # one trace id
+    assert names.count("invoke_agent traced_listener") >= 2 and "execute_tool generate_report" in names
+    assert any(name.startswith("chat ") for name in names) and "handle webhook" in " ".join(names)
+    assert "metric gen_ai.client.token.usage" in result.stdout
+    assert "metric gen_ai.client.operation.duration" in result.stdout

@@ -80,6 +80,11 @@ def test_a_stall_is_visible_without_waiting_and_wait_raises_it_at_once(
             (task["referenceTaskName"], handle.execution_id, handle.run_id)
         assert (told_error.task_reference_name, told_error.domain) == (task["referenceTaskName"], task["domain"])
 
+        handle.pause()  # paused on purpose: the task waits for the unpause, not for a worker
+        eventually(lambda: handle.stall is None, timeout=30, interval=0.05, message="no stall while paused")
+        handle.unpause()
+        eventually(lambda: handle.stall is not None, timeout=30, interval=0.05, message="the stall again")
+
         handle.cancel()
         eventually(lambda: watchdog_threads() == 0, timeout=30, message="the watchdog gone after the run ended")
         assert handle.stall is None  # the run ended: no stall any more

@@ -32,6 +32,8 @@ BUILTIN_OF = {
     "ExecutionNotFoundError": (LookupError,),
     "ExecutionNotRunningError": (Exception,),
     "MessageQueueFullError": (Exception,),
+    "RunPausedError": (Exception,),
+    "ScheduleNotFoundError": (LookupError,),
     "MessageQueueDisabledError": (Exception,),
     "MessageLostError": (LookupError,),
     "WaitTimeoutError": (TimeoutError,),
@@ -93,7 +95,8 @@ def test_no_error_shadows_a_builtin_name():
 def test_server_error_subclasses_are_server_errors():
     """Every error about a server answer is a ServerError (one except clause catches them)."""
     for cls in (errors.ServerUnavailableError, errors.AuthenticationError, errors.ExecutionNotFoundError,
-                errors.ExecutionNotRunningError, errors.MessageQueueFullError, errors.MessageQueueDisabledError):
+                errors.ExecutionNotRunningError, errors.MessageQueueFullError, errors.MessageQueueDisabledError,
+                errors.RunPausedError):
         assert issubclass(cls, errors.ServerError), cls.__name__
 
 
@@ -110,6 +113,7 @@ def test_local_server_errors_are_local_server_errors():
     (errors.ExecutionNotFoundError, 404),
     (errors.ExecutionNotRunningError, 409),
     (errors.MessageQueueFullError, 429),
+    (errors.RunPausedError, 409),
     (errors.MessageQueueDisabledError, 404),
 ])
 def test_execution_errors_carry_id_and_status(cls, status):
@@ -162,14 +166,14 @@ PACKAGE_ALL = [
     "McpTool", "ApiTool", "tool", "Strategy", "Handoff", "HandoffContext", "Gate", "Guardrail", "GuardrailResult", "Termination",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
     "AgentRuntime", "AsyncAgentRuntime", "AsyncAgentHandle", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",
-    "ToolCallRecord", "ListenerTotals", "MessageDelivery", "RunningRun",
+    "ToolCallRecord", "ListenerTotals", "MessageDelivery", "RunningRun", "Schedule", "Schedules", "ConductorAgentsInstrumentor",
     "PendingRequest", "PendingToolCall", "HumanAnswer",
     "LocalServer",
     "ConductorAgentsError", "AgentDefinitionError", "AgentTypeError", "AnswerConflictError", "AuthenticationError",
     "ConfigurationError", "ExecutionNotFoundError", "ExecutionNotRunningError", "InvalidAnswerError", "JarDownloadError",
     "JavaNotFoundError", "LocalServerError", "MessageLostError", "MessageQueueDisabledError", "MessageQueueFullError",
     "MissingSecretError", "ModelUnavailableError", "NothingPendingError", "OutputValidationError",
-    "PayloadError", "ResumeError", "RunContextError", "RuntimeClosedError", "ServerError", "ServerUnavailableError",
+    "PayloadError", "ResumeError", "RunContextError", "RunPausedError", "RuntimeClosedError", "ScheduleNotFoundError", "ServerError", "ServerUnavailableError",
     "ToolArgumentsError", "ToolDefinitionError", "WaitTimeoutError", "WorkerStallError", "WorkerStartupError",
     "__version__",
 ]

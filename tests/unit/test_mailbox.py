@@ -5,7 +5,7 @@ import pytest
 
 from conductor_agents._listener import mailbox
 from conductor_agents._listener.directory import ChainDirectory
-from conductor_agents.errors import ExecutionNotRunningError
+from conductor_agents.errors import ExecutionNotRunningError, RunPausedError
 from tests.unit.fakes import FakeClock
 from tests.unit.test_retention import MAILBOX, MailboxServer, chain_of
 
@@ -24,12 +24,15 @@ def pushes(monkeypatch):
     """The forward's pushes (the actions), in order; ``pushes.ended`` makes the listener refuse them."""
     class Pushes(list):
         ended = False
+        paused = False
 
     done = Pushes()
 
     def send(api, directory, execution_id, body, **kwargs):
         if done.ended:
             raise ExecutionNotRunningError("ended", execution_id=execution_id)
+        if done.paused:
+            raise RunPausedError("paused", execution_id=execution_id)
         done.append(body["action"])
         return f"link-{len(done)}"
 
@@ -79,6 +82,17 @@ def test_a_forward_to_a_listener_that_ended_ends_the_loop_and_says_what_was_not_
     chain_of(server, 1)
     pushes.ended = True
     assert forward(server, envelopes(*IDS)) == {"end": True, "forwarded": 0, "undelivered": list(IDS)}
+
+
+def test_a_forward_to_a_paused_listener_keeps_its_messages_for_the_next_delivery(pushes):
+    """A paused run refuses pushes (409): unlike an ended listener, nothing is given up; the task is
+    handed back (the tool turns the error into a ToolRetry) and its next delivery pushes them."""
+    server = MailboxServer()
+    chain_of(server, 1)
+    pushes.paused = True
+    with pytest.raises(RunPausedError):
+        forward(server, envelopes(*IDS))
+    assert pushes == []
 
 
 def test_receivedat_is_read_in_the_servers_milliseconds():

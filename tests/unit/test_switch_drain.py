@@ -1,17 +1,23 @@
-"""Step 2 of a switch, the drain: when the old run counts as at rest, as making progress, or as stuck."""
+"""Steps 2 and 3 of a switch: the drain (when the old run counts as at rest, as making progress, or as
+stuck), and ending the old run."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, List, Optional
 
+import pytest
+
 from conductor_agents._wire.api import TaskPage
 from conductor_agents._common.task_names import CARRY_TASK
 from conductor_agents._listener.directory import Chain
+from conductor_agents._listener.chain import continued_reason
 from conductor_agents._listener.switch import Switch
+from conductor_agents.errors import ConductorAgentsError
 
 RUN_ID = "0" * 32
 CHAIN = Chain("first-run", RUN_ID, "listener", 0)
 OLD = CHAIN.link(0)
+NEW_ID = CHAIN.link(1).execution_id
 NEW_CREATED_MS = 1_000_000
 
 
@@ -120,3 +126,45 @@ def test_a_wait_is_not_rest_while_a_tool_of_the_run_still_runs_here():
     state, _, _, reads = drain(lambda read: waiting(20, 1, NEW_CREATED_MS + 1_000), step=1.0,
                                idle=lambda read: read > 4)
     assert state == "quiet" and reads == 5
+
+
+# --- step 3: ending the old run ------------------------------------------------------------------
+
+
+class EndingApi:
+    """The old run's status after each end: ``answers`` in turn (the last repeats)."""
+
+    def __init__(self, *answers: dict) -> None:
+        self.answers = list(answers)
+        self.cancels: "list[tuple[str, str]]" = []
+
+    def cancel_agent(self, execution_id: str, reason: str) -> None:
+        self.cancels.append((execution_id, reason))
+
+    def agent_status(self, execution_id: str) -> dict:
+        return self.answers.pop(0) if len(self.answers) > 1 else self.answers[0]
+
+
+def ending(api: EndingApi) -> Switch:
+    return Switch(api, CHAIN, OLD, None, worker_id="w", clock=FakeClock(),  # type: ignore[arg-type]
+                  pause=lambda seconds: False)
+
+
+def test_an_old_run_a_concurrent_stop_brought_back_is_ended_again():
+    """The server's stop rewrites the run it read without a lock: racing the end, it leaves the run
+    RUNNING. Read back running, the old run is ended again rather than the switch given up."""
+    switch = ending(EndingApi({"status": "RUNNING"}, {"status": "TERMINATED",
+                                                      "reasonForIncompletion": continued_reason(NEW_ID)}))
+    assert switch.terminate_old() is None
+    assert [OLD.execution_id] * 2 == [run for run, _ in switch._api.cancels]
+
+
+def test_an_old_run_that_ended_on_its_own_gives_up_the_switch():
+    assert "COMPLETED" == ending(EndingApi({"status": "COMPLETED"})).terminate_old()
+
+
+def test_an_old_run_that_keeps_coming_back_is_an_error_not_an_abandoned_switch():
+    switch = ending(EndingApi({"status": "RUNNING"}))
+    with pytest.raises(ConductorAgentsError, match="still running"):
+        switch.terminate_old()
+    assert 5 == len(switch._api.cancels)

@@ -140,6 +140,20 @@ def test_a_task_unpolled_past_the_threshold_stalls_the_run(no_thread):
                                             watch.stall.domain, watch.stall.waited_seconds)
 
 
+def test_a_paused_run_is_never_stalled_and_its_stall_clears(no_thread):
+    """A paused run schedules nothing and its waiting tasks wait for the unpause: no stall, and a stall
+    flagged before the pause clears; after the unpause the rule applies again."""
+    watchdog, api, clock, _ = make()
+    paused = {**running(task("late", age=45)), "status": "PAUSED"}
+    api.answer(EXEC, running(task("late", age=45)), paused, running(task("late", age=45)))
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    seen = []
+    for _ in range(3):
+        tick(watchdog, clock)
+        seen.append(watch.stall is not None)
+    assert [True, False, True] == seen
+
+
 def test_no_sample_before_one_interval(no_thread):
     """The first sample of a run is one interval after it is watched, not at once."""
     watchdog, api, clock, _ = make()

@@ -1,0 +1,122 @@
+"""Ending, pausing and unpausing a run, or every run of a continued listener that may still be running.
+
+A continued listener has, besides its newest run, the run before it while a switch is under way, and
+its mailbox (the id callers hold). Each verb here reaches the ones it must:
+
+- stop: the newest run only. The switch ends the run before it, and the server's stop
+  (``POST /agent/{id}/stop``) writes back the whole run it read, without a lock: racing an end of the
+  same run, it can bring that run back RUNNING (seen on 3.32.3 in about 1 of 30 races).
+- cancel: every live run, read back and ended again when such a stop brought it back; then the mailbox.
+- pause: the mailbox first (a sender pushing to the listener's id then gets 409 at once, nothing is
+  accepted that the listener cannot take), then every live run (a switch under way keeps both paused:
+  its new run is committed paused and takes no turn until unpaused).
+- unpause: the runs, then the mailbox. Both are idempotent.
+
+Pausing uses the server's own ``PUT /workflow/{id}/pause``: the run schedules nothing new (no model
+turn), tasks already handed out still finish, and a push into it answers 409 (``RunPausedError``).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Optional
+
+from .._wire.api import ConductorApi
+from .._wire.transport import HttpError
+from ..errors import ExecutionNotRunningError
+from ..result import RunStatus
+from .directory import Chain, ChainDirectory
+from .following import end_mailbox, is_running, live_links, run_status
+
+__all__ = ["cancel_listener", "pause_listener", "stop_listener", "unpause_listener"]
+
+log = logging.getLogger("conductor_agents.handle")
+
+#: Rounds of a cancel: a switch racing it starts a newer run, a stop racing it brings one back.
+_CANCEL_ROUNDS = 3
+
+RunCallback = Optional[Callable[[str], None]]
+
+
+def stop_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, on_stop: RunCallback) -> bool:
+    """Ask the newest run to finish after its current turn; whether a running run was asked."""
+    for link in live_links(api, directory, chain)[:1]:
+        try:
+            api.stop_agent(link.execution_id)
+        except HttpError as err:
+            if err.status != 409:
+                raise
+            continue
+        if on_stop is not None:  # this process's running tools see ctx.stop_requested at once
+            on_stop(link.execution_id)
+        return True
+    return False
+
+
+def cancel_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, reason: str,
+                    on_ended: RunCallback) -> None:
+    """End every live run at once (TERMINATED), then the listener's mailbox."""
+    cancelled: set = set()
+    for _ in range(_CANCEL_ROUNDS):
+        links = [link for link in live_links(api, directory, chain)
+                 if link.execution_id not in cancelled or is_running(api, link.execution_id)]
+        if not links:
+            break
+        for link in links:
+            try:
+                api.cancel_agent(link.execution_id, reason)
+            except HttpError as err:
+                if err.status != 409:
+                    raise
+            cancelled.add(link.execution_id)
+            if on_ended is not None:  # its tools running here see ctx.cancelled at once
+                on_ended(link.execution_id)
+    end_mailbox(api, directory, chain)  # later pushes to the listener's id answer 409
+
+
+def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> None:
+    """Pause the mailbox and every live run.
+
+    Raises:
+        ExecutionNotRunningError: the run (the listener) has ended.
+        ExecutionNotFoundError: the server does not know the execution.
+    """
+    if chain.mailbox:
+        _pause(api, chain.execution_id, chain.execution_id)
+    newest, *before = live_links(api, directory, chain)
+    _pause(api, newest.execution_id, chain.execution_id)
+    for link in before:  # a switch under way: the run before may end meanwhile (its switch ends it)
+        try:
+            api.pause_workflow(link.execution_id)
+        except HttpError as err:
+            if err.status != 409:
+                raise
+
+
+def unpause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> None:
+    """Unpause every live run that is paused, then the mailbox; runs not paused are left as they are.
+
+    Raises:
+        ExecutionNotRunningError: the run (the listener) has ended.
+        ExecutionNotFoundError: the server does not know the execution.
+    """
+    links = live_links(api, directory, chain)
+    statuses = [(link.execution_id, run_status(api, link.execution_id)) for link in links]
+    if all(status.is_terminal for _, status in statuses):
+        raise ExecutionNotRunningError(f"run {chain.execution_id} has ended; there is nothing to unpause",
+                                       execution_id=chain.execution_id)
+    for execution_id, status in statuses:
+        if status is RunStatus.PAUSED:
+            api.resume_workflow(execution_id)
+    if chain.mailbox and run_status(api, chain.execution_id) is RunStatus.PAUSED:
+        api.resume_workflow(chain.execution_id)
+
+
+def _pause(api: ConductorApi, execution_id: str, held_as: str) -> None:
+    try:
+        api.pause_workflow(execution_id)
+    except HttpError as err:
+        if err.status != 409:
+            raise
+        raise ExecutionNotRunningError(f"run {held_as} has ended; it cannot be paused", execution_id=held_as,
+                                       ) from err

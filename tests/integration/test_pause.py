@@ -1,0 +1,60 @@
+"""Pause and unpause (issue 33, point 5): a paused listener takes no model turn and refuses messages
+with an error its sender sees, from this SDK and from the server's own REST push to the id callers hold;
+unpaused, it goes on where it stopped, across continuations."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import requests
+
+from conductor_agents import Continuation, ExecutionNotRunningError, RunPausedError, RunStatus
+from conductor_agents.testing import listener_policy
+
+from ..helpers import eventually, listener
+from .test_stateful_listener import ActionTools, act_on
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.both_topologies
+def test_a_paused_listener_takes_no_turn_and_refuses_messages_until_unpaused(
+        agent_runtime, scripted_llm, unique_name, topology_server):
+    base = getattr(topology_server, "url")
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("paused")
+    agent = listener(unique_name("paused"), model, tools, continuation=Continuation(max_turns=3))
+    handle = agent_runtime.start(agent, "Start listening.")
+    for action in ("a1", "a2", "a3"):
+        handle.send_message({"action": action})
+    eventually(lambda: len(tools.actions) == 3, timeout=90, message="three actions before the pause")
+
+    handle.pause()
+    handle.pause()  # idempotent
+    assert handle.status().status is RunStatus.PAUSED
+    with pytest.raises(RunPausedError) as refused:
+        handle.send_message({"action": "refused"})
+    assert "unpause" in str(refused.value)
+    response = requests.post(f"{base}/workflow/{handle.execution_id}/messages", json={"action": "raw"}, timeout=30)
+    assert (response.status_code, "PAUSED" in response.text) == (409, True)
+    turns = len(scripted_llm.requests_for(model))
+    time.sleep(2.0)  # bounded: a paused run schedules nothing, so no model call may come in this time
+    assert len(scripted_llm.requests_for(model)) == turns
+
+    handle.unpause()
+    handle.unpause()  # a run that is not paused is left as it is
+    assert handle.status().status is RunStatus.RUNNING
+    handle.send_message({"action": "a4"})
+    requests.post(f"{base}/workflow/{handle.execution_id}/messages", json={"action": "a5"},
+                  timeout=30).raise_for_status()
+    eventually(lambda: len(tools.actions) == 5, timeout=90, message="the messages after the unpause")
+    assert [a for a, _ in tools.actions] == ["a1", "a2", "a3", "a4", "a5"]  # the refused ones never arrive
+
+    handle.stop()
+    assert handle.wait(timeout=90).status is RunStatus.COMPLETED
+    with pytest.raises(ExecutionNotRunningError):
+        handle.pause()
+    with pytest.raises(ExecutionNotRunningError):
+        handle.unpause()
+    scripted_llm.assert_no_anomalies(model)
