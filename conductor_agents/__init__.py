@@ -18,6 +18,7 @@ from ._answers.guardrails import Guardrail, GuardrailResult
 from ._teams.gates import Gate
 from ._teams.subagents import Handoff, HandoffContext, Strategy
 from ._teams.termination import Termination
+from ._teams.model_settings import ModelSettings
 from .continuation import CarryOver, Continuation
 from .errors import (
     AgentDefinitionError,
@@ -65,6 +66,7 @@ __all__ = [
     "Agent",
     "Continuation",
     "CarryOver",
+    "ModelSettings",
     "ToolDef",
     "ToolRegistry",
     "WaitForMessageTool",

@@ -13,6 +13,7 @@ from ._answers.output_type import OutputSpec
 from ._common.secrets import check_credential_names
 from ._teams.compile import agent_config, check_task_names, worker_groups
 from ._teams.gates import Gate
+from ._teams.model_settings import MODEL_PATTERN
 from ._teams.stopping import StopRule
 from ._teams.subagents import Handoff, Strategy, agent_tool, check_plan_execute, merge_worker_tools
 from ._teams.termination import Termination
@@ -22,7 +23,7 @@ from .tools import ToolDef, as_tool
 __all__ = ["Agent"]
 
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
-_MODEL = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/\S+$")
+_MODEL = MODEL_PATTERN
 
 
 def _check_name(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:

@@ -30,6 +30,7 @@ from typing import Any, Callable, Mapping, Optional, TypeVar
 
 from ._common.fork import rebuild_after_fork
 from .agent import Agent
+from ._teams.model_settings import ModelSettings
 from .errors import WaitTimeoutError
 from .events import AgentEvent
 from .handle import AgentHandle
@@ -113,20 +114,27 @@ class AsyncAgentRuntime:
     # -- runs -------------------------------------------------------------------------
 
     async def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None,
-                    context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None) -> "AsyncAgentHandle":
+                    context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None,
+                    model_settings: Optional[ModelSettings] = None) -> "AsyncAgentHandle":
         """As :meth:`AgentRuntime.start`."""
         return self._handle(await self._pool.run(self.sync.start, agent, prompt, idempotency_key=idempotency_key,
-                                                 context=context, media=media))
+                                                 context=context, media=media, model_settings=model_settings))
 
     async def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0, idempotency_key: Optional[str] = None,
-                  context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None) -> AgentResult:
+                  context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None,
+                  model_settings: Optional[ModelSettings] = None) -> AgentResult:
         """As :meth:`AgentRuntime.run`: start, then ``await handle.wait(timeout)``."""
-        handle = await self.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media)
+        handle = await self.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media,
+                                  model_settings=model_settings)
         return await handle.wait(timeout=timeout)
 
     async def send_message(self, execution_id: str, payload: Any) -> str:
         """As :meth:`AgentRuntime.send_message`."""
         return await self._pool.run(self.sync.send_message, execution_id, payload)
+
+    async def signal(self, execution_id: str, text: str) -> None:
+        """As :meth:`AgentRuntime.signal`."""
+        await self._pool.run(self.sync.signal, execution_id, text)
 
     async def wait_delivered(self, execution_id: str, message_id: str,
                              timeout: Optional[float] = None) -> MessageDelivery:
@@ -253,6 +261,10 @@ class AsyncAgentHandle:
     async def send_message(self, payload: Any) -> str:
         """As :meth:`AgentHandle.send_message`."""
         return await self._pool.run(self.sync.send_message, payload)
+
+    async def signal(self, text: str) -> None:
+        """As :meth:`AgentHandle.signal`."""
+        await self._pool.run(self.sync.signal, text)
 
     async def wait_delivered(self, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
         """As :meth:`AgentHandle.wait_delivered`."""

@@ -18,7 +18,7 @@ from ._listener.control import cancel_listener, pause_listener, stop_listener, u
 from ._listener.following import current_status, listener_totals
 from ._answers.output_check import rejection_of
 from ._answers.output_type import Rejection, typed_result
-from ._listener.by_id import RunsById
+from ._listener.by_id import RunsById, check_signal
 from ._liveness.model_calls import FirstModelTurn
 from ._wire.payload import message_payload
 from ._people.pending import HumanAnswer, PendingRequest
@@ -368,6 +368,16 @@ class AgentHandle:
     def send_message(self, payload: Any) -> str:
         """Push a message into the run's queue (see :meth:`AgentRuntime.send_message`)."""
         return self._by_id.send_message(self.execution_id, message_payload(payload), pause=self._pause)
+
+    def signal(self, text: str) -> None:
+        """Set the run's standing signal: the server puts ``text`` before every later model turn of the
+        agent (``[SIGNALS]...[/SIGNALS]``), also in a listener's later runs, until the next ``signal()``
+        replaces it; ``signal("")`` clears it (see ``docs/steering.md``).
+
+        Raises:
+            ExecutionNotRunningError: the run has ended. ExecutionNotFoundError: unknown execution.
+        """
+        self._by_id.signal(self.execution_id, check_signal(text), chain=self._chain(), pause=self._pause)
 
     def wait_delivered(self, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
         """Block until the run has pulled message ``message_id``; never longer than ``timeout``.

@@ -13,7 +13,7 @@ from ._common.fork import rebuild_after_fork
 from ._listener.delivery import MessageDelivery
 from ._listener.directory import ChainDirectory
 from ._people.pending import HumanAnswer, PendingRequest
-from ._listener.by_id import RunsById
+from ._listener.by_id import RunsById, check_signal
 from ._runs.exit import close_at_exit
 from ._runs.handles import HandleMaker
 from ._runs.running import RunningRun, running_runs
@@ -28,6 +28,7 @@ from ._wire.transport import Transport
 from ._worker.observer import TaskObserver
 from ._worker.workers import WorkerSet
 from .agent import Agent
+from ._teams.model_settings import ModelSettings, apply_model_settings
 from .errors import AgentTypeError, RuntimeClosedError, WorkerStallError
 from .handle import AgentHandle
 from .result import AgentResult
@@ -171,13 +172,16 @@ class AgentRuntime:
     # -- runs -------------------------------------------------------------------------
 
     def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None,
-              context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None) -> AgentHandle:
+              context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None,
+              model_settings: Optional[ModelSettings] = None) -> AgentHandle:
         """Start a run of ``agent`` and serve its tools from this process.
 
         ``context`` seeds the run's context: shown to the model before every turn, given to
         every tool (``ctx.state``), updated by tools (``ctx.update_state``), returned as
         ``result.context``. ``media`` is a list of URLs (images, documents) attached to the
         first user message; the *server* downloads them (it refuses loopback addresses).
+        ``model_settings`` (:class:`ModelSettings`) changes the model, temperature, token limit or
+        reasoning effort of this run only, a listener's later runs included (``docs/steering.md``).
 
         A stateful agent gets a fresh run id; its workers poll the domain of that id
         (started *before* the run, so its first task is never missed). With an
@@ -189,7 +193,8 @@ class AgentRuntime:
         definition (no run is created then) is retried with a short backoff.
 
         Raises:
-            RuntimeClosedError, AgentTypeError, ValueError: bad call (no request sent).
+            RuntimeClosedError, AgentTypeError, ValueError: bad call (no request sent); also
+                AgentDefinitionError: ``model_settings`` cannot reach an agent tool of the agent.
             ServerUnavailableError, ServerError: the server refused the start or could not be
                 reached; no run was started.
             WorkerStartupError: the run started (``.execution_id``) but anything after that
@@ -202,16 +207,22 @@ class AgentRuntime:
         if not isinstance(agent, Agent):
             raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
         check_prompt(prompt)
-        return self._starter.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media)
+        if model_settings is not None and not isinstance(model_settings, ModelSettings):
+            raise AgentTypeError(f"model_settings must be a ModelSettings or None, got {model_settings!r}",
+                                 field="model_settings", value=model_settings)
+        apply_model_settings(agent.to_config(), model_settings)  # refused here (an agent tool), before anything
+        return self._starter.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media,
+                                   model_settings=model_settings)
 
     def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0,
             idempotency_key: Optional[str] = None, context: Optional[Mapping[str, Any]] = None,
-            media: Optional[Any] = None) -> AgentResult:
+            media: Optional[Any] = None, model_settings: Optional[ModelSettings] = None) -> AgentResult:
         """Start a run, wait for its result (at most ``timeout`` seconds) and return it.
 
         Raises: as :meth:`start` and :meth:`AgentHandle.wait`.
         """
-        handle = self.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media)
+        handle = self.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media,
+                            model_settings=model_settings)
         return handle.wait(timeout=timeout)
 
     def send_message(self, execution_id: str, payload: Any) -> str:
@@ -230,6 +241,15 @@ class AgentRuntime:
         body = message_payload(payload)
         self._check_open()
         return self._by_id.send_message(str(execution_id), body, pause=self._closing.wait)
+
+    def signal(self, execution_id: str, text: str) -> None:
+        """Set the standing signal of run ``execution_id`` (see :meth:`AgentHandle.signal`).
+
+        Raises: as :meth:`AgentHandle.signal`, and RuntimeClosedError.
+        """
+        text = check_signal(text)
+        self._check_open()
+        self._by_id.signal(str(execution_id), text, pause=self._closing.wait)
 
     def wait_delivered(self, execution_id: str, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
         """Block until run ``execution_id`` has pulled message ``message_id`` (see

@@ -1,6 +1,6 @@
 """The verbs on a run named by its execution id: send a message, see and answer what it waits on.
 
-:class:`RunsById` is the one implementation behind :meth:`AgentRuntime.send_message`,
+:class:`RunsById` is the one implementation behind :meth:`AgentRuntime.send_message`, ``signal``,
 ``pending``, ``approve``, ``reject`` and ``respond`` and their :class:`AgentHandle` twins. A
 continued listener is reached at its current run, whichever id of it the caller holds. People in
 the loop are reached in every run that may hold a request (:func:`people_runs`): while a switch
@@ -16,15 +16,26 @@ from typing import Any, Callable, Iterator, List, Mapping, Optional
 
 from .._common.clock import Clock
 from .directory import Chain, ChainDirectory
-from .following import is_running
+from .following import is_running, live_links
+from .signals import post_signal
 from .sending import send_to_listener
 from .._people import approvals
 from .._people.pending import HumanAnswer, PendingRequest
 from .._wire.api import ConductorApi
-from ..errors import AnswerConflictError, ExecutionNotFoundError
+from ..errors import AgentTypeError, AnswerConflictError, ExecutionNotFoundError, ExecutionNotRunningError
 from ..settings import AgentSettings
 
-__all__ = ["RunsById", "people_runs"]
+__all__ = ["RunsById", "check_signal", "people_runs"]
+
+
+def check_signal(text: object) -> str:
+    """``text`` if it can be a run's signal (a str; ``""`` clears it).
+
+    Raises: AgentTypeError: not a str.
+    """
+    if not isinstance(text, str):
+        raise AgentTypeError(f"a signal must be a str ('' clears it), got {text!r}", field="text", value=text)
+    return text
 
 
 def people_runs(api: ConductorApi, directory: ChainDirectory, execution_id: str, chain: Optional[Chain] = None, *,
@@ -74,6 +85,29 @@ class RunsById:
         return send_to_listener(self._api, self._directory, execution_id, body,
                                 switch_wait=self._settings.switch_wait_seconds, clock=self._clock, pause=pause,
                                 on_accepted=self._directory.note_accepted)
+
+    def signal(self, execution_id: str, text: str, *, chain: Optional[Chain] = None,
+               pause: Callable[[float], Any]) -> None:
+        """Set the standing signal of the listener ``execution_id`` names: its current run, and the run
+        before while a switch drains it (the switch carries the signal over too: see :mod:`.signals`).
+
+        Raises:
+            ExecutionNotRunningError: no run of it is running.
+        """
+        chain = self._directory.chain(execution_id) if chain is None else chain
+        posted: "set[str]" = set()
+        reached = False
+        for _ in range(3):  # a switch that began meanwhile copies the old run's signal: reach its new run too
+            links = [link for link in live_links(self._api, self._directory, chain)
+                     if link.execution_id not in posted]
+            if not links:
+                break
+            for link in links:
+                posted.add(link.execution_id)
+                reached = post_signal(self._api, link.execution_id, text, pause=pause, clock=self._clock) or reached
+        if not reached:
+            raise ExecutionNotRunningError(f"execution {execution_id!r} is not running; a signal cannot reach it",
+                                           execution_id=execution_id)
 
     def pending(self, execution_id: str, *, chain: Optional[Chain] = None) -> "tuple[PendingRequest, ...]":
         """What the listener ``execution_id`` names waits on, each request named by the listener's id."""

@@ -43,6 +43,7 @@ import attrs
 
 from .._wire.api import ConductorApi
 from .carryover import CommitRecord, build_record
+from .signals import carry_signal
 from .._common.task_names import CARRY_TASK, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, TURN_TASK
 from .chain import ABANDONED_REASON, continued_reason, is_continued
 from .directory import Chain, Link
@@ -51,6 +52,7 @@ from .._wire.transport import HttpError
 from .._tracing import hooks as tracing
 from .._tracing.carrier import START_KEY as TRACE_START_KEY
 from ..agent import Agent
+from .._teams.model_settings import ModelSettings, apply_model_settings
 from ..continuation import Continuation
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import RunStatus, TokenUsage
@@ -87,12 +89,14 @@ _WAITING_KINDS = frozenset({_PULL, "JOIN", "DO_WHILE"})
 
 @attrs.frozen
 class LinkSpec:
-    """What a link is started with: the agent, the listener's prompt and context, and its turn budget."""
+    """What a link is started with: the agent, the listener's prompt and context, its turn budget, and the
+    model settings of the listener's start (every link gets them)."""
 
     agent: Agent
     prompt: str
     continuation: Continuation
     context: Mapping[str, Any] = attrs.field(factory=dict)
+    model_settings: Optional[ModelSettings] = None
     #: The W3C traceparent of the listener's traced run its later runs' spans are children of (tracing on).
     trace_parent: Optional[str] = None
 
@@ -105,7 +109,7 @@ def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns
     Every link reports each model turn to the serving process (a ``before_model`` callback, task
     :data:`~conductor_agents._common.task_names.TURN_TASK`); links after the first begin with the carry task.
     """
-    config = spec.agent.to_config()
+    config = apply_model_settings(spec.agent.to_config(), spec.model_settings)
     config["maxTurns"] = max(1, spec.agent.max_turns - turns_before)
     callbacks = [c for c in config.get("callbacks") or () if c.get("position") != "before_model"]
     config["callbacks"] = [*callbacks, {"position": "before_model", "taskName": TURN_TASK}]
@@ -180,6 +184,7 @@ class Switch:
         self._pause = pause or self._stopping.wait
         self._new_created_ms: Optional[float] = None  # when link n+1 began (the server's clock)
         self._quiet_at = float("-inf")  # when the drain last found link n at rest (this process's clock)
+        self._signal_carried = False
 
     # -- the steps --------------------------------------------------------------------
 
@@ -206,6 +211,14 @@ class Switch:
                 "for this listener")
         log.info("listener %s: link %d (%s) started to continue %s", self.chain.execution_id, self.new.number,
                  self.new.execution_id, self.old.execution_id)
+        self._carry_signal()
+
+    def _carry_signal(self) -> None:
+        """Link n+1 is live from now on (a ``signal()`` reaches it directly): the standing signal of link n goes
+        on in it (once per switch and process: also when this process finishes a switch another one began)."""
+        if not self._signal_carried:
+            carry_signal(self._api, self.old.execution_id, self.new.execution_id, pause=self._pause)
+            self._signal_carried = True
 
     def drain(self) -> "tuple[str, Optional[str]]":
         """Step 2: ``("quiet", None)``, ``("timeout", None)``, ``("ended", status)`` or ``("stopping", None)``.
@@ -341,6 +354,7 @@ class Switch:
     def finish(self) -> Optional[SwitchOutcome]:
         """Steps 2-4 (a switch another process began, found by :func:`pending_switch`, or this one)."""
         began = self._clock.monotonic()
+        self._carry_signal()  # a switch another process began may have ended before its carry
         state, ended = self.drain()
         drained = self._clock.monotonic()
         if state == "stopping":

@@ -17,6 +17,7 @@ from .._listener.chain import link_key, run_id_for_key
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._listener.mailbox import Mailboxes
 from .._listener.switch import LinkSpec, link_start_body
+from .._teams.model_settings import ModelSettings, apply_model_settings
 from .._tooldefs.run_state import check_context, check_media
 from .._tracing import hooks as tracing
 from .._tracing.carrier import START_KEY as TRACE_START_KEY
@@ -66,7 +67,8 @@ class RunStarter:
         self._mailboxes = Mailboxes(api)
 
     def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str],
-              context: Optional[Mapping[str, Any]], media: Optional[Any]) -> "AgentHandle":
+              context: Optional[Mapping[str, Any]], media: Optional[Any],
+              model_settings: Optional[ModelSettings] = None) -> "AgentHandle":
         """Start a run of ``agent`` (arguments checked but these) and serve it (see :meth:`AgentRuntime.start`)."""
         run_id = uuid.uuid4().hex if agent.is_stateful else None
         checked_context = check_context(context) if context is not None else None
@@ -74,12 +76,13 @@ class RunStarter:
         traced = tracing.begin_run(agent.name, owner=self._workers.worker_id)  # a child of the caller's current span
         if agent.is_listener:
             spec = LinkSpec(agent, prompt, self._settings.continuation_for(agent), context=checked_context or {},
-                            trace_parent=traced.traceparent)
+                            model_settings=model_settings, trace_parent=traced.traceparent)
             # A listener's first run carries the SDK's key (its chain's name: see _chain); the caller's
             # idempotency key picks the run id, so the same key still gives the same run.
             if idempotency_key is not None:
                 run_id = run_id_for_key(agent.name, str(idempotency_key))
-        body = start_body(agent, prompt, run_id, spec, context=checked_context, idempotency_key=idempotency_key)
+        body = start_body(agent, prompt, run_id, spec, context=checked_context, idempotency_key=idempotency_key,
+                          model_settings=model_settings)
         if traced.traceparent is not None:
             body[TRACE_START_KEY] = traced.traceparent  # where later runs and other processes find it
         if media is not None:
@@ -144,12 +147,13 @@ class RunStarter:
 
 
 def start_body(agent: Agent, prompt: str, run_id: Optional[str], spec: Optional[LinkSpec], *,
-               context: Optional[dict], idempotency_key: Optional[str]) -> dict:
+               context: Optional[dict], idempotency_key: Optional[str],
+               model_settings: Optional[ModelSettings] = None) -> dict:
     """The body of ``POST /agent/start``: a continued listener's first link (``spec``), or a plain start."""
     if spec is not None:
         assert run_id is not None
         return link_start_body(spec, run_id, link_key(run_id, 0, agent.name), number=0, turns_before=0)
-    body: dict = {"agentConfig": agent.to_config(), "prompt": prompt}
+    body: dict = {"agentConfig": apply_model_settings(agent.to_config(), model_settings), "prompt": prompt}
     if context is not None:
         body["context"] = context
     if run_id:

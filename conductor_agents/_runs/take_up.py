@@ -19,6 +19,7 @@ from .._listener.directory import Chain, ChainDirectory, Link
 from .._listener.following import current_status
 from .._listener.switch import LinkSpec, pending_switch, read_commit
 from .._liveness.tree import running_sub_runs
+from .._teams.model_settings import recorded_model_settings
 from .._serving.service import Service
 from .._serving.takeover import find_live_poller, freshness_window
 from .._tracing import hooks as tracing
@@ -140,7 +141,8 @@ class RunTaker:
             workflow = self._api.get_workflow(newest.execution_id)
             prompt = str((workflow.get("input") or {}).get("prompt") or "")
             carrier = tracing.carrier_of(workflow)  # its later runs stay in the trace it was started in
-            spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent), trace_parent=carrier)
+            spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent), trace_parent=carrier,
+                            model_settings=recorded_model_settings(workflow))  # the start's, kept by the server
             tracing.begin_run(agent.name, parent=carrier, taken_up=how, owner=self._worker_id).started(
                 newest.execution_id, conversation_id=chain.execution_id)
             reservation = self._workers.reserve(domain, agent, continued=True)

@@ -138,6 +138,11 @@ class ConductorApi:
         with _not_found_is_unknown_execution(execution_id):
             self.transport.request("POST", f"/agent/{_seg(execution_id)}/stop")
 
+    def signal_agent(self, execution_id: str, message: str) -> None:
+        """``POST /agent/{id}/signal``: set the run's standing signal (the server answers 200 for an ended run)."""
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("POST", f"/agent/{_seg(execution_id)}/signal", json_body={"message": message})
+
     def pause_workflow(self, execution_id: str) -> None:
         """``PUT /workflow/{id}/pause``: nothing new is scheduled until resumed (idempotent; 409 once ended)."""
         with _not_found_is_unknown_execution(execution_id):

@@ -27,6 +27,8 @@ CARRY_HEADING = f"## {CARRY_TASK}"
 
 __all__ = ["LLMRequest", "ToolOutput", "is_message_batch"]
 
+#: The run's standing signal the server puts first in the user message (``signal()``), when it has one.
+_SIGNALS = re.compile(r"\A\[SIGNALS\]\n(.*?)\n\[/SIGNALS\]\s*", re.DOTALL)
 _DIGEST = re.compile(r"\A\[TOOL RESULTS\](.*?)\[/TOOL RESULTS\]\s*", re.DOTALL)
 #: The run's context block the server puts before the prompt (after the digest), when it has one.
 _CONTEXT = re.compile(r"\AContext:\n```json\n(.*?)\n```\s*", re.DOTALL)
@@ -245,13 +247,13 @@ class LLMRequest:
     def prompt(self) -> str:
         """The run's prompt: the first user message without the server's tool-results digest and
         context block."""
-        return _CONTEXT.sub("", _DIGEST.sub("", self._first_user_text(), count=1), count=1)
+        return _CONTEXT.sub("", _DIGEST.sub("", self._after_signals(), count=1), count=1)
 
     @property
     def context(self) -> Optional[dict]:
         """The run's context as the server showed it to the model (each value as text), or None
         when it showed none."""
-        match = _CONTEXT.match(_DIGEST.sub("", self._first_user_text(), count=1))
+        match = _CONTEXT.match(_DIGEST.sub("", self._after_signals(), count=1))
         if match is None:
             return None
         try:
@@ -285,7 +287,7 @@ class LLMRequest:
         """The server's digest of the run's tool results at the head of the first user message
         (``[{"output": ..., "name": ...}, ...]``, kept from the run's variables), or None when
         there is none or it does not parse (the server cuts a long one short)."""
-        match = _DIGEST.match(self._first_user_text())
+        match = _DIGEST.match(self._after_signals())
         if match is None:
             return None
         try:
@@ -316,6 +318,15 @@ class LLMRequest:
     def is_continuation(self) -> bool:
         """Whether this run continues an earlier run of a listener (its system prompt says so)."""
         return CARRY_HEADING in (self.instructions or "")
+
+    @property
+    def signal(self) -> Optional[str]:
+        """The run's standing signal as the server showed it to the model (``AgentHandle.signal``), or None."""
+        match = _SIGNALS.match(self._first_user_text())
+        return match.group(1) if match else None
+
+    def _after_signals(self) -> str:
+        return _SIGNALS.sub("", self._first_user_text(), count=1)
 
     def _first_user_text(self) -> str:
         for item in self.input:

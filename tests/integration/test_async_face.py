@@ -12,7 +12,7 @@ from typing import List
 
 import pytest
 
-from conductor_agents import AsyncAgentRuntime, RunPausedError, RunStatus, WaitTimeoutError, aio
+from conductor_agents import AsyncAgentRuntime, ModelSettings, RunPausedError, RunStatus, WaitTimeoutError, aio
 from conductor_agents.testing import listener_policy
 
 from ..helpers import listener
@@ -69,7 +69,8 @@ def test_every_verb_awaits_without_blocking_the_loop(agent_settings, scripted_ll
     async def scenario() -> None:
         with Heartbeat() as beat:
             async with AsyncAgentRuntime(agent_settings) as runtime:
-                handle = await runtime.start(listener(unique_name("async"), model, tools), "Start listening.")
+                handle = await runtime.start(listener(unique_name("async"), model, tools), "Start listening.",
+                                             model_settings=ModelSettings(max_tokens=99))
                 watcher = await runtime.attach(handle.execution_id)
                 seen: "list" = []
 
@@ -86,6 +87,8 @@ def test_every_verb_awaits_without_blocking_the_loop(agent_settings, scripted_ll
                 assert (await handle.status()).status is RunStatus.RUNNING
                 assert await handle.pending() == () and await runtime.pending(handle.execution_id) == ()
                 assert (await handle.totals()).runs == 1
+                await handle.signal("Be terse.")
+                await runtime.signal(handle.execution_id, "")
                 await handle.pause()
                 assert (await handle.status()).status is RunStatus.PAUSED
                 with pytest.raises(RunPausedError):
@@ -111,6 +114,7 @@ def test_every_verb_awaits_without_blocking_the_loop(agent_settings, scripted_ll
                 kinds = [event.kind for event in seen]
                 assert kinds[-1] == "done" and kinds.count("tool_finished") >= 2, kinds
         assert beat.longest < BLOCKED_GAP_SECONDS, f"the loop was blocked for {beat.longest:.2f}s"
+        assert {r.body.get("max_output_tokens") for r in scripted_llm.requests_for(model)} == {99}
         assert beat.ticks > 100
 
     asyncio.run(scenario())

@@ -86,6 +86,15 @@ def test_webhook_sender_sample_reaches_the_listener_by_plain_http_across_continu
     assert runs >= 3, out  # continued, and every push still reached it
 
 
+def test_steering_sample_sets_and_clears_a_signal_and_starts_with_model_settings(
+        remote_env: Dict[str, str]) -> None:
+    result = run_sample(["samples/steering.py", "--remote"], remote_env, timeout=240)
+    assert result.returncode == 0, result.stdout + result.stderr
+    out = result.stdout
+    assert "signal set:" in out and "signal cleared" in out and "a signal now is refused: True" in out, out
+    assert "reports: ['sales', 'costs', 'hiring', 'outlook']" in out, out
+
+
 def test_chat_repl_sample_works_with_piped_input(scripted_llm, agent_settings) -> None:
     model = scripted_llm.script(policy=listener_policy(
         lambda payload: ToolCall("reply", {"text": f"you said: {payload['message']}"})))

@@ -162,7 +162,7 @@ def test_http_error_fields():
 # --- exports ----------------------------------------------------------------------------------
 
 PACKAGE_ALL = [
-    "Agent", "Continuation", "CarryOver", "ToolDef", "ToolRegistry", "WaitForMessageTool", "HumanTool", "HttpTool",
+    "Agent", "Continuation", "CarryOver", "ModelSettings", "ToolDef", "ToolRegistry", "WaitForMessageTool", "HumanTool", "HttpTool",
     "McpTool", "ApiTool", "tool", "Strategy", "Handoff", "HandoffContext", "Gate", "Guardrail", "GuardrailResult", "Termination",
     "ToolContext", "current_tool_context", "CancelReason", "ToolRetry", "ToolCancelled",
     "AgentRuntime", "AsyncAgentRuntime", "AsyncAgentHandle", "AgentSettings", "AgentHandle", "AgentResult", "AgentStatus", "RunStatus", "TokenUsage",

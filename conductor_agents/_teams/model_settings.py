@@ -1,0 +1,190 @@
+""":class:`ModelSettings`: a model, temperature, token limit and reasoning effort for one run only.
+
+Why a config of its own rather than a changed :class:`~conductor_agents.Agent`: the server (3.32.3)
+compiles the ``agentConfig`` sent with each ``POST /agent/start`` into that run's own workflow, so
+settings written into the config of one start reach that run (and the team members the server
+compiles inline into it) and nothing else; the agent definition in the caller's hands is unchanged.
+A continued listener's later runs are started with the same settings (they are recorded in the
+config's metadata, so a process that adopts or resumes the listener finds them on the server).
+
+Pure values and functions; thread-safe.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Dict, List, Mapping, Optional
+
+import attrs
+
+from ..errors import AgentDefinitionError, AgentTypeError
+
+__all__ = ["METADATA_KEY", "MODEL_PATTERN", "ModelSettings", "REASONING_EFFORTS", "apply_model_settings", "recorded_model_settings"]
+
+#: Where the settings of a run are recorded in its ``agentConfig.metadata`` (the server keeps the config
+#: in the run's workflow definition: ``workflowDefinition.metadata.agentDef``).
+METADATA_KEY = "conductor_agents.model_settings"
+#: The reasoning efforts the server forwards (OpenAI reasoning models; others ignore it).
+REASONING_EFFORTS = ("minimal", "low", "medium", "high")
+#: The widest temperature range a provider accepts (OpenAI: 0 to 2; Anthropic: 0 to 1).
+MAX_TEMPERATURE = 2.0
+#: What a model is named by: ``provider/model`` (``Agent.model`` too).
+MODEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/\S+$")
+#: The config keys of an agent the server compiles inline into the run (an agent tool is not one).
+_INLINE_AGENTS = ("agents", "planner", "fallback", "router")
+
+
+def _check_model(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is None:
+        return
+    if not isinstance(value, str):
+        raise AgentTypeError(f"ModelSettings.model must be a str or None, got {value!r}", field="model", value=value)
+    if not MODEL_PATTERN.match(value):
+        raise AgentDefinitionError(f"ModelSettings.model must be of the form 'provider/model' (e.g. "
+                                   f"'openai/gpt-4o'), got {value!r}", field="model", value=value)
+
+
+def _check_temperature(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise AgentTypeError(f"ModelSettings.temperature must be a number or None, got {value!r}",
+                             field="temperature", value=value)
+    if not 0.0 <= float(value) <= MAX_TEMPERATURE:
+        raise AgentDefinitionError(f"ModelSettings.temperature must be between 0 and {MAX_TEMPERATURE:g}, got "
+                                   f"{value!r}", field="temperature", value=value)
+
+
+def _check_max_tokens(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is None:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise AgentTypeError(f"ModelSettings.max_tokens must be an int or None, got {value!r}",
+                             field="max_tokens", value=value)
+    if value <= 0:
+        raise AgentDefinitionError(f"ModelSettings.max_tokens must be > 0, got {value!r}", field="max_tokens",
+                                   value=value)
+
+
+def _check_effort(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if value is None:
+        return
+    if value not in REASONING_EFFORTS:
+        raise AgentDefinitionError(f"ModelSettings.reasoning_effort must be one of {', '.join(REASONING_EFFORTS)} "
+                                   f"or None, got {value!r}", field="reasoning_effort", value=value)
+
+
+def _check_bool(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    if not isinstance(value, bool):
+        raise AgentTypeError(f"ModelSettings.{attribute.name} must be True or False, got {value!r}",
+                             field=attribute.name, value=value)
+
+
+@attrs.frozen
+class ModelSettings:
+    """How one run calls its model: ``start(agent, prompt, model_settings=ModelSettings(...))``.
+
+    Each field left None keeps the agent's own. ``sub_agents`` (True) applies them to the team the run
+    is made of too (``agents=``, a router, planner or fallback agent); an agent used as a tool
+    (``as_tool``) cannot take them (the server registers its workflow once under its own name, shared by
+    every run), so a start with one is refused unless ``sub_agents=False``. Immutable; thread-safe.
+
+    Raises (at construction):
+        AgentTypeError: a field of the wrong type.
+        AgentDefinitionError: ``model`` not ``provider/model``, ``temperature`` outside 0..2,
+            ``max_tokens`` <= 0, ``reasoning_effort`` not one of :data:`REASONING_EFFORTS`.
+    """
+
+    model: Optional[str] = attrs.field(default=None, validator=_check_model)
+    temperature: Optional[float] = attrs.field(default=None, validator=_check_temperature)
+    max_tokens: Optional[int] = attrs.field(default=None, validator=_check_max_tokens)
+    #: ``minimal`` | ``low`` | ``medium`` | ``high`` (OpenAI reasoning models; the server drops it for
+    #: Anthropic models without extended thinking).
+    reasoning_effort: Optional[str] = attrs.field(default=None, validator=_check_effort)
+    sub_agents: bool = attrs.field(default=True, kw_only=True, validator=_check_bool)
+
+    @property
+    def is_empty(self) -> bool:
+        """Whether it changes nothing."""
+        return self.model is None and self.temperature is None and self.max_tokens is None \
+            and self.reasoning_effort is None
+
+    def to_dict(self) -> Dict[str, Any]:
+        """The settings as recorded in a run's config (None fields left out)."""
+        out: Dict[str, Any] = {"subAgents": self.sub_agents}
+        for key, value in self._config_fields().items():
+            out[key] = value
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any) -> Optional["ModelSettings"]:
+        """The settings :meth:`to_dict` recorded, or None when ``data`` holds none (or garbled ones)."""
+        if not isinstance(data, Mapping):
+            return None
+        try:
+            return cls(model=data.get("model"), temperature=data.get("temperature"), max_tokens=data.get("maxTokens"),
+                       reasoning_effort=data.get("reasoningEffort"), sub_agents=bool(data.get("subAgents", True)))
+        except (AgentTypeError, AgentDefinitionError):
+            return None
+
+    def _config_fields(self) -> Dict[str, Any]:
+        fields = {"model": self.model, "temperature": self.temperature, "maxTokens": self.max_tokens,
+                  "reasoningEffort": self.reasoning_effort}
+        return {key: value for key, value in fields.items() if value is not None}
+
+
+def apply_model_settings(config: Dict[str, Any], settings: Optional[ModelSettings]) -> Dict[str, Any]:
+    """``config`` (an agent's ``agentConfig``, changed in place and returned) with ``settings`` applied.
+
+    Raises:
+        AgentDefinitionError: ``settings.sub_agents`` and the agent tree holds an agent tool, which a
+            per-run setting cannot reach (nothing was sent).
+    """
+    if settings is None or settings.is_empty:
+        return config
+    if settings.sub_agents:
+        tools = _agent_tools(config)
+        if tools:
+            raise AgentDefinitionError(
+                f"ModelSettings cannot reach the agent tool{'s' if len(tools) > 1 else ''} {', '.join(tools)}: the "
+                "server registers an agent tool's workflow once under its own name, shared by every run; pass "
+                "ModelSettings(..., sub_agents=False) to apply them to this agent only, or set them on that agent",
+                field="model_settings", value=tools)
+    _apply(config, settings)
+    metadata = dict(config.get("metadata") or {})
+    metadata[METADATA_KEY] = settings.to_dict()
+    config["metadata"] = metadata
+    return config
+
+
+def _apply(config: Dict[str, Any], settings: ModelSettings) -> None:
+    config.update(settings._config_fields())
+    if not settings.sub_agents:
+        return
+    for key in _INLINE_AGENTS:
+        value = config.get(key)
+        for sub in value if isinstance(value, list) else [value]:
+            if isinstance(sub, dict) and "model" in sub:  # an agent (a Python router is a task name)
+                _apply(sub, settings)
+
+
+def _agent_tools(config: Mapping[str, Any]) -> List[str]:
+    found: List[str] = []
+    for tool in config.get("tools") or ():
+        if isinstance(tool, Mapping) and tool.get("toolType") == "agent_tool":
+            found.append(str(tool.get("name")))
+    for key in _INLINE_AGENTS:
+        value = config.get(key)
+        for sub in value if isinstance(value, list) else [value]:
+            if isinstance(sub, Mapping):
+                found.extend(_agent_tools(sub))
+    return found
+
+
+def recorded_model_settings(workflow: Mapping[str, Any]) -> Optional[ModelSettings]:
+    """The settings a run was started with, read from its workflow (``GET /workflow/{id}``), or None."""
+    definition = workflow.get("workflowDefinition")
+    metadata = definition.get("metadata") if isinstance(definition, Mapping) else None
+    agent_def = metadata.get("agentDef") if isinstance(metadata, Mapping) else None
+    agent_metadata = agent_def.get("metadata") if isinstance(agent_def, Mapping) else None
+    return ModelSettings.from_dict(agent_metadata.get(METADATA_KEY)) if isinstance(agent_metadata, Mapping) else None
