@@ -4,7 +4,11 @@ The server's scheduler (on by default in 3.32.3; ``/api/scheduler``) starts a *w
 the input and task routing it was given once, when the schedule was made. So a schedule is made in two
 requests: ``POST /agent/deploy`` registers the agent's compiled workflow (what ``start()`` does on every
 start), then ``POST /scheduler/schedules`` names that workflow, the input the server itself would give
-a start (``prompt``, ``context``, ``media``, ``session_id``, ``cwd``) and a task domain.
+a start (``prompt``, ``context``, ``media``, ``session_id``, ``cwd``), a task domain, and the agent's compiled definition itself: the
+scheduler then starts exactly the agent as it was when the schedule was made (measured on 3.32.3: a run
+started from a schedule runs the definition the schedule carries), whatever later starts of the agent,
+which replace the definition the server keeps under its name, did to it. Make the schedule again to
+pick up a changed agent.
 
 No process holds a scheduled run when the scheduler starts it. The SDK's answer is :meth:`AgentRuntime.serve`:
 a serving process adopts runs that nobody serves. Adoption is by task domain, so every run of a schedule
@@ -132,12 +136,16 @@ class Schedules:
         except (zoneinfo.ZoneInfoNotFoundError, ValueError) as err:
             raise ValueError(f"unknown time zone {zone!r} (an IANA name such as 'Europe/Paris' or 'UTC')") from err
         deployed = self._api.deploy_agent({"agentConfig": agent.to_config()})
+        workflow = str(deployed.get("agentName") or agent.name)
         domain = schedule_domain(name)
         workers = [str(w) for w in deployed.get("requiredWorkers") or ()]
         body = {
             "name": name, "cronExpression": cron.strip(), "zoneId": zone.strip(), "paused": bool(paused),
             "startWorkflowRequest": {
-                "name": str(deployed.get("agentName") or agent.name),
+                "name": workflow,
+                # The definition as deployed now, carried by the schedule: every start of the agent replaces
+                # the one the server keeps under its name (a start with other ModelSettings too).
+                "workflowDef": self._api.workflow_def(workflow),
                 "input": {"prompt": prompt, "media": [], "context": dict(context or {}), "session_id": "",
                           "cwd": "."},
                 "taskToDomain": {worker: domain for worker in workers},

@@ -82,6 +82,7 @@ class Adopter:
         self._held: dict[str, Lease] = {}
         self._runs: dict[str, _RunInfo] = {}
         self._orphan_since: dict[str, float] = {}
+        self._taken: dict[str, set] = {}  # held domain -> the runs of it taken up here
         self._wake = threading.Event()
         # Daemon: if it dies with the interpreter, only adoptions by this process are lost (the
         # other present processes adopt the orphans).
@@ -190,7 +191,40 @@ class Adopter:
                 adopted += bool(future.result())
             except (ServerError, HttpError, OSError) as err:
                 log.debug("adopting a run of %s failed: %s", agent.name, err)
+        if not agent.is_listener:  # a listener's runs share its domain one after the other: its chain follows them
+            adopted += self._take_up_siblings(served, by_domain)
         return adopted
+
+    def _take_up_siblings(self, served: ServedAgent, by_domain: "dict[str, list[str]]") -> int:
+        """Take up the running runs of a domain this process holds that it does not serve yet: the runs of
+        one schedule share a domain (``_scheduling``), the later ones started after the first was adopted.
+        The domain's lease is this process's already: no new one is made."""
+        with self._lock:  # domains adopted here only: a run this process started on its own domain is served
+            held = [(domain, set(runs)) for domain, runs in self._taken.items()
+                    if domain in self._held and domain in by_domain]
+        count = 0
+        for domain, taken in held:
+            for execution_id in by_domain[domain]:
+                if execution_id in taken or self._stopping():
+                    continue
+                try:
+                    handle = self._take_up(execution_id, served.agent)
+                except (ConductorAgentsError, HttpError, OSError) as err:
+                    log.warning("could not take up run %s of domain %s held here (%s)", execution_id, domain, err)
+                    continue
+                self._note_taken(domain, execution_id)
+                log.info("serving %s run %s too (domain %s, held here)", served.agent.name, execution_id, domain)
+                count += 1
+                if served.on_adopt is not None:
+                    try:
+                        served.on_adopt(handle)
+                    except Exception:  # noqa: BLE001 - the user's hook; the run is served anyway
+                        log.exception("on_adopt hook failed for run %s", execution_id)
+        return count
+
+    def _note_taken(self, domain: str, execution_id: str) -> None:
+        with self._lock:
+            self._taken.setdefault(domain, set()).add(execution_id)
 
     def _round_pool(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
@@ -244,6 +278,7 @@ class Adopter:
             self._release(domain, won)
             return False
         self.adopted += 1
+        self._note_taken(domain, execution_id)
         if served.on_adopt is not None:
             try:
                 served.on_adopt(handle)
@@ -288,5 +323,7 @@ class Adopter:
                 del self._held[domain]
             for domain in [d for d in self._orphan_since if d not in domains]:
                 del self._orphan_since[domain]
+            self._taken = {d: {e for e in runs if e in running} for d, runs in self._taken.items()
+                           if d in self._held}
         for domain in ended:
             self._book.forget(domain)

@@ -265,6 +265,13 @@ class ConductorApi:
                                    params={"archiveWorkflow": "true" if archive else "false"},
                                    timeout=(5.0, float(timeout)))
 
+    def workflow_def(self, name: str) -> dict:
+        """``GET /metadata/workflow/{name}``: the newest version of a workflow's definition."""
+        result = self.transport.request("GET", f"/metadata/workflow/{_seg(name)}")
+        if not isinstance(result, dict) or not result.get("name"):
+            raise ServerError(f"GET /metadata/workflow/{name} returned no definition")
+        return result
+
     def register_definitions(self, task_defs: "list[dict]", workflow_defs: "list[dict]") -> None:
         """``POST /metadata/taskdefs`` then ``PUT /metadata/workflow``: create or update definitions."""
         if task_defs:

@@ -10,8 +10,8 @@ import threading
 import attrs
 import pytest
 
-from conductor_agents import (Agent, AgentDefinitionError, AgentRuntime, RunStatus, ScheduleNotFoundError,
-                              ToolContext, tool)
+from conductor_agents import (Agent, AgentDefinitionError, AgentRuntime, ModelSettings, RunStatus,
+                              ScheduleNotFoundError, ToolContext, tool)
 from conductor_agents._scheduling.schedules import STARTED_BY, schedule_domain
 from conductor_agents.testing import ToolCall
 
@@ -64,6 +64,10 @@ def test_a_schedule_starts_runs_that_the_serving_process_adopts_and_can_be_pause
         assert (made.name, made.agent_name, made.paused, made.domain, dict(made.context)) == \
             (name, agent.name, False, schedule_domain(name), {"team": "sales"})
         assert [s.name for s in runtime.schedules.list(agent)] == [name]
+        # A start with other model settings replaces the definition the server keeps under the agent's name;
+        # the schedule carries its own, so its runs keep the model it was made with.
+        other = scripted_llm.script(["Nothing to do."])
+        runtime.start(agent, "One-off.", model_settings=ModelSettings(model=other)).cancel("not needed")
 
         def state() -> str:
             runs = runtime._api.running_workflow_ids(agent.name)
@@ -79,6 +83,9 @@ def test_a_schedule_starts_runs_that_the_serving_process_adopts_and_can_be_pause
         run = runtime._api.get_workflow(reports.runs[0])
         assert run["input"][STARTED_BY] == name and run["input"]["prompt"] == "Write today's report."
         assert set(run["taskToDomain"].values()) == {schedule_domain(name)}
+        models = {t["inputParameters"].get("model") for t in _tasks(run["workflowDefinition"])
+                  if t.get("type") == "LLM_CHAT_COMPLETE"}
+        assert models == {model.split("/", 1)[1]}, models
         eventually(lambda: runtime.attach(reports.runs[0]).status().status is RunStatus.COMPLETED, timeout=60,
                    message="the scheduled run completed")
 
@@ -92,3 +99,19 @@ def test_a_schedule_starts_runs_that_the_serving_process_adopts_and_can_be_pause
         assert runtime.schedules.list(agent) == ()
         for execution_id in runtime._api.running_workflow_ids(agent.name):  # a run started as it was deleted
             runtime.attach(execution_id).cancel("test over")
+
+
+def _tasks(definition: dict) -> "list[dict]":
+    """Every task of a workflow definition, nested ones (loops, forks, switches) included."""
+    found: "list[dict]" = []
+    stack = list(definition.get("tasks") or [])
+    while stack:
+        task = stack.pop()
+        found.append(task)
+        stack += task.get("loopOver") or []
+        for branch in task.get("forkTasks") or []:
+            stack += branch
+        for branch in (task.get("decisionCases") or {}).values():
+            stack += branch
+        stack += task.get("defaultCase") or []
+    return found
