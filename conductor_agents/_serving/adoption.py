@@ -215,11 +215,7 @@ class Adopter:
                 self._note_taken(domain, execution_id)
                 log.info("serving %s run %s too (domain %s, held here)", served.agent.name, execution_id, domain)
                 count += 1
-                if served.on_adopt is not None:
-                    try:
-                        served.on_adopt(handle)
-                    except Exception:  # noqa: BLE001 - the user's hook; the run is served anyway
-                        log.exception("on_adopt hook failed for run %s", execution_id)
+                _tell_adopted(served, handle, execution_id)
         return count
 
     def _note_taken(self, domain: str, execution_id: str) -> None:
@@ -279,11 +275,7 @@ class Adopter:
             return False
         self.adopted += 1
         self._note_taken(domain, execution_id)
-        if served.on_adopt is not None:
-            try:
-                served.on_adopt(handle)
-            except Exception:  # noqa: BLE001 - the user's hook; the run is served anyway
-                log.exception("on_adopt hook failed for run %s", execution_id)
+        _tell_adopted(served, handle, execution_id)
         return True
 
     def _present(self, view: PeerView, owner: Optional[str]) -> bool:
@@ -327,3 +319,13 @@ class Adopter:
                            if d in self._held}
         for domain in ended:
             self._book.forget(domain)
+
+
+def _tell_adopted(served: ServedAgent, handle: Any, execution_id: str) -> None:
+    """Call the agent's ``on_adopt`` hook (if any) with the handle of a run taken up here; never raises."""
+    if served.on_adopt is None:
+        return
+    try:
+        served.on_adopt(handle)
+    except Exception:  # noqa: BLE001 - the user's hook; the run is served anyway
+        log.exception("on_adopt hook failed for run %s", execution_id)
