@@ -10,8 +10,9 @@ import threading
 import attrs
 import pytest
 
-from conductor_agents import (Agent, AgentDefinitionError, AgentRuntime, ModelSettings, RunStatus,
-                              ScheduleNotFoundError, ToolContext, tool)
+from conductor_agents import (Agent, AgentDefinitionError, AgentRuntime, ExecutionNotFoundError, ModelSettings,
+                              RunStatus, ScheduleNotFoundError, ToolContext, tool)
+from conductor_agents._serving.leases import lease_execution_id
 from conductor_agents._scheduling.schedules import STARTED_BY, schedule_domain
 from conductor_agents.testing import ToolCall
 
@@ -88,6 +89,12 @@ def test_a_schedule_starts_runs_that_the_serving_process_adopts_and_can_be_pause
         assert models == {model.split("/", 1)[1]}, models
         eventually(lambda: runtime.attach(reports.runs[0]).status().status is RunStatus.COMPLETED, timeout=60,
                    message="the scheduled run completed")
+        # The later runs share the domain: the process that adopted the first takes them up as they come, with
+        # no new lease (one lease run per change of owner, not per scheduled run).
+        eventually(lambda: len(set(reports.runs)) >= 3, timeout=60, explain=state,
+                   message="three scheduled runs served here, the later ones after the first had ended")
+        with pytest.raises(ExecutionNotFoundError):
+            runtime._api.get_workflow(lease_execution_id(schedule_domain(name), 1))
 
         paused = runtime.schedules.pause(name)
         assert (paused.paused, paused.next_run) == (True, None)
