@@ -5,6 +5,7 @@ message acted on exactly once (issue 18)."""
 from __future__ import annotations
 
 import collections
+import logging
 import os
 import re
 import time
@@ -115,7 +116,7 @@ def test_a_crash_at_each_step_of_a_switch_leaves_one_live_run(agent_settings, sc
 
 
 def test_a_crash_mid_switch_under_serve_leaves_one_live_run_adopted_with_its_identity(
-        agent_settings, scripted_llm, unique_name, tmp_path):
+        agent_settings, scripted_llm, unique_name, tmp_path, caplog):
     """A serving child starts a listener and is SIGKILLed right after its first switch started the new
     run (both runs live, the switch half done). This process serves the same agent: it adopts the
     listener once, by its first id, finishes the switch (one live run), acts on every message once,
@@ -147,8 +148,21 @@ def test_a_crash_mid_switch_under_serve_leaves_one_live_run_adopted_with_its_ide
         for i in range(6):  # a few more switches, served here
             sent.append(f"after-{i}")
             adopter.send_message(execution_id, {"action": sent[-1], "tag": "after"})
-        eventually(lambda: len(read_actions(log)) >= len(sent), timeout=90, interval=0.2,
-                   message=f"all {len(sent)} messages acted on")
+        caplog.set_level(logging.INFO, logger="conductor_agents")
+
+        def state() -> str:
+            waiting = {link: [(t.get("referenceTaskName"), t.get("status"), t.get("workerId"))
+                              for t in adopter._api.workflow_tasks(link, statuses=("IN_PROGRESS", "SCHEDULED"),
+                                                                  start=0, count=20).tasks]
+                       for link, status, _ in chain_state(base, adopter, execution_id) if status == "RUNNING"}
+            said = [f"{r.name}: {r.getMessage()}" for r in caplog.records][-20:]
+            return f"acted on {read_actions(log)}; links {chain_state(base, adopter, execution_id)}; " \
+                   f"waiting tasks {waiting}; this process said {said}"
+
+        # Bound: the switch the dead child began is finished here once its old run comes to rest, at worst
+        # after the drain bound (continuation_drain_seconds, 60 s), then every message is a turn or two.
+        eventually(lambda: len(read_actions(log)) >= len(sent), timeout=150, interval=0.2,
+                   message=f"all {len(sent)} messages acted on", explain=state)
         counts = collections.Counter(a["action"] for a in read_actions(log))
         assert sorted(counts) == sorted(sent) and set(counts.values()) == {1}, counts
         assert {a["pid"] for a in read_actions(log) if a["tag"] == "after"} == {os.getpid()}
