@@ -26,7 +26,7 @@ from .._wire.transport import HttpError
 from ..errors import ExecutionNotRunningError
 from ..result import RunStatus
 from .directory import Chain, ChainDirectory
-from .following import end_mailbox, is_running, live_links, run_status
+from .following import end_mailbox, is_running, live_links, newest_link, run_status
 
 __all__ = ["cancel_listener", "pause_listener", "stop_listener", "unpause_listener"]
 
@@ -40,17 +40,16 @@ RunCallback = Optional[Callable[[str], None]]
 
 def stop_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, on_stop: RunCallback) -> bool:
     """Ask the newest run to finish after its current turn; whether a running run was asked."""
-    for link in live_links(api, directory, chain)[:1]:
-        try:
-            api.stop_agent(link.execution_id)
-        except HttpError as err:
-            if err.status != 409:
-                raise
-            continue
-        if on_stop is not None:  # this process's running tools see ctx.stop_requested at once
-            on_stop(link.execution_id)
-        return True
-    return False
+    link = newest_link(directory, chain)
+    try:
+        api.stop_agent(link.execution_id)
+    except HttpError as err:
+        if err.status != 409:
+            raise
+        return False
+    if on_stop is not None:  # this process's running tools see ctx.stop_requested at once
+        on_stop(link.execution_id)
+    return True
 
 
 def cancel_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, reason: str,

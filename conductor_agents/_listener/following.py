@@ -20,7 +20,7 @@ from .carryover import add_tokens, pulled_message_ids
 from .switch import read_commit, read_final_state, run_tokens
 
 __all__ = ["current_runs", "current_status", "end_mailbox", "is_running", "listener_totals", "live_links",
-           "run_status", "workflow_running"]
+           "newest_link", "run_status", "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -63,9 +63,14 @@ def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
         return link, status
 
 
+def newest_link(directory: ChainDirectory, chain: Chain) -> Link:
+    """The listener's newest run as the server has it (probed forward for a continued listener)."""
+    return directory.refresh(chain) if chain.continuable else directory.newest(chain)
+
+
 def live_links(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> "list[Link]":
     """The links that may still be running: the newest, and the one before while a switch is under way."""
-    newest = directory.refresh(chain) if chain.continuable else directory.newest(chain)
+    newest = newest_link(directory, chain)
     links = [newest]
     if newest.number > chain.first:
         previous = chain.link(newest.number - 1)
