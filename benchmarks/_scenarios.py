@@ -181,7 +181,13 @@ def scenario_live(adapter: Any, cfg: dict, log: EntryLog) -> None:
     latencies = {k: entries[k] - t for k, t in sent.items() if k in entries}
     # Per run: when its message was sent (host clock), so the harness can split each answer
     # into the server's share (until the tool task is scheduled) and the SDK's (until it starts).
-    sent_by_run = {eid: sent[f"live-{i}"] for i, eid in enumerate(ids) if f"live-{i}" in sent}
+    # A continued listener's id is its mailbox's: the answer happens in the run it forwards to.
+    def run_of(eid: str) -> str:
+        try:
+            return adapter.describe(eid).get("current") or eid if hasattr(adapter, "describe") else eid
+        except Exception:  # noqa: BLE001 - the split is best effort
+            return eid
+    sent_by_run = {run_of(eid): sent[f"live-{i}"] for i, eid in enumerate(ids) if f"live-{i}" in sent}
     emit(event="answered", latencies=sorted(latencies.values()), sent=len(sent), sent_by_run=sent_by_run)
     wait_command(("stop",), 300)
 

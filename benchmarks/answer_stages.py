@@ -8,13 +8,18 @@ properties), lets them idle, sends one message to each at ``--rate`` per second,
 every run's tasks and prints, per stage, p50/p95/max in ms:
 
   message check   message sent → the wait-for-message task completes (server: rechecked once a second)
-  join + state    → the next LLM task is scheduled (server: the join after the wait, state tasks)
+  join + state    → the turn task is scheduled (server: the join after the wait, state tasks)
+  turn pickup     → the turn task starts (this SDK: the ``before_model`` callback of a continued listener)
+  turn done       → the turn task ends (this SDK)
+  turn → LLM      → the next LLM task is scheduled (server)
   LLM queue       → the LLM task starts (server: system-task queue)
   LLM call        → the LLM task ends (the scripted model)
   tool scheduled  → the tool task is scheduled (server: the fork)
   pickup          → the tool task starts (this SDK)
+  tool → joined   the tool task ends → its fork's JOIN completes (server), after the answer
 
-Nothing but the last stage involves an SDK. Used to find what limits the live-runs scenario
+Only the turn stages and the pickup involve the SDK (a listener without continuation has no turn task:
+its join + state then runs to the LLM task). Used to find what limits the live-runs scenario
 of ``run.py``; not part of ``make bench``.
 """
 
@@ -33,10 +38,12 @@ import requests
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
-from conductor_agents import Agent, AgentRuntime, WaitForMessageTool, tool  # noqa: E402
+import _jvm  # noqa: E402
+from conductor_agents import Agent, AgentRuntime, Continuation, WaitForMessageTool, tool  # noqa: E402
+from conductor_agents._common.task_names import TURN_TASK  # noqa: E402
 from conductor_agents.testing import LocalStack, ToolCall, listener_policy  # noqa: E402
 
-STAGES = ("message check", "join + state", "LLM queue", "LLM call", "tool scheduled", "pickup", "whole answer")
+STAGES = ("message check", "join + state", "turn pickup", "turn done", "turn → LLM", "LLM queue", "LLM call", "tool scheduled", "pickup", "whole answer")
 
 
 @tool
@@ -51,6 +58,9 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=10.0, help="messages per second (one per run)")
     p.add_argument("--idle", type=float, default=30.0, help="seconds between the last start and the first message")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE", help="a server property")
+    p.add_argument("--no-mailbox", action="store_true", help="listeners without a mailbox (Continuation(mailbox=False))")
+    p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
+                   help="sample the server's threads and stacks for this long in the idle window (_jvm.py)")
     return p.parse_args(argv)
 
 
@@ -64,13 +74,45 @@ def stages_of(tasks: List[dict], sent_ms: float) -> Dict[str, Optional[float]]:
                 None)
     llm = first("LLM_CHAT_COMPLETE", wait["endTime"]) if wait else None
     act = first("stage_act", llm["endTime"]) if llm and llm.get("endTime") else None
-    marks = [sent_ms, wait and wait.get("endTime"), llm and llm["scheduledTime"], llm and llm.get("startTime"),
+    turn = first(TURN_TASK, wait["endTime"]) if wait else None
+    if turn is not None and llm is not None and (turn.get("endTime") or 0) > llm["scheduledTime"]:
+        turn = None  # not this answer's
+    turn_marks = [turn["scheduledTime"], turn.get("startTime"), turn.get("endTime")] if turn else [None, None, None]
+    marks = [sent_ms, wait and wait.get("endTime"), *turn_marks, llm and llm["scheduledTime"], llm and llm.get("startTime"),
              llm and llm.get("endTime"), act and act["scheduledTime"], act and act.get("startTime")]
     out: Dict[str, Optional[float]] = {}
     for name, a, b in zip(STAGES, marks, marks[1:]):
         out[name] = None if a is None or b is None else float(b - a)
+    if turn is None and marks[1] is not None and marks[5] is not None:
+        out["join + state"] = float(marks[5] - marks[1])
     out["whole answer"] = None if marks[-1] is None else float(marks[-1] - sent_ms)
+    # After the answer: the tool's fork is joined (a JOIN is rechecked by the server's system task worker).
+    suffix = act["referenceTaskName"].rsplit("__", 1)[-1] if act else None
+    join = next((t for t in tasks if t["taskType"] == "JOIN" and suffix
+                 and t["referenceTaskName"].endswith(f"__{suffix}")), None)
+    out["tool → joined"] = (float(join["endTime"] - act["endTime"])
+                            if join and join.get("endTime") and act.get("endTime") else None)
     return out
+
+
+def evaluation_counts(http: requests.Session, url: str, ids: List[str]) -> Dict[str, int]:
+    """Evaluations so far (``pollCount``) of the waiting system tasks of runs ``ids``, by task type."""
+    out: Dict[str, int] = {}
+    for eid in ids:
+        tasks = http.get(f"{url}/workflow/{eid}", params={"includeTasks": "true"}, timeout=30).json().get("tasks", [])
+        for t in tasks:
+            if t.get("status") == "IN_PROGRESS" and t.get("taskType") in ("PULL_WORKFLOW_MESSAGES", "JOIN"):
+                out[t["taskType"]] = out.get(t["taskType"], 0) + int(t.get("pollCount") or 0)
+    return out
+
+
+def print_evaluations(before: Dict[str, Dict[str, int]], after: Dict[str, Dict[str, int]], seconds: float,
+                      listeners: int) -> None:
+    print(f"server evaluations per second in the window, per listener ({listeners} listeners):")
+    for kind in before:
+        for task_type in sorted(set(before[kind]) | set(after[kind])):
+            rate = (after[kind].get(task_type, 0) - before[kind].get(task_type, 0)) / seconds / listeners
+            print(f"  {kind:9s} {task_type:24s} {rate:5.2f}")
 
 
 def main(argv: List[str]) -> int:
@@ -82,12 +124,28 @@ def main(argv: List[str]) -> int:
             model = stack.llm.script(policy=listener_policy(lambda p: ToolCall("stage_act", {"key": p["key"]})))
             receive = WaitForMessageTool.create(name="wait_for_message", description="Wait for the next message.")
             agent = Agent(name="stages_listener", model=model, stateful=True, max_turns=10_000,
-                          tools=[receive, stage_act], instructions="Wait for messages and act on each.")
+                          tools=[receive, stage_act], instructions="Wait for messages and act on each.",
+                          continuation=Continuation(mailbox=False) if args.no_mailbox else None)
             with AgentRuntime(stack.settings) as runtime, requests.Session() as http:
                 began = time.monotonic()
-                ids = [runtime.start(agent, "Listen.").execution_id for _ in range(args.runs)]
+                handles = [runtime.start(agent, "Listen.") for _ in range(args.runs)]
+                ids = [h.execution_id for h in handles]
                 print(f"started {len(ids)} runs in {time.monotonic() - began:.1f}s; idle {args.idle:.0f}s", flush=True)
-                time.sleep(args.idle)
+                if args.profile:
+                    idle_end = time.monotonic() + args.idle
+                    time.sleep(min(args.idle / 2, 10.0))
+                    sample = [(handle.current_execution_id, handle.execution_id) for handle in handles[:20]]
+
+                    def counts() -> Dict[str, Dict[str, int]]:
+                        return {"listener": evaluation_counts(http, stack.url, [a for a, _ in sample]),
+                                "mailbox": evaluation_counts(http, stack.url, [b for a, b in sample if b != a])}
+                    before, began = counts(), time.monotonic()
+                    _jvm.main([str(stack.server._proc.pid), str(args.profile)])
+                    after, took = counts(), time.monotonic() - began
+                    print_evaluations(before, after, took, len(sample))
+                    time.sleep(max(0.0, idle_end - time.monotonic()))
+                else:
+                    time.sleep(args.idle)
                 sent: Dict[str, float] = {}
                 for i, eid in enumerate(ids):
                     time.sleep(max(0.0, (sent[ids[i - 1]] / 1000.0 + 1.0 / args.rate - time.time()) if i else 0.0))
@@ -95,12 +153,12 @@ def main(argv: List[str]) -> int:
                     runtime.send_message(eid, {"key": f"m{i}"})
                 time.sleep(min(60.0, 10.0 + args.runs / args.rate))
                 rows = []
-                for eid in ids:
-                    tasks = http.get(f"{stack.url}/workflow/{eid}", params={"includeTasks": "true"},
+                for eid, handle in zip(ids, handles):  # the handle's id is the mailbox's: read the listener's run
+                    tasks = http.get(f"{stack.url}/workflow/{handle.current_execution_id}", params={"includeTasks": "true"},
                                      timeout=30).json().get("tasks", [])
                     rows.append(stages_of(tasks, sent[eid]))
         print(f"{'stage':16s} {'n':>5s} {'p50':>7s} {'p95':>7s} {'max':>7s}  (ms, server clock)")
-        for stage in STAGES:
+        for stage in (*STAGES, "tool → joined"):
             values = sorted(r[stage] for r in rows if r[stage] is not None)
             if values:
                 print(f"{stage:16s} {len(values):5d} {values[len(values) // 2]:7.0f} "

@@ -17,11 +17,21 @@ Running out of heap ends the process at once instead of leaving it half alive.
 """
 
 
+#: System task evaluations in flight per queue on a SQLite node (measured on 2 cores; see server_properties).
+_SYSTEM_TASK_THREADS = 16
+
+
 def server_properties(data_dir: Path, redis_port: Optional[int]) -> Dict[str, str]:
     """The ``-D`` properties every local server gets: its storage, the message queue, loopback."""
     if redis_port is None:
         backend = {
-            "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}?busy_timeout=15000&journal_mode=WAL",
+            # synchronous=NORMAL: in WAL mode a commit is not flushed to disk (checkpoints are). With
+            # one connection every evaluation of a listener's wait queues behind the others' commits:
+            # on a loaded machine, 50 listeners at 3 messages a second answered in 5.4 s (p50) instead of
+            # 12.0 s (no difference on a quiet one; docs/operations.md). A killed server loses nothing;
+            # the last commits can be lost only if the machine itself goes down.
+            "spring.datasource.url": f"jdbc:sqlite:{data_dir / 'conductor.db'}"
+                                     "?busy_timeout=15000&journal_mode=WAL&synchronous=NORMAL",
             # One connection: SQLite has one writer anyway, and concurrent transactions that read
             # then write fail with SQLITE_BUSY_SNAPSHOT (a 500 to 1 of 50 concurrent starts), which
             # the server's own retries do not cover on every path. transaction_mode=IMMEDIATE also
@@ -35,6 +45,16 @@ def server_properties(data_dir: Path, redis_port: Optional[int]) -> Dict[str, st
             # (docs/operations.md). The index also grew by a row per task for ever. It serves only
             # task search (``/tasks/search``), which this SDK does not use.
             "conductor.app.taskIndexingEnabled": "false",
+            # Evaluations in flight per system task queue (the server's default: 2 per core, 4 here).
+            # Every waiting listener has its message wait and its fork's JOIN evaluated once a second
+            # (its mailbox's wait too), each a load of the whole run; 4 at a time left 200 listeners'
+            # waits evaluated every few seconds. 16 keeps the one connection busy while the others
+            # do their JSON: at 200 listeners and 3 messages a second, answers p50 2.6 s instead of
+            # 4.4 s; 32 was worse (5.1 s: the CPU ran out). benchmarks/answer_stages.py,
+            # docs/operations.md "Server settings, measured". The poll count must follow: its default is
+            # fixed from the core count before the thread count is set.
+            "conductor.app.systemTaskWorkerThreadCount": str(_SYSTEM_TASK_THREADS),
+            "conductor.app.systemTaskMaxPollCount": str(_SYSTEM_TASK_THREADS),
         }
     else:
         backend = redis_server_properties(redis_port)

@@ -110,6 +110,14 @@ class TestRealServer:
         assert server.log_tail(5).count("\n") == 4
         assert server.version  # the pinned default unless CONDUCTOR_SERVER_VERSION says otherwise
 
+    def test_system_tasks_are_evaluated_sixteen_at_a_time(self, server: LocalServer) -> None:
+        """The server took LocalServer's system-task settings: 16 threads and 16 permits per queue, not 2 per core
+        (many listeners' waits keep their 1 s cadence; docs/operations.md)."""
+        log = server.log_path.read_text(errors="replace")
+        assert "SystemTaskWorker initialized with 16 threads" in log
+        pollers = [line for line in log.splitlines() if "Starting poller" in line and "PULL_WORKFLOW_MESSAGES" in line]
+        assert pollers and all("permits: 16" in line for line in pollers), pollers[:2]
+
     def test_start_twice_raises(self, server: LocalServer) -> None:
         """A second start() is refused."""
         with pytest.raises(LocalServerError, match="already started"):
