@@ -20,6 +20,7 @@ import concurrent.futures
 import json
 import os
 import platform
+import re
 import sys
 import tempfile
 import threading
@@ -276,12 +277,15 @@ def main(argv: "list[str]") -> int:
 
 
 def _share_section(path: str) -> str:
-    """The section ``server_share.py`` keeps in the report (written by ``make bench`` before this), to keep."""
-    marker = "<!-- server-share -->"
+    """The sections other tools keep in the report (``server_share.py``'s, written by ``make bench`` before
+    this; ``answer_stages.py``'s, by hand), each between two equal ``<!-- name -->`` markers: kept as they are."""
     old = open(path).read() if os.path.exists(path) else ""
-    if old.count(marker) < 2:
-        return ""
-    return "\n\n" + marker + old.split(marker)[1] + marker + "\n"
+    kept = []
+    for name in dict.fromkeys(re.findall(r"<!-- ([a-z0-9-]+) -->", old)):
+        marker = f"<!-- {name} -->"
+        if old.count(marker) >= 2:
+            kept.append(marker + old.split(marker)[1] + marker + "\n")
+    return "".join("\n\n" + block for block in kept)
 
 
 def _seconds(ms: "float | None") -> "float | None":
