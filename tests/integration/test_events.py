@@ -164,9 +164,24 @@ def test_cut_connections_lose_and_repeat_no_event(agent_runtime, scripted_llm, u
     assert proxy.cuts == 4 and watcher.stream.mode == "stream"
     assert len(resumed) >= 5 and resumed[0] is None and all(resumed[1:]), resumed
     got = [(e.id, e.kind) for e in server_events(events)]
-    assert got == raw_stream(server_url, handle.current_execution_id)
+    try:
+        replayed = raw_stream(server_url, handle.current_execution_id)
+    except AssertionError as err:  # seen twice in full runs only: say which run it read and what it is
+        raise AssertionError(f"{err}; {explain_run(server_url, handle)}; the SDK's events: {got}") from err
+    assert got == replayed
     assert len(set(got)) == len(got)
     assert [a for a, _ in tools.actions] == [f"a-{i}" for i in range(4)]
+
+
+def explain_run(base_url: str, handle) -> str:
+    """The handle's view of the listener (runs, current and first run) and the server's of its current run."""
+    current = handle.current_execution_id
+    first = handle._chain().link(0).execution_id
+    run = requests.get(f"{base_url}/workflow/{current}", params={"includeTasks": "true"}, timeout=10).json()
+    tasks = [(t.get("referenceTaskName"), t.get("status")) for t in run.get("tasks") or ()]
+    return (f"handle: execution_id {handle.execution_id}, runs {handle.runs}, current {current}, first run {first}; "
+            f"current run: {run.get('status')} ({run.get('reasonForIncompletion')}), workflow {run.get('workflowName')}, "
+            f"correlation {run.get('correlationId')}, {len(tasks)} tasks, the last ones {tasks[-6:]}")
 
 
 def test_polling_fallback_gives_the_same_story(agent_settings, scripted_llm, unique_name, conductor_server):
