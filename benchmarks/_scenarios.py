@@ -183,8 +183,10 @@ def scenario_live(adapter: Any, cfg: dict, log: EntryLog) -> None:
     # into the server's share (until the tool task is scheduled) and the SDK's (until it starts).
     # A continued listener's id is its mailbox's: the answer happens in the run it forwards to.
     def run_of(eid: str) -> str:
+        if not hasattr(adapter, "describe"):
+            return eid
         try:
-            return adapter.describe(eid).get("current") or eid if hasattr(adapter, "describe") else eid
+            return adapter.describe(eid).get("current") or eid
         except Exception:  # noqa: BLE001 - the split is best effort
             return eid
     sent_by_run = {run_of(eid): sent[f"live-{i}"] for i, eid in enumerate(ids) if f"live-{i}" in sent}

@@ -43,7 +43,8 @@ from conductor_agents import Agent, AgentRuntime, Continuation, WaitForMessageTo
 from conductor_agents._common.task_names import TURN_TASK  # noqa: E402
 from conductor_agents.testing import LocalStack, ToolCall, listener_policy  # noqa: E402
 
-STAGES = ("message check", "join + state", "turn pickup", "turn done", "turn → LLM", "LLM queue", "LLM call", "tool scheduled", "pickup", "whole answer")
+STAGES = ("message check", "join + state", "turn pickup", "turn done", "turn → LLM", "LLM queue", "LLM call",
+          "tool scheduled", "pickup", "whole answer")
 
 
 @tool
@@ -140,7 +141,7 @@ def main(argv: List[str]) -> int:
                         return {"listener": evaluation_counts(http, stack.url, [a for a, _ in sample]),
                                 "mailbox": evaluation_counts(http, stack.url, [b for a, b in sample if b != a])}
                     before, began = counts(), time.monotonic()
-                    _jvm.main([str(stack.server._proc.pid), str(args.profile)])
+                    _jvm.main([str(stack.server.pid), str(args.profile)])
                     after, took = counts(), time.monotonic() - began
                     print_evaluations(before, after, took, len(sample))
                     time.sleep(max(0.0, idle_end - time.monotonic()))
