@@ -42,7 +42,8 @@ import _jvm  # noqa: E402
 import _procs  # noqa: E402
 from _harness import SERVERS, Bench, percentiles, server_unavailable  # noqa: E402
 
-from conductor_agents._listener.chain import link_id, link_key, parse_mailbox_key  # noqa: E402
+from conductor_agents._listener.chain import parse_mailbox_key  # noqa: E402
+from conductor_agents._listener.directory import Chain  # noqa: E402
 
 DRIVERS = ("ours", "peer2", "floor")
 PRESETS = {"full": dict(n=50, idle_s=30.0, base_s=15.0, messages=60, rate=2.0, repeats=3),
@@ -96,8 +97,8 @@ def _tasks_and_bytes(bench: Bench, ids: List[str]) -> "tuple[int, int]":
         tasks, size, correlation = read(eid)
         listener = parse_mailbox_key(correlation)
         if listener is not None:
-            more_tasks, more_bytes, _ = read(link_id(listener.agent_name, link_key(listener.run_id, 0,
-                                                                                   listener.agent_name)))
+            first = Chain(eid, listener.run_id, listener.agent_name, mailbox=True).link(0).execution_id
+            more_tasks, more_bytes, _ = read(first)
             tasks, size = tasks + more_tasks, size + more_bytes
         return tasks, size
 
