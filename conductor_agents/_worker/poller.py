@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Iterable, Mapping, Optional
 
 from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
@@ -41,8 +41,10 @@ _SAFETY_POLL_SECONDS = 60.0
 # Until a poller's first poll works, its failures are logged at INFO for this long: the call that
 # started the run meets the same server and says what is wrong in one line (no warning before it).
 _QUIET_FIRST_FAILURES_SECONDS = 5.0
-#: A poller counts as active (the watcher looks at it often) this long after a task or a new run.
-_ACTIVE_SECONDS = 5.0
+#: A poller counts as active (the watcher looks at it often) this long after a task or a new run: the
+#: tasks of one model turn come within it; a model turn longer than it ends at the watcher's idle pace
+#: (0.25 s), and an active watcher reads the server's queue listing 20 times a second (see watcher.py).
+_ACTIVE_SECONDS = 2.0
 #: After this many rings in a row that found nothing (e.g. a retry not due yet: the queue
 #: counts it), rings are ignored for ``_RING_QUIET_SECONDS``. One empty ring is normal: the
 #: watcher may count a task this poller has just taken, or (behind a balancer) the poll reached a
@@ -109,6 +111,9 @@ class DomainPoller:
         self._draining: set[str] = set()  # types whose last poll brought tasks (poller thread only)
         self._watcher = watcher
         self._rung = False
+        # The task types a ring named (their queues held tasks): a rung round polls only those (and the
+        # draining and fresh ones); None: every type (a ring that named none). Under ``_lock``.
+        self._ring_types: "Optional[set[str]]" = set()
         self._quiet_until = 0.0
         self._empty_rings = 0
         self._next_safety = 0.0
@@ -205,12 +210,38 @@ class DomainPoller:
         """Whether a task came (or a run was added) lately, so another one is likely soon."""
         return now - self._last_activity < _ACTIVE_SECONDS
 
-    def ring(self) -> None:
-        """The watcher saw tasks in one of this poller's queues (or changed state): poll now."""
+    def ring(self, queues: "Optional[Iterable[str]]" = None) -> None:
+        """The watcher saw tasks in ``queues`` (names from :meth:`queue_names`), or changed state
+        (None: every queue): poll now, those types only."""
         if self._clock.monotonic() < self._quiet_until:
             return
+        self._note_ring(None if queues is None else self._types_of(queues))
         self._rung = True
         self._wake.set()
+
+    def _types_of(self, queues: "Iterable[str]") -> "set[str]":
+        prefix = f"{self.domain}:" if self.domain else ""
+        return {q[len(prefix):] for q in queues if q.startswith(prefix)}
+
+    def _note_ring(self, types: "Optional[set[str]]") -> None:
+        with self._lock:
+            if types is None or self._ring_types is None:
+                self._ring_types = None
+            else:
+                self._ring_types |= types
+
+    def _take_ring(self, rung: bool, types: "tuple[str, ...]") -> "Optional[set[str]]":
+        """The types this round polls while watched (None: all): those rung, draining or never polled.
+
+        Each type of a round is a request to the server, and a round used to poll every type of
+        the domain (a listener's tool and its turn task: two polls for each task, four with the
+        drain), whichever queue held the task; the server's per-message share went with it."""
+        with self._lock:
+            named, self._ring_types = self._ring_types, set()
+        if rung and named is None:
+            return None
+        only = (named if rung else set()) | self._draining | {t for t in types if t not in self._polled}
+        return only & set(types) or None
 
     def _watched(self) -> bool:
         return self._watcher is not None and self._watcher.healthy
@@ -262,6 +293,9 @@ class DomainPoller:
                 self._wake.clear()
                 continue
             rung, self._rung = self._rung, False
+            if watched and now < self._next_safety:
+                only = self._take_ring(rung, types)
+                types = types if only is None else tuple(t for t in types if t in only)
             backoff = self._poll_round(types, backoff, short_only=watched, rung=rung)
             if backoff:
                 self._pause_after_failure(backoff)
@@ -373,6 +407,7 @@ class DomainPoller:
                 # Ask once more at once: behind a load balancer the task may sit in another node's
                 # prefetch buffer (a Redis-backed node fetches ahead for its own pollers), and the
                 # next request goes to another node.
+                self._note_ring(set(types))
                 self._rung = True
             if self._empty_rings >= _EMPTY_RINGS:
                 self._empty_rings = 0

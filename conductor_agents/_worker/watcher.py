@@ -47,7 +47,7 @@ log = logging.getLogger("conductor_agents.worker")
 #: Longest query string of one ``/tasks/queue/sizes`` request (Tomcat's request-header limit is 8 KB).
 _SIZES_QUERY_CHARS = 3000
 #: A ``/tasks/queue/all`` answer longer than this many queues (and than ``_ALL_PER_OWN`` times
-#: ours) is not worth reading 4-60 times a second: ask queue by queue for a while instead.
+#: ours) is not worth reading 4-20 times a second: ask queue by queue for a while instead.
 _ALL_QUEUES_LIMIT = 2000
 _ALL_PER_OWN = 4
 _SIZES_HOLD_SECONDS = 60.0
@@ -58,6 +58,12 @@ _UNLISTED_RECHECK_MAX_SECONDS = 30.0
 #: Between full rounds while no poller is active the watcher waits ``slow`` seconds, or this long
 #: per queue it reads when that is longer (every idle round costs a pass over them), at most the max.
 _SLOW_PER_QUEUE_SECONDS = 0.0005
+#: Between rounds while a poller is active (a task came in the last ``_ACTIVE_SECONDS``). Every round
+#: is a listing the server builds from its whole queue table: at 0.015 s (and 5 s active) the watcher
+#: sent 8-13 listings per message a listener handled, a quarter of the SDK's requests; 0.05 s (and 2 s)
+#: took the server's CPU per message down by about a fifth, side by side (benchmarks/server_share.py,
+#: results.md), for at most 35 ms more pickup while active.
+_FAST_SECONDS = 0.05
 _SLOW_MAX_SECONDS = 1.0
 _NEVER_ASKED = (0.0, 0.0)
 _QUEUE_NAMES = operator.methodcaller("queue_names")
@@ -80,7 +86,7 @@ class QueueWatcher:
     """
 
     def __init__(self, api: ConductorApi, pollers: Callable[[], List[DomainPoller]], *, clock: Clock = SYSTEM_CLOCK,
-                 fast: float = 0.015, slow: float = 0.25,
+                 fast: Optional[float] = None, slow: float = 0.25,
                  may_stop: Optional[Callable[["QueueWatcher"], bool]] = None,
                  unlisted_recheck_max: float = _UNLISTED_RECHECK_MAX_SECONDS) -> None:
         self._api = api
@@ -94,7 +100,7 @@ class QueueWatcher:
         # runtime that serves no run sends no request at all.
         self._may_stop = may_stop
         self._clock = clock
-        self._fast = fast
+        self._fast = _FAST_SECONDS if fast is None else fast
         self._slow = slow
         self._healthy = False
         self._list_all = True  # False for good once the server refuses /tasks/queue/all
@@ -231,10 +237,11 @@ class QueueWatcher:
 
     @staticmethod
     def _ring_owners(pollers: List[DomainPoller], names: "set[str]") -> None:
-        """Ring, once each, the pollers serving one of ``names``."""
+        """Ring, once each, the pollers serving one of ``names``, naming their queues that hold tasks."""
         for poller in pollers:
-            if not names.isdisjoint(poller.queue_names()):
-                poller.ring()
+            own = poller.queue_names()
+            if not names.isdisjoint(own):
+                poller.ring(names.intersection(own))
 
     def _unlisted_sizes(self, wanted: List[str], listing: Mapping[str, object], now: float, *,
                         full: bool) -> "tuple[Dict[str, object], List[str]]":

@@ -39,8 +39,9 @@ class StubPoller:
     def is_active(self, now: float) -> bool:
         return self.active
 
-    def ring(self) -> None:
+    def ring(self, queues=None) -> None:
         self.rings += 1
+        self.rung_queues = None if queues is None else sorted(queues)
 
 
 @pytest.fixture

@@ -1,0 +1,79 @@
+"""Unit tests for DomainPoller's rung rounds (issue 32): a ring names the queues the watcher saw holding
+tasks, and the round that follows polls those task types only (plus any still draining or never polled),
+so a listener's task costs the server one poll of its own type instead of one per type of the domain; a
+ring that names none (the watcher's health changed, the watchdog) still polls every type."""
+
+from __future__ import annotations
+
+from conductor_agents._worker.poller import DomainPoller
+from tests.unit.fakes import FakeClock
+
+DOMAIN = "0123456789abcdef0123456789abcdef"
+
+
+class Executor:
+    def free_slots(self):
+        return 4
+
+    def submit(self, task, tool_def):
+        pass
+
+
+class Api:
+    def __init__(self):
+        self.polled = []
+
+    def poll_tasks(self, task_type, *, worker_id, domain, count, timeout_ms, http_timeout):
+        self.polled.append(task_type)
+        return []
+
+
+def make():
+    api = Api()
+    poller = DomainPoller(api, Executor(), domain=DOMAIN, worker_id="w", long_poll_ms=1000, poll_interval_ms=1,
+                          clock=FakeClock())
+    poller._tools = {"act": object(), "conductor_agents_turn": object()}
+    poller._polled.update(poller._tools)
+    poller._next_safety = 1e9  # a safety poll is not due
+    return poller, api
+
+
+def test_a_ring_naming_one_queue_polls_that_type_only():
+    poller, _ = make()
+    poller.ring([f"{DOMAIN}:conductor_agents_turn"])
+    assert poller._take_ring(True, ("act", "conductor_agents_turn")) == {"conductor_agents_turn"}
+    assert poller._ring_types == set()  # taken: the next ring starts afresh
+
+
+def test_a_ring_naming_no_queue_polls_every_type():
+    poller, _ = make()
+    poller.ring([f"{DOMAIN}:act"])
+    poller.ring()  # e.g. the watcher became healthy, or the watchdog saw a task wait unpolled
+    assert poller._take_ring(True, ("act", "conductor_agents_turn")) is None
+
+
+def test_a_draining_or_never_polled_type_is_polled_with_the_rung_one():
+    poller, _ = make()
+    poller._draining.add("act")
+    poller._polled.discard("extra")
+    poller._tools["extra"] = object()
+    poller.ring([f"{DOMAIN}:conductor_agents_turn"])
+    assert poller._take_ring(True, ("act", "conductor_agents_turn", "extra")) == \
+        {"act", "conductor_agents_turn", "extra"}
+
+
+def test_queues_of_another_domain_are_not_taken_for_ours():
+    poller, _ = make()
+    poller.ring(["ffffffffffffffffffffffffffffffff:act"])
+    assert poller._take_ring(True, ("act", "conductor_agents_turn")) is None  # nothing of ours named: all
+
+
+def test_the_loop_polls_only_the_rung_type():
+    poller, api = make()
+    poller._watcher = type("Watcher", (), {"healthy": True, "note_activity": lambda self, now: None})()
+    poller.ring([f"{DOMAIN}:act"])
+    poller._wake.clear()
+    rung, poller._rung = poller._rung, False
+    only = poller._take_ring(rung, poller.task_types)
+    poller._poll_round(tuple(t for t in poller.task_types if t in only), 0.0, short_only=True, rung=rung)
+    assert api.polled == ["act"]
