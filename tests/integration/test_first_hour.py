@@ -166,7 +166,8 @@ def test_a_model_the_server_cannot_call_fails_at_once_with_the_fix(scripted_llm,
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
     errors = [line for line in ran.stderr.splitlines() if "error" in line.lower()]
     assert ran.returncode == 2, ran.stderr
-    assert len(errors) == 1 and errors[0].startswith("conductor-agents: error: the server cannot call the model")
+    assert len(errors) == 1, ran.stderr
+    assert errors[0].startswith("conductor-agents: error: the server cannot call the model"), ran.stderr
     assert "OPENAI_API_KEY" in errors[0] and "CONDUCTOR_AGENT_MODEL" in errors[0]
 
 
