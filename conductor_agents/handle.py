@@ -92,6 +92,9 @@ class AgentHandle:
         self._on_stop = on_stop
         self.workers_attached = workers_attached
         self._last_status: Optional[RunStatus] = None
+        #: The run the listener ended in, once a status read found it ended: a switch that the listener's end
+        #: abandoned leaves a newer (terminated) run behind, which is not where it ended.
+        self._ended_in: Optional[Link] = None
         self._result: Optional[AgentResult] = None
         self._rejection: Optional[Rejection] = None  # why a FAILED run's answer was refused (output_type)
         self._wake = threading.Event()
@@ -110,7 +113,9 @@ class AgentHandle:
         return self._chain_known
 
     def _link(self) -> Link:
-        """The newest run of the listener this process knows of (no request)."""
+        """The newest run of the listener this process knows of, or the one it ended in (no request)."""
+        if self._ended_in is not None:
+            return self._ended_in
         chain = self._chain_known
         if chain is None:
             return Link(0, self.execution_id)
@@ -165,6 +170,7 @@ class AgentHandle:
         return status
 
     def _as_listener(self, status: AgentStatus, link: Link) -> AgentStatus:
+        self._ended_in = link if status.is_terminal else None
         return attrs.evolve(status, execution_id=self.execution_id, current_execution_id=link.execution_id,
                             runs=link.number - self._chain().first + 1)
 
@@ -313,6 +319,8 @@ class AgentHandle:
         if self._on_terminal is None:
             return
         ids = {self.execution_id, self._link().execution_id}
+        if self._chain_known is not None:  # a switch the end abandoned: its run is let go too
+            ids.add(self._directory.newest(self._chain_known).execution_id)
         for execution_id in ids:
             self._on_terminal(execution_id)
 
@@ -354,7 +362,7 @@ class AgentHandle:
         return ChainedEvents(
             self._api, self._directory, self._chain(), timeout=limit, observer=self._observer, clock=self._clock,
             poll_interval=self._settings.status_poll_interval_seconds,
-            max_transient_errors=self._settings.max_transient_errors,
+            max_transient_errors=self._settings.max_transient_errors, start=self._ended_in,
         )
 
     def stats(self) -> "RunStats":

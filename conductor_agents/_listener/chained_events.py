@@ -11,7 +11,7 @@ import time
 from typing import Any, Optional
 
 from .._common.task_names import INTERNAL_TASK_TYPES
-from .chain import is_continued
+from .chain import is_abandoned, is_continued
 from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._events.stream import EventStream
@@ -30,7 +30,8 @@ class ChainedEvents:
     """
 
     def __init__(self, api: Any, directory: ChainDirectory, chain: Chain, *, timeout: float, observer: Any = None,
-                 clock: Clock = SYSTEM_CLOCK, poll_interval: float = 0.5, max_transient_errors: int = 3) -> None:
+                 clock: Clock = SYSTEM_CLOCK, poll_interval: float = 0.5, max_transient_errors: int = 3,
+                 start: Optional[Link] = None) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
         self._api = api
@@ -41,7 +42,9 @@ class ChainedEvents:
         self._deadline = clock.monotonic() + self._timeout
         self._options = dict(observer=observer, clock=clock, poll_interval=poll_interval,
                              max_transient_errors=max_transient_errors)
-        self._link: Link = directory.newest(chain)  # the current run as last known: its events, then the next's
+        # The current run as last known (or ``start``, the run a handle saw the listener end in): its events,
+        # then the next's.
+        self._link: Link = start if start is not None else directory.newest(chain)
         self._stream: Optional[EventStream] = self._open(self._link)
         self._closed = False
 
@@ -95,6 +98,10 @@ class ChainedEvents:
             successor = self._successor()
             if successor is None:
                 return event
+            if successor.number < self._link.number:  # an abandoned switch's run: not the listener's events
+                self._stream.close()
+                self._link, self._stream = successor, self._open(successor)
+                continue
             return self._move_to(successor)
 
     def _move_to(self, successor: Link) -> AgentEvent:
@@ -111,6 +118,8 @@ class ChainedEvents:
             status = AgentStatus.from_dict(self._api.agent_status(self._link.execution_id))
         except ExecutionNotFoundError:  # retired just now: it was continued long ago
             return self._directory.next_link(self._chain, self._link.number)
+        if is_abandoned(status.reason) and self._link.number > self._chain.first:
+            return self._chain.link(self._link.number - 1)  # the listener ended in the run before it
         if not is_continued(status.reason):
             return None
         # The next run, or the first one retention kept when the runs after this one were retired

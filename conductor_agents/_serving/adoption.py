@@ -43,6 +43,10 @@ log = logging.getLogger("conductor_agents.serve")
 #: Runs looked at (and taken up) at once in one round: most of a take-up is waiting on the server.
 _TAKE_UPS_AT_ONCE = 8
 
+#: How long a held domain whose runs have all ended is kept for its next run (a schedule's domain between two
+#: runs) before that run needs a new lease.
+_RESTED_SECONDS = 3600.0
+
 #: Set when the interpreter begins to exit: a process on its way out adopts nothing. CPython runs the
 #: threading exit hooks in reverse order of registration, before non-daemon threads are joined; the
 #: executors' own hook (registered when ``concurrent.futures.thread`` is first imported) shuts their
@@ -83,6 +87,10 @@ class Adopter:
         self._runs: dict[str, _RunInfo] = {}
         self._orphan_since: dict[str, float] = {}
         self._taken: dict[str, set] = {}  # held domain -> the runs of it taken up here
+        # Domains held here whose runs had all ended at the last round (a schedule's domain between two of its
+        # runs): lease and when. The next run of such a domain is taken up on the same lease while it is still
+        # the domain's newest; a new lease would be a change of owner that did not happen.
+        self._rested: dict[str, "tuple[Lease, float]"] = {}
         self._wake = threading.Event()
         # Daemon: if it dies with the interpreter, only adoptions by this process are lost (the
         # other present processes adopt the orphans).
@@ -116,6 +124,7 @@ class Adopter:
         with self._lock:
             domains = list(self._held)
             self._held.clear()
+            self._rested.clear()
         for domain in domains:
             self._book.forget(domain)
         return domains
@@ -235,6 +244,9 @@ class Adopter:
         with self._lock:
             if domain in self._held:
                 return False
+            rested = self._rested.pop(domain, None)
+        if rested is not None and self._take_up_rested(served, domain, execution_id, rested[0]):
+            return True
         if self._serving_here(domain):
             return False  # served here without a lease of its own making (resume() without serve())
         known = self._book.known(domain)
@@ -278,6 +290,26 @@ class Adopter:
         _tell_adopted(served, handle, execution_id)
         return True
 
+    def _take_up_rested(self, served: ServedAgent, domain: str, execution_id: str, lease: Lease) -> bool:
+        """A new run on a domain whose lease this process held when its last run ended: served here on that
+        lease if it is still the domain's newest (nobody took the domain since); False otherwise."""
+        newest = self._book.newest(domain)
+        if newest is None or (newest.epoch, newest.owner) != (lease.epoch, self._worker_id) or self._stopping():
+            return False
+        self.hold(newest)
+        try:
+            handle = self._take_up(execution_id, served.agent)
+        except (ConductorAgentsError, HttpError, OSError) as err:
+            log.warning("could not take up run %s of domain %s held here (%s); releasing it", execution_id, domain,
+                        err)
+            self._release(domain, newest)
+            return False
+        self._note_taken(domain, execution_id)
+        log.info("serving %s run %s (domain %s, held here, lease %d)", served.agent.name, execution_id, domain,
+                 newest.epoch)
+        _tell_adopted(served, handle, execution_id)
+        return True
+
     def _present(self, view: PeerView, owner: Optional[str]) -> bool:
         if not owner or owner == self._worker_id:
             return False  # released, or this process's own lease of a run it let go of
@@ -309,10 +341,13 @@ class Adopter:
     def _prune(self, running: "set[str]", domains: "set[str]") -> None:
         for execution_id in [e for e in self._runs if e not in running]:
             del self._runs[execution_id]
+        now = time.monotonic()
         with self._lock:
             ended = [d for d in self._held if d not in domains and not self._serving_here(d)]
             for domain in ended:
-                del self._held[domain]
+                self._rested[domain] = (self._held.pop(domain), now)
+            for domain in [d for d, (_, since) in self._rested.items() if now - since > _RESTED_SECONDS]:
+                del self._rested[domain]
             for domain in [d for d in self._orphan_since if d not in domains]:
                 del self._orphan_since[domain]
             self._taken = {d: {e for e in runs if e in running} for d, runs in self._taken.items()

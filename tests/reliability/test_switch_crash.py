@@ -111,6 +111,7 @@ def test_a_crash_at_each_step_of_a_switch_leaves_one_live_run(agent_settings, sc
         done = statuses.index("COMPLETED")
         assert all(s == "TERMINATED" and is_continued(r) for _, s, r in links[:done]), links
         assert all(s == "TERMINATED" and is_abandoned(r) for _, s, r in links[done + 1:]), links
+        assert handle.current_execution_id == links[done][0]  # where it ended, not an abandoned switch's run
         assert len(links) - done <= 2, links
         assert requests.get(f"{base}/workflow/running/{name}", timeout=10).json() == []
 
