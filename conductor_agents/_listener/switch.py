@@ -449,6 +449,11 @@ def pending_switch(api: ConductorApi, chain: Chain, newest: Link) -> Optional[Li
     for task in page.tasks:
         if task.get("taskType") == CARRY_TASK:
             return None if task.get("status") == "COMPLETED" else chain.link(newest.number - 1)
+    if page.total <= len(page.tasks) and not any(task.get("taskType") == MODEL_TASK_TYPE for task in page.tasks):
+        # Every link after the first begins with its carry task: a running one whose every task is here, with
+        # neither the carry nor a model turn, is a switch just begun whose carry the server has not scheduled
+        # yet (a busy server's first tasks); taking it for committed would leave the switch unfinished.
+        return chain.link(newest.number - 1)
     return None
 
 

@@ -168,3 +168,33 @@ def test_an_old_run_that_keeps_coming_back_is_an_error_not_an_abandoned_switch()
     with pytest.raises(ConductorAgentsError, match="still running"):
         switch.terminate_old()
     assert 5 == len(switch._api.cancels)
+
+
+class _NewRunApi:
+    """The newest link as a take-up reads it: running, with ``tasks`` (``total`` of them in all)."""
+
+    def __init__(self, tasks: List[dict], total: Optional[int] = None) -> None:
+        self.tasks, self.total = tasks, len(tasks) if total is None else total
+
+    def workflow_status(self, execution_id: str) -> dict:
+        return {"status": "RUNNING"}
+
+    def workflow_tasks(self, execution_id: str, *, start: int = 0, count: int = 5, statuses: Any = ()) -> TaskPage:
+        return TaskPage(total=self.total, tasks=self.tasks[start:start + count])
+
+
+_FIRST = [{"taskType": "INLINE", "status": "COMPLETED"}, {"taskType": "SET_VARIABLE", "status": "COMPLETED"}]
+
+
+@pytest.mark.parametrize("tasks, total, pending", [
+    (_FIRST + [{"taskType": CARRY_TASK, "status": "SCHEDULED"}], None, True),  # begun, not committed
+    (_FIRST + [{"taskType": CARRY_TASK, "status": "COMPLETED"}], None, False),  # committed
+    (_FIRST, None, True),  # begun, its carry not scheduled yet (a busy server): not taken for committed
+    (_FIRST + [{"taskType": "LLM_CHAT_COMPLETE", "status": "COMPLETED"}], None, False),  # it has turned
+    (_FIRST * 3, 9, False),  # more tasks than the page: the carry may be further on, not judged pending
+])
+def test_a_switch_is_pending_until_its_new_runs_carry_is_completed(tasks, total, pending):
+    from conductor_agents._listener.switch import pending_switch
+
+    found = pending_switch(_NewRunApi(tasks, total), CHAIN, CHAIN.link(1))  # type: ignore[arg-type]
+    assert found == (OLD if pending else None)
