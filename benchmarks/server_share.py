@@ -127,6 +127,12 @@ def _by_thread(before: Dict[str, float], after: Dict[str, float], per: float) ->
     return {k: round(1000.0 * v / per, 3) for k, v in sorted(used.items(), key=lambda kv: -kv[1]) if v >= 0.02}
 
 
+def _jit_seconds(before: Dict[str, float], after: Dict[str, float]) -> float:
+    """CPU seconds the JVM's JIT compiler threads used between two thread readings: compiling is a new
+    server's (or new code path's) one-time cost, and in windows this short it is most of the noise."""
+    return sum(v for k, v in _jvm.delta(before, after).items() if "Compiler" in k)
+
+
 def _requests(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
     delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
     return {k: v for k, v in sorted(delta.items()) if v > 0 and "/actuator/" not in k}
@@ -134,10 +140,11 @@ def _requests(before: Dict[str, int], after: Dict[str, int]) -> Dict[str, int]:
 
 def measure(bench: Bench, driver_name: str, s: dict) -> dict:
     """One driver: baseline window, N idle listeners, a burst of messages (see the module docstring)."""
-    c0, t0 = _cpu(bench)
+    c0, t0, hb0 = *_cpu(bench), _threads(bench)
     time.sleep(s["base_s"])
-    c1, t1 = _cpu(bench)
+    c1, t1, hb1 = *_cpu(bench), _threads(bench)
     base_rate = (c1 - c0) / (t1 - t0)
+    base_jit = _jit_seconds(hb0, hb1) / (t1 - t0)
     base, _, tag = driver_name.partition("@")
     driver = bench.driver(base, "share", model=bench.models[base]["listen"], n=s["n"], messages=s["messages"],
                           rate=s["rate"], start_budget_s=600.0, patch=s["variants"].get(tag, {}),
@@ -157,6 +164,7 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
         c1, t1, h1 = *_cpu(bench), _threads(bench)
         r1 = bench.server_requests()
         idle_rate = (c1 - c0) / (t1 - t0)
+        idle_jit = _jit_seconds(h0, h1) / (t1 - t0)
         tasks0, bytes0 = _tasks_and_bytes(bench, ids)
         r2 = bench.server_requests()
         c2, t2, h2 = *_cpu(bench), _threads(bench)
@@ -177,6 +185,7 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
         idle_req = _requests(r0, r1)
         burst_req = _requests(r2, r3)
         lat = percentiles(done["latencies"])
+        burst_no_jit = (c3 - c2) - _jit_seconds(h2, h3)
         return {
             "listeners": n, "base_cpu_pct": 100.0 * base_rate, "idle_cpu_pct": 100.0 * idle_rate,
             "idle_ms_per_listener_s": 1000.0 * (idle_rate - base_rate) / n,
@@ -187,6 +196,8 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
             "burst_cpu_pct": 100.0 * (c3 - c2) / (t3 - t2),
             "cpu_ms_per_message": 1000.0 * ((c3 - c2) - idle_rate * (t3 - t2)) / m,
             "all_in_ms_per_message": 1000.0 * ((c3 - c2) - base_rate * (t3 - t2)) / m,
+            "cpu_ms_per_message_no_jit": 1000.0 * (burst_no_jit - (idle_rate - idle_jit) * (t3 - t2)) / m,
+            "all_in_ms_per_message_no_jit": 1000.0 * (burst_no_jit - (base_rate - base_jit) * (t3 - t2)) / m,
             "req_per_message": (sum(burst_req.values()) - sum(idle_req.values()) / idle_s * (t3 - t2)) / m,
             "req_per_message_by_kind": {k: v / m for k, v in burst_req.items()},
             "tasks_per_message": (tasks1 - tasks0) / m, "kb_per_message": (bytes1 - bytes0) / 1024.0 / m,
@@ -205,7 +216,7 @@ def summarise(repeats: List[Dict[str, dict]], drivers: List[str]) -> dict:
     fields = ("idle_ms_per_listener_s", "cpu_ms_per_message", "idle_req_per_listener_s", "req_per_message",
               "tasks_per_message", "kb_per_message", "answer_p50_s", "answer_p95_s", "idle_cpu_pct", "base_cpu_pct",
               "idle_after_ms_per_listener_s", "tasks_per_run_before", "tasks_per_run_after", "all_in_ms_per_message",
-              "burst_cpu_pct")
+              "burst_cpu_pct", "cpu_ms_per_message_no_jit", "all_in_ms_per_message_no_jit")
     out: dict = {"median": {}, "ratios": {}}
     for d in drivers:
         good = [rep[d] for rep in repeats if d in rep and not rep[d].get("error")]
@@ -218,7 +229,7 @@ def summarise(repeats: List[Dict[str, dict]], drivers: List[str]) -> dict:
     for mine, other in pairs:
         if mine not in drivers or other not in drivers:
             continue
-        for f in fields[:6] + ("all_in_ms_per_message",):
+        for f in fields[:6] + ("all_in_ms_per_message", "cpu_ms_per_message_no_jit", "all_in_ms_per_message_no_jit"):
             ratios = [rep[mine][f] / rep[other][f] for rep in repeats
                       if not rep.get(mine, {}).get("error") and not rep.get(other, {}).get("error")
                       and rep[other].get(f)]
@@ -248,6 +259,8 @@ def render(results: dict) -> str:
     rows = [("server CPU ms per idle listener-second", "idle_ms_per_listener_s", 2),
             ("server CPU ms per message (above the idle listeners)", "cpu_ms_per_message", 1),
             ("server CPU ms per message, all in (above the empty server)", "all_in_ms_per_message", 1),
+            ("the same, the JIT compiler's threads left out: above the idle listeners", "cpu_ms_per_message_no_jit", 1),
+            ("the same, the JIT compiler's threads left out: all in", "all_in_ms_per_message_no_jit", 1),
             ("server CPU % while the messages come", "burst_cpu_pct", 1),
             ("requests per idle listener-second", "idle_req_per_listener_s", 2),
             ("requests per message", "req_per_message", 1), ("tasks stored per message", "tasks_per_message", 1),
