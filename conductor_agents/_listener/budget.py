@@ -49,6 +49,9 @@ class SizeModel:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._per_task: Dict[str, float] = {}  # agent key -> measured bytes per task
+        # Agent keys whose measurement one run is taking now: the others of the agent wait for it (a process
+        # serving many listeners of one agent read every one of them whole, the heaviest read there is).
+        self._measuring: "set[str]" = set()
 
     def estimate(self, agent_key: str, size: RunSize) -> int:
         """The estimated stored size of a run of the agent ``agent_key``."""
@@ -57,17 +60,28 @@ class SizeModel:
         return int(per_task * size.tasks + DIGEST_COPIES * size.turns * size.digest)
 
     def needs_measurement(self, agent_key: str, size: RunSize) -> bool:
-        """Whether a full read of this run would teach the model something (once per agent)."""
+        """Whether a full read of this run would teach the model something (once per agent). True for one
+        caller at a time: it then calls :meth:`measured`, or :meth:`measurement_failed`."""
         with self._lock:
-            return agent_key not in self._per_task and size.turns >= CALIBRATE_AT_TURN
+            if agent_key in self._per_task or agent_key in self._measuring or size.turns < CALIBRATE_AT_TURN:
+                return False
+            self._measuring.add(agent_key)
+            return True
+
+    def measurement_failed(self, agent_key: str) -> None:
+        """The full read promised by :meth:`needs_measurement` failed: another run may take it."""
+        with self._lock:
+            self._measuring.discard(agent_key)
 
     def measured(self, agent_key: str, size: RunSize, actual_bytes: int) -> Optional[float]:
         """Learn from a full read: the agent's bytes per task (returned), never below a sane floor."""
         if size.tasks <= 0:
+            self.measurement_failed(agent_key)
             return None
         per_task = max(1_000.0, (actual_bytes - DIGEST_COPIES * size.turns * size.digest) / size.tasks)
         with self._lock:
             self._per_task[agent_key] = per_task
+            self._measuring.discard(agent_key)
         return per_task
 
     def turns_until(self, agent_key: str, size: RunSize, limit: int) -> float:

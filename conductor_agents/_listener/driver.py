@@ -321,8 +321,12 @@ class ContinuationDriver:
         variables = self._api.workflow_status(link, include_variables=True).get("variables") or {}
         size = RunSize(tasks=tasks, turns=turn, digest=len(json.dumps(variables, separators=(",", ":"))))
         if self._sizes.needs_measurement(served.agent_key, size):
-            whole = self._api.get_workflow(link, include_tasks=True)
-            actual = len(json.dumps(whole, separators=(",", ":"), default=str))
+            try:
+                whole = self._api.get_workflow(link, include_tasks=True)
+                actual = len(json.dumps(whole, separators=(",", ":"), default=str))
+            except BaseException:
+                self._sizes.measurement_failed(served.agent_key)  # another run of the agent takes it
+                raise
             per_task = self._sizes.measured(served.agent_key, size, actual)
             log.debug("listener %s: a run of %s stores %.0f bytes per task", served.chain.execution_id,
                       served.spec.agent.name, per_task or 0)

@@ -53,6 +53,18 @@ def test_the_size_model_learns_an_agents_bytes_per_task_once():
     assert 40 * 10_000 + 9 * 4 * 2_000 == sizes.estimate("a", size)
 
 
+def test_one_run_of_an_agent_measures_at_a_time_and_a_failed_read_lets_another_take_it():
+    """Many listeners of one agent at their calibrating turn at once: one full read of a run, not one each."""
+    sizes = SizeModel()
+    size = RunSize(tasks=40, turns=4, digest=2_000)
+    assert sizes.needs_measurement("a", size)
+    assert not sizes.needs_measurement("a", size)  # the first one's read is under way
+    sizes.measurement_failed("a")
+    assert sizes.needs_measurement("a", size)  # so another run takes it
+    sizes.measured("a", size, 400_000)
+    assert not sizes.needs_measurement("a", size)
+
+
 def test_turns_left_shrink_as_the_digest_grows():
     sizes = SizeModel()
     light = sizes.turns_until("a", RunSize(tasks=40, turns=4, digest=2_000), 1_000_000)
