@@ -276,17 +276,24 @@ class Adopter:
         if won is None or won.owner != me:
             self.lost += 1
             return False
-        self.hold(won)
         log.info("adopting %s run %s (domain %s, lease %d, previous owner %s)", served.agent.name,
                  execution_id, domain, epoch, previous or "none")
+        return self._serve_on(won, served, execution_id, adopting=True)
+
+    def _serve_on(self, lease: Lease, served: ServedAgent, execution_id: str, *, adopting: bool = False) -> bool:
+        """Hold ``lease`` and take up ``execution_id`` on it (``adopting``: counted as an adoption); a take-up
+        that fails releases the lease."""
+        self.hold(lease)
         try:
             handle = self._take_up(execution_id, served.agent)
         except (ConductorAgentsError, HttpError, OSError) as err:
-            log.warning("could not take up run %s after winning its lease (%s); releasing it", execution_id, err)
-            self._release(domain, won)
+            log.warning("could not take up run %s on lease %d of domain %s (%s); releasing it", execution_id,
+                        lease.epoch, lease.domain, err)
+            self._release(lease.domain, lease)
             return False
-        self.adopted += 1
-        self._note_taken(domain, execution_id)
+        if adopting:
+            self.adopted += 1
+        self._note_taken(lease.domain, execution_id)
         _tell_adopted(served, handle, execution_id)
         return True
 
@@ -296,19 +303,9 @@ class Adopter:
         newest = self._book.newest(domain)
         if newest is None or (newest.epoch, newest.owner) != (lease.epoch, self._worker_id) or self._stopping():
             return False
-        self.hold(newest)
-        try:
-            handle = self._take_up(execution_id, served.agent)
-        except (ConductorAgentsError, HttpError, OSError) as err:
-            log.warning("could not take up run %s of domain %s held here (%s); releasing it", execution_id, domain,
-                        err)
-            self._release(domain, newest)
-            return False
-        self._note_taken(domain, execution_id)
         log.info("serving %s run %s (domain %s, held here, lease %d)", served.agent.name, execution_id, domain,
                  newest.epoch)
-        _tell_adopted(served, handle, execution_id)
-        return True
+        return self._serve_on(newest, served, execution_id)
 
     def _present(self, view: PeerView, owner: Optional[str]) -> bool:
         if not owner or owner == self._worker_id:
