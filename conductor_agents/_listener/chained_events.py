@@ -99,16 +99,20 @@ class ChainedEvents:
             if successor is None:
                 return event
             if successor.number < self._link.number:  # an abandoned switch's run: not the listener's events
-                self._stream.close()
-                self._link, self._stream = successor, self._open(successor)
+                self._read(successor)
                 continue
             return self._move_to(successor)
 
-    def _move_to(self, successor: Link) -> AgentEvent:
+    def _read(self, link: Link) -> Link:
+        """Close the current run's stream and read ``link``'s from now on; the run read before."""
         if self._stream is not None:
             self._stream.close()
-        previous, self._link = self._link, successor
-        self._stream = self._open(successor)
+        previous, self._link = self._link, link
+        self._stream = self._open(link)
+        return previous
+
+    def _move_to(self, successor: Link) -> AgentEvent:
+        previous = self._read(successor)
         return ContinuedEvent(execution_id=previous.execution_id, id=f"continued:{successor.execution_id}",
                               timestamp=time.time(), source="local", next_execution_id=successor.execution_id,
                               run=successor.number - self._chain.first + 1)
