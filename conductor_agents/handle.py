@@ -19,7 +19,7 @@ from ._listener.following import current_status, listener_totals
 from ._answers.output_check import rejection_of
 from ._answers.output_type import Rejection, typed_result
 from ._listener.by_id import RunsById, check_signal
-from ._liveness.model_calls import FirstModelTurn
+from ._liveness.model_calls import FirstModelTurn, unavailable_model_cancel_reason
 from ._wire.payload import message_payload
 from ._people.pending import HumanAnswer, PendingRequest
 from ._wire.transport import HttpError
@@ -272,7 +272,7 @@ class AgentHandle:
         if problem is None:
             return
         try:
-            self.cancel(f"the server cannot call the model: {problem.detail}")
+            self.cancel(unavailable_model_cancel_reason(problem.detail))
         except ConductorAgentsError as err:
             log.warning("could not cancel %s after its model failed: %s", self.execution_id, err)
         problem.execution_id = self.execution_id

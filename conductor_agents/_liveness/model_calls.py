@@ -27,7 +27,8 @@ from .._wire.api import ConductorApi
 from ..errors import ModelUnavailableError
 from .._common.task_names import MODEL_TASK_TYPE
 
-__all__ = ["FirstModelTurn", "MODEL_TASK_TYPE", "classify_model_failure", "model_failure_error"]
+__all__ = ["FirstModelTurn", "MODEL_TASK_TYPE", "classify_model_failure", "model_failure_error",
+           "unavailable_model_cancel_reason", "says_model_unavailable"]
 
 #: The task type of a model call (the server's).
 
@@ -75,6 +76,22 @@ def classify_model_failure(reason: Any) -> Optional[Tuple[str, str]]:
     if _HOST.match(what) and (not root or root == what):
         return NO_ROUTE, f"unknown host {what}"[:_DETAIL_LIMIT]
     return None
+
+
+#: How the SDK's cancel of such a run begins: the run's reason, and so its "error" event, says it.
+_CANCEL_PREFIX = "the server cannot call the model: "
+
+
+def unavailable_model_cancel_reason(detail: str) -> str:
+    """The reason the SDK gives the server when it cancels a run whose model it cannot call."""
+    return f"{_CANCEL_PREFIX}{detail}"
+
+
+def says_model_unavailable(message: Any) -> bool:
+    """Whether a run's error ``message`` is a model the server cannot call: the failed call's own reason,
+    or the SDK's cancel for it. :meth:`AgentHandle.wait` raises one error that says why and what to do."""
+    text = str(message or "")
+    return text.startswith(_CANCEL_PREFIX) or classify_model_failure(text) is not None
 
 
 def model_failure_error(execution_id: str, model: str, cause: str, detail: str) -> ModelUnavailableError:

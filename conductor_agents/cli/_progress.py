@@ -18,7 +18,7 @@ import threading
 import time
 from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
 
-from .._liveness.model_calls import classify_model_failure
+from .._liveness.model_calls import says_model_unavailable
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import SERVER_INPUT_KEYS, RunStatus
 from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
@@ -222,7 +222,7 @@ def describe_event(event: Any, turns: List[Any]) -> "tuple[List[str], Optional[s
             return [], None
         return [f"tool {name} {getattr(event, 'status', '')}: {short(getattr(event, 'error', '') or '')}"], None
     if kind == "error":
-        if classify_model_failure(getattr(event, "message", "")) is not None:
+        if says_model_unavailable(getattr(event, "message", "")):
             return [], None  # the model cannot be called: wait() raises one line that says why and what to do
         return [f"error: {short(getattr(event, 'message', ''))}"], None
     if kind == "done":

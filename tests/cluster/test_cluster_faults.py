@@ -65,11 +65,18 @@ def start_holding_listener(runtime, scripted_llm, unique_name, tools: GatedTools
     return model, handle
 
 
+def explain_run(handle, tools: GatedTools, base_url: str) -> str:
+    """The actions, then the listener's current run and its mailbox (the id the handle holds), as the server has
+    them: a timed-out wait's state."""
+    current = handle.current_execution_id
+    runs = [current] if current == handle.execution_id else [current, handle.execution_id]
+    return "\n".join([f"actions: {tools.snapshot()}", *(run_tasks_summary(base_url, run) for run in runs)])
+
+
 def finish(handle, tools: GatedTools, expected: List[str], scripted_llm, model, *, base_url: str = "") -> None:
     eventually(lambda: len(tools.snapshot()) >= len(expected), timeout=180, interval=0.1,
                message=f"{len(expected)} actions",
-               explain=lambda: f"actions: {tools.snapshot()}\n"
-                                   + (run_tasks_summary(base_url, handle.execution_id) if base_url else ""))
+               explain=lambda: explain_run(handle, tools, base_url) if base_url else f"actions: {tools.snapshot()}")
     handle.stop()
     result = handle.wait(timeout=180)
     assert result.status is RunStatus.COMPLETED, result
@@ -108,8 +115,7 @@ def test_sigkill_of_a_node_with_a_tool_in_flight_loses_and_repeats_nothing(condu
             after = [f"after{i}" for i in range(3)]
             eventually(lambda: len(tools.snapshot()) >= 1 + len(queued), timeout=180, interval=0.1,
                        message="the queued messages acted on after the kill",
-                       explain=lambda: f"actions: {tools.snapshot()}\n"
-                                       + run_tasks_summary(conductor_cluster.node_urls[1], handle.execution_id))
+                       explain=lambda: explain_run(handle, tools, conductor_cluster.node_urls[1]))
             for action in after:
                 handle.send_message({"action": action})
             finish(handle, tools, ["hold", *queued, *after], scripted_llm, model,

@@ -7,7 +7,11 @@ from __future__ import annotations
 import pytest
 
 from conductor_agents import ModelUnavailableError
-from conductor_agents._liveness.model_calls import classify_model_failure, model_failure_error
+from conductor_agents._liveness.model_calls import (
+    classify_model_failure, model_failure_error, says_model_unavailable, unavailable_model_cancel_reason,
+)
+from conductor_agents.cli._progress import describe_event
+from conductor_agents.events import ErrorEvent
 
 REFUSED = ("Task execution failed: OpenAI Responses API call failed: Failed to connect to /127.0.0.1:45791 "
            "\u2014 caused by: Connection refused")
@@ -47,6 +51,25 @@ def test_the_error_names_the_cause_and_the_fix_on_one_line() -> None:
                  "--scripted-model", "run-1 was cancelled"):
         assert part in text
     assert (err.variable, err.cause, err.execution_id) == ("OPENAI_API_KEY", "rejected_key", "run-1")
+
+
+def _run_error(message: str) -> ErrorEvent:
+    return ErrorEvent(execution_id="run-1", id="run:TERMINATED", message=message, run_level=True)
+
+
+@pytest.mark.parametrize("message", [REJECTED, unavailable_model_cancel_reason("the provider answered HTTP 401")])
+def test_the_cli_prints_no_event_line_for_a_model_it_will_explain(message: str) -> None:
+    """The run's "error" event is the failed call's reason or, once the SDK has cancelled the run, its cancel
+    reason; either way the CLI's one error line (ModelUnavailableError) says it, so the progress prints nothing
+    (CI, stop 33: the progress thread read the cancel's event before the CLI exited, two error lines)."""
+    assert says_model_unavailable(message)
+    assert describe_event(_run_error(message), [0]) == ([], None)
+
+
+def test_other_errors_still_get_their_line() -> None:
+    assert not says_model_unavailable("Task execution failed: something else entirely")
+    lines, _ = describe_event(_run_error("the tool crashed"), [0])
+    assert lines == ["error: the tool crashed"]
 
 
 class _Api:
