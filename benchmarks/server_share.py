@@ -83,6 +83,14 @@ def parse_args(argv: "list[str]") -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _first_run_behind(execution_id: str, correlation_id: Optional[str]) -> Optional[str]:
+    """The first run of the listener whose mailbox is ``execution_id`` (None: not a mailbox)."""
+    listener = parse_mailbox_key(correlation_id)
+    if listener is None:
+        return None
+    return Chain(execution_id, listener.run_id, listener.agent_name, mailbox=True).link(0).execution_id
+
+
 def _tasks_and_bytes(bench: Bench, ids: List[str]) -> "tuple[int, int]":
     """Tasks and bytes the server stores for runs ``ids``; a listener's mailbox (the id ours hands out) counts
     with the listener's first run behind it (the windows here are too short for a continuation)."""
@@ -95,9 +103,8 @@ def _tasks_and_bytes(bench: Bench, ids: List[str]) -> "tuple[int, int]":
 
     def one(eid: str) -> "tuple[int, int]":
         tasks, size, correlation = read(eid)
-        listener = parse_mailbox_key(correlation)
-        if listener is not None:
-            first = Chain(eid, listener.run_id, listener.agent_name, mailbox=True).link(0).execution_id
+        first = _first_run_behind(eid, correlation)
+        if first is not None:
             more_tasks, more_bytes, _ = read(first)
             tasks, size = tasks + more_tasks, size + more_bytes
         return tasks, size
@@ -105,6 +112,18 @@ def _tasks_and_bytes(bench: Bench, ids: List[str]) -> "tuple[int, int]":
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         pairs = list(pool.map(one, ids))
     return sum(a for a, _ in pairs), sum(b for _, b in pairs)
+
+
+def _listeners_behind(bench: Bench, ids: List[str]) -> List[str]:
+    """The first run of each listener whose mailbox is one of ``ids`` (ours hands out the mailbox's id). Cancelled
+    with the mailboxes: a listener left running after its driver ended would add its waits' evaluations to every
+    later window's baseline (it did: the empty server's CPU rose from 9 % to 26 % over three repeats)."""
+    def one(eid: str) -> Optional[str]:
+        r = bench.http.get(f"{bench.url}/workflow/{eid}", params={"includeTasks": "false"}, timeout=60)
+        return _first_run_behind(eid, r.json().get("correlationId")) if r.ok else None
+
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        return [run for run in pool.map(one, ids) if run is not None]
 
 
 def _cpu(bench: Bench) -> "tuple[float, float]":
@@ -207,7 +226,7 @@ def measure(bench: Bench, driver_name: str, s: dict) -> dict:
             "answered": len(done["latencies"]), "answer_p50_s": lat["p50"], "answer_p95_s": lat["p95"],
         }
     finally:
-        bench.cancel(ids)
+        bench.cancel(ids + _listeners_behind(bench, ids))
         driver.finish()
 
 

@@ -31,7 +31,8 @@ from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._tooldefs.context import ToolContext
-from .following import end_mailbox, is_running
+from .control import cancel_listener
+from .following import end_mailbox, ended_from_outside, is_running
 from .mailbox import make_forward_tool
 from .retention import Retirer
 from .switch import LinkSpec, Switch
@@ -146,6 +147,7 @@ class ContinuationDriver:
         self._lock = threading.Lock()
         self._by_run: Dict[str, _Served] = {}
         self._by_link: Dict[str, _Served] = {}
+        self._by_mailbox: Dict[str, _Served] = {}  # the id callers hold -> its listener (mailbox listeners)
         self._closing = threading.Event()
         self._threads: List[BackgroundLoop] = []
         self.switches = 0  # committed switches (tests, stats)
@@ -175,7 +177,9 @@ class ContinuationDriver:
                 self._by_link[pending_from.execution_id] = served
         self._directory.advance(chain, current)
         if fresh and chain.mailbox:
-            handle_link(True, chain.execution_id)  # its forward task runs here too
+            with self._lock:
+                self._by_mailbox[chain.execution_id] = served
+            handle_link(True, chain.execution_id)  # its forward task runs here too; its end is looked at
         self._attach(served, current)
         if pending_from is not None:
             self._attach(served, pending_from)
@@ -201,6 +205,9 @@ class ContinuationDriver:
         with self._lock:
             served = self._by_link.pop(execution_id, None)
             if served is None:
+                ended_mailbox = self._by_mailbox.get(execution_id)
+                if ended_mailbox is not None:
+                    self._start_mailbox_check(ended_mailbox)
                 return
             ended = served.current.execution_id == execution_id and served.switch is None
             if ended:
@@ -212,12 +219,40 @@ class ContinuationDriver:
     def _listener_ended(self, served: _Served, last: str) -> None:
         """The listener's last link is no longer served here: end its mailbox if that link has ended
         (not when this process only lets it go), and stop serving the mailbox."""
+        with self._lock:
+            self._by_mailbox.pop(served.chain.execution_id, None)
         try:
             if not is_running(self._api, last):
                 end_mailbox(self._api, self._directory, served.chain)
         except ConductorAgentsError as err:
             log.debug("listener %s: its last run's status is unreadable (%s)", served.chain.execution_id, err)
         served.handle_link(False, served.chain.execution_id)
+
+    def _start_mailbox_check(self, served: _Served) -> None:
+        """The listener's mailbox ended (called under the lock): if someone else ended it (the server's cancel of
+        the id callers hold, from a client that is not this SDK, or the UI), cancel the listener, on a thread
+        of its own (a few requests): else it would run on, reachable by no sender holding that id."""
+        if self._closing.is_set():
+            return
+        thread = BackgroundLoop(f"mailbox-ended-{served.chain.run_id}", lambda: self._mailbox_ended(served),
+                                daemon=False, stop=self._closing)
+        self._threads = [t for t in self._threads if t.is_alive] + [thread]
+        thread.start()
+
+    def _mailbox_ended(self, served: _Served) -> None:
+        mailbox = served.chain.execution_id
+        try:
+            why = ended_from_outside(self._api, mailbox)
+            if why is None:
+                return
+            with self._lock:
+                served.disabled = True  # no switch from here on
+            log.warning("listener %s: its mailbox (the id callers hold) ended: %s; the listener is cancelled",
+                        mailbox, why)
+            cancel_listener(self._api, self._directory, served.chain, f"its mailbox {mailbox} ended: {why}", None)
+        except ConductorAgentsError as err:
+            log.warning("listener %s: its mailbox ended, and the listener could not be cancelled (%s); the next "
+                        "process that takes it up tries again", mailbox, err)
 
     def served_links(self) -> "list[str]":
         with self._lock:

@@ -19,8 +19,8 @@ from ..result import AgentStatus, ListenerTotals, RunStatus
 from .carryover import add_tokens, pulled_message_ids
 from .switch import read_commit, read_final_state, run_tokens
 
-__all__ = ["current_runs", "current_status", "end_mailbox", "is_running", "listener_totals", "live_links",
-           "newest_link", "run_status", "workflow_running"]
+__all__ = ["current_runs", "current_status", "end_mailbox", "ended_from_outside", "is_running", "listener_totals",
+           "live_links", "newest_link", "run_status", "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -142,6 +142,24 @@ def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) 
         history=record.record if record else "",
         current_execution_id=live.execution_id,
     )
+
+
+def ended_from_outside(api: ConductorApi, mailbox_id: str) -> Optional[str]:
+    """Why a listener's mailbox was ended by someone else (the server's own cancel or terminate of the id
+    callers hold, from its REST API or UI, or its removal), or None: it runs, or the SDK ended it, or it
+    ended otherwise (then a warning: only an explicit end speaks for the listener)."""
+    try:
+        run = api.get_workflow(mailbox_id, include_tasks=False)
+    except ExecutionNotFoundError:
+        return "it was removed from the server"
+    status, reason = str(run.get("status") or ""), str(run.get("reasonForIncompletion") or "")
+    if status in ("RUNNING", "PAUSED") or reason == MAILBOX_ENDED_REASON:
+        return None
+    if status != "TERMINATED":
+        log.warning("the mailbox %s of a listener ended %s (%s); the listener goes on, reachable by the SDK's "
+                    "senders only", mailbox_id, status, reason or "no reason given")
+        return None
+    return f"it was ended from outside the SDK ({reason})" if reason else "it was ended from outside the SDK"
 
 
 def end_mailbox(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> None:

@@ -8,12 +8,15 @@ runs answering within 2 s with 200 idle runs).
 
 Instead the watcher reads the queue sizes and rings the pollers whose queues are not empty:
 every ``slow`` seconds for all of them, every ``fast`` seconds while one is active (a task
-came lately, so another is likely soon). It reads them with one ``GET /tasks/queue/all``
-(one request whatever the number of runs), and queue by queue with ``GET /tasks/queue/sizes``
-when the server refuses that or knows so many queues that listing them costs more than
-asking for ours (one count per queue on the server). The listing is preferred on one server
-because it is what a poll would take: the SQL servers' per-queue size also counts the tasks
-already taken and not yet finished, so asking by name there rings pollers for nothing.
+came lately, so another is likely soon). A full round reads every queue of ours with one
+``GET /tasks/queue/all`` (one request whatever the number of runs), or queue by queue with
+``GET /tasks/queue/sizes`` when the server refuses that or knows so many queues that listing
+them costs more than asking for ours (one count per queue on the server). A fast round wants
+only the active pollers' queues: it asks for them by name once the server lists many more
+queues than that (a SQL server's queue rows stay, one per domain and task type ever used, so a
+long-lived server's listing grows; see ``_LISTED_PER_NAME``). A count by name is what a poll
+would take: the server acks a task's queue message when a worker polls it, so neither the
+count nor the listing holds a task once taken (checked on 3.32.3 with SQLite).
 
 On a Redis-backed server the listing cannot be trusted, and costs more: each node lists only
 the queues *it* has touched lately (a cache that forgets idle ones), and counts each of them
@@ -58,16 +61,29 @@ _UNLISTED_RECHECK_MAX_SECONDS = 30.0
 #: Between full rounds while no poller is active the watcher waits ``slow`` seconds, or this long
 #: per queue it reads when that is longer (every idle round costs a pass over them), at most the max.
 _SLOW_PER_QUEUE_SECONDS = 0.0005
-#: Between rounds while a poller is active (a task came in the last ``_ACTIVE_SECONDS``). Every round
-#: is a listing the server builds from its whole queue table: at 0.015 s (and 5 s active) the watcher
-#: sent 8-13 listings per message a listener handled, a quarter of the SDK's requests; 0.05 s (and 2 s)
-#: took the server's CPU per message down by about a fifth, side by side (benchmarks/server_share.py,
-#: results.md), for at most 35 ms more pickup while active.
+#: Between rounds while a poller is active (a task came in the last ``_ACTIVE_SECONDS``); each such
+#: round asks for the active pollers' queues by name. When they were listings of the server's whole
+#: queue table, 0.015 s (and 5 s active) sent 8-13 listings per message a listener handled, and 0.05 s
+#: (and 2 s) took the server's CPU per message down by about a fifth (benchmarks/server_share.py).
 _FAST_SECONDS = 0.05
+#: A fast round asks the active pollers' queues by name once the server lists this many queues per name
+#: asked: measured on one SQLite server (3.32.3; `GET` in a loop, the JVM's CPU per request), a listing
+#: costs 0.5 ms with 20 queues, 1.2 ms with 500 and 2.2 ms with 2,000; three queues by name 0.9-1.0 ms.
+_LISTED_PER_NAME = 150
 _SLOW_MAX_SECONDS = 1.0
 _NEVER_ASKED = (0.0, 0.0)
 _QUEUE_NAMES = operator.methodcaller("queue_names")
 _MAX_BACKOFF = 5.0
+
+
+def _query_chars(name: str) -> int:
+    """What a queue name adds to a ``/tasks/queue/sizes`` query string (``taskType=``, escaping, ``&``)."""
+    return len(name) + 10
+
+
+def _fits_one_request(names: List[str]) -> bool:
+    """Whether one ``/tasks/queue/sizes`` request asks for all of ``names`` (see ``_sizes_of``)."""
+    return sum(map(_query_chars, names)) < _SIZES_QUERY_CHARS
 
 
 def _on_grid(at: float, delay: float) -> float:
@@ -201,14 +217,12 @@ class QueueWatcher:
         # for the queues holding tasks.
         all_names = list(chain.from_iterable(map(_QUEUE_NAMES, pollers)))
         self._queue_count = len(all_names)
-        listing = None
-        if self._list_all and now >= self._by_queue_until:
-            listing = self._all_sizes(now, len(all_names))
         wanted = all_names if full else \
             list(chain.from_iterable(p.queue_names() for p in pollers if p.is_active(now)))
+        listing = None
+        if self._list_all and now >= self._by_queue_until and (full or not self._by_name_is_cheaper(wanted)):
+            listing = self._all_sizes(now, len(all_names))
         if listing is None:
-            # Queue by queue costs the server one count per queue: between full rounds ask
-            # only for the pollers that expect work.
             sizes: Mapping[str, object] = self._sizes_of(wanted) if wanted else {}
             read = list(filter(sizes.__contains__, wanted))
             nonempty = list(filter(sizes.get, wanted))
@@ -234,6 +248,11 @@ class QueueWatcher:
             own = set(all_names)
             for name in [name for name in empty_at if name not in own]:
                 empty_at.pop(name, None)
+
+    def _by_name_is_cheaper(self, names: List[str]) -> bool:
+        """Whether a fast round asks for ``names`` by name rather than listing every queue: in one request, and
+        the last listing held ``_LISTED_PER_NAME`` queues per name or more."""
+        return _fits_one_request(names) and len(self._listed) >= _LISTED_PER_NAME * len(names)
 
     @staticmethod
     def _ring_owners(pollers: List[DomainPoller], names: "set[str]") -> None:
@@ -329,7 +348,7 @@ class QueueWatcher:
         length = 0
         for name in names:
             chunk.append(name)
-            length += len(name) + 10
+            length += _query_chars(name)
             if length >= _SIZES_QUERY_CHARS:
                 sizes.update(self._api.queue_sizes(chunk))
                 chunk, length = [], 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 
+import attrs
 import pytest
 import requests
 
@@ -105,3 +106,32 @@ def _live(base: str, execution_id: str) -> "list[int]":
         if status == "RUNNING":
             live.append(number)
     return live
+
+
+def test_a_cancel_of_the_id_from_outside_the_sdk_cancels_the_listener(agent_settings, scripted_llm, unique_name,
+                                                                      topology_server):
+    """A client that is not this SDK (or the Conductor UI) cancels the id it was given, the mailbox, with the
+    server's own call: the serving process cancels the listener too, naming why; before, the listener ran on
+    for good, reachable by no sender holding that id (found by benchmarks/server_share.py, whose leftover
+    listeners raised the server's idle CPU run after run)."""
+    base = getattr(topology_server, "url")
+    tools = ActionTools()
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    settings = attrs.evolve(agent_settings, liveness_check_interval_seconds=1.0)
+    with AgentRuntime(settings) as runtime:
+        handle = runtime.start(listener(unique_name("cancelled_outside"), model, tools), "Start listening.")
+        execution_id, current = handle.execution_id, handle.current_execution_id
+        push(base, execution_id, "before")
+        eventually(lambda: "before" in tools.snapshot(), timeout=60, message="the first message acted on")
+        response = requests.delete(f"{base}/agent/{execution_id}/cancel", params={"reason": "from the ops console"},
+                                   timeout=30)
+        assert response.status_code == 200, response.text
+        status = eventually(lambda: (lambda s: s if s.is_terminal else None)(handle.status()), timeout=60,
+                            interval=0.2, message="the listener ended after its mailbox was cancelled")
+        assert status.status is RunStatus.TERMINATED
+        assert "mailbox" in (status.reason or "") and "from the ops console" in (status.reason or ""), status
+        run = requests.get(f"{base}/workflow/{current}", params={"includeTasks": "false"}, timeout=10).json()
+        assert run["status"] == "TERMINATED"
+        assert _live(base, execution_id) == []
+    assert tools.snapshot() == ["before"]
+    scripted_llm.assert_no_anomalies(model)

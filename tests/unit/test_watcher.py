@@ -104,6 +104,44 @@ def test_queue_by_queue_asks_only_for_active_pollers_between_full_rounds(http, a
     assert "idle%3Aact" not in asked[1] and "busy%3Aact" in asked[1]
 
 
+def test_fast_rounds_ask_the_active_pollers_queues_by_name_on_a_server_with_many_queues(http, api):
+    """The listing counts every queue the server ever had (a long-lived server's grows); a fast round wants only
+    the active pollers' queues (issue 32). The answer by name rings as a listing would."""
+    busy, idle = StubPoller("busy", active=True), StubPoller("idle")
+    listing = {f"old{i}:act": 0 for i in range(500)}
+    listing.update({"busy:act": 0, "idle:act": 0})
+    http.get(ALL, json=listing)
+    http.get(SIZES, json={"busy:act": 1})
+    watcher = watcher_over(api, [busy, idle])
+    watcher._round([busy, idle], 0.0, full=True)
+    watcher._round([busy, idle], 0.05, full=False)
+    watcher._round([busy, idle], 0.3, full=True)
+    assert paths(http) == ["/tasks/queue/all", "/tasks/queue/sizes", "/tasks/queue/all"]
+    asked = http.calls[1].request.url
+    assert "busy%3Aact" in asked and "idle%3Aact" not in asked
+    assert (busy.rings, idle.rings) == (1, 0) and busy.rung_queues == ["busy:act"]
+
+
+def test_fast_rounds_keep_the_listing_on_a_server_with_few_queues(http, api):
+    """Below the break-even (measured: three names cost the server what a listing of ~450 queues does)."""
+    busy, idle = StubPoller("busy", active=True), StubPoller("idle")
+    http.get(ALL, json={f"old{i}:act": 0 for i in range(100)} | {"busy:act": 0, "idle:act": 1})
+    watcher = watcher_over(api, [busy, idle])
+    watcher._round([busy, idle], 0.0, full=True)
+    watcher._round([busy, idle], 0.05, full=False)
+    assert paths(http) == ["/tasks/queue/all", "/tasks/queue/all"]
+
+
+def test_a_fast_round_with_more_active_queues_than_one_request_takes_lists_them(http, api):
+    """Asked by name, a hundred active listeners' queues would take several requests: the listing is one."""
+    pollers = [StubPoller(f"{i:036d}", active=True) for i in range(100)]
+    http.get(ALL, json={name: 0 for p in pollers for name in p.queue_names()})
+    watcher = watcher_over(api, pollers)
+    watcher._round(pollers, 0.0, full=True)
+    watcher._round(pollers, 0.05, full=False)
+    assert paths(http) == ["/tasks/queue/all", "/tasks/queue/all"]
+
+
 def test_a_server_with_too_many_queues_is_asked_queue_by_queue_for_a_while(http, api):
     pollers = [StubPoller("d1")]
     huge = {f"q{i}": 0 for i in range(2500)}
