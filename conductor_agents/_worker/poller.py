@@ -361,10 +361,11 @@ class DomainPoller:
             # count=8 held a lone task until the poll ended (pickup p50 ~700 ms, benchmarks/).
             # Once a poll brought tasks, short polls take what else is queued, up to the slots.
             short = short_only or task_type in fresh or task_type in self._draining
+            count = 0 if keepalive else max(1, slots) if short else 1
             try:
                 tasks = self._api.poll_tasks(
                     task_type, worker_id=self._worker_id, domain=self.domain,
-                    count=0 if keepalive else max(1, slots) if short else 1,
+                    count=count,
                     timeout_ms=0 if short or keepalive else per_type_ms,
                     http_timeout=per_type_ms / 1000.0 + 10.0,
                 )
@@ -386,6 +387,10 @@ class DomainPoller:
             got += len(tasks)
             if tasks:
                 self._active_now()
+            # A poll that filled its count may have left tasks behind: the next round drains the type. One that
+            # got fewer found the queue empty; a task that comes later rings (a drain poll per task was 3 of the
+            # SDK's 21 requests per message a listener handled, each answering nothing).
+            if len(tasks) >= count:
                 self._draining.add(task_type)
             else:
                 self._draining.discard(task_type)

@@ -77,3 +77,40 @@ def test_the_loop_polls_only_the_rung_type():
     only = poller._take_ring(rung, poller.task_types)
     poller._poll_round(tuple(t for t in poller.task_types if t in only), 0.0, short_only=True, rung=rung)
     assert api.polled == ["act"]
+
+
+class _Serving(Api):
+    """Answers each poll with the next of ``batches`` (then nothing)."""
+
+    def __init__(self, batches):
+        super().__init__()
+        self.batches = list(batches)
+
+    def poll_tasks(self, task_type, *, worker_id, domain, count, timeout_ms, http_timeout):
+        super().poll_tasks(task_type, worker_id=worker_id, domain=domain, count=count, timeout_ms=timeout_ms,
+                           http_timeout=http_timeout)
+        batch = self.batches.pop(0) if self.batches else 0
+        return [{"taskType": task_type, "taskId": f"t{i}", "workflowInstanceId": "run"} for i in range(batch)]
+
+
+def _watched(api):
+    poller = DomainPoller(api, Executor(), domain=DOMAIN, worker_id="w", long_poll_ms=1000, poll_interval_ms=1,
+                          clock=FakeClock())
+    poller._tools = {"act": object()}
+    poller._polled.update(poller._tools)
+    poller._watcher = type("Watcher", (), {"healthy": True, "note_activity": lambda self, now: None})()
+    return poller
+
+
+def test_a_poll_that_got_fewer_tasks_than_it_asked_for_leaves_nothing_to_drain():
+    """The queue was empty after it: no drain poll (it answered nothing for every task a listener handled);
+    a task that comes later rings."""
+    poller = _watched(_Serving([1]))
+    poller._poll_round(("act",), 0.0, short_only=True, rung=True)  # asks for 4 (the free slots), gets 1
+    assert poller._draining == set()
+
+
+def test_a_poll_that_filled_its_count_drains_the_type_next_round():
+    poller = _watched(_Serving([4]))
+    poller._poll_round(("act",), 0.0, short_only=True, rung=True)
+    assert poller._draining == {"act"}
