@@ -402,4 +402,8 @@ def _wait_or_explain(runtime: AgentRuntime, handle, timeout: float):
         rows = [(t.get("referenceTaskName"), t.get("taskType"), t.get("status"), t.get("workerId"),
                  t.get("pollCount"), t.get("scheduledTime"), t.get("startTime"), t.get("endTime"))
                 for t in flow.get("tasks") or ()]
-        pytest.fail(f"run {handle.execution_id} still {flow.get('status')} after {timeout}s; tasks: {rows}")
+        # What each person's answer wrote (a reject that took the approved route was seen once, on the cluster).
+        answers = [(t.get("referenceTaskName"), t.get("outputData")) for t in flow.get("tasks") or ()
+                   if t.get("taskType") == "HUMAN"]
+        pytest.fail(f"run {handle.execution_id} still {flow.get('status')} after {timeout}s; tasks: {rows}; "
+                    f"human answers: {answers}")
