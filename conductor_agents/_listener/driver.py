@@ -232,12 +232,8 @@ class ContinuationDriver:
         """The listener's mailbox ended (called under the lock): if someone else ended it (the server's cancel of
         the id callers hold, from a client that is not this SDK, or the UI), cancel the listener, on a thread
         of its own (a few requests): else it would run on, reachable by no sender holding that id."""
-        if self._closing.is_set():
-            return
-        thread = BackgroundLoop(f"mailbox-ended-{served.chain.run_id}", lambda: self._mailbox_ended(served),
-                                daemon=False, stop=self._closing)
-        self._threads = [t for t in self._threads if t.is_alive] + [thread]
-        thread.start()
+        if not self._closing.is_set():
+            self._spawn(f"mailbox-ended-{served.chain.run_id}", lambda: self._mailbox_ended(served)).start()
 
     def _mailbox_ended(self, served: _Served) -> None:
         mailbox = served.chain.execution_id
@@ -306,14 +302,17 @@ class ContinuationDriver:
         with self._lock:
             if self._closing.is_set() or (served.thread is not None and served.thread.is_alive):
                 return
-            # Not a daemon: a switch's steps are each short and bounded, and close() joins it; an
-            # interpreter exit without close() leaves it for the next process (the switch resumes).
-            # Every job stops on the driver's ``_closing``.
-            thread = BackgroundLoop(f"continue-{served.chain.run_id}", lambda: self._job(served, turn),
-                                    daemon=False, stop=self._closing)
-            served.thread = thread
-            self._threads = [t for t in self._threads if t.is_alive] + [thread]
+            served.thread = thread = self._spawn(f"continue-{served.chain.run_id}", lambda: self._job(served, turn))
         thread.start()
+
+    def _spawn(self, name: str, body: Callable[[], None]) -> BackgroundLoop:
+        """A job's thread (called under the lock; the caller starts it), joined by :meth:`close`.
+
+        Not a daemon: a job's steps are each short and bounded, and close() joins it; an interpreter exit
+        without close() leaves it for the next process (a switch resumes). Every job stops on ``_closing``."""
+        thread = BackgroundLoop(name, body, daemon=False, stop=self._closing)
+        self._threads = [t for t in self._threads if t.is_alive] + [thread]
+        return thread
 
     def _job(self, served: _Served, turn: int) -> None:
         retry = _RETRY_FIRST

@@ -152,12 +152,12 @@ def ended_from_outside(api: ConductorApi, mailbox_id: str) -> Optional[str]:
         run = api.get_workflow(mailbox_id, include_tasks=False)
     except ExecutionNotFoundError:
         return "it was removed from the server"
-    status, reason = str(run.get("status") or ""), str(run.get("reasonForIncompletion") or "")
-    if status in ("RUNNING", "PAUSED") or reason == MAILBOX_ENDED_REASON:
+    status, reason = RunStatus.parse(run.get("status")), str(run.get("reasonForIncompletion") or "")
+    if not status.is_terminal or reason == MAILBOX_ENDED_REASON:
         return None
-    if status != "TERMINATED":
+    if status is not RunStatus.TERMINATED:
         log.warning("the mailbox %s of a listener ended %s (%s); the listener goes on, reachable by the SDK's "
-                    "senders only", mailbox_id, status, reason or "no reason given")
+                    "senders only", mailbox_id, status.value, reason or "no reason given")
         return None
     return f"it was ended from outside the SDK ({reason})" if reason else "it was ended from outside the SDK"
 

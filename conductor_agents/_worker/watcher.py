@@ -62,9 +62,9 @@ _UNLISTED_RECHECK_MAX_SECONDS = 30.0
 #: per queue it reads when that is longer (every idle round costs a pass over them), at most the max.
 _SLOW_PER_QUEUE_SECONDS = 0.0005
 #: Between rounds while a poller is active (a task came in the last ``_ACTIVE_SECONDS``); each such
-#: round asks for the active pollers' queues by name. When they were listings of the server's whole
-#: queue table, 0.015 s (and 5 s active) sent 8-13 listings per message a listener handled, and 0.05 s
-#: (and 2 s) took the server's CPU per message down by about a fifth (benchmarks/server_share.py).
+#: round wants the active pollers' queues only (asked by name on a server that lists many queues:
+#: ``_LISTED_PER_NAME``). As listings, 0.015 s (and 5 s active) sent 8-13 per message a listener handled,
+#: and 0.05 s (and 2 s) took the server's CPU per message down by about a fifth (benchmarks/server_share.py).
 _FAST_SECONDS = 0.05
 #: A fast round asks the active pollers' queues by name once the server lists this many queues per name
 #: asked: measured on one SQLite server (3.32.3; `GET` in a loop, the JVM's CPU per request), a listing
