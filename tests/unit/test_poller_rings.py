@@ -28,11 +28,15 @@ class Api:
         return []
 
 
-def make():
-    api = Api()
+#: A healthy queue watcher, as the poller sees one.
+WATCHER = type("Watcher", (), {"healthy": True, "note_activity": lambda self, now: None})()
+
+
+def make(api=None, types=("act", "conductor_agents_turn")):
+    api = api or Api()
     poller = DomainPoller(api, Executor(), domain=DOMAIN, worker_id="w", long_poll_ms=1000, poll_interval_ms=1,
                           clock=FakeClock())
-    poller._tools = {"act": object(), "conductor_agents_turn": object()}
+    poller._tools = {t: object() for t in types}
     poller._polled.update(poller._tools)
     poller._next_safety = 1e9  # a safety poll is not due
     return poller, api
@@ -70,7 +74,7 @@ def test_queues_of_another_domain_are_not_taken_for_ours():
 
 def test_the_loop_polls_only_the_rung_type():
     poller, api = make()
-    poller._watcher = type("Watcher", (), {"healthy": True, "note_activity": lambda self, now: None})()
+    poller._watcher = WATCHER
     poller.ring([f"{DOMAIN}:act"])
     poller._wake.clear()
     rung, poller._rung = poller._rung, False
@@ -94,11 +98,8 @@ class _Serving(Api):
 
 
 def _watched(api):
-    poller = DomainPoller(api, Executor(), domain=DOMAIN, worker_id="w", long_poll_ms=1000, poll_interval_ms=1,
-                          clock=FakeClock())
-    poller._tools = {"act": object()}
-    poller._polled.update(poller._tools)
-    poller._watcher = type("Watcher", (), {"healthy": True, "note_activity": lambda self, now: None})()
+    poller, _ = make(api, types=("act",))
+    poller._watcher = WATCHER
     return poller
 
 
