@@ -34,6 +34,7 @@ from .._common.loops import BackgroundLoop
 from .._liveness.stall import server_time_from_date
 from .._wire.transport import HttpError
 from ..errors import ServerError
+from .takeover import worker_is_dead_here
 
 __all__ = ["GONE_MARK", "PeerView", "Presence", "presence_task_type"]
 
@@ -64,7 +65,8 @@ class PeerView:
 
     #: Present processes (worker ids, this one included) and how old their freshest rows were (s).
     alive: Mapping[str, float]
-    #: Processes seen that closed (marked gone) or fell silent longer than ``dead_after``.
+    #: Processes seen that closed (marked gone), fell silent longer than ``dead_after``, or are processes of
+    #: this host that no longer exist.
     gone: frozenset
     #: When the read came back (this process's monotonic clock).
     read_at: float
@@ -226,7 +228,11 @@ class Presence:
                 if worker not in freshest or age < freshest[worker]:
                     freshest[worker] = age
         read_at = time.monotonic()
-        alive = {w: a for w, a in freshest.items() if a < self.dead_after and w not in gone}
+        # A process of this host that no longer exists is gone at once, though its row is still fresh: left in
+        # ``alive``, it would be the assignee of its share of the orphans (its own runs among them), which the
+        # others then take only after the grace, whoever looks first (seen: 30 runs spread 21/7/2).
+        alive = {w: a for w, a in freshest.items()
+                 if a < self.dead_after and w not in gone and not worker_is_dead_here(w)}
         gone |= {w for w in freshest if w not in alive}
         if self.worker_id in freshest and self.worker_id not in gone:
             with self._lock:

@@ -143,3 +143,35 @@ def test_a_fresh_poll_by_a_dead_worker_of_this_host_is_not_live(http, dead_child
     assert find() is None
     serve(http, [row("dom-1", worker, 1), row("dom-1", "another-host-1-abcdef", 30, task="act")])
     assert find().worker_id == "another-host-1-abcdef"
+
+
+class _PresenceRows:
+    """The server's poll data of the presence task types: one fresh row per worker given."""
+
+    def __init__(self, workers: "list[str]") -> None:
+        self.workers = workers
+
+    def mark_presence(self, task_type: str, *, worker_id: str, domain: str) -> None:
+        pass
+
+    def poll_data_sample(self, task_type: str) -> "tuple[list, None]":
+        now_ms = time.time() * 1000.0
+        return [{"workerId": w, "lastPollTime": now_ms - 500.0} for w in self.workers], None
+
+
+def test_a_dead_process_of_this_host_is_gone_from_the_view_though_its_row_is_fresh(dead_child):
+    # Left among the present, it was the assignee of a share of the orphans (its own runs among them), which the
+    # others then took only after the grace, whoever looked first: 30 runs came out spread 21/7/2.
+    from conductor_agents._serving.presence import Presence
+
+    _, dead = dead_child
+    me = make_worker_id("me0001")
+    other = "elsewhere-4242-peer01"  # another host's process: only its row can tell
+    presence = Presence(_PresenceRows([dead, me, other]), me, dead_after=10.0, interval=1.0,  # type: ignore[arg-type]
+                        on_fenced=lambda: None)
+    presence.add("agent")
+    presence.beacon()
+    view = presence.view("agent")
+    assert view is not None
+    assert set(view.alive) == {me, other} and dead in view.gone
+    assert {view.assignee(f"domain-{i}") for i in range(200)} == {me, other}
