@@ -24,7 +24,11 @@ def use_code_from(cfg: dict) -> None:
 
 use_code_from(__import__("json").loads(sys.argv[1]) if len(sys.argv) > 1 else {})
 
-from conductor_agents import Agent, AgentRuntime, AgentSettings, WaitForMessageTool, tool  # noqa: E402
+from conductor_agents import Agent, AgentRuntime, AgentSettings, Continuation, WaitForMessageTool, tool  # noqa: E402
+
+#: Whether a listener gets its mailbox (the default); ``--variant nomb:__main__:MAILBOX=false`` measures one
+#: without it beside the default, which is what the mailbox's own wait costs the server.
+MAILBOX = True
 
 
 @tool
@@ -69,7 +73,7 @@ class OursAdapter:
 
     def start_listener(self, model: str) -> str:
         agent = Agent(name="bench_listen_ours", model=model, stateful=True, max_turns=10_000,
-                      tools=[self.receive, bench_act_ours],
+                      tools=[self.receive, bench_act_ours], continuation=Continuation(mailbox=MAILBOX),
                       instructions="Loop: wait_for_message, act on it, repeat until told to stop.")
         return self.runtime.start(agent, "Start listening.").execution_id
 
