@@ -124,6 +124,13 @@ def register(subparsers: Any) -> None:
             ("unpause", _unpause, "let a paused execution go on", "Let a paused run go on where it stopped.")):
         add(verb, run, what, detail).add_argument("execution_id", metavar="EXECUTION_ID")
 
+    signalled = add("signal", _signal, "set or clear an execution's standing signal",
+                    "Set the run's standing signal: the server puts TEXT before every later model turn of the "
+                    "agent, also in a listener's later runs, until the next signal replaces it. An empty TEXT "
+                    "('') clears it (see docs/steering.md).")
+    signalled.add_argument("execution_id", metavar="EXECUTION_ID")
+    signalled.add_argument("text", metavar="TEXT", help="the signal; '' clears it")
+
     cancel = add("cancel", _cancel, "terminate an execution at once",
                  "Terminate the run now (TERMINATED). A tool already running is not interrupted.")
     cancel.add_argument("execution_id", metavar="EXECUTION_ID")
@@ -344,6 +351,14 @@ def _unpause(args: argparse.Namespace) -> int:
     with AgentRuntime(settings(args)) as runtime:
         runtime.attach(args.execution_id).unpause()
     _note(f"unpaused execution {args.execution_id}")
+    return EXIT_OK
+
+
+def _signal(args: argparse.Namespace) -> int:
+    with AgentRuntime(settings(args)) as runtime:
+        runtime.attach(args.execution_id).signal(args.text)
+    _note(f"set the signal of execution {args.execution_id}" if args.text
+          else f"cleared the signal of execution {args.execution_id}")
     return EXIT_OK
 
 

@@ -294,7 +294,7 @@ def test_cancel_wait_and_send_after_the_end(cli: Cli, target: str) -> None:
     assert late.stderr.count("\n") == 1
 
 
-@pytest.mark.parametrize("verb", [["status"], ["wait"], ["send", "hi"], ["stop"], ["cancel"]])
+@pytest.mark.parametrize("verb", [["status"], ["wait"], ["send", "hi"], ["stop"], ["signal", "hi"], ["cancel"]])
 def test_unknown_execution_exits_3_with_one_line(cli: Cli, verb: List[str]) -> None:
     result = cli(verb[0], "no-such-execution-0000", *verb[1:])
     assert result.returncode == 3, result.stderr
@@ -388,3 +388,40 @@ def test_progress_from_the_task_list_when_there_is_no_event_stream(agent_runtime
                      "run COMPLETED"):
         assert expected in lines, text
     assert ("\r\x1b[2K" in text) is tty
+
+
+def test_signal_sets_and_clears_the_standing_signal_of_a_run(cli: Cli, tmp_path: Path, scripted_llm,
+                                                             unique_name) -> None:
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    (tmp_path / "agent_mod.py").write_text(AGENT_MODULE.format(name=unique_name("sig"), model=model))
+    run = cli.spawn("run", "agent_mod.py:make_agent", "Listen.")
+
+    def turn_after(action: str):
+        found = [r for r in scripted_llm.requests_for(model) if {"action": action} in r.messages]
+        assert found, f"no model turn was handed {action!r}"
+        return found[-1]
+
+    try:
+        execution_id = execution_id_from(run.expect("started"))
+        run.expect("waiting for a message")  # signalled once it waits (see test_steering)
+        done = cli("signal", execution_id, "Answer in French.")
+        assert done.returncode == 0 and f"set the signal of execution {execution_id}" in done.stderr, done.stderr
+        assert cli("send", execution_id, '{"action": "a"}').returncode == 0
+        run.expect("tool act(action=a)")
+        assert turn_after("a").signal == "Answer in French."
+
+        run.expect("waiting for a message")
+        cleared = cli("signal", execution_id, "")
+        assert cleared.returncode == 0 and "cleared the signal" in cleared.stderr, cleared.stderr
+        assert cli("send", execution_id, '{"action": "b"}').returncode == 0
+        run.expect("tool act(action=b)")
+        assert turn_after("b").signal is None
+
+        run.process.send_signal(signal.SIGINT)
+        code, _, stderr = run.finish()
+    finally:
+        run.kill()
+    assert code == 0, stderr
+    ended = cli("signal", execution_id, "too late")
+    assert ended.returncode == 3 and ended.stderr.startswith("conductor-agents: error: "), ended.stderr
+    assert ended.stderr.count("\n") == 1
