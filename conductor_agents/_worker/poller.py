@@ -43,7 +43,7 @@ _SAFETY_POLL_SECONDS = 60.0
 _QUIET_FIRST_FAILURES_SECONDS = 5.0
 #: A poller counts as active (the watcher looks at it often) this long after a task or a new run: the
 #: tasks of one model turn come within it; a model turn longer than it ends at the watcher's idle pace
-#: (0.25 s), and an active watcher reads the server's queue listing 20 times a second (see watcher.py).
+#: (0.25 s), and an active watcher reads the server's queue listing 10 times a second (see watcher.py).
 _ACTIVE_SECONDS = 2.0
 #: After this many rings in a row that found nothing (e.g. a retry not due yet: the queue
 #: counts it), rings are ignored for ``_RING_QUIET_SECONDS``. One empty ring is normal: the

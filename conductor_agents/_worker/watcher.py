@@ -50,7 +50,7 @@ log = logging.getLogger("conductor_agents.worker")
 #: Longest query string of one ``/tasks/queue/sizes`` request (Tomcat's request-header limit is 8 KB).
 _SIZES_QUERY_CHARS = 3000
 #: A ``/tasks/queue/all`` answer longer than this many queues (and than ``_ALL_PER_OWN`` times
-#: ours) is not worth reading 4-20 times a second: ask queue by queue for a while instead.
+#: ours) is not worth reading 4-10 times a second: ask queue by queue for a while instead.
 _ALL_QUEUES_LIMIT = 2000
 _ALL_PER_OWN = 4
 _SIZES_HOLD_SECONDS = 60.0
