@@ -10,9 +10,11 @@ Also: a message sent through either node's own URL reaches the run.
 from __future__ import annotations
 
 import threading
+import time
 from typing import List
 
 import pytest
+import requests
 
 from conductor_agents import AgentRuntime, AgentSettings, RunStatus, tool
 from conductor_agents.testing import listener_policy
@@ -70,7 +72,27 @@ def explain_run(handle, tools: GatedTools, base_url: str) -> str:
     them: a timed-out wait's state."""
     current = handle.current_execution_id
     runs = [current] if current == handle.execution_id else [current, handle.execution_id]
-    return "\n".join([f"actions: {tools.snapshot()}", *(run_tasks_summary(base_url, run) for run in runs)])
+    return "\n".join([f"actions: {tools.snapshot()}", *(run_tasks_summary(base_url, run) for run in runs),
+                      *waiting_queues(base_url, current)])
+
+
+def waiting_queues(base_url: str, run_id: str) -> "list[str]":
+    """For each task of ``run_id`` still SCHEDULED on a domain: its queue's size as three answers of the balancer
+    give it, and who polled that domain when (the server's clock, ms): a task nobody took while its worker
+    polled means its queue message was lost (seen once after a node's SIGKILL: a tool SCHEDULED for 180 s)."""
+    run = requests.get(f"{base_url}/workflow/{run_id}", params={"includeTasks": "true"}, timeout=10).json()
+    lines = []
+    for task in run.get("tasks") or ():
+        if task.get("status") != "SCHEDULED" or not task.get("domain"):
+            continue
+        queue = f"{task['domain']}:{task['taskType']}"
+        sizes = [requests.get(f"{base_url}/tasks/queue/sizes", params={"taskType": queue}, timeout=10).json().get(queue)
+                 for _ in range(3)]
+        rows = requests.get(f"{base_url}/tasks/queue/polldata", params={"taskType": task["taskType"]}, timeout=10).json()
+        polled = [(r.get("workerId"), r.get("lastPollTime")) for r in rows if r.get("domain") == task["domain"]]
+        lines.append(f"  queue {queue} (task {task.get('taskId')}, scheduled {task.get('scheduledTime')}): sizes {sizes}; "
+                     f"polled {polled}; now {int(time.time() * 1000)}")
+    return lines
 
 
 def finish(handle, tools: GatedTools, expected: List[str], scripted_llm, model, *, base_url: str = "") -> None:
