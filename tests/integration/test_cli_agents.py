@@ -27,6 +27,7 @@ from conductor_agents.cli._progress import ProgressDisplay, RunWatcher
 from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually
+from .test_steering import turn_after
 
 pytestmark = pytest.mark.integration
 
@@ -395,12 +396,6 @@ def test_signal_sets_and_clears_the_standing_signal_of_a_run(cli: Cli, tmp_path:
     model = scripted_llm.script(policy=listener_policy(act_on))
     (tmp_path / "agent_mod.py").write_text(AGENT_MODULE.format(name=unique_name("sig"), model=model))
     run = cli.spawn("run", "agent_mod.py:make_agent", "Listen.")
-
-    def turn_after(action: str):
-        found = [r for r in scripted_llm.requests_for(model) if {"action": action} in r.messages]
-        assert found, f"no model turn was handed {action!r}"
-        return found[-1]
-
     try:
         execution_id = execution_id_from(run.expect("started"))
         run.expect("waiting for a message")  # signalled once it waits (see test_steering)
@@ -408,14 +403,14 @@ def test_signal_sets_and_clears_the_standing_signal_of_a_run(cli: Cli, tmp_path:
         assert done.returncode == 0 and f"set the signal of execution {execution_id}" in done.stderr, done.stderr
         assert cli("send", execution_id, '{"action": "a"}').returncode == 0
         run.expect("tool act(action=a)")
-        assert turn_after("a").signal == "Answer in French."
+        assert turn_after(scripted_llm, model, "a").signal == "Answer in French."
 
         run.expect("waiting for a message")
         cleared = cli("signal", execution_id, "")
         assert cleared.returncode == 0 and "cleared the signal" in cleared.stderr, cleared.stderr
         assert cli("send", execution_id, '{"action": "b"}').returncode == 0
         run.expect("tool act(action=b)")
-        assert turn_after("b").signal is None
+        assert turn_after(scripted_llm, model, "b").signal is None
 
         run.process.send_signal(signal.SIGINT)
         code, _, stderr = run.finish()
