@@ -1,6 +1,7 @@
 """The runtime's watchdog: one thread that samples every run the runtime serves or watches.
 
-One sample per run and interval serves two purposes:
+One sample per run and interval serves three purposes (the third: :mod:`.nudges`, a served run's task
+whose queue message the server leased away is made due again):
 
 - **End of run.** A run whose tools this process serves is released (its poller stops) once a
   sample finds it ended, also when it was ended from another process. Without a sample the
@@ -21,12 +22,11 @@ the threshold (a busy process keeps polling with ``count=0``, see ``poller``).
 just read empty has no task waiting, so it cannot be stalled: its sample is skipped (no
 request), except one every ``IDLE_SAMPLE_INTERVALS`` intervals (30 s by default) for the
 end-of-run check. That check is answered by the list of the run's workflow's running ids
-(``GET /workflow/running/{name}``; the name is the agent's, or what a sample told), fetched at
-most once an interval and shared by every idle run of the name: a thousand idle listeners of
-one agent cost the watchdog about one request per interval, not one per run. A run missing from
-the list is sampled itself (it may have ended, or its name was not the agent's). A run with a
-task in a queue, one not served here, or any run while the watcher is not healthy is sampled
-every interval.
+(``GET /workflow/running/{name}``; the name is the agent's, or what a sample told), fetched at most
+once an interval and shared by every idle run of the name: a thousand idle listeners of one agent
+cost the watchdog about one request per interval, not one per run. A run missing from the list is
+sampled itself (it may have ended, or its name was not the agent's). A run with a task in a queue,
+one not served here, or any run while the watcher is not healthy is sampled every interval.
 
 **A listener's mailbox.** The watch of a listener's mailbox in a process that does not serve the
 listener (``resume()`` with ``auto_start_workers=False``, a start without workers) also reads the
@@ -36,11 +36,10 @@ That is one more read per sample (its SCHEDULED and IN_PROGRESS tasks); a run wh
 task waiting at all has ended (a switch, or the listener's end), and the function is asked again,
 this time from the server.
 
-Runs are sampled one at a time, each at most once per ``interval`` (a heap of due times; the
-thread wakes a tenth of the interval, one second at most, after the next due time and samples
-every run due by then); a thousand runs cost one thread. The thread starts with the first
-watched run and ends when none is left (an idle runtime sends nothing); the next
-:meth:`RunWatchdog.watch` starts a new one.
+Runs are sampled one at a time, each at most once per ``interval`` (a heap of due times; the thread
+wakes a tenth of the interval, one second at most, after the next due time and samples every run
+due by then); a thousand runs cost one thread. The thread starts with the first watched run and
+ends when none is left (an idle runtime sends nothing); the next :meth:`RunWatchdog.watch` starts one.
 """
 
 from __future__ import annotations
@@ -54,6 +53,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
+from .nudges import Nudges
 from .stall import Stall, find_stall, server_time_from_date, stall_error
 from .._wire.transport import HttpError
 from .tree import running_sub_runs
@@ -174,6 +174,7 @@ class RunWatchdog:
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._api = api
+        self._nudges = Nudges(api, clock=clock)
         self._grace = dict(grace or {})
         self._interval = interval
         self._stall_seconds = stall_seconds
@@ -238,10 +239,17 @@ class RunWatchdog:
         self._wake.set()
         return run
 
+    def note_result(self, execution_id: str, *, tool: bool) -> None:
+        """This process posted a task result of the watched run ``execution_id`` (see :class:`~.nudges.Nudges`)."""
+        with self._lock:
+            if execution_id in self._runs:
+                self._nudges.note_result(execution_id, tool=tool)
+
     def forget(self, execution_id: str) -> None:
         """Stop sampling ``execution_id`` (it ended); its stall flag is cleared. Idempotent."""
         with self._lock:
             run = self._runs.pop(execution_id, None)
+            self._nudges.forget(execution_id)
             if not self._runs:
                 self._due.clear()
         if run is not None:
@@ -294,6 +302,7 @@ class RunWatchdog:
             self._closed = True
             runs = list(self._runs.values())
             self._runs.clear()
+            self._nudges.clear()
             self._due.clear()
             threads = [t for t in (self._thread, self._previous) if t is not None]
         self._wake.set()
@@ -403,6 +412,7 @@ class RunWatchdog:
         return run.execution_id in fetched[1]
 
     def _sample(self, run: RunWatch) -> None:
+        self._nudges.check_joins(run.execution_id)
         if self._idle(run):
             recent = self._clock.monotonic() - run.last_sampled < self._idle_sample - self._interval / 2
             if recent or self._still_running(run):
@@ -445,13 +455,12 @@ class RunWatchdog:
             for root in roots:
                 for sub_run in running_sub_runs(self._api, root):
                     tasks += self._api.workflow_tasks(sub_run, statuses=("SCHEDULED",), count=100).tasks
-        stall = find_stall(
-            tasks, domain=domain, stall_seconds=self._stall_seconds,
-            server_now=server_now, first_seen=run.first_seen, client_now=self._clock.monotonic(),
-            grace=self._grace,
-        )
+        stall = find_stall(tasks, domain=domain, stall_seconds=self._stall_seconds, server_now=server_now,
+                           first_seen=run.first_seen, client_now=self._clock.monotonic(), grace=self._grace)
         if run.first_seen and run.served:
             self._ring(domain)  # a task of ours waits unpolled: our poller may have missed its ring
+            if not self._is_busy(domain):  # polled in vain, not held back by a full pool: leased away?
+                self._nudges.check_unpolled(run.execution_id, tasks, domain=domain, server_now=server_now)
         if stall is not None and self._excused(run, stall, server_now):
             stall = None
         newly = run._set_stall(stall)

@@ -21,7 +21,7 @@ from .._listener.chain import is_continued
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._listener.driver import ChainTracker, ContinuationDriver
-from .executor import ToolExecutor
+from .executor import TaskRef, ToolExecutor
 from .observer import TaskObserver
 from .poller import DomainPoller
 from .task_watch import hand_back
@@ -176,7 +176,7 @@ class WorkerSet:
         if self._executor is None:
             self._executor = ToolExecutor(
                 self._api, threads=self._settings.worker_threads, worker_id=self._worker_id, clock=self._clock,
-                task_listener=self.observer,
+                task_listener=self.observer, on_task_done=self._task_done,
             )
         return DomainPoller(
             self.observer.polling_api(self._api), self._executor, domain=domain, worker_id=self._worker_id,
@@ -314,6 +314,14 @@ class WorkerSet:
             watchdog = self._watchdog
         return watchdog.watch(execution_id, domain=domain, served=served, served_domain=served_domain,
                               workflow_name=workflow_name, tree=tree, companions=companions)
+
+    def _task_done(self, task: TaskRef, outcome: str, seconds: float) -> None:
+        """The executor finished a task (its result posted): the watchdog looks at the run's join later
+        if it was a tool's and nothing of the run follows (see ``_liveness/joins.py``)."""
+        with self._lock:
+            watchdog = self._watchdog
+        if watchdog is not None:
+            watchdog.note_result(task.workflow_id, tool=task.task_type not in _INTERNAL_TASKS)
 
     def unwatch(self, execution_id: str) -> None:
         """Stop sampling ``execution_id`` (this process no longer serves or watches it)."""

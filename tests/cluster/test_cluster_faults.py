@@ -9,6 +9,8 @@ Also: a message sent through either node's own URL reaches the run.
 
 from __future__ import annotations
 
+import logging
+import socket
 import threading
 import time
 from typing import List
@@ -77,28 +79,37 @@ def explain_run(handle, tools: GatedTools, base_url: str) -> str:
 
 
 def waiting_queues(base_url: str, run_id: str) -> "list[str]":
-    """For each task of ``run_id`` still SCHEDULED on a domain: its queue's size as three answers of the balancer
-    give it, and who polled that domain when (the server's clock, ms): a task nobody took while its worker
-    polled means its queue message was lost (seen once after a node's SIGKILL: a tool SCHEDULED for 180 s)."""
+    """For each task of ``run_id`` still SCHEDULED or IN_PROGRESS: its queue's size as three answers of the
+    balancer give it and, for a worker's task, who polled its domain when (the server's clock, ms); then the
+    decider queue's size. A task nobody took while its worker polled means its queue message was lost (seen
+    after a node's SIGKILL: a tool SCHEDULED for 180 s)."""
     run = requests.get(f"{base_url}/workflow/{run_id}", params={"includeTasks": "true"}, timeout=10).json()
     lines = []
+
+    def sizes(queue: str) -> list:
+        return [requests.get(f"{base_url}/tasks/queue/sizes", params={"taskType": queue}, timeout=10).json().get(queue)
+                for _ in range(3)]
+
     for task in run.get("tasks") or ():
-        if task.get("status") != "SCHEDULED" or not task.get("domain"):
+        if task.get("status") not in ("SCHEDULED", "IN_PROGRESS"):
             continue
-        queue = f"{task['domain']}:{task['taskType']}"
-        sizes = [requests.get(f"{base_url}/tasks/queue/sizes", params={"taskType": queue}, timeout=10).json().get(queue)
-                 for _ in range(3)]
-        rows = requests.get(f"{base_url}/tasks/queue/polldata", params={"taskType": task["taskType"]}, timeout=10).json()
-        polled = [(r.get("workerId"), r.get("lastPollTime")) for r in rows if r.get("domain") == task["domain"]]
-        lines.append(f"  queue {queue} (task {task.get('taskId')}, scheduled {task.get('scheduledTime')}): sizes {sizes}; "
-                     f"polled {polled}; now {int(time.time() * 1000)}")
+        domain = task.get("domain")
+        queue = f"{domain}:{task['taskType']}" if domain else task["taskType"]
+        polled = ""
+        if domain:
+            rows = requests.get(f"{base_url}/tasks/queue/polldata", params={"taskType": task["taskType"]},
+                                timeout=10).json()
+            pollers = [(r.get("workerId"), r.get("lastPollTime")) for r in rows if r.get("domain") == domain]
+            polled = f"; polled {pollers}"
+        lines.append(f"  queue {queue} (task {task.get('taskId')} {task.get('status')}, scheduled "
+                     f"{task.get('scheduledTime')}): sizes {sizes(queue)}{polled}")
+    lines.append(f"  decider queue: sizes {sizes('_deciderQueue')}; now {int(time.time() * 1000)}")
     return lines
 
 
-def finish(handle, tools: GatedTools, expected: List[str], scripted_llm, model, *, base_url: str = "") -> None:
+def finish(handle, tools: GatedTools, expected: List[str], scripted_llm, model, *, base_url: str) -> None:
     eventually(lambda: len(tools.snapshot()) >= len(expected), timeout=180, interval=0.1,
-               message=f"{len(expected)} actions",
-               explain=lambda: explain_run(handle, tools, base_url) if base_url else f"actions: {tools.snapshot()}")
+               message=f"{len(expected)} actions", explain=lambda: explain_run(handle, tools, base_url))
     handle.stop()
     result = handle.wait(timeout=180)
     assert result.status is RunStatus.COMPLETED, result
@@ -117,7 +128,7 @@ def test_send_message_through_either_node_reaches_the_run(conductor_cluster, scr
             expected = [f"m{i}" for i in range(10)]
             for i, action in enumerate(expected):
                 senders[i % len(senders)].send_message(handle.execution_id, {"action": action})
-            finish(handle, tools, expected, scripted_llm, model)
+            finish(handle, tools, expected, scripted_llm, model, base_url=conductor_cluster.url)
     finally:
         for sender in senders:
             sender.close()
@@ -157,7 +168,7 @@ def test_messages_pushed_before_a_redis_restart_are_delivered_after_it(conductor
             model, handle = start_holding_listener(runtime, scripted_llm, unique_name, tools, queued)
             conductor_cluster.restart_redis()
             tools.release()
-            finish(handle, tools, ["hold", *queued], scripted_llm, model)
+            finish(handle, tools, ["hold", *queued], scripted_llm, model, base_url=conductor_cluster.url)
     finally:
         tools.release()
 
@@ -174,8 +185,128 @@ def test_a_listener_resumes_and_continues_after_the_whole_cluster_restarts(condu
             conductor_cluster.restart()
             tools.release()
             eventually(lambda: len(tools.snapshot()) >= 3, timeout=180, interval=0.1,
-                       message="the messages queued before the restart acted on")
+                       message="the messages queued before the restart acted on",
+                       explain=lambda: explain_run(handle, tools, conductor_cluster.url))
             handle.send_message({"action": "after"})
-            finish(handle, tools, ["hold", *queued, "after"], scripted_llm, model)
+            finish(handle, tools, ["hold", *queued, "after"], scripted_llm, model, base_url=conductor_cluster.url)
     finally:
+        tools.release()
+
+
+def redis_command(port: int, *args: str) -> bytes:
+    """One command to the cluster's Redis (RESP over a socket); the raw reply."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(resp(*args))
+        return sock.recv(65536)
+
+
+def resp(*args: str) -> bytes:
+    """A Redis command in RESP."""
+    return (f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)).encode()
+
+
+def test_a_join_whose_queue_message_was_leased_away_is_evaluated_again(conductor_cluster, scripted_llm,
+                                                                         unique_name, monkeypatch, caplog):
+    """The state a Redis restart can leave (the answer to a node's lease write lost, the JOIN's message leased
+    for an hour, its evaluation skipped) made on purpose: while the tool runs, the JOIN's message is leased
+    an hour ahead again and again until its evaluations stop; the SDK finds the JOIN after the tool's result
+    and has the server evaluate it: the queued messages are acted on, with the warning."""
+    monkeypatch.setattr("conductor_agents._liveness.nudges.JOIN_CHECK_SECONDS", 3.0)
+    caplog.set_level(logging.WARNING, logger="conductor_agents.liveness")
+    port = conductor_cluster.redis.port
+    tools = GatedTools()
+    queued = ["q0", "q1"]
+    settings = AgentSettings.from_env(environ={}, server_url=conductor_cluster.url, liveness_check_interval_seconds=1.0)
+    try:
+        with AgentRuntime(settings) as runtime:
+            model, handle = start_holding_listener(runtime, scripted_llm, unique_name, tools, queued)
+            run = handle.current_execution_id
+
+            def waiting() -> "list[dict]":
+                return requests.get(f"{conductor_cluster.url}/workflow/{run}/tasks",
+                                    params={"status": "IN_PROGRESS", "count": 50}, timeout=10).json()["results"]
+
+            join = eventually(lambda: next((t for t in waiting() if t["taskType"] == "JOIN"), None), timeout=30,
+                              message="the hold's JOIN")
+            queue = next(k for k in redis_command(port, "KEYS", "*QUEUE.JOIN*").decode().split("\r\n")
+                         if k.endswith("QUEUE.JOIN.c"))
+            leasing = threading.Event()
+            leasing.set()
+
+            def lease_away() -> None:  # as fast as one connection goes: a node's evaluation rarely slips in
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                    while leasing.is_set():
+                        sock.sendall(resp("ZADD", queue, "XX", str(int(time.time() * 1000) + 3_600_000), join["taskId"]))
+                        sock.recv(64)
+
+            leaser = threading.Thread(target=lease_away, daemon=True)
+            leaser.start()
+            polls = [-1]
+
+            def quiet() -> bool:  # the hold's result taken, and the JOIN evaluated no more
+                tasks = waiting()
+                now = next((t["pollCount"] for t in tasks if t["taskId"] == join["taskId"]), None)
+                still = now is not None and now == polls[-1] and not any(t["taskType"] == "act" for t in tasks)
+                polls.append(now)
+                return still
+
+            time.sleep(1.0)  # the evaluations under way end; no new one starts
+            tools.release()
+            eventually(quiet, timeout=30, interval=1.5, message="the JOIN left unevaluated",
+                       explain=lambda: f"poll counts {polls}; " + explain_run(handle, tools, conductor_cluster.url))
+            leasing.clear()
+            leaser.join(5)
+            score = float(redis_command(port, "ZSCORE", queue, join["taskId"]).decode().split("\r\n")[1])
+            assert score > time.time() * 1000 + 3_000_000, "the JOIN's message was not leased away"
+            finish(handle, tools, ["hold", *queued], scripted_llm, model, base_url=conductor_cluster.url)
+        assert any("unevaluated though its branches ended" in r.getMessage() for r in caplog.records)
+    finally:
+        tools.release()
+
+
+def test_a_tool_task_whose_queue_message_was_leased_away_is_handed_out_again(conductor_cluster, scripted_llm,
+                                                                            unique_name, monkeypatch, caplog):
+    """The state a node's SIGKILL can leave (a tool's task popped by the dying node: SCHEDULED, never polled,
+    its message leased for an hour) made on purpose: every message of the run's ``act`` queue is leased an
+    hour ahead until the task for ``q0`` waits so; the SDK, polling that domain in vain, makes it due again
+    and acts on it, with the warning."""
+    monkeypatch.setattr("conductor_agents._liveness.nudges.UNPOLLED_SECONDS", 3.0)
+    caplog.set_level(logging.WARNING, logger="conductor_agents.liveness")
+    port = conductor_cluster.redis.port
+    tools = GatedTools()
+    settings = AgentSettings.from_env(environ={}, server_url=conductor_cluster.url, liveness_check_interval_seconds=1.0)
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    leasing = threading.Event()
+    leasing.set()
+    leased: "set[str]" = set()
+    try:
+        with AgentRuntime(settings) as runtime:
+            handle = runtime.start(listener(unique_name("listener"), model, tools), "Start listening.")
+
+            def lease_away() -> None:  # every act task of the run's domain, as soon as it is queued
+                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+                    while leasing.is_set():
+                        for key in redis_command(port, "KEYS", f"*QUEUE.{handle.run_id}:act*").decode().split("\r\n"):
+                            if not key.startswith(("*", "$")) and key:
+                                for member in redis_command(port, "ZRANGE", key, "0", "-1").decode().split("\r\n"):
+                                    if member and not member.startswith(("*", "$")):
+                                        far = str(int(time.time() * 1000) + 3_600_000)
+                                        sock.sendall(resp("ZADD", key, "XX", far, member))
+                                        sock.recv(64)
+                                        leased.add(member)
+                        time.sleep(0.001)
+
+            leaser = threading.Thread(target=lease_away, daemon=True)
+            leaser.start()
+            handle.send_message({"action": "q0"})
+            eventually(lambda: leased, timeout=60, message="the act task leased away")
+            time.sleep(1.0)
+            leasing.clear()
+            leaser.join(5)
+            assert tools.snapshot() == [], "the poller took the task before it was leased away"
+            handle.send_message({"action": "q1"})
+            finish(handle, tools, ["q0", "q1"], scripted_llm, model, base_url=conductor_cluster.url)
+        assert any("never handed out" in r.getMessage() for r in caplog.records)
+    finally:
+        leasing.clear()
         tools.release()

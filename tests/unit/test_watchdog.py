@@ -37,11 +37,13 @@ def running(*tasks):
 
 
 class FakeApi:
-    """The three calls the watchdog makes, answered from per-run scripts (the last answer repeats)."""
+    """The calls the watchdog makes, answered from per-run scripts (the last answer repeats); the task
+    results it posts (``nudges.py``) are recorded in ``updates``."""
 
     def __init__(self, server_now=SERVER_NOW):
         self.answers = {}
         self.calls = []
+        self.updates = []
         self.poll_rows = []
         self.server_now = server_now
 
@@ -79,6 +81,10 @@ class FakeApi:
         tasks = self._next(execution_id)["tasks"]
         return TaskPage(total=len(tasks), tasks=[t for t in tasks if not statuses or t["status"] in statuses],
                         date=None)
+
+    def update_task(self, result):
+        self.calls.append(("update", result["workflowInstanceId"]))
+        self.updates.append(result)
 
     def poll_data(self, task_type):
         self.calls.append(("polldata", task_type))

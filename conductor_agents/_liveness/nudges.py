@@ -1,0 +1,178 @@
+"""Tasks whose queue message the server leased away: found by the watchdog, and made due again.
+
+A task waits in its queue as a message; a node that pops it *leases* it (the message is invisible until
+the lease ends) and, for a worker's task, hands it out. Two of the server's failures leave a run waiting
+on a message leased for an hour with nobody working on it (3.32.3 with Redis; the sweeper repairs only
+a message that is *missing*):
+
+- **A JOIN left unevaluated.** A ``JOIN`` (the end of the fork that runs a turn's tool calls) is an async
+  system task: a node pops its message, extends the lease to the task's response timeout (an hour for a
+  ``JOIN``) and evaluates it, again and again until every branch has ended. When that lease write reaches
+  Redis but its answer is lost (Redis restarting, a connection dropped), the node skips the evaluation
+  ("will retry on redelivery", ``AsyncSystemTaskExecutor``) and the message stays leased for the hour.
+  Seen on the local cluster by restarting Redis while a listener's tool ran: the run waited although its
+  tools had ended.
+- **A tool's task never handed out.** A node that popped a worker task's message and died (SIGKILL)
+  before answering the poll leaves it leased; the task stays ``SCHEDULED`` with ``pollCount`` 0 while
+  this process polls its domain and gets nothing. Seen on the local cluster after a node's SIGKILL (a
+  tool ``SCHEDULED`` for minutes; the lease itself was not read that time).
+
+The cure is the server's own REST call: a task result ``IN_PROGRESS`` with ``callbackAfterSeconds`` 0
+makes the task's message due at once (``updateTask`` postpones it by 0 s; a system task stays
+``IN_PROGRESS``, a worker's task stays ``SCHEDULED``). Neither nudge can do harm: one evaluation more of
+a ``JOIN`` reads its branches and completes or waits again; a ``SCHEDULED`` task's message is made due
+when it was due already (only tasks without a retry delay still to come are nudged).
+
+When (:class:`Nudges`, called by the watchdog at a run's samples; only runs this process serves):
+
+- after this process posted the result of one of the run's tools and no task of the run's own machinery
+  (the turn callback and the like, which come after the ``JOIN``) followed within
+  :data:`JOIN_CHECK_SECONDS`: one read of the run's waiting tasks; each ``JOIN`` in progress none of
+  whose branches waits is nudged;
+- a task of the run's domain ``SCHEDULED`` and never polled for :data:`UNPOLLED_SECONDS` (the sample
+  read it anyway): nudged once.
+
+Each nudge is logged as a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
+
+from .._common.clock import SYSTEM_CLOCK, Clock
+from .._wire.api import ConductorApi
+from ..errors import ConductorAgentsError
+
+__all__ = ["JOIN_CHECK_SECONDS", "UNPOLLED_SECONDS", "Nudges", "nudge_result", "stuck_joins", "unpolled_tasks"]
+
+log = logging.getLogger("conductor_agents.liveness")
+
+#: How long after a tool's result with nothing after it a run's joins are looked at. The server evaluates
+#: a waiting ``JOIN`` at least every 30 s (its ``systemTaskWorkerCallbackDuration``), so a healthy one
+#: has ended by then.
+JOIN_CHECK_SECONDS = 45.0
+#: How long a task of a served domain may wait unpolled (server clock) before its message is made due
+#: again. A polling process takes a task within a second; a full tool pool makes tasks wait longer, and
+#: the nudge then changes nothing.
+UNPOLLED_SECONDS = 20.0
+#: The worker id the server records on a nudged task.
+NUDGE_WORKER_ID = "conductor-agents (made due again)"
+
+
+def _refs(join: Mapping[str, Any]) -> List[str]:
+    """The reference names a ``JOIN`` waits on (in a loop, with the iteration's ``__N`` suffix)."""
+    join_on = (join.get("inputData") or {}).get("joinOn") or ()
+    refs = [ref for ref in join_on if isinstance(ref, str)]
+    if join.get("loopOverTask") and isinstance(join.get("iteration"), int) and join["iteration"] > 0:
+        refs = [f"{ref}__{join['iteration']}" for ref in refs]
+    return refs
+
+
+def stuck_joins(waiting: Iterable[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+    """Of a run's tasks still SCHEDULED or IN_PROGRESS (``waiting``), the ``JOIN`` tasks in progress none
+    of whose branches is among them: every branch ended (or is not scheduled yet, which one more
+    evaluation does not harm), so a healthy ``JOIN`` would have completed."""
+    tasks = list(waiting)
+    pending = {t.get("referenceTaskName") for t in tasks}
+    return [t for t in tasks
+            if t.get("taskType") == "JOIN" and t.get("status") == "IN_PROGRESS"
+            and _refs(t) and not pending.intersection(_refs(t))]
+
+
+def unpolled_tasks(tasks: Iterable[Mapping[str, Any]], *, domain: str, server_now: float,
+                   seconds: float = UNPOLLED_SECONDS) -> List[Mapping[str, Any]]:
+    """The tasks of ``domain`` SCHEDULED, never polled, and due (retry delay included) for over ``seconds``
+    by the server's clock ``server_now`` (epoch seconds)."""
+    found = []
+    for task in tasks:
+        if task.get("domain") != domain or task.get("status") != "SCHEDULED" or int(task.get("pollCount") or 0):
+            continue
+        due_ms = (task.get("scheduledTime") or 0) + 1000 * max(0, int(task.get("callbackAfterSeconds") or 0))
+        if due_ms and server_now - due_ms / 1000.0 > seconds:
+            found.append(task)
+    return found
+
+
+def nudge_result(task: Mapping[str, Any]) -> dict:
+    """The task result that makes ``task``'s queue message due at once."""
+    return {"workflowInstanceId": task.get("workflowInstanceId"), "taskId": task.get("taskId"),
+            "status": "IN_PROGRESS", "callbackAfterSeconds": 0, "workerId": NUDGE_WORKER_ID, "outputData": {}}
+
+
+class Nudges:
+    """What the watchdog nudges, per run: when to look at its joins, and which unpolled tasks it nudged.
+
+    Thread-safe: :meth:`note_result` comes from the tool pool, the rest from the watchdog thread.
+    """
+
+    def __init__(self, api: ConductorApi, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._api = api
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._joins_due: Dict[str, float] = {}  # run id -> monotonic time of the look at its joins
+        self._nudged: Dict[str, Set[str]] = {}  # run id -> ids of its unpolled tasks nudged
+
+    def note_result(self, execution_id: str, *, tool: bool) -> None:
+        """This process posted a task result of the run: one of its tools' (``tool``) has its joins looked
+        at :data:`JOIN_CHECK_SECONDS` later; any other task (the run's own machinery, which comes after
+        its join) calls that look off."""
+        with self._lock:
+            if tool:
+                self._joins_due[execution_id] = self._clock.monotonic() + JOIN_CHECK_SECONDS
+            else:
+                self._joins_due.pop(execution_id, None)
+
+    def check_joins(self, execution_id: str) -> None:
+        """When the run's look is due: one read of its waiting tasks, and each :func:`stuck_joins` one
+        nudged; tried again at the next call if the server did not answer."""
+        now = self._clock.monotonic()
+        with self._lock:
+            if self._joins_due.get(execution_id, now + 1.0) > now:
+                return
+            del self._joins_due[execution_id]
+        try:
+            page = self._api.workflow_tasks(execution_id, statuses=("SCHEDULED", "IN_PROGRESS"), count=100)
+            for join in stuck_joins(page.tasks):
+                self._nudge(join, "left unevaluated though its branches ended")
+        except ConductorAgentsError as err:
+            log.info("looking at the joins of run %s failed (%s); trying again at its next sample",
+                     execution_id, err)
+            with self._lock:
+                self._joins_due.setdefault(execution_id, now)
+
+    def check_unpolled(self, execution_id: str, tasks: Iterable[Mapping[str, Any]], *, domain: str,
+                       server_now: Optional[float]) -> None:
+        """Nudge, once each, the :func:`unpolled_tasks` of a sample of the run (its SCHEDULED tasks)."""
+        if server_now is None:
+            return
+        for task in unpolled_tasks(tasks, domain=domain, server_now=server_now):
+            task_id = str(task.get("taskId"))
+            with self._lock:
+                nudged = self._nudged.setdefault(execution_id, set())
+                if task_id in nudged:
+                    continue
+                nudged.add(task_id)
+            try:
+                self._nudge(task, "never handed out though this process polls its domain")
+            except ConductorAgentsError as err:
+                log.info("making task %s due again failed (%s)", task_id, err)
+                with self._lock:
+                    nudged.discard(task_id)
+
+    def _nudge(self, task: Mapping[str, Any], why: str) -> None:
+        log.warning("run %s: task %s was %s (its queue message leased away, e.g. by a Redis restart or a "
+                    "node's crash); making it due again", task.get("workflowInstanceId"),
+                    task.get("referenceTaskName"), why)
+        self._api.update_task(nudge_result(task))
+
+    def forget(self, execution_id: str) -> None:
+        with self._lock:
+            self._joins_due.pop(execution_id, None)
+            self._nudged.pop(execution_id, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self._joins_due.clear()
+            self._nudged.clear()
