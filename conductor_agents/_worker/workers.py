@@ -316,8 +316,8 @@ class WorkerSet:
                               workflow_name=workflow_name, tree=tree, companions=companions)
 
     def _task_done(self, task: TaskRef, outcome: str, seconds: float) -> None:
-        """The executor finished a task (its result posted): the watchdog looks at the run's join later
-        if it was a tool's and nothing of the run follows (see ``_liveness/joins.py``)."""
+        """The executor is done with a task (its result posted, if it had one): the watchdog looks at the run's
+        join later if it was a tool's and nothing of the run follows (see ``_liveness/nudges.py``)."""
         with self._lock:
             watchdog = self._watchdog
         if watchdog is not None:

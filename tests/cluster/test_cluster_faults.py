@@ -205,6 +205,43 @@ def resp(*args: str) -> bytes:
     return (f"*{len(args)}\r\n" + "".join(f"${len(a.encode())}\r\n{a}\r\n" for a in args)).encode()
 
 
+def bulk_strings(reply: bytes) -> "list[str]":
+    """The strings of a small RESP array reply (``KEYS``, ``ZRANGE``)."""
+    return [line for line in reply.decode().split("\r\n") if line and not line.startswith(("*", "$"))]
+
+
+class LeaseAway:
+    """A thread that leases queue messages an hour ahead (``ZADD XX``), as fast as one connection goes, until
+    :meth:`stop`: those of ``member`` in the queue ``key`` or, without one, every message of every queue whose
+    key matches ``key`` (a glob, looked up each round: the queue may not exist yet). ``leased``: what it did."""
+
+    def __init__(self, port: int, key: str, member: "str | None" = None) -> None:
+        self.port, self.key, self.member = port, key, member
+        self.leased: "set[str]" = set()
+        self._on = threading.Event()
+        self._on.set()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _targets(self) -> "list[tuple[str, str]]":
+        if self.member is not None:
+            return [(self.key, self.member)]
+        return [(key, member) for key in bulk_strings(redis_command(self.port, "KEYS", self.key))
+                for member in bulk_strings(redis_command(self.port, "ZRANGE", key, "0", "-1"))]
+
+    def _run(self) -> None:
+        with socket.create_connection(("127.0.0.1", self.port), timeout=5) as sock:
+            while self._on.is_set():
+                for key, member in self._targets():
+                    sock.sendall(resp("ZADD", key, "XX", str(int(time.time() * 1000) + 3_600_000), member))
+                    sock.recv(64)
+                    self.leased.add(member)
+
+    def stop(self) -> None:
+        self._on.clear()
+        self._thread.join(5)
+
+
 def test_a_join_whose_queue_message_was_leased_away_is_evaluated_again(conductor_cluster, scripted_llm,
                                                                          unique_name, monkeypatch, caplog):
     """The state a Redis restart can leave (the answer to a node's lease write lost, the JOIN's message leased
@@ -217,6 +254,7 @@ def test_a_join_whose_queue_message_was_leased_away_is_evaluated_again(conductor
     tools = GatedTools()
     queued = ["q0", "q1"]
     settings = AgentSettings.from_env(environ={}, server_url=conductor_cluster.url, liveness_check_interval_seconds=1.0)
+    leaser = None
     try:
         with AgentRuntime(settings) as runtime:
             model, handle = start_holding_listener(runtime, scripted_llm, unique_name, tools, queued)
@@ -228,19 +266,9 @@ def test_a_join_whose_queue_message_was_leased_away_is_evaluated_again(conductor
 
             join = eventually(lambda: next((t for t in waiting() if t["taskType"] == "JOIN"), None), timeout=30,
                               message="the hold's JOIN")
-            queue = next(k for k in redis_command(port, "KEYS", "*QUEUE.JOIN*").decode().split("\r\n")
+            queue = next(k for k in bulk_strings(redis_command(port, "KEYS", "*QUEUE.JOIN*"))
                          if k.endswith("QUEUE.JOIN.c"))
-            leasing = threading.Event()
-            leasing.set()
-
-            def lease_away() -> None:  # as fast as one connection goes: a node's evaluation rarely slips in
-                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-                    while leasing.is_set():
-                        sock.sendall(resp("ZADD", queue, "XX", str(int(time.time() * 1000) + 3_600_000), join["taskId"]))
-                        sock.recv(64)
-
-            leaser = threading.Thread(target=lease_away, daemon=True)
-            leaser.start()
+            leaser = LeaseAway(port, queue, join["taskId"])  # a node's evaluation rarely slips in
             polls = [-1]
 
             def quiet() -> bool:  # the hold's result taken, and the JOIN evaluated no more
@@ -254,13 +282,14 @@ def test_a_join_whose_queue_message_was_leased_away_is_evaluated_again(conductor
             tools.release()
             eventually(quiet, timeout=30, interval=1.5, message="the JOIN left unevaluated",
                        explain=lambda: f"poll counts {polls}; " + explain_run(handle, tools, conductor_cluster.url))
-            leasing.clear()
-            leaser.join(5)
+            leaser.stop()
             score = float(redis_command(port, "ZSCORE", queue, join["taskId"]).decode().split("\r\n")[1])
             assert score > time.time() * 1000 + 3_000_000, "the JOIN's message was not leased away"
             finish(handle, tools, ["hold", *queued], scripted_llm, model, base_url=conductor_cluster.url)
         assert any("unevaluated though its branches ended" in r.getMessage() for r in caplog.records)
     finally:
+        if leaser is not None:
+            leaser.stop()
         tools.release()
 
 
@@ -276,37 +305,20 @@ def test_a_tool_task_whose_queue_message_was_leased_away_is_handed_out_again(con
     tools = GatedTools()
     settings = AgentSettings.from_env(environ={}, server_url=conductor_cluster.url, liveness_check_interval_seconds=1.0)
     model = scripted_llm.script(policy=listener_policy(act_on))
-    leasing = threading.Event()
-    leasing.set()
-    leased: "set[str]" = set()
+    leaser = None
     try:
         with AgentRuntime(settings) as runtime:
             handle = runtime.start(listener(unique_name("listener"), model, tools), "Start listening.")
-
-            def lease_away() -> None:  # every act task of the run's domain, as soon as it is queued
-                with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-                    while leasing.is_set():
-                        for key in redis_command(port, "KEYS", f"*QUEUE.{handle.run_id}:act*").decode().split("\r\n"):
-                            if not key.startswith(("*", "$")) and key:
-                                for member in redis_command(port, "ZRANGE", key, "0", "-1").decode().split("\r\n"):
-                                    if member and not member.startswith(("*", "$")):
-                                        far = str(int(time.time() * 1000) + 3_600_000)
-                                        sock.sendall(resp("ZADD", key, "XX", far, member))
-                                        sock.recv(64)
-                                        leased.add(member)
-                        time.sleep(0.001)
-
-            leaser = threading.Thread(target=lease_away, daemon=True)
-            leaser.start()
+            leaser = LeaseAway(port, f"*QUEUE.{handle.run_id}:act*")  # every act task, as soon as it is queued
             handle.send_message({"action": "q0"})
-            eventually(lambda: leased, timeout=60, message="the act task leased away")
+            eventually(lambda: leaser.leased, timeout=60, message="the act task leased away")
             time.sleep(1.0)
-            leasing.clear()
-            leaser.join(5)
+            leaser.stop()
             assert tools.snapshot() == [], "the poller took the task before it was leased away"
             handle.send_message({"action": "q1"})
             finish(handle, tools, ["q0", "q1"], scripted_llm, model, base_url=conductor_cluster.url)
         assert any("never handed out" in r.getMessage() for r in caplog.records)
     finally:
-        leasing.clear()
+        if leaser is not None:
+            leaser.stop()
         tools.release()
