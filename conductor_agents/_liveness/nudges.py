@@ -76,9 +76,8 @@ def stuck_joins(waiting: Iterable[Mapping[str, Any]]) -> List[Mapping[str, Any]]
     evaluation does not harm), so a healthy ``JOIN`` would have completed."""
     tasks = list(waiting)
     pending = {t.get("referenceTaskName") for t in tasks}
-    return [t for t in tasks
-            if t.get("taskType") == "JOIN" and t.get("status") == "IN_PROGRESS"
-            and _refs(t) and not pending.intersection(_refs(t))]
+    joins = [(t, _refs(t)) for t in tasks if t.get("taskType") == "JOIN" and t.get("status") == "IN_PROGRESS"]
+    return [join for join, refs in joins if refs and not pending.intersection(refs)]
 
 
 def unpolled_tasks(tasks: Iterable[Mapping[str, Any]], *, domain: str, server_now: float,

@@ -283,7 +283,7 @@ def test_a_join_whose_queue_message_was_leased_away_is_evaluated_again(conductor
             eventually(quiet, timeout=30, interval=1.5, message="the JOIN left unevaluated",
                        explain=lambda: f"poll counts {polls}; " + explain_run(handle, tools, conductor_cluster.url))
             leaser.stop()
-            score = float(redis_command(port, "ZSCORE", queue, join["taskId"]).decode().split("\r\n")[1])
+            score = float(bulk_strings(redis_command(port, "ZSCORE", queue, join["taskId"]))[0])
             assert score > time.time() * 1000 + 3_000_000, "the JOIN's message was not leased away"
             finish(handle, tools, ["hold", *queued], scripted_llm, model, base_url=conductor_cluster.url)
         assert any("unevaluated though its branches ended" in r.getMessage() for r in caplog.records)
