@@ -5,20 +5,20 @@ The public names are re-exported here; everything else lives in private modules.
 
 import logging as _logging
 
-from ._version import __version__
-from ._tooldefs.context import CancelReason, ToolContext, current_tool_context
+from ._answers.guardrails import Guardrail, GuardrailResult
 from ._listener.delivery import MessageDelivery
-from .aio import AsyncAgentHandle, AsyncAgentRuntime
 from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
 from ._runs.running import RunningRun
 from ._scheduling import Schedule, Schedules
-from ._tracing import ConductorAgentsInstrumentor
-from .agent import Agent
-from ._answers.guardrails import Guardrail, GuardrailResult
 from ._teams.gates import Gate
+from ._teams.model_settings import ModelSettings
 from ._teams.subagents import Handoff, HandoffContext, Strategy
 from ._teams.termination import Termination
-from ._teams.model_settings import ModelSettings
+from ._tooldefs.context import CancelReason, ToolContext, current_tool_context
+from ._tracing import ConductorAgentsInstrumentor
+from ._version import __version__
+from .agent import Agent
+from .aio import AsyncAgentHandle, AsyncAgentRuntime
 from .continuation import CarryOver, Continuation
 from .errors import (
     AgentDefinitionError,
@@ -59,7 +59,17 @@ from .handle import AgentHandle
 from .result import AgentResult, AgentStatus, ListenerTotals, RunStatus, TokenUsage, ToolCallRecord
 from .runtime import AgentRuntime
 from .settings import AgentSettings
-from .tools import ApiTool, HttpTool, HumanTool, McpTool, ToolArgumentsError, ToolDef, ToolRegistry, WaitForMessageTool, tool
+from .tools import (
+    ApiTool,
+    HttpTool,
+    HumanTool,
+    McpTool,
+    ToolArgumentsError,
+    ToolDef,
+    ToolRegistry,
+    WaitForMessageTool,
+    tool,
+)
 
 __all__ = [
     # Defining agents

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Iterable, Mapping, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import attrs
 
-from .continuation import Continuation
 from ._answers.guardrails import Guardrail
 from ._answers.output_type import OutputSpec
 from ._common.secrets import check_credential_names
@@ -17,6 +17,7 @@ from ._teams.model_settings import MODEL_PATTERN
 from ._teams.stopping import StopRule
 from ._teams.subagents import Handoff, Strategy, agent_tool, check_plan_execute, merge_worker_tools
 from ._teams.termination import Termination
+from .continuation import Continuation
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
 
@@ -26,7 +27,7 @@ _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_-]{0,127}$")
 _MODEL = MODEL_PATTERN
 
 
-def _check_name(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_name(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str):
         raise AgentTypeError(f"Agent.name must be a str, got {value!r}", field="name", value=value)
     if not _NAME.match(value):
@@ -38,7 +39,7 @@ def _check_name(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) ->
         )
 
 
-def _check_model(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_model(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str):
         raise AgentTypeError(f"Agent.model must be a str, got {value!r}", field="model", value=value)
     if not _MODEL.match(value):
@@ -50,7 +51,7 @@ def _check_model(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -
 
 
 def _check_int(minimum: int) -> Any:
-    def check(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise AgentTypeError(
                 f"Agent.{attribute.name} must be an int, got {value!r}", field=attribute.name, value=value
@@ -65,21 +66,21 @@ def _check_int(minimum: int) -> Any:
     return check
 
 
-def _check_str(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_str(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str):
         raise AgentTypeError(
             f"Agent.{attribute.name} must be a str, got {value!r}", field=attribute.name, value=value
         )
 
 
-def _check_bool(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
         raise AgentTypeError(
             f"Agent.{attribute.name} must be True or False, got {value!r}", field=attribute.name, value=value
         )
 
 
-def _to_tools(value: Any) -> "tuple[ToolDef, ...]":
+def _to_tools(value: Any) -> tuple[ToolDef, ...]:
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
@@ -95,7 +96,7 @@ def _to_tools(value: Any) -> "tuple[ToolDef, ...]":
     return tuple(tools)
 
 
-def _check_unique_tools(instance: Any, attribute: "attrs.Attribute[Any]", value: "tuple[ToolDef, ...]") -> None:
+def _check_unique_tools(instance: Any, attribute: attrs.Attribute[Any], value: tuple[ToolDef, ...]) -> None:
     seen: set[str] = set()
     for tool_def in value:
         if tool_def.name in seen:
@@ -115,7 +116,7 @@ def _to_metadata(value: Any) -> Mapping[str, Any]:
     return dict(value)
 
 
-def _check_optional_number(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_optional_number(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -128,18 +129,18 @@ def _check_optional_number(instance: Any, attribute: "attrs.Attribute[Any]", val
         )
 
 
-def _check_continuation(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_continuation(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, Continuation):
         raise AgentTypeError(f"Agent.continuation must be a Continuation or None, got {value!r}",
                              field="continuation", value=value)
-def _to_credentials(value: Any) -> "tuple[str, ...]":
+def _to_credentials(value: Any) -> tuple[str, ...]:
     def error(message: str) -> AgentTypeError:
         return AgentTypeError(f"Agent.{message}", field="credentials", value=value)
 
     return check_credential_names(value, what="credentials", error=error)
 
 
-def _check_output_type(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_output_type(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         OutputSpec.of(value)  # raises AgentDefinitionError naming the field
 
@@ -166,23 +167,23 @@ def _to_agents(value: Any) -> tuple:
     return _to_values(Agent, "agents")(value)
 
 
-def _to_strategy(value: Any) -> Optional[Strategy]:
+def _to_strategy(value: Any) -> Strategy | None:
     return None if value is None else Strategy.parse(value)
 
 
-def _check_router(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_router(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, Agent) and not callable(value):
         raise AgentTypeError(f"Agent.router must be an Agent, a callable or None, got {value!r}", field="router",
                              value=value)
 
 
-def _check_slot(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_slot(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, Agent):
         raise AgentTypeError(f"Agent.{attribute.name} must be an Agent or None, got {value!r}", field=attribute.name,
                              value=value)
 
 
-def _to_transitions(value: Any) -> Mapping[str, "tuple[str, ...]"]:
+def _to_transitions(value: Any) -> Mapping[str, tuple[str, ...]]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -197,19 +198,19 @@ def _to_transitions(value: Any) -> Mapping[str, "tuple[str, ...]"]:
     return out
 
 
-def _check_stop_when(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_stop_when(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         raise AgentTypeError(f"Agent.stop_when must be a callable or None, got {value!r}", field="stop_when",
                              value=value)
 
 
-def _check_gate(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_gate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not isinstance(value, Gate):
         raise AgentTypeError(f"Agent.gate must be a Gate or None (Gate.text_contains(...), Gate.function(...)), "
                              f"got {value!r}", field="gate", value=value)
 
 
-def _check_unique_names(instance: Any, attribute: "attrs.Attribute[Any]", value: tuple) -> None:
+def _check_unique_names(instance: Any, attribute: attrs.Attribute[Any], value: tuple) -> None:
     names = [item.name for item in value]
     for name in names:
         if names.count(name) > 1:
@@ -246,61 +247,61 @@ class Agent:
     name: str = attrs.field(validator=_check_name)
     model: str = attrs.field(validator=_check_model)
     instructions: str = attrs.field(default="", validator=_check_str)
-    tools: "tuple[ToolDef, ...]" = attrs.field(default=(), converter=_to_tools, validator=_check_unique_tools)
+    tools: tuple[ToolDef, ...] = attrs.field(default=(), converter=_to_tools, validator=_check_unique_tools)
     max_turns: int = attrs.field(kw_only=True, default=25, validator=_check_int(1))
     stateful: bool = attrs.field(kw_only=True, default=False, validator=_check_bool)
     timeout_seconds: int = attrs.field(kw_only=True, default=0, validator=_check_int(0))
     description: str = attrs.field(kw_only=True, default="", validator=_check_str)
-    temperature: Optional[float] = attrs.field(kw_only=True, default=None, validator=_check_optional_number)
-    max_tokens: Optional[int] = attrs.field(
+    temperature: float | None = attrs.field(kw_only=True, default=None, validator=_check_optional_number)
+    max_tokens: int | None = attrs.field(
         kw_only=True, default=None, validator=attrs.validators.optional(_check_int(1))
     )
     metadata: Mapping[str, Any] = attrs.field(kw_only=True, factory=dict, converter=_to_metadata)
     #: When a long-lived listener is continued as a fresh run (None: the runtime's settings).
-    continuation: Optional[Continuation] = attrs.field(kw_only=True, default=None, validator=_check_continuation)
-    output_type: Optional[type] = attrs.field(kw_only=True, default=None, validator=_check_output_type)
+    continuation: Continuation | None = attrs.field(kw_only=True, default=None, validator=_check_continuation)
+    output_type: type | None = attrs.field(kw_only=True, default=None, validator=_check_output_type)
     #: With ``output_type``: how many times the model is asked again, told what does not fit, when an answer
     #: does not fit (0: never; the server's JSON mode instead, and ``wait()`` checks the final answer only).
     output_retries: int = attrs.field(kw_only=True, default=2, validator=_check_int(0))
-    credentials: "tuple[str, ...]" = attrs.field(kw_only=True, default=(), converter=_to_credentials)
+    credentials: tuple[str, ...] = attrs.field(kw_only=True, default=(), converter=_to_credentials)
     #: Sub-agents this agent runs as parts of its run, in the way ``strategy`` says.
-    agents: "tuple[Agent, ...]" = attrs.field(kw_only=True, default=(), converter=_to_agents,
+    agents: tuple[Agent, ...] = attrs.field(kw_only=True, default=(), converter=_to_agents,
                                              validator=_check_unique_names)
-    strategy: Optional[Strategy] = attrs.field(kw_only=True, default=None, converter=_to_strategy)
+    strategy: Strategy | None = attrs.field(kw_only=True, default=None, converter=_to_strategy)
     #: ``strategy="router"``: the agent whose model picks the next sub-agent (else this agent's model),
     #: or a Python ``router(conversation) -> name | "DONE"`` run as a worker task here.
-    router: "Optional[Agent | Callable[[str], Any]]" = attrs.field(kw_only=True, default=None,
+    router: Agent | Callable[[str], Any] | None = attrs.field(kw_only=True, default=None,
                                                                    validator=_check_router)
     #: ``strategy="swarm"``: rules that pass the conversation to another agent.
-    handoffs: "tuple[Handoff, ...]" = attrs.field(kw_only=True, default=(), converter=_to_values(Handoff, "handoffs"))
+    handoffs: tuple[Handoff, ...] = attrs.field(kw_only=True, default=(), converter=_to_values(Handoff, "handoffs"))
     #: ``strategy="plan_execute"``: the agent whose answer is a JSON plan of calls of this agent's tools.
-    planner: "Optional[Agent]" = attrs.field(kw_only=True, default=None, validator=_check_slot)
+    planner: Agent | None = attrs.field(kw_only=True, default=None, validator=_check_slot)
     #: ``strategy="plan_execute"``: the agent that answers when the plan is missing, invalid or fails.
-    fallback: "Optional[Agent]" = attrs.field(kw_only=True, default=None, validator=_check_slot)
+    fallback: Agent | None = attrs.field(kw_only=True, default=None, validator=_check_slot)
     #: ``strategy="plan_execute"``: the fallback's turn limit (None: its own ``max_turns``).
-    fallback_max_turns: Optional[int] = attrs.field(kw_only=True, default=None,
+    fallback_max_turns: int | None = attrs.field(kw_only=True, default=None,
                                                     validator=attrs.validators.optional(_check_int(1)))
     #: ``round_robin``/``random``/``swarm``: for each agent's name, the agents that may come next.
-    allowed_transitions: Mapping[str, "tuple[str, ...]"] = attrs.field(kw_only=True, factory=dict,
+    allowed_transitions: Mapping[str, tuple[str, ...]] = attrs.field(kw_only=True, factory=dict,
                                                                        converter=_to_transitions)
     #: ``handoff``/``router``: False makes the conversation the answer (no final model turn).
     synthesize: bool = attrs.field(kw_only=True, default=True, validator=_check_bool)
     #: Checks of the model's answer before it leaves the run (see :class:`Guardrail`).
-    guardrails: "tuple[Guardrail, ...]" = attrs.field(kw_only=True, default=(),
+    guardrails: tuple[Guardrail, ...] = attrs.field(kw_only=True, default=(),
                                                      converter=_to_values(Guardrail, "guardrails"),
                                                      validator=_check_unique_names)
 
     #: ``stop_when(text, turn)``: True ends the loop after that turn (run as a worker task here).
-    stop_when: Optional[StopRule] = attrs.field(kw_only=True, default=None, validator=_check_stop_when)
+    stop_when: StopRule | None = attrs.field(kw_only=True, default=None, validator=_check_stop_when)
 
     #: When the loop ends: the server's conditions (text mention, stop message, turns), evaluated here.
-    termination: Optional[Termination] = attrs.field(
+    termination: Termination | None = attrs.field(
         kw_only=True, default=None,
         validator=attrs.validators.optional(attrs.validators.instance_of(Termination)))
 
     #: A stage of a ``strategy="sequential"`` team: the check after this agent's answer that may stop the
     #: pipeline there (see :class:`Gate`). Refused anywhere the server would ignore it.
-    gate: Optional[Gate] = attrs.field(kw_only=True, default=None, validator=_check_gate)
+    gate: Gate | None = attrs.field(kw_only=True, default=None, validator=_check_gate)
 
     def __attrs_post_init__(self) -> None:
         _check_team(self)
@@ -319,7 +320,7 @@ class Agent:
                 "it must be stateful=True, so its runs stay with the process that serves them "
                 "and are continued when they grow", field="stateful", value=False)
 
-    def as_tool(self, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
+    def as_tool(self, *, name: str | None = None, description: str | None = None) -> ToolDef:
         """This agent as a tool another agent's model calls with a ``request``; its answer is the result.
 
         The server runs it as a sub-workflow of the caller's run. Its worker tools are served
@@ -331,11 +332,11 @@ class Agent:
         return agent_tool(self, name=name, description=description)
 
     @property
-    def _router_agents(self) -> "tuple[Agent, ...]":
+    def _router_agents(self) -> tuple[Agent, ...]:
         return (self.router,) if isinstance(self.router, Agent) else ()
 
     @property
-    def _plan_agents(self) -> "tuple[Agent, ...]":
+    def _plan_agents(self) -> tuple[Agent, ...]:
         return tuple(a for a in (self.planner, self.fallback) if a is not None)
 
     @property
@@ -349,7 +350,7 @@ class Agent:
                 or any(a.is_stateful for a in (*self.agents, *self._router_agents, *self._plan_agents)))
 
     @property
-    def worker_tools(self) -> "tuple[ToolDef, ...]":
+    def worker_tools(self) -> tuple[ToolDef, ...]:
         """The tools whose bodies run in this process (not the server's own tools): this agent's,
         its function guardrails', its agent tools' and its sub-agents' (each name once)."""
         return merge_worker_tools(worker_groups(self), where=f"agent {self.name!r}")
@@ -361,12 +362,12 @@ class Agent:
                 or any(t.tool_type == "agent_tool" for t in self.tools))
 
     @property
-    def agent_names(self) -> "tuple[str, ...]":
+    def agent_names(self) -> tuple[str, ...]:
         """The names of the sub-agents (``agents``), in order."""
         return tuple(a.name for a in self.agents)
 
     @property
-    def team_names(self) -> "tuple[str, ...]":
+    def team_names(self) -> tuple[str, ...]:
         """The agents that run as sub-runs of this one and answer: ``agents``, then ``planner`` and
         ``fallback`` (what ``result.agents_run`` is made of)."""
         return tuple(a.name for a in (*self.agents, *self._plan_agents))
@@ -392,7 +393,7 @@ class Agent:
                 or any(g.on_fail == "human" for t in self.tools for g in t.guardrails))
 
     @property
-    def output_spec(self) -> Optional[OutputSpec]:
+    def output_spec(self) -> OutputSpec | None:
         """The schema and converter of ``output_type`` (None without one)."""
         return OutputSpec.of(self.output_type) if self.output_type is not None else None
 

@@ -26,22 +26,23 @@ import functools
 import os
 import threading
 import time
-from typing import Any, Callable, Mapping, Optional, TypeVar
+from collections.abc import Callable, Mapping
+from typing import Any, TypeVar
 
 from ._common.fork import rebuild_after_fork
-from .agent import Agent
+from ._listener.delivery import MessageDelivery
+from ._people.pending import HumanAnswer, PendingRequest
+from ._runs.running import RunningRun
+from ._scheduling import Schedule, Schedules
 from ._teams.model_settings import ModelSettings
+from .agent import Agent
 from .errors import WaitTimeoutError
 from .events import AgentEvent
 from .handle import AgentHandle
-from ._listener.delivery import MessageDelivery
-from ._runs.running import RunningRun
-from ._scheduling import Schedule, Schedules
 from .result import AgentResult, AgentStatus, ListenerTotals
 from .runtime import AgentRuntime
 from .settings import AgentSettings
 from .stats import RunStats, RuntimeStats
-from ._people.pending import HumanAnswer, PendingRequest
 
 __all__ = ["AsyncAgentHandle", "AsyncAgentRuntime", "AsyncEvents", "AsyncSchedules", "WAIT_SLICE_SECONDS"]
 
@@ -88,7 +89,7 @@ class AsyncAgentRuntime:
     Use ``async with`` or ``await close()``. :attr:`sync` is the synchronous runtime under it.
     """
 
-    def __init__(self, settings: Optional[AgentSettings] = None, *, runtime: Optional[AgentRuntime] = None,
+    def __init__(self, settings: AgentSettings | None = None, *, runtime: AgentRuntime | None = None,
                  max_threads: int = DEFAULT_MAX_THREADS, **kwargs: Any) -> None:
         if runtime is not None and (settings is not None or kwargs):
             raise ValueError("pass either runtime= or the settings to make one, not both")
@@ -102,27 +103,27 @@ class AsyncAgentRuntime:
     def __repr__(self) -> str:
         return f"Async{self.sync!r}"
 
-    async def __aenter__(self) -> "AsyncAgentRuntime":
+    async def __aenter__(self) -> AsyncAgentRuntime:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.close()
 
-    def _handle(self, handle: AgentHandle) -> "AsyncAgentHandle":
+    def _handle(self, handle: AgentHandle) -> AsyncAgentHandle:
         return AsyncAgentHandle(handle, self._pool, wait_timeout=self.settings.wait_timeout_seconds)
 
     # -- runs -------------------------------------------------------------------------
 
-    async def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None,
-                    context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None,
-                    model_settings: Optional[ModelSettings] = None) -> "AsyncAgentHandle":
+    async def start(self, agent: Agent, prompt: str, *, idempotency_key: str | None = None,
+                    context: Mapping[str, Any] | None = None, media: Any | None = None,
+                    model_settings: ModelSettings | None = None) -> AsyncAgentHandle:
         """As :meth:`AgentRuntime.start`."""
         return self._handle(await self._pool.run(self.sync.start, agent, prompt, idempotency_key=idempotency_key,
                                                  context=context, media=media, model_settings=model_settings))
 
-    async def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0, idempotency_key: Optional[str] = None,
-                  context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None,
-                  model_settings: Optional[ModelSettings] = None) -> AgentResult:
+    async def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0, idempotency_key: str | None = None,
+                  context: Mapping[str, Any] | None = None, media: Any | None = None,
+                  model_settings: ModelSettings | None = None) -> AgentResult:
         """As :meth:`AgentRuntime.run`: start, then ``await handle.wait(timeout)``."""
         handle = await self.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media,
                                   model_settings=model_settings)
@@ -137,38 +138,38 @@ class AsyncAgentRuntime:
         await self._pool.run(self.sync.signal, execution_id, text)
 
     async def wait_delivered(self, execution_id: str, message_id: str,
-                             timeout: Optional[float] = None) -> MessageDelivery:
+                             timeout: float | None = None) -> MessageDelivery:
         """As :meth:`AgentRuntime.wait_delivered`."""
         return await self._pool.run(self.sync.wait_delivered, execution_id, message_id, timeout=timeout)
 
-    async def attach(self, execution_id: str) -> "AsyncAgentHandle":
+    async def attach(self, execution_id: str) -> AsyncAgentHandle:
         """As :meth:`AgentRuntime.attach`."""
         return self._handle(await self._pool.run(self.sync.attach, execution_id))
 
-    async def resume(self, execution_id: str, agent: Agent, *, force: bool = False) -> "AsyncAgentHandle":
+    async def resume(self, execution_id: str, agent: Agent, *, force: bool = False) -> AsyncAgentHandle:
         """As :meth:`AgentRuntime.resume`."""
         return self._handle(await self._pool.run(self.sync.resume, execution_id, agent, force=force))
 
-    async def serve(self, agent: Agent, *, on_adopt: Optional[Callable[[AgentHandle], Any]] = None) -> None:
+    async def serve(self, agent: Agent, *, on_adopt: Callable[[AgentHandle], Any] | None = None) -> None:
         """As :meth:`AgentRuntime.serve` (``on_adopt`` is called on a worker thread with the sync handle)."""
         await self._pool.run(self.sync.serve, agent, on_adopt=on_adopt)
 
     # -- people in the loop -----------------------------------------------------------
 
-    async def pending(self, execution_id: str) -> "tuple[PendingRequest, ...]":
+    async def pending(self, execution_id: str) -> tuple[PendingRequest, ...]:
         """As :meth:`AgentRuntime.pending`."""
         return await self._pool.run(self.sync.pending, execution_id)
 
-    async def running(self, agent: "Agent | str") -> "tuple[RunningRun, ...]":
+    async def running(self, agent: Agent | str) -> tuple[RunningRun, ...]:
         """As :meth:`AgentRuntime.running`."""
         return await self._pool.run(self.sync.running, agent)
 
     @property
-    def schedules(self) -> "AsyncSchedules":
+    def schedules(self) -> AsyncSchedules:
         """As :attr:`AgentRuntime.schedules`, each verb awaitable."""
         return AsyncSchedules(self.sync.schedules, self._pool)
 
-    async def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
+    async def pending_requests(self, agent: Agent | str) -> tuple[PendingRequest, ...]:
         """As :meth:`AgentRuntime.pending_requests`."""
         return await self._pool.run(self.sync.pending_requests, agent)
 
@@ -213,7 +214,7 @@ class AsyncAgentHandle:
         return self.sync.current_execution_id
 
     @property
-    def run_id(self) -> Optional[str]:
+    def run_id(self) -> str | None:
         return self.sync.run_id
 
     @property
@@ -231,7 +232,7 @@ class AsyncAgentHandle:
         """As :meth:`AgentHandle.totals`."""
         return await self._pool.run(self.sync.totals)
 
-    async def wait(self, timeout: Optional[float] = None) -> AgentResult:
+    async def wait(self, timeout: float | None = None) -> AgentResult:
         """As :meth:`AgentHandle.wait`; its thread blocks for a slice at a time (see the module)."""
         limit = self._wait_timeout if timeout is None else float(timeout)
         if limit <= 0:
@@ -250,7 +251,7 @@ class AsyncAgentHandle:
                     "cancelled (call wait() again, stop() or cancel())",
                     execution_id=err.execution_id, timeout=limit) from None
 
-    def events(self, timeout: Optional[float] = None) -> "AsyncEvents":
+    def events(self, timeout: float | None = None) -> AsyncEvents:
         """As :meth:`AgentHandle.events`, as an async iterator (``async for``; ``aclose()`` or ``async with``)."""
         return AsyncEvents(lambda: self.sync.events(timeout=timeout), self._pool)
 
@@ -266,7 +267,7 @@ class AsyncAgentHandle:
         """As :meth:`AgentHandle.signal`."""
         await self._pool.run(self.sync.signal, text)
 
-    async def wait_delivered(self, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
+    async def wait_delivered(self, message_id: str, timeout: float | None = None) -> MessageDelivery:
         """As :meth:`AgentHandle.wait_delivered`."""
         return await self._pool.run(self.sync.wait_delivered, message_id, timeout=timeout)
 
@@ -286,7 +287,7 @@ class AsyncAgentHandle:
         """As :meth:`AgentHandle.unpause`."""
         await self._pool.run(self.sync.unpause)
 
-    async def pending(self) -> "tuple[PendingRequest, ...]":
+    async def pending(self) -> tuple[PendingRequest, ...]:
         """As :meth:`AgentHandle.pending`."""
         return await self._pool.run(self.sync.pending)
 
@@ -312,14 +313,14 @@ class AsyncEvents:
         self._open = open_events
         self._pool = pool
         self._events: Any = None
-        self._queue: "Optional[asyncio.Queue[Any]]" = None
-        self._thread: Optional[threading.Thread] = None
+        self._queue: asyncio.Queue[Any] | None = None
+        self._thread: threading.Thread | None = None
         self._closed = False
 
-    def __aiter__(self) -> "AsyncEvents":
+    def __aiter__(self) -> AsyncEvents:
         return self
 
-    async def __aenter__(self) -> "AsyncEvents":
+    async def __aenter__(self) -> AsyncEvents:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
@@ -347,7 +348,7 @@ class AsyncEvents:
     async def _begin(self) -> None:
         loop = asyncio.get_running_loop()
         self._events = await self._pool.run(self._open)
-        queue: "asyncio.Queue[Any]" = asyncio.Queue()
+        queue: asyncio.Queue[Any] = asyncio.Queue()
         self._queue = queue
 
         def hand(item: Any) -> None:
@@ -381,7 +382,7 @@ class AsyncEvents:
 class AsyncSchedules:
     """:class:`~conductor_agents.Schedules` with every verb awaitable (``runtime.schedules`` of the async face)."""
 
-    def __init__(self, schedules: Schedules, pool: "_Pool") -> None:
+    def __init__(self, schedules: Schedules, pool: _Pool) -> None:
         self.sync = schedules
         self._pool = pool
 
@@ -396,7 +397,7 @@ class AsyncSchedules:
         """As :meth:`Schedules.get`."""
         return await self._pool.run(self.sync.get, name)
 
-    async def list(self, agent: "Agent | str | None" = None) -> "tuple[Schedule, ...]":
+    async def list(self, agent: Agent | str | None = None) -> tuple[Schedule, ...]:
         """As :meth:`Schedules.list`."""
         return await self._pool.run(self.sync.list, agent)
 

@@ -11,8 +11,9 @@ run. Callers keep the first execution id; the SDK finds the current run from it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import timedelta
-from typing import Any, Callable, Optional
+from typing import Any
 
 import attrs
 
@@ -36,7 +37,7 @@ DEFAULT_KEEP_RUNS = 2
 
 
 def _check_count(minimum: int) -> Any:
-    def check(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int):
             raise AgentTypeError(f"Continuation.{attribute.name} must be an int, got {value!r}",
                                  field=attribute.name, value=value)
@@ -47,12 +48,12 @@ def _check_count(minimum: int) -> Any:
     return check
 
 
-def _check_keep(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_keep(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         _check_count(0)(instance, attribute, value)
 
 
-def _check_keep_for(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_keep_for(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if not isinstance(value, timedelta):
@@ -63,7 +64,7 @@ def _check_keep_for(instance: Any, attribute: "attrs.Attribute[Any]", value: Any
                                    "retires every ended run at once)", field="keep_for", value=value)
 
 
-def _check_carry(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_carry(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         raise AgentTypeError(f"Continuation.carry must be callable or None, got {value!r}",
                              field="carry", value=value)
@@ -81,9 +82,9 @@ class CarryOver:
     """
 
     prompt: str
-    exchanges: "tuple[dict, ...]"
+    exchanges: tuple[dict, ...]
     kept: int
-    pending: "tuple[Any, ...]"
+    pending: tuple[Any, ...]
     runs: int
     turns: int
     messages_handled: int
@@ -131,14 +132,14 @@ class Continuation:
     max_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=_check_count(100_000))
     keep_exchanges: int = attrs.field(default=DEFAULT_KEEP_EXCHANGES, validator=_check_count(0))
     record_chars: int = attrs.field(default=DEFAULT_RECORD_CHARS, validator=_check_count(0))
-    carry: Optional[Callable[[CarryOver], str]] = attrs.field(default=None, validator=_check_carry,
+    carry: Callable[[CarryOver], str] | None = attrs.field(default=None, validator=_check_carry,
                                                               eq=False, repr=False)
     enabled: bool = attrs.field(default=True)
-    keep_runs: Optional[int] = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_check_keep)
-    keep_for: Optional[timedelta] = attrs.field(default=None, validator=_check_keep_for)
+    keep_runs: int | None = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_check_keep)
+    keep_for: timedelta | None = attrs.field(default=None, validator=_check_keep_for)
     mailbox: bool = attrs.field(default=True)
 
     @classmethod
-    def disabled(cls) -> "Continuation":
+    def disabled(cls) -> Continuation:
         """A continuation that never happens."""
         return cls(enabled=False)

@@ -12,7 +12,6 @@ so code can react without parsing messages. No message ever contains a secret.
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 
 class ConductorAgentsError(Exception):
@@ -28,7 +27,7 @@ class ConfigurationError(ConductorAgentsError, ValueError):
     ``variable`` names the setting or environment variable at fault.
     """
 
-    def __init__(self, message: str, *, variable: Optional[str] = None) -> None:
+    def __init__(self, message: str, *, variable: str | None = None) -> None:
         super().__init__(message)
         self.variable = variable
 
@@ -44,7 +43,7 @@ class ModelUnavailableError(ConfigurationError):
     """
 
     def __init__(self, message: str, *, execution_id: str, model: str, cause: str, detail: str,
-                 variable: Optional[str] = None) -> None:
+                 variable: str | None = None) -> None:
         super().__init__(message, variable=variable)
         self.execution_id = execution_id
         self.model = model
@@ -58,7 +57,7 @@ class AgentDefinitionError(ConductorAgentsError, ValueError):
     ``field`` names the field, ``value`` holds what arrived.
     """
 
-    def __init__(self, message: str, *, field: Optional[str] = None, value: object = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None, value: object = None) -> None:
         super().__init__(message)
         self.field = field
         self.value = value
@@ -67,7 +66,7 @@ class AgentDefinitionError(ConductorAgentsError, ValueError):
 class AgentTypeError(ConductorAgentsError, TypeError):
     """An :class:`~conductor_agents.Agent` field has a value of the wrong type."""
 
-    def __init__(self, message: str, *, field: Optional[str] = None, value: object = None) -> None:
+    def __init__(self, message: str, *, field: str | None = None, value: object = None) -> None:
         super().__init__(message)
         self.field = field
         self.value = value
@@ -110,7 +109,7 @@ class ToolCancelled(ConductorAgentsError):
     when a tool raised it itself.
     """
 
-    def __init__(self, message: str = "the tool call was cancelled", *, reason: Optional[str] = None) -> None:
+    def __init__(self, message: str = "the tool call was cancelled", *, reason: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
 
@@ -128,7 +127,7 @@ class ServerError(ConductorAgentsError):
     ``status`` is the HTTP status (``None`` when there was no answer).
     """
 
-    def __init__(self, message: str, *, status: Optional[int] = None) -> None:
+    def __init__(self, message: str, *, status: int | None = None) -> None:
         super().__init__(message)
         self.status = status
 
@@ -144,7 +143,7 @@ class AuthenticationError(ServerError, PermissionError):
 class ExecutionNotFoundError(ServerError, LookupError):
     """No execution with this id exists on the server."""
 
-    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 404) -> None:
+    def __init__(self, message: str, *, execution_id: str, status: int | None = 404) -> None:
         super().__init__(message, status=status)
         self.execution_id = execution_id
 
@@ -152,7 +151,7 @@ class ExecutionNotFoundError(ServerError, LookupError):
 class ScheduleNotFoundError(ServerError, LookupError):
     """No schedule with this name exists on the server (``runtime.schedules``)."""
 
-    def __init__(self, message: str, *, name: str, status: Optional[int] = 404) -> None:
+    def __init__(self, message: str, *, name: str, status: int | None = 404) -> None:
         super().__init__(message, status=status)
         self.name = name
 
@@ -160,7 +159,7 @@ class ScheduleNotFoundError(ServerError, LookupError):
 class ExecutionNotRunningError(ServerError):
     """The execution exists but is no longer RUNNING (messages cannot be delivered)."""
 
-    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 409) -> None:
+    def __init__(self, message: str, *, execution_id: str, status: int | None = 409) -> None:
         super().__init__(message, status=status)
         self.execution_id = execution_id
 
@@ -169,7 +168,7 @@ class RunPausedError(ServerError):
     """The run is paused (``handle.pause()``, or the server's ``PUT /workflow/{id}/pause``): it takes no
     message until it is unpaused. Nothing was queued: send the message again after ``handle.unpause()``."""
 
-    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 409) -> None:
+    def __init__(self, message: str, *, execution_id: str, status: int | None = 409) -> None:
         super().__init__(message, status=status)
         self.execution_id = execution_id
 
@@ -177,7 +176,7 @@ class RunPausedError(ServerError):
 class MessageQueueFullError(ServerError):
     """The execution's message queue is full (HTTP 429); retry after the agent drains it."""
 
-    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 429) -> None:
+    def __init__(self, message: str, *, execution_id: str, status: int | None = 429) -> None:
         super().__init__(message, status=status)
         self.execution_id = execution_id
 
@@ -188,7 +187,7 @@ class MessageQueueDisabledError(ServerError):
     Start the server with ``conductor.workflow-message-queue.enabled=true``.
     """
 
-    def __init__(self, message: str, *, execution_id: str, status: Optional[int] = 404) -> None:
+    def __init__(self, message: str, *, execution_id: str, status: int | None = 404) -> None:
         super().__init__(message, status=status)
         self.execution_id = execution_id
 
@@ -218,7 +217,7 @@ class MessageLostError(ConductorAgentsError, LookupError):
     NOT_IN_QUEUE = "not_in_queue"
 
     def __init__(self, message: str, *, execution_id: str, message_id: str, reason: str,
-                 run_status: Optional[str] = None) -> None:
+                 run_status: str | None = None) -> None:
         super().__init__(message)
         self.execution_id = execution_id
         self.message_id = message_id
@@ -240,7 +239,7 @@ class WorkerStallError(ConductorAgentsError):
         *,
         execution_id: str,
         task_reference_name: str,
-        domain: Optional[str],
+        domain: str | None,
         waited_seconds: float,
     ) -> None:
         super().__init__(message)
@@ -259,7 +258,7 @@ class WorkerStartupError(ConductorAgentsError):
     it from a process that can reach the server.
     """
 
-    def __init__(self, message: str, *, execution_id: Optional[str] = None) -> None:
+    def __init__(self, message: str, *, execution_id: str | None = None) -> None:
         super().__init__(message)
         self.execution_id = execution_id
 
@@ -291,8 +290,8 @@ class NothingPendingError(ConductorAgentsError, LookupError):
     ``request=``: then it is an :class:`AnswerConflictError`.
     """
 
-    def __init__(self, message: str, *, execution_id: str, expected: Optional[str] = None,
-                 waiting_for: Optional[str] = None, last_answer: object = None) -> None:
+    def __init__(self, message: str, *, execution_id: str, expected: str | None = None,
+                 waiting_for: str | None = None, last_answer: object = None) -> None:
         super().__init__(message)
         self.execution_id = execution_id
         self.expected = expected
@@ -326,7 +325,7 @@ class InvalidAnswerError(ConductorAgentsError, ValueError):
     """
 
     def __init__(self, message: str, *, execution_id: str, answer: object = None,
-                 options: "tuple[str, ...]" = ()) -> None:
+                 options: tuple[str, ...] = ()) -> None:
         super().__init__(message)
         self.execution_id = execution_id
         self.answer = answer
@@ -349,8 +348,8 @@ class OutputValidationError(ConductorAgentsError, ValueError):
     COMPLETED or FAILED; ``result.error`` the server's reason).
     """
 
-    def __init__(self, message: str, *, execution_id: str, output_type: object, raw_output: Optional[str],
-                 problems: "tuple[str, ...]" = (), result: object = None) -> None:
+    def __init__(self, message: str, *, execution_id: str, output_type: object, raw_output: str | None,
+                 problems: tuple[str, ...] = (), result: object = None) -> None:
         super().__init__(message)
         self.execution_id = execution_id
         self.output_type = output_type
@@ -366,8 +365,8 @@ class RunContextError(ConductorAgentsError, ValueError):
     and ``limit`` the limit it breaks (4,096 bytes per value, 32,768 in all).
     """
 
-    def __init__(self, message: str, *, key: Optional[str] = None, size: Optional[int] = None,
-                 limit: Optional[int] = None) -> None:
+    def __init__(self, message: str, *, key: str | None = None, size: int | None = None,
+                 limit: int | None = None) -> None:
         super().__init__(message)
         self.key = key
         self.size = size

@@ -30,7 +30,8 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any, Callable, Dict, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
@@ -84,7 +85,7 @@ class AgentEvent:
     kind: str = attrs.field(default="event", init=False)
     execution_id: str
     id: str
-    timestamp: Optional[float] = None
+    timestamp: float | None = None
     source: str = SOURCE_STREAM
 
     @property
@@ -107,7 +108,7 @@ class WaitingEvent(AgentEvent):
     a :class:`~conductor_agents.HumanTool` question), or it was paused (``task_reference_name`` None)."""
 
     kind: str = attrs.field(default="waiting", init=False)
-    task_reference_name: Optional[str] = None
+    task_reference_name: str | None = None
     pending_tool: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze)
 
     @property
@@ -123,7 +124,7 @@ class WaitingEvent(AgentEvent):
         return self.for_person and "_guardrail_human" in str(ref)
 
     @property
-    def tool_calls(self) -> "tuple[PendingToolCall, ...]":
+    def tool_calls(self) -> tuple[PendingToolCall, ...]:
         """The tool calls awaiting approval (empty for a question or a message wait)."""
         calls = self.pending_tool.get("toolCalls")
         return tuple(PendingToolCall(str(c.get("name") or ""), tool_arguments(c.get("args")))
@@ -162,7 +163,7 @@ class ErrorEvent(AgentEvent):
 
     kind: str = attrs.field(default="error", init=False)
     message: str = ""
-    task_reference_name: Optional[str] = None
+    task_reference_name: str | None = None
     run_level: bool = False
 
     @property
@@ -178,13 +179,13 @@ class DoneEvent(AgentEvent):
     output: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze)
 
     @property
-    def result(self) -> Optional[str]:
+    def result(self) -> str | None:
         """The run's final text (``output["result"]``)."""
         value = self.output.get("result")
         return None if value is None else answer_text(value)
 
     @property
-    def finish_reason(self) -> Optional[str]:
+    def finish_reason(self) -> str | None:
         return self.output.get("finishReason")
 
     @property
@@ -218,7 +219,7 @@ class GuardrailEvent(AgentEvent):
     kind: str = attrs.field(default="guardrail_pass", validator=attrs.validators.in_(
         ("guardrail_pass", "guardrail_fail")))
     guardrail_name: str = ""
-    message: Optional[str] = None
+    message: str | None = None
 
     @property
     def passed(self) -> bool:
@@ -230,9 +231,9 @@ class ContextCondensedEvent(AgentEvent):
     """The server condensed the conversation to fit the model's context."""
 
     kind: str = attrs.field(default="context_condensed", init=False)
-    messages_before: Optional[int] = None
-    messages_after: Optional[int] = None
-    exchanges_condensed: Optional[int] = None
+    messages_before: int | None = None
+    messages_after: int | None = None
+    exchanges_condensed: int | None = None
 
 
 @attrs.frozen(kw_only=True)
@@ -262,7 +263,7 @@ class ToolFinishedEvent(AgentEvent):
     task_reference_name: str = ""
     status: str = "COMPLETED"
     duration_seconds: float = 0.0
-    error: Optional[str] = None
+    error: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -272,36 +273,36 @@ class ToolFinishedEvent(AgentEvent):
 # -- from the server's wire format ------------------------------------------------------------
 
 
-def tool_arguments(raw: Any) -> Dict[str, Any]:
+def tool_arguments(raw: Any) -> dict[str, Any]:
     """A tool task's input without the keys the server adds (``method``, ``_agent_state``...)."""
     if not isinstance(raw, Mapping):
         return {}
     return {k: v for k, v in raw.items() if k not in SERVER_INPUT_KEYS}
 
 
-def _timestamp(data: Mapping[str, Any]) -> Optional[float]:
+def _timestamp(data: Mapping[str, Any]) -> float | None:
     value = data.get("timestamp")
     return value / 1000.0 if isinstance(value, (int, float)) and value > 0 else None
 
 
-def _int_or_none(value: Any) -> Optional[int]:
+def _int_or_none(value: Any) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _error(common: Dict[str, Any], data: Mapping[str, Any]) -> ErrorEvent:
+def _error(common: dict[str, Any], data: Mapping[str, Any]) -> ErrorEvent:
     scope = data.get("toolName")
     run_level = scope == RUN_ERROR_SCOPE
     return ErrorEvent(**common, message=str(data.get("content") or ""), run_level=run_level,
                       task_reference_name=None if run_level or scope is None else str(scope))
 
 
-def _waiting(common: Dict[str, Any], data: Mapping[str, Any]) -> WaitingEvent:
+def _waiting(common: dict[str, Any], data: Mapping[str, Any]) -> WaitingEvent:
     pending = data.get("pendingTool") if isinstance(data.get("pendingTool"), Mapping) else {}
     ref = pending.get("taskRefName")
     return WaitingEvent(**common, pending_tool=pending, task_reference_name=str(ref) if ref else None)
 
 
-_BUILDERS: Dict[str, Callable[[Dict[str, Any], Mapping[str, Any]], AgentEvent]] = {
+_BUILDERS: dict[str, Callable[[dict[str, Any], Mapping[str, Any]], AgentEvent]] = {
     "thinking": lambda c, d: ThinkingEvent(**c, task_reference_name=str(d.get("content") or "")),
     "waiting": _waiting,
     "tool_call": lambda c, d: ToolCallEvent(**c, tool_name=str(d.get("toolName") or ""),
@@ -326,7 +327,7 @@ _BUILDERS: Dict[str, Callable[[Dict[str, Any], Mapping[str, Any]], AgentEvent]] 
 KNOWN_KINDS = frozenset(_BUILDERS)
 
 
-def event_from_sse(message: SseMessage, execution_id: str) -> Optional[AgentEvent]:
+def event_from_sse(message: SseMessage, execution_id: str) -> AgentEvent | None:
     """The typed event for one server-sent event, or None (unknown type, malformed data).
 
     The SSE ``event:`` name decides the type (the JSON ``type`` when the name is missing);

@@ -4,24 +4,24 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Optional
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._wire.api import ConductorApi
-from ._listener.directory import Chain, ChainDirectory, Link
-from ._listener.chained_events import ChainedEvents
-from ._common.clock import Clock
-from ._common.transient import TransientErrors
-from ._listener.delivery import MessageDelivery, wait_for_delivery
-from ._listener.control import cancel_listener, pause_listener, stop_listener, unpause_listener
-from ._listener.following import current_status, listener_totals
 from ._answers.output_check import rejection_of
 from ._answers.output_type import Rejection, typed_result
+from ._common.clock import Clock
+from ._common.transient import TransientErrors
 from ._listener.by_id import RunsById, check_signal
+from ._listener.chained_events import ChainedEvents
+from ._listener.control import cancel_listener, pause_listener, stop_listener, unpause_listener
+from ._listener.delivery import MessageDelivery, wait_for_delivery
+from ._listener.directory import Chain, ChainDirectory, Link
+from ._listener.following import current_status, listener_totals
 from ._liveness.model_calls import FirstModelTurn, unavailable_model_cancel_reason
-from ._wire.payload import message_payload
 from ._people.pending import HumanAnswer, PendingRequest
+from ._wire.api import ConductorApi
+from ._wire.payload import message_payload
 from ._wire.transport import HttpError
 from .errors import (
     ConductorAgentsError,
@@ -63,17 +63,17 @@ class AgentHandle:
         api: ConductorApi,
         execution_id: str,
         agent_name: str,
-        run_id: Optional[str],
-        settings: "AgentSettings",
+        run_id: str | None,
+        settings: AgentSettings,
         clock: Clock,
-        agent: Optional["Agent"] = None,
-        liveness: Optional["RunWatch"] = None,
-        on_terminal: Optional[Any] = None,
-        on_stop: Optional[Any] = None,
+        agent: Agent | None = None,
+        liveness: RunWatch | None = None,
+        on_terminal: Any | None = None,
+        on_stop: Any | None = None,
         workers_attached: bool = False,
-        observer: Optional[Any] = None,  # the runtime's TaskObserver: local events and stats
-        directory: Optional[ChainDirectory] = None,
-        chain: Optional[Chain] = None,
+        observer: Any | None = None,  # the runtime's TaskObserver: local events and stats
+        directory: ChainDirectory | None = None,
+        chain: Chain | None = None,
     ) -> None:
         self._api = api
         self._directory = directory if directory is not None else ChainDirectory(api)
@@ -91,12 +91,12 @@ class AgentHandle:
         self._on_terminal = on_terminal
         self._on_stop = on_stop
         self.workers_attached = workers_attached
-        self._last_status: Optional[RunStatus] = None
+        self._last_status: RunStatus | None = None
         #: The run the listener ended in, once a status read found it ended: a switch that the listener's end
         #: abandoned leaves a newer (terminated) run behind, which is not where it ended.
-        self._ended_in: Optional[Link] = None
-        self._result: Optional[AgentResult] = None
-        self._rejection: Optional[Rejection] = None  # why a FAILED run's answer was refused (output_type)
+        self._ended_in: Link | None = None
+        self._result: AgentResult | None = None
+        self._rejection: Rejection | None = None  # why a FAILED run's answer was refused (output_type)
         self._wake = threading.Event()
         self._lock = threading.Lock()
         if liveness is not None:
@@ -185,7 +185,7 @@ class AgentHandle:
         """
         return listener_totals(self._api, self._directory, self._chain())
 
-    def wait(self, timeout: Optional[float] = None) -> AgentResult:
+    def wait(self, timeout: float | None = None) -> AgentResult:
         """Block until the run ends and return its result; never longer than ``timeout``.
 
         Polls the status every ``status_poll_interval_seconds`` (0.5 s). Up to
@@ -327,7 +327,7 @@ class AgentHandle:
     # -- liveness ---------------------------------------------------------------------
 
     @property
-    def stall(self) -> Optional[WorkerStallError]:
+    def stall(self) -> WorkerStallError | None:
         """The stall the runtime's watchdog found on this run, or None.
 
         Set (without anyone waiting) when a task routed to this run's domain has waited
@@ -342,7 +342,7 @@ class AgentHandle:
 
     # -- watching ---------------------------------------------------------------------
 
-    def events(self, timeout: Optional[float] = None) -> ChainedEvents:
+    def events(self, timeout: float | None = None) -> ChainedEvents:
         """An iterator of the run's events, in order, ending after its last one (``done``).
 
         Server events come from the server's event stream (reconnecting with
@@ -365,7 +365,7 @@ class AgentHandle:
             max_transient_errors=self._settings.max_transient_errors, start=self._ended_in,
         )
 
-    def stats(self) -> "RunStats":
+    def stats(self) -> RunStats:
         """This process's tool counts and timings for the run (no request; zeros if it ran nothing here)."""
         if self._observer is None:
             return RunStats(execution_id=self.execution_id, domain=self.run_id)
@@ -387,7 +387,7 @@ class AgentHandle:
         """
         self._by_id.signal(self.execution_id, check_signal(text), chain=self._chain(), pause=self._pause)
 
-    def wait_delivered(self, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
+    def wait_delivered(self, message_id: str, timeout: float | None = None) -> MessageDelivery:
         """Block until the run has pulled message ``message_id``; never longer than ``timeout``.
 
         Returns where it went (the wait-for-message task that pulled it). Samples the run's
@@ -465,7 +465,7 @@ class AgentHandle:
 
     # -- people in the loop -----------------------------------------------------------
 
-    def pending(self) -> "tuple[PendingRequest, ...]":
+    def pending(self) -> tuple[PendingRequest, ...]:
         """What the run waits on from a person now, oldest first: tool calls to approve, questions
         (one request; empty when it waits for nobody or has ended).
 
@@ -474,8 +474,8 @@ class AgentHandle:
         """
         return self._by_id.pending(self.execution_id, chain=self._chain())
 
-    def approve(self, *, reason: Optional[str] = None, by: Optional[str] = None,
-                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+    def approve(self, *, reason: str | None = None, by: str | None = None,
+                request: PendingRequest | str | None = None, timeout: float = 30.0) -> HumanAnswer:
         """Approve the tool calls the run waits on; they run in the process serving the run. Also
         approves an answer a guardrail (``on_fail="human"``) holds for review: it leaves as it is.
 
@@ -492,16 +492,16 @@ class AgentHandle:
         return self._by_id.approve(self.execution_id, chain=self._chain(), reason=reason, by=by, request=request,
                                    timeout=timeout)
 
-    def reject(self, reason: str, *, by: Optional[str] = None,
-               request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+    def reject(self, reason: str, *, by: str | None = None,
+               request: PendingRequest | str | None = None, timeout: float = 30.0) -> HumanAnswer:
         """Reject the tool calls the run waits on: none runs, the model sees the rejection and
         ``reason``, and the run goes on. Rejecting an answer a guardrail holds for review ends the
         run FAILED with ``reason`` (the server's only outcome). Otherwise as :meth:`approve`."""
         return self._by_id.reject(self.execution_id, reason, chain=self._chain(), by=by, request=request,
                                   timeout=timeout)
 
-    def respond(self, answer: Any, *, by: Optional[str] = None,
-                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+    def respond(self, answer: Any, *, by: str | None = None,
+                request: PendingRequest | str | None = None, timeout: float = 30.0) -> HumanAnswer:
         """Answer the question a :class:`~conductor_agents.HumanTool` call asks; the model gets
         ``{"answer": answer}``. ``answer`` is any JSON value. A ``manual`` team's pick of its next
         sub-agent (a request with ``options``) takes a sub-agent's name (or the Agent). To an answer a
@@ -518,7 +518,7 @@ class AgentHandle:
 
     # -- context manager --------------------------------------------------------------
 
-    def __enter__(self) -> "AgentHandle":
+    def __enter__(self) -> AgentHandle:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import enum
 import re
-from typing import Any, Mapping, Optional, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -39,7 +40,7 @@ class RunStatus(str, enum.Enum):
         return self not in (RunStatus.RUNNING, RunStatus.PAUSED)
 
     @classmethod
-    def parse(cls, value: Any) -> "RunStatus":
+    def parse(cls, value: Any) -> RunStatus:
         """The status named by ``value``; unknown names count as RUNNING (never terminal by accident)."""
         try:
             return cls(str(value))
@@ -56,7 +57,7 @@ class TokenUsage:
     total_tokens: int = 0
 
     @classmethod
-    def from_dict(cls, data: Optional[Mapping[str, Any]]) -> "TokenUsage":
+    def from_dict(cls, data: Mapping[str, Any] | None) -> TokenUsage:
         data = data or {}
         return cls(
             prompt_tokens=int(data.get("promptTokens") or 0),
@@ -82,7 +83,7 @@ class ListenerTotals:
     messages: int = 0
     token_usage: TokenUsage = attrs.field(factory=TokenUsage)
     history: str = attrs.field(default="", repr=False)
-    current_execution_id: Optional[str] = None
+    current_execution_id: str | None = None
 
 
 @attrs.frozen
@@ -94,10 +95,10 @@ class ToolCallRecord:
     status: str
     arguments: Mapping[str, Any] = attrs.field(factory=dict)
     output: Mapping[str, Any] = attrs.field(factory=dict)
-    error: Optional[str] = None
+    error: str | None = None
 
     @classmethod
-    def from_task(cls, task: Mapping[str, Any]) -> "ToolCallRecord":
+    def from_task(cls, task: Mapping[str, Any]) -> ToolCallRecord:
         raw_input = task.get("inputData") or {}
         return cls(
             name=str(task.get("taskDefName") or task.get("taskType") or ""),
@@ -110,7 +111,7 @@ class ToolCallRecord:
 
 
     @classmethod
-    def from_agent_tool_task(cls, task: Mapping[str, Any]) -> "ToolCallRecord":
+    def from_agent_tool_task(cls, task: Mapping[str, Any]) -> ToolCallRecord:
         """The call of an agent tool: a ``SUB_WORKFLOW`` task whose input names the tool."""
         sub_input = (task.get("inputData") or {}).get("workflowInput") or {}
         return cls(
@@ -129,7 +130,7 @@ AGENT_TOOL_INPUT_KEY = "_agent_tool_name"
 _SUB_RUN_INPUT_KEYS = frozenset({AGENT_TOOL_INPUT_KEY, "__today__", "session_id", "media", "context"})
 
 
-def _agent_tool_name(task: Mapping[str, Any]) -> Optional[str]:
+def _agent_tool_name(task: Mapping[str, Any]) -> str | None:
     if str(task.get("taskType") or "") != "SUB_WORKFLOW":
         return None
     sub_input = (task.get("inputData") or {}).get("workflowInput")
@@ -137,7 +138,7 @@ def _agent_tool_name(task: Mapping[str, Any]) -> Optional[str]:
     return str(name) if name else None
 
 
-def tool_calls_from_tasks(tasks: Sequence[Mapping[str, Any]]) -> "tuple[ToolCallRecord, ...]":
+def tool_calls_from_tasks(tasks: Sequence[Mapping[str, Any]]) -> tuple[ToolCallRecord, ...]:
     """The tool calls among a workflow's tasks (agent tools included), in the order they were scheduled."""
     calls = []
     for task in tasks:
@@ -149,7 +150,7 @@ def tool_calls_from_tasks(tasks: Sequence[Mapping[str, Any]]) -> "tuple[ToolCall
     return tuple(calls)
 
 
-def sub_agents_from_tasks(tasks: Sequence[Mapping[str, Any]], names: Sequence[str]) -> "tuple[str, ...]":
+def sub_agents_from_tasks(tasks: Sequence[Mapping[str, Any]], names: Sequence[str]) -> tuple[str, ...]:
     """The sub-agents (of ``names``) that answered in a run, in the order they were scheduled.
 
     The server runs each sub-agent as a ``SUB_WORKFLOW`` task named after it (3.32.3).
@@ -182,11 +183,11 @@ class AgentStatus:
     execution_id: str
     status: RunStatus
     is_waiting: bool = False
-    pending_tool: Optional[Mapping[str, Any]] = None
-    output: Optional[Mapping[str, Any]] = None
-    reason: Optional[str] = None
+    pending_tool: Mapping[str, Any] | None = None
+    output: Mapping[str, Any] | None = None
+    reason: str | None = None
     #: The listener's current run (``execution_id`` until it was first continued) and how many it has had.
-    current_execution_id: Optional[str] = None
+    current_execution_id: str | None = None
     runs: int = 1
 
     @property
@@ -194,7 +195,7 @@ class AgentStatus:
         return self.status.is_terminal
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "AgentStatus":
+    def from_dict(cls, data: Mapping[str, Any]) -> AgentStatus:
         return cls(
             execution_id=str(data.get("executionId") or ""),
             status=RunStatus.parse(data.get("status")),
@@ -205,7 +206,7 @@ class AgentStatus:
         )
 
 
-def _answer_text(value: Any) -> Optional[str]:
+def _answer_text(value: Any) -> str | None:
     """The run's answer as text: an object the server parsed from JSON is shown as JSON again."""
     return None if value is None else answer_text(value)
 
@@ -222,31 +223,31 @@ class AgentResult:
     execution_id: str
     status: RunStatus
     output: Any = None
-    finish_reason: Optional[str] = None
-    error: Optional[str] = None
+    finish_reason: str | None = None
+    error: str | None = None
     token_usage: TokenUsage = attrs.field(factory=TokenUsage)
-    tool_calls: "tuple[ToolCallRecord, ...]" = ()
+    tool_calls: tuple[ToolCallRecord, ...] = ()
     raw_output: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
     context: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
     #: A continued listener: the run it ended in (its last), and how many runs it had. ``tool_calls``
     #: and ``token_usage`` are that last run's.
-    current_execution_id: Optional[str] = None
+    current_execution_id: str | None = None
     runs: int = 1
     #: An agent with sub-agents: the ones that answered, in order (a parallel run: every branch).
-    agents_run: "tuple[str, ...]" = ()
+    agents_run: tuple[str, ...] = ()
     #: A continued listener: its totals over every run (``token_usage`` above is the last run's).
-    totals: Optional[ListenerTotals] = None
+    totals: ListenerTotals | None = None
     #: Why a COMPLETED run ended: ``"stop"`` (``stop()`` was asked: ``output`` is the model's answer
     #: when it answered the stop signal, else None), ``"turn_limit"`` (``max_turns`` ran out while the
     #: model still asked for tools: ``output`` is None) or ``"answer"`` (the model answered); None when
     #: the run did not complete or it cannot be told. ``raw_output`` keeps what the server said.
-    ended_by: Optional[str] = None
+    ended_by: str | None = None
     #: How long the run took on the server, start to end, in seconds (None when the server did not say).
     #: A continued listener: its last run's.
-    duration_seconds: Optional[float] = None
+    duration_seconds: float | None = None
 
     @property
-    def answered_by(self) -> Optional[str]:
+    def answered_by(self) -> str | None:
         """The sub-agent whose answer the run ended on (the last of ``agents_run``); None when
         no sub-agent answered. A handoff or router parent's model still writes the final text
         from it unless ``synthesize=False``."""
@@ -258,7 +259,7 @@ class AgentResult:
         return self.status is RunStatus.COMPLETED
 
     @property
-    def text(self) -> Optional[str]:
+    def text(self) -> str | None:
         """The final answer as text (JSON when the server parsed it into an object)."""
         return _answer_text(self.raw_output.get("result"))
 
@@ -266,11 +267,11 @@ class AgentResult:
     def from_server(
         cls,
         status: AgentStatus,
-        detail: Optional[Mapping[str, Any]] = None,
+        detail: Mapping[str, Any] | None = None,
         tasks: Sequence[Mapping[str, Any]] = (),
         agent_names: Sequence[str] = (),
-        workflow: Optional[Mapping[str, Any]] = None,
-    ) -> "AgentResult":
+        workflow: Mapping[str, Any] | None = None,
+    ) -> AgentResult:
         """Combine the terminal status, the run detail and the task list into a result
         (``agent_names``: the agent's sub-agents, to find which of them answered; ``workflow``: the
         run's workflow, whose start and end times give ``duration_seconds``)."""
@@ -325,7 +326,7 @@ def _stop_signal_delivered(workflow: Mapping[str, Any]) -> bool:
     return False
 
 
-def _ended_by(status: "RunStatus", finish_reason: Any, workflow: Optional[Mapping[str, Any]]) -> Optional[str]:
+def _ended_by(status: RunStatus, finish_reason: Any, workflow: Mapping[str, Any] | None) -> str | None:
     """See :attr:`AgentResult.ended_by`. A run asked to stop says so whether or not the model answered
     first; otherwise the server ends its loop after a turn of tool calls only when the turns ran out."""
     if status is not RunStatus.COMPLETED:
@@ -339,7 +340,7 @@ def _ended_by(status: "RunStatus", finish_reason: Any, workflow: Optional[Mappin
     return None if workflow is None else ENDED_BY_TURN_LIMIT
 
 
-def _duration(detail: Mapping[str, Any]) -> Optional[float]:
+def _duration(detail: Mapping[str, Any]) -> float | None:
     """The run's ``endTime - startTime`` (epoch milliseconds) in seconds, or None."""
     start, end = detail.get("startTime"), detail.get("endTime")
     if isinstance(start, (int, float)) and isinstance(end, (int, float)) and 0 < start <= end:

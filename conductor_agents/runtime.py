@@ -6,14 +6,15 @@ import logging
 import os
 import threading
 import uuid
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ._common.clock import SYSTEM_CLOCK, Clock
 from ._common.fork import rebuild_after_fork
+from ._listener.by_id import RunsById, check_signal
 from ._listener.delivery import MessageDelivery
 from ._listener.directory import ChainDirectory
 from ._people.pending import HumanAnswer, PendingRequest
-from ._listener.by_id import RunsById, check_signal
 from ._runs.exit import close_at_exit
 from ._runs.handles import HandleMaker
 from ._runs.running import RunningRun, running_runs
@@ -22,13 +23,13 @@ from ._runs.start import RunStarter, check_prompt
 from ._runs.take_up import RunTaker
 from ._scheduling import Schedules
 from ._serving.takeover import make_worker_id
+from ._teams.model_settings import ModelSettings, apply_model_settings
 from ._wire.api import ConductorApi
 from ._wire.payload import message_payload
 from ._wire.transport import Transport
 from ._worker.observer import TaskObserver
 from ._worker.workers import WorkerSet
 from .agent import Agent
-from ._teams.model_settings import ModelSettings, apply_model_settings
 from .errors import AgentTypeError, RuntimeClosedError, WorkerStallError
 from .handle import AgentHandle
 from .result import AgentResult
@@ -77,12 +78,12 @@ class AgentRuntime:
 
     def __init__(
         self,
-        settings: Optional[AgentSettings] = None,
+        settings: AgentSettings | None = None,
         *,
-        transport: Optional[Transport] = None,
+        transport: Transport | None = None,
         clock: Clock = SYSTEM_CLOCK,
-        on_stall: Optional[Callable[[AgentHandle, WorkerStallError], Any]] = None,
-        on_pending: Optional[Callable[[AgentHandle, PendingRequest], Any]] = None,
+        on_stall: Callable[[AgentHandle, WorkerStallError], Any] | None = None,
+        on_pending: Callable[[AgentHandle, PendingRequest], Any] | None = None,
     ) -> None:
         if on_stall is not None and not callable(on_stall):
             raise AgentTypeError(f"on_stall must be callable, got {on_stall!r}", field="on_stall", value=on_stall)
@@ -107,7 +108,7 @@ class AgentRuntime:
         self._closed = False
         self._closing = threading.Event()  # set by close(): ends a start's retry pause at once
         #: The agents serve() was called for, with their hooks: kept across a fork (the child serves them too).
-        self._served: "list[tuple[Agent, Optional[Callable[[AgentHandle], Any]]]]" = []
+        self._served: list[tuple[Agent, Callable[[AgentHandle], Any] | None]] = []
         self._build_process_parts()
         rebuild_after_fork(self)
 
@@ -158,7 +159,7 @@ class AgentRuntime:
 
     # -- context manager --------------------------------------------------------------
 
-    def __enter__(self) -> "AgentRuntime":
+    def __enter__(self) -> AgentRuntime:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -171,9 +172,9 @@ class AgentRuntime:
 
     # -- runs -------------------------------------------------------------------------
 
-    def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str] = None,
-              context: Optional[Mapping[str, Any]] = None, media: Optional[Any] = None,
-              model_settings: Optional[ModelSettings] = None) -> AgentHandle:
+    def start(self, agent: Agent, prompt: str, *, idempotency_key: str | None = None,
+              context: Mapping[str, Any] | None = None, media: Any | None = None,
+              model_settings: ModelSettings | None = None) -> AgentHandle:
         """Start a run of ``agent`` and serve its tools from this process.
 
         ``context`` seeds the run's context: shown to the model before every turn, given to
@@ -215,8 +216,8 @@ class AgentRuntime:
                                    model_settings=model_settings)
 
     def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0,
-            idempotency_key: Optional[str] = None, context: Optional[Mapping[str, Any]] = None,
-            media: Optional[Any] = None, model_settings: Optional[ModelSettings] = None) -> AgentResult:
+            idempotency_key: str | None = None, context: Mapping[str, Any] | None = None,
+            media: Any | None = None, model_settings: ModelSettings | None = None) -> AgentResult:
         """Start a run, wait for its result (at most ``timeout`` seconds) and return it.
 
         Raises: as :meth:`start` and :meth:`AgentHandle.wait`.
@@ -251,7 +252,7 @@ class AgentRuntime:
         self._check_open()
         self._by_id.signal(str(execution_id), text, pause=self._closing.wait)
 
-    def wait_delivered(self, execution_id: str, message_id: str, timeout: Optional[float] = None) -> MessageDelivery:
+    def wait_delivered(self, execution_id: str, message_id: str, timeout: float | None = None) -> MessageDelivery:
         """Block until run ``execution_id`` has pulled message ``message_id`` (see
         :meth:`AgentHandle.wait_delivered`); one request every 0.5 s, no workers.
 
@@ -303,7 +304,7 @@ class AgentRuntime:
 
     # -- serving an agent: every process of an app shares its runs ------------------------
 
-    def serve(self, agent: Agent, *, on_adopt: Optional[Callable[[AgentHandle], Any]] = None) -> None:
+    def serve(self, agent: Agent, *, on_adopt: Callable[[AgentHandle], Any] | None = None) -> None:
         """Serve ``agent`` from this process: its runs started here, and the runs no live process serves.
 
         After this call the process also *adopts* every running run of ``agent`` whose process is
@@ -353,12 +354,12 @@ class AgentRuntime:
 
     # -- people in the loop, by execution id (any process may answer) -------------------
 
-    def pending(self, execution_id: str) -> "tuple[PendingRequest, ...]":
+    def pending(self, execution_id: str) -> tuple[PendingRequest, ...]:
         """What run ``execution_id`` waits on from a person (see :meth:`AgentHandle.pending`)."""
         self._check_open()
         return self._by_id.pending(str(execution_id))
 
-    def running(self, agent: "Agent | str") -> "tuple[RunningRun, ...]":
+    def running(self, agent: Agent | str) -> tuple[RunningRun, ...]:
         """The running runs of ``agent`` (an Agent or its name) on the server, whichever process
         serves them, oldest first: one :class:`RunningRun` per listener, named by the id callers hold
         (a continued listener's two runs mid-switch are one row).
@@ -380,7 +381,7 @@ class AgentRuntime:
         self._check_open()
         return Schedules(self._api)
 
-    def pending_requests(self, agent: "Agent | str") -> "tuple[PendingRequest, ...]":
+    def pending_requests(self, agent: Agent | str) -> tuple[PendingRequest, ...]:
         """What every running run of ``agent`` (an Agent or its name) waits on from a person,
         oldest first: an approval queue across processes.
 
@@ -393,20 +394,20 @@ class AgentRuntime:
         self._check_open()
         return self._by_id.pending_of_agent(_agent_name(agent))
 
-    def approve(self, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
-                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+    def approve(self, execution_id: str, *, reason: str | None = None, by: str | None = None,
+                request: PendingRequest | str | None = None, timeout: float = 30.0) -> HumanAnswer:
         """Approve what run ``execution_id`` waits on (see :meth:`AgentHandle.approve`)."""
         self._check_open()
         return self._by_id.approve(str(execution_id), reason=reason, by=by, request=request, timeout=timeout)
 
-    def reject(self, execution_id: str, reason: str, *, by: Optional[str] = None,
-               request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+    def reject(self, execution_id: str, reason: str, *, by: str | None = None,
+               request: PendingRequest | str | None = None, timeout: float = 30.0) -> HumanAnswer:
         """Reject what run ``execution_id`` waits on (see :meth:`AgentHandle.reject`)."""
         self._check_open()
         return self._by_id.reject(str(execution_id), reason, by=by, request=request, timeout=timeout)
 
-    def respond(self, execution_id: str, answer: Any, *, by: Optional[str] = None,
-                request: "Optional[PendingRequest | str]" = None, timeout: float = 30.0) -> HumanAnswer:
+    def respond(self, execution_id: str, answer: Any, *, by: str | None = None,
+                request: PendingRequest | str | None = None, timeout: float = 30.0) -> HumanAnswer:
         """Answer the question run ``execution_id`` asks (see :meth:`AgentHandle.respond`)."""
         self._check_open()
         return self._by_id.respond(str(execution_id), answer, by=by, request=request, timeout=timeout)
@@ -437,7 +438,7 @@ class AgentRuntime:
             self._transport.close()
 
 
-def _agent_name(agent: "Agent | str") -> str:
+def _agent_name(agent: Agent | str) -> str:
     """The name of ``agent`` (an Agent or its name); AgentTypeError for anything else."""
     name = agent.name if isinstance(agent, Agent) else agent
     if not isinstance(name, str) or not name:

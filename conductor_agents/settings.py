@@ -12,8 +12,9 @@ import difflib
 import os
 import re
 import warnings
+from collections.abc import Callable, Mapping
 from datetime import timedelta
-from typing import Any, Callable, Mapping, Optional
+from typing import Any
 from urllib.parse import urlparse
 
 import attrs
@@ -53,7 +54,7 @@ def _parse_int_at_least(minimum: int) -> Callable[[str], int]:
     return parse
 
 
-def _parse_keep_runs(raw: str) -> Optional[int]:
+def _parse_keep_runs(raw: str) -> int | None:
     if raw.strip().lower() in ("all", "none"):
         return None  # keep every run
     value = int(raw.strip())
@@ -66,7 +67,7 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd]?)$")
 _UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
-def _parse_duration(raw: str) -> Optional[timedelta]:
+def _parse_duration(raw: str) -> timedelta | None:
     text = raw.strip().lower()
     if text in ("", "none"):
         return None  # no age limit
@@ -100,7 +101,7 @@ def _parse_str(raw: str) -> str:
 
 
 #: Environment variable -> (settings field, parser). The README's configuration table mirrors it.
-ENV_VARS: Mapping[str, "tuple[str, Callable[[str], Any]]"] = {
+ENV_VARS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "CONDUCTOR_SERVER_URL": ("server_url", _parse_url),
     "CONDUCTOR_AUTH_KEY": ("auth_key", _parse_str),
     "CONDUCTOR_AUTH_SECRET": ("auth_secret", _parse_str),
@@ -138,7 +139,7 @@ OTHER_KNOWN_VARS = frozenset({
 _OWN_PREFIXES = ("CONDUCTOR_AGENT_", "CONDUCTOR_AGENTS_")
 
 
-def unknown_variables(environ: Mapping[str, str]) -> "list[tuple[str, str]]":
+def unknown_variables(environ: Mapping[str, str]) -> list[tuple[str, str]]:
     """``(variable, closest known variable)`` for each ``CONDUCTOR_AGENT(S)_*`` name nobody reads."""
     known = sorted(set(ENV_VARS) | OTHER_KNOWN_VARS)
     found = []
@@ -163,7 +164,7 @@ def _warn_unknown(environ: Mapping[str, str]) -> None:
         )
 
 
-def _positive(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
         raise ConfigurationError(
             f"{attribute.name} must be a number > 0, got {value!r}", variable=attribute.name
@@ -171,7 +172,7 @@ def _positive(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> N
 
 
 def _whole(minimum: int) -> Any:
-    def check(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
         if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
             raise ConfigurationError(
                 f"{attribute.name} must be a whole number >= {minimum}, got {value!r}", variable=attribute.name
@@ -180,18 +181,18 @@ def _whole(minimum: int) -> Any:
     return check
 
 
-def _optional_whole(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _optional_whole(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         _whole(0)(instance, attribute, value)
 
 
-def _optional_duration(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _optional_duration(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (not isinstance(value, timedelta) or value <= timedelta(0)):
         raise ConfigurationError(f"{attribute.name} must be a timedelta longer than zero or None, got {value!r}",
                                  variable=attribute.name)
 
 
-def _valid_url(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _valid_url(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     try:
         _check_url(value)
     except (ValueError, AttributeError, TypeError):
@@ -205,7 +206,7 @@ def _strip_slash(value: str) -> str:
     return value.rstrip("/") if isinstance(value, str) else value
 
 
-def _is_bool(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _is_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
         raise ConfigurationError(
             f"{attribute.name} must be True or False, got {value!r}", variable=attribute.name
@@ -240,9 +241,9 @@ class AgentSettings:
         default="http://localhost:8080/api", converter=_strip_slash, validator=_valid_url
     )
     #: Key id for servers that require a token (Orkes). Never logged.
-    auth_key: Optional[str] = attrs.field(default=None, repr=False)
+    auth_key: str | None = attrs.field(default=None, repr=False)
     #: Key secret for servers that require a token. Never logged.
-    auth_secret: Optional[str] = attrs.field(default=None, repr=False)
+    auth_secret: str | None = attrs.field(default=None, repr=False)
     #: Threads that run tool bodies (shared by every run of one runtime).
     worker_threads: int = attrs.field(default=16, validator=_whole(1))
     #: Pause between empty polls of one run's task queues, in milliseconds.
@@ -276,9 +277,9 @@ class AgentSettings:
     #: ... or once it is estimated to store this many bytes on the server.
     continue_after_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=_whole(100_000))
     #: Ended runs of a continued listener kept on the server besides its first one; None keeps all.
-    keep_runs: Optional[int] = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_optional_whole)
+    keep_runs: int | None = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_optional_whole)
     #: ... and none of them longer than this after it ended (None: no age limit).
-    keep_for: Optional[timedelta] = attrs.field(default=None, validator=_optional_duration)
+    keep_for: timedelta | None = attrs.field(default=None, validator=_optional_duration)
     #: Longest a switch waits, without progress, for the old run to come to rest.
     continuation_drain_seconds: float = attrs.field(default=60.0, validator=_positive)
     #: Longest ``send_message`` waits for a switch its message was caught in to be committed (the
@@ -317,7 +318,7 @@ class AgentSettings:
         return self.auth_key is not None
 
     @classmethod
-    def from_env(cls, environ: Optional[Mapping[str, str]] = None, **overrides: Any) -> "AgentSettings":
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> AgentSettings:
         """Build settings from ``environ`` (default ``os.environ``); ``overrides`` win.
 
         A ``CONDUCTOR_AGENT_*`` / ``CONDUCTOR_AGENTS_*`` variable that nothing reads (a typo)

@@ -9,7 +9,7 @@ nearest-rank percentile: the p-th percentile of ``n`` sorted samples is sample n
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import attrs
 
@@ -19,7 +19,7 @@ __all__ = ["LatencySummary", "RunInfo", "RunStats", "RuntimeStats", "WINDOW", "p
 WINDOW = 1000
 
 
-def percentile(samples: Sequence[float], p: float) -> Optional[float]:
+def percentile(samples: Sequence[float], p: float) -> float | None:
     """The nearest-rank ``p``-th percentile (0 < p <= 100) of ``samples``; None when empty.
 
     Raises:
@@ -39,12 +39,12 @@ class LatencySummary:
     """Seconds: median, 99th percentile and maximum of the last ``count`` samples."""
 
     count: int = 0
-    p50: Optional[float] = None
-    p99: Optional[float] = None
-    max: Optional[float] = None
+    p50: float | None = None
+    p99: float | None = None
+    max: float | None = None
 
     @classmethod
-    def of(cls, samples: Sequence[float]) -> "LatencySummary":
+    def of(cls, samples: Sequence[float]) -> LatencySummary:
         """Summarise ``samples`` (seconds)."""
         if not samples:
             return cls()
@@ -57,7 +57,7 @@ class RunInfo:
     """A run whose tools this process serves, and the task domain it polls for it."""
 
     execution_id: str
-    domain: Optional[str] = None
+    domain: str | None = None
 
 
 @attrs.frozen
@@ -71,7 +71,7 @@ class RunStats:
     """
 
     execution_id: str
-    domain: Optional[str] = None
+    domain: str | None = None
     tools_executed: int = 0
     tools_failed: int = 0
     tools_in_flight: int = 0
@@ -92,11 +92,11 @@ class RuntimeStats:
     tools_in_flight: int = 0
     tool_duration: LatencySummary = attrs.field(factory=LatencySummary)
     pickup_latency: LatencySummary = attrs.field(factory=LatencySummary)
-    active_runs: Tuple[RunInfo, ...] = ()
+    active_runs: tuple[RunInfo, ...] = ()
     polls: int = 0
     poll_errors: int = 0
 
     @property
-    def domains(self) -> Tuple[str, ...]:
+    def domains(self) -> tuple[str, ...]:
         """The distinct task domains polled for active runs (the shared poller has none)."""
         return tuple(sorted({r.domain for r in self.active_runs if r.domain}))

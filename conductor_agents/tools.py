@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
-from typing import Any, Callable, Iterable, Iterator, Optional, Tuple, Union, overload
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any, overload
 
 import attrs
 
@@ -48,8 +49,8 @@ def tool(func: FuncT, /) -> ToolDef: ...
 @overload
 def tool(
     *,
-    name: Optional[str] = None,
-    description: Optional[str] = None,
+    name: str | None = None,
+    description: str | None = None,
     stateful: bool = False,
     timeout_seconds: int = 0,
     approval_required: bool = False,
@@ -59,17 +60,17 @@ def tool(
 
 
 def tool(
-    func: Optional[FuncT] = None,
+    func: FuncT | None = None,
     /,
     *,
-    name: Optional[str] = None,
-    description: Optional[str] = None,
+    name: str | None = None,
+    description: str | None = None,
     stateful: bool = False,
     timeout_seconds: int = 0,
     approval_required: bool = False,
     credentials: Iterable[str] = (),
     guardrails: Iterable[Any] = (),
-) -> Union[ToolDef, Callable[[FuncT], ToolDef]]:
+) -> ToolDef | Callable[[FuncT], ToolDef]:
     """Make a function (or a method in a class body) a tool: ``@tool`` or ``@tool(...)``.
 
     The name defaults to the function's name; the description to the docstring's first
@@ -102,7 +103,7 @@ def tool(
     return _make_tool(func, **options)
 
 
-def as_tool(obj: Union[ToolDef, FuncT]) -> ToolDef:
+def as_tool(obj: ToolDef | FuncT) -> ToolDef:
     """``obj`` as a ToolDef: a ToolDef as is, a plain callable wrapped with :func:`tool`'s defaults.
 
     Raises:
@@ -121,8 +122,8 @@ def as_tool(obj: Union[ToolDef, FuncT]) -> ToolDef:
 def _make_tool(
     obj: Any,
     *,
-    name: Optional[str] = None,
-    description: Optional[str] = None,
+    name: str | None = None,
+    description: str | None = None,
     stateful: bool = False,
     timeout_seconds: int = 0,
     approval_required: bool = False,
@@ -196,7 +197,7 @@ def _is_method(func: Any) -> bool:
 # --- ToolRegistry -------------------------------------------------------------------
 
 
-def _tool_tuple(tools: Iterable[ToolDef]) -> Tuple[ToolDef, ...]:
+def _tool_tuple(tools: Iterable[ToolDef]) -> tuple[ToolDef, ...]:
     if isinstance(tools, (str, bytes)) or not isinstance(tools, collections.abc.Iterable):
         raise ToolDefinitionError(f"ToolRegistry needs an iterable of ToolDef, got {tools!r}")
     items = tuple(tools)
@@ -228,10 +229,10 @@ class ToolRegistry(collections.abc.Sequence):
         ToolDefinitionError: an item is not a ToolDef, or two tools share a name.
     """
 
-    _tools: Tuple[ToolDef, ...] = attrs.field(default=(), converter=_tool_tuple, alias="tools")
+    _tools: tuple[ToolDef, ...] = attrs.field(default=(), converter=_tool_tuple, alias="tools")
 
     @classmethod
-    def from_instance(cls, obj: Any) -> "ToolRegistry":
+    def from_instance(cls, obj: Any) -> ToolRegistry:
         """The ``@tool`` methods of ``obj``'s class and its bases, bound to ``obj``.
 
         Order is definition order, bases first; a subclass attribute overrides a base's in
@@ -261,7 +262,7 @@ class ToolRegistry(collections.abc.Sequence):
         return cls(tools)
 
     @classmethod
-    def from_functions(cls, *funcs: Union[ToolDef, FuncT]) -> "ToolRegistry":
+    def from_functions(cls, *funcs: ToolDef | FuncT) -> ToolRegistry:
         """A registry of functions and ToolDefs (functions are wrapped with :func:`as_tool`).
 
         Raises:
@@ -270,15 +271,15 @@ class ToolRegistry(collections.abc.Sequence):
         return cls(as_tool(f) for f in funcs)
 
     @property
-    def names(self) -> Tuple[str, ...]:
+    def names(self) -> tuple[str, ...]:
         """The tool names, in order."""
         return tuple(t.name for t in self._tools)
 
-    def get(self, name: str, default: Optional[ToolDef] = None) -> Optional[ToolDef]:
+    def get(self, name: str, default: ToolDef | None = None) -> ToolDef | None:
         """The tool called ``name``, else ``default``."""
         return next((t for t in self._tools if t.name == name), default)
 
-    def __getitem__(self, index: Union[int, slice]) -> Union[ToolDef, "ToolRegistry"]:
+    def __getitem__(self, index: int | slice) -> ToolDef | ToolRegistry:
         if isinstance(index, slice):
             return ToolRegistry(self._tools[index])
         return self._tools[index]
@@ -298,7 +299,7 @@ class ToolRegistry(collections.abc.Sequence):
         return f"ToolRegistry({list(self.names)!r})"
 
 
-def _bound_tool(raw: Any, obj: Any) -> Optional[ToolDef]:
+def _bound_tool(raw: Any, obj: Any) -> ToolDef | None:
     """The tool a class attribute holds, bound for ``obj``; None if it holds no tool."""
     if isinstance(raw, ToolDef):
         return raw.__get__(obj, type(obj))

@@ -26,7 +26,8 @@ Pure values; thread-safe. A function guardrail's body may run on several worker 
 from __future__ import annotations
 
 import re
-from typing import Any, Callable, Dict, Iterable, Optional, Union
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 
@@ -51,32 +52,32 @@ class GuardrailResult:
 
     passed: bool
     message: str = ""
-    fixed_output: Optional[str] = None
+    fixed_output: str | None = None
 
 
 def _fail(message: str, field: str, value: Any, kind: type = AgentDefinitionError) -> Exception:
     return kind(f"Guardrail: {message}", field=field, value=value)
 
 
-def _check_name(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_name(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str) or not TOOL_NAME.fullmatch(value):
         raise _fail(f"name must be 1-64 letters, digits, '_' or '-', starting with a letter or '_', got {value!r}",
                     "name", value)
 
 
-def _check_on_fail(instance: "Guardrail", attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_on_fail(instance: Guardrail, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value not in ON_FAIL:
         raise _fail(f"on_fail must be one of {ON_FAIL}, got {value!r}", "on_fail", value)
     if value == "fix" and instance.kind != CUSTOM:
         raise _fail("on_fail='fix' needs a function guardrail (it gives the fixed output)", "on_fail", value)
 
 
-def _check_retries(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_retries(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise _fail(f"max_retries must be an int >= 1, got {value!r}", "max_retries", value)
 
 
-def _to_patterns(value: Any) -> "tuple[str, ...]":
+def _to_patterns(value: Any) -> tuple[str, ...]:
     if value is None:
         return ()
     if isinstance(value, str):
@@ -106,13 +107,13 @@ class Guardrail(ToolCheck):
     kind: str = attrs.field(validator=attrs.validators.in_((REGEX, LLM, CUSTOM)))
     on_fail: str = attrs.field(default="retry", validator=_check_on_fail, kw_only=True)
     max_retries: int = attrs.field(default=3, validator=_check_retries, kw_only=True)
-    patterns: "tuple[str, ...]" = attrs.field(default=(), converter=_to_patterns, kw_only=True)
+    patterns: tuple[str, ...] = attrs.field(default=(), converter=_to_patterns, kw_only=True)
     mode: str = attrs.field(default="block", validator=attrs.validators.in_(("block", "allow")), kw_only=True)
-    message: Optional[str] = attrs.field(default=None, kw_only=True)
-    model: Optional[str] = attrs.field(default=None, kw_only=True)
-    policy: Optional[str] = attrs.field(default=None, kw_only=True)
-    max_tokens: Optional[int] = attrs.field(default=None, kw_only=True)
-    func: Optional[Callable[[str], Any]] = attrs.field(default=None, kw_only=True, eq=False, repr=False)
+    message: str | None = attrs.field(default=None, kw_only=True)
+    model: str | None = attrs.field(default=None, kw_only=True)
+    policy: str | None = attrs.field(default=None, kw_only=True)
+    max_tokens: int | None = attrs.field(default=None, kw_only=True)
+    func: Callable[[str], Any] | None = attrs.field(default=None, kw_only=True, eq=False, repr=False)
 
     def __attrs_post_init__(self) -> None:
         if self.kind == REGEX and not self.patterns:
@@ -123,8 +124,8 @@ class Guardrail(ToolCheck):
             raise _fail(f"a function guardrail needs a callable, got {self.func!r}", "func", self.func, AgentTypeError)
 
     @classmethod
-    def regex(cls, name: str, patterns: "Union[str, Iterable[str]]", *, mode: str = "block",
-              message: Optional[str] = None, on_fail: str = "retry", max_retries: int = 3) -> "Guardrail":
+    def regex(cls, name: str, patterns: str | Iterable[str], *, mode: str = "block",
+              message: str | None = None, on_fail: str = "retry", max_retries: int = 3) -> Guardrail:
         """A check the server runs: the answer must not match (``mode="block"``) or must match
         (``"allow"``) one of ``patterns`` (JavaScript regular expressions)."""
         return cls(name, REGEX, patterns=patterns, mode=mode, message=message, on_fail=on_fail,
@@ -132,14 +133,14 @@ class Guardrail(ToolCheck):
 
     @classmethod
     def llm(cls, name: str, *, model: str, policy: str, on_fail: str = "retry", max_retries: int = 3,
-            max_tokens: Optional[int] = None) -> "Guardrail":
+            max_tokens: int | None = None) -> Guardrail:
         """A check the server runs by asking ``model`` whether the answer follows ``policy``."""
         return cls(name, LLM, model=model, policy=policy, on_fail=on_fail, max_retries=max_retries,
                    max_tokens=max_tokens)
 
     @classmethod
-    def function(cls, func: Callable[[str], Any], *, name: Optional[str] = None, on_fail: str = "retry",
-                 max_retries: int = 3) -> "Guardrail":
+    def function(cls, func: Callable[[str], Any], *, name: str | None = None, on_fail: str = "retry",
+                 max_retries: int = 3) -> Guardrail:
         """A check in Python: ``func(answer)`` returns ``True`` (passed), ``False`` or a
         :class:`GuardrailResult`. It runs as a worker task named ``name`` (default: the function's
         name), so the agent's runtime must be serving the run. An exception fails the run.
@@ -151,7 +152,7 @@ class Guardrail(ToolCheck):
                    on_fail=on_fail, max_retries=max_retries)
 
     @property
-    def worker(self) -> Optional[ToolDef]:
+    def worker(self) -> ToolDef | None:
         """The worker task that runs a function guardrail (None for the server's own checks)."""
         if self.kind != CUSTOM:
             return None
@@ -162,10 +163,10 @@ class Guardrail(ToolCheck):
             func=_Check(self.func, self.on_fail, self.name),  # type: ignore[arg-type]
         )
 
-    def to_config(self, position: str = "output") -> Dict[str, Any]:
+    def to_config(self, position: str = "output") -> dict[str, Any]:
         """The server's ``GuardrailConfig`` (``position="input"`` for a tool's guardrail: the
         server does not read it for tools, it checks their calls)."""
-        config: Dict[str, Any] = {"name": self.name, "guardrailType": self.kind, "position": position,
+        config: dict[str, Any] = {"name": self.name, "guardrailType": self.kind, "position": position,
                                   "onFail": self.on_fail, "maxRetries": self.max_retries}
         if self.kind == REGEX:
             config.update(patterns=list(self.patterns), mode=self.mode)
@@ -194,7 +195,7 @@ class _Check:
     on_fail: str
     name: str = ""
 
-    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
         content = inputs.get("content")
         if isinstance(content, list) and not content:  # a turn of tool calls: the server passes it anyway
             return {"passed": True}
@@ -205,7 +206,7 @@ class _Check:
             passed, message, fixed = bool(verdict), "", None
         if passed:
             return {"passed": True}
-        output: Dict[str, Any] = {"passed": False, "message": message or f"the answer failed the check {self.name!r}",
+        output: dict[str, Any] = {"passed": False, "message": message or f"the answer failed the check {self.name!r}",
                                   "on_fail": self.on_fail}
         if fixed is not None:
             output["fixed_output"] = fixed

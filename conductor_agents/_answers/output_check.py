@@ -28,7 +28,8 @@ Pure values; thread-safe.
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -76,7 +77,7 @@ class OutputCheck:
     #: Read by the executor: hand this check ``earlier_failures`` (a function; it reads the run's tasks).
     needs_earlier_failures = True
 
-    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
         content = inputs.get("content")
         if isinstance(content, list) and not content:  # a turn of tool calls: the server passes it anyway
             return {"passed": True}
@@ -86,7 +87,7 @@ class OutputCheck:
         turn = _turn(inputs.get("iteration"))
         earlier = 0
         if turn > 1:
-            count: Optional[Callable[[], int]] = inputs.get(EARLIER_FAILURES_INPUT)
+            count: Callable[[], int] | None = inputs.get(EARLIER_FAILURES_INPUT)
             earlier = count() if callable(count) else turn - 1
         answers = earlier + 1
         name = self.spec.output_type.__qualname__
@@ -106,7 +107,7 @@ def output_check_worker(agent_name: str, spec: OutputSpec, retries: int, max_tur
                    func=OutputCheck(spec, retries, max_turns))  # type: ignore[arg-type]
 
 
-def output_check_config(agent_name: str, max_turns: int) -> Dict[str, Any]:
+def output_check_config(agent_name: str, max_turns: int) -> dict[str, Any]:
     """The server's ``GuardrailConfig`` of the check.
 
     ``maxRetries`` is the turn limit: the server turns a ``retry`` into a ``raise`` once the loop's
@@ -117,7 +118,7 @@ def output_check_config(agent_name: str, max_turns: int) -> Dict[str, Any]:
             "maxRetries": max_turns, "taskName": name}
 
 
-def rejection_of(tasks: Sequence[Mapping[str, Any]], agent_name: str) -> Optional[Rejection]:
+def rejection_of(tasks: Sequence[Mapping[str, Any]], agent_name: str) -> Rejection | None:
     """Why the agent's run failed on its answer, from its task list: the check gave up (the answer
     it refused last), or the server's JSON mode failed the agent's model call (the model's text);
     None when neither."""
@@ -137,7 +138,7 @@ def rejection_of(tasks: Sequence[Mapping[str, Any]], agent_name: str) -> Optiona
     return None
 
 
-def _model_text(reason: Any) -> Optional[str]:
+def _model_text(reason: Any) -> str | None:
     """The model's text in the reason of a model call JSON mode failed (3.32.3: ``Task execution failed:
     {"error": <parser message>, "response": <the model's text>}``)."""
     text = str(reason or "")

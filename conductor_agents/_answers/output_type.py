@@ -17,14 +17,15 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
 from .._common import json_check as _json_check
+from .._common import structured as _structured
 from .._common.answer_text import answer_text
 from .._tooldefs import schema as _schema
-from .._common import structured as _structured
 from ..errors import AgentDefinitionError, OutputValidationError
 
 __all__ = ["FAILED_PREFIX", "OutputSpec", "Rejection", "typed_result"]
@@ -43,11 +44,11 @@ class OutputSpec:
     """The schema and converter of an output type. Immutable; thread-safe."""
 
     output_type: type
-    schema: Dict[str, Any] = attrs.field(eq=False, repr=False)
+    schema: dict[str, Any] = attrs.field(eq=False, repr=False)
     convert: Callable[[Any], Any] = attrs.field(eq=False, repr=False)
 
     @classmethod
-    def of(cls, output_type: Any) -> "OutputSpec":
+    def of(cls, output_type: Any) -> OutputSpec:
         """The spec of ``output_type``.
 
         Raises:
@@ -67,16 +68,16 @@ class OutputSpec:
                 f"{_schema._hint_name(err.hint)}{err.reason}", field="output_type", value=output_type) from None
         return cls(output_type=output_type, schema=schema, convert=convert or (lambda v: v))
 
-    def to_config(self) -> Dict[str, Any]:
+    def to_config(self) -> dict[str, Any]:
         """The server's ``outputType``."""
         return {"schema": _json_check.json_copy(self.schema), "className": self.output_type.__qualname__}
 
-    def parse(self, raw: Any) -> Tuple[Any, List[str]]:
+    def parse(self, raw: Any) -> tuple[Any, list[str]]:
         """``(instance, [])`` for a fitting answer, ``(None, problems)`` otherwise."""
         value, problem = _decoded(raw)
         if problem:
             return None, [problem]
-        problems: List[str] = []
+        problems: list[str] = []
         checked = _json_check.check_value(self.schema, value, "", problems)
         if problems:
             return None, [_as_field(p) for p in problems]
@@ -86,7 +87,7 @@ class OutputSpec:
             return None, [f"{type(err).__name__}: {err}"]
 
 
-def _decoded(raw: Any) -> Tuple[Any, Optional[str]]:
+def _decoded(raw: Any) -> tuple[Any, str | None]:
     """The answer as a JSON value, or a problem."""
     if isinstance(raw, Mapping):
         return dict(raw), None
@@ -109,7 +110,7 @@ def _as_field(problem: str) -> str:
     return problem.replace("field ''", "the answer")
 
 
-def raw_text(raw: Any) -> Optional[str]:
+def raw_text(raw: Any) -> str | None:
     """The answer as text (an object the server parsed is shown as JSON)."""
     return None if raw is None else answer_text(raw)
 
@@ -128,7 +129,7 @@ class Rejection:
     answers: int = 1
 
 
-def typed_result(result: Any, spec: Optional[OutputSpec], rejection: Optional[Rejection] = None) -> Any:
+def typed_result(result: Any, spec: OutputSpec | None, rejection: Rejection | None = None) -> Any:
     """``result`` (an AgentResult) with its ``output`` an instance of the output type.
 
     A COMPLETED run's answer is checked. A FAILED run whose answer was refused (``rejection``, from
@@ -156,7 +157,7 @@ def typed_result(result: Any, spec: Optional[OutputSpec], rejection: Optional[Re
         problems=tuple(problems), result=result)
 
 
-def _shown(text: Optional[str]) -> Optional[str]:
+def _shown(text: str | None) -> str | None:
     return text if text is None or len(text) <= 300 else text[:300] + "..."
 
 

@@ -12,7 +12,8 @@ Pure functions; thread-safe.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["answer_text"]
 

@@ -30,7 +30,7 @@ class ForkAware(Protocol):
     def _after_fork_in_child(self) -> None: ...
 
 
-_live: "weakref.WeakSet[ForkAware]" = weakref.WeakSet()
+_live: weakref.WeakSet[ForkAware] = weakref.WeakSet()
 
 
 def rebuild_after_fork(obj: ForkAware) -> None:

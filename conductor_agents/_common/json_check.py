@@ -11,7 +11,8 @@ from __future__ import annotations
 import collections.abc
 import enum
 import json
-from typing import Any, Dict, List, Mapping, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["check_arguments", "check_value", "describe", "is_valid", "json_copy", "json_type", "json_strings_restored"]
 
@@ -104,7 +105,7 @@ def _type_matches(kind: str, value: Any) -> bool:
     return json_type(value) == kind
 
 
-def _types(schema: Mapping[str, Any]) -> List[str]:
+def _types(schema: Mapping[str, Any]) -> list[str]:
     kinds = schema.get("type", [])
     return [kinds] if isinstance(kinds, str) else list(kinds)
 
@@ -121,12 +122,12 @@ def _join(path: str, key: Any) -> str:
 
 def is_valid(schema: Mapping[str, Any], value: Any) -> bool:
     """Whether ``value`` matches ``schema``."""
-    problems: List[str] = []
+    problems: list[str] = []
     check_value(schema, value, "", problems)
     return not problems
 
 
-def check_value(schema: Mapping[str, Any], value: Any, path: str, problems: List[str]) -> Any:
+def check_value(schema: Mapping[str, Any], value: Any, path: str, problems: list[str]) -> Any:
     """Check ``value`` against ``schema``; append problems (naming ``path``); return the value.
 
     The returned value is normalised: a whole ``float`` given for an ``integer`` becomes ``int``.
@@ -136,7 +137,7 @@ def check_value(schema: Mapping[str, Any], value: Any, path: str, problems: List
     if branches:
         results = []
         for branch in branches:
-            branch_problems: List[str] = []
+            branch_problems: list[str] = []
             checked = check_value(branch, value, path, branch_problems)
             if not branch_problems:
                 return checked
@@ -168,11 +169,11 @@ def check_value(schema: Mapping[str, Any], value: Any, path: str, problems: List
 
 
 def _check_object(
-    schema: Mapping[str, Any], value: Mapping[str, Any], path: str, problems: List[str]
-) -> Dict[str, Any]:
+    schema: Mapping[str, Any], value: Mapping[str, Any], path: str, problems: list[str]
+) -> dict[str, Any]:
     properties = schema.get("properties") or {}
     extra = schema.get("additionalProperties", True)
-    out: Dict[str, Any] = {}
+    out: dict[str, Any] = {}
     for key in schema.get("required") or ():
         if key not in value:
             expected = describe(properties.get(key, {}))
@@ -192,7 +193,7 @@ def _check_object(
 
 def check_arguments(
     schema: Mapping[str, Any], arguments: Mapping[str, Any]
-) -> Tuple[Dict[str, Any], List[str]]:
+) -> tuple[dict[str, Any], list[str]]:
     """Check a tool call's arguments against its (object) input schema.
 
     A ``null`` given for an optional argument that does not accept ``null`` is dropped, so the
@@ -213,7 +214,7 @@ def check_arguments(
             and not is_valid(properties[key], None)
         )
     }
-    problems: List[str] = []
+    problems: list[str] = []
     values = _check_object(schema, kept, "", problems)
     return values, problems
 

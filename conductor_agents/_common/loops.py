@@ -12,7 +12,8 @@ loop does.
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["BackgroundLoop", "THREAD_PREFIX"]
 
@@ -42,9 +43,9 @@ class BackgroundLoop:
     """
 
     def __init__(self, role: str, body: Callable[[], Any], *, daemon: bool,
-                 stop: Optional[threading.Event] = None, wake: Optional[threading.Event] = None,
-                 on_crash: Optional[Callable[[BaseException], Any]] = None,
-                 on_exit: Optional[Callable[[], Any]] = None) -> None:
+                 stop: threading.Event | None = None, wake: threading.Event | None = None,
+                 on_crash: Callable[[BaseException], Any] | None = None,
+                 on_exit: Callable[[], Any] | None = None) -> None:
         #: The thread's name: ``conductor-agents-<role>``.
         self.name = THREAD_PREFIX + role
         self._body = body
@@ -55,12 +56,12 @@ class BackgroundLoop:
         self._lock = threading.Lock()
         self._started = False
         #: The error that ended the body, if one did.
-        self.error: Optional[BaseException] = None
+        self.error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=self.name, daemon=daemon)
 
     @classmethod
     def every(cls, role: str, interval: float, step: Callable[[], Any], *, daemon: bool,
-              stop: Optional[threading.Event] = None, **kwargs: Any) -> "BackgroundLoop":
+              stop: threading.Event | None = None, **kwargs: Any) -> BackgroundLoop:
         """A loop that calls ``step()`` every ``interval`` seconds until stopped, or until ``step``
         returns True (it has nothing left to do). The first call comes one interval after start."""
         stop = stop if stop is not None else threading.Event()

@@ -14,7 +14,8 @@ Pure values and functions; thread-safe.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterable, Mapping, Optional, Tuple
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from ..errors import MissingSecretError
 
@@ -28,7 +29,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _MIN_REDACTED_LENGTH = 4
 
 
-def check_credential_names(value: Any, *, what: str, error: type) -> Tuple[str, ...]:
+def check_credential_names(value: Any, *, what: str, error: type) -> tuple[str, ...]:
     """``value`` (names of secrets) as a tuple of unique names, in order.
 
     Raises:
@@ -56,12 +57,12 @@ class SecretValues:
 
     __slots__ = ("_values", "_declared")
 
-    def __init__(self, values: Optional[Mapping[str, Any]] = None, declared: Iterable[str] = ()) -> None:
+    def __init__(self, values: Mapping[str, Any] | None = None, declared: Iterable[str] = ()) -> None:
         self._values = {str(k): str(v) for k, v in (values or {}).items() if v is not None}
         self._declared = tuple(dict.fromkeys([*declared, *self._values]))
 
     @classmethod
-    def of_task(cls, task: Mapping[str, Any]) -> "SecretValues":
+    def of_task(cls, task: Mapping[str, Any]) -> SecretValues:
         """The secrets of a polled task (its ``runtimeMetadata``, its definition's declared names)."""
         delivered = task.get("runtimeMetadata")
         definition = task.get("taskDefinition")
@@ -70,7 +71,7 @@ class SecretValues:
                    [str(n) for n in declared] if isinstance(declared, list) else ())
 
     @property
-    def names(self) -> Tuple[str, ...]:
+    def names(self) -> tuple[str, ...]:
         """The names of the secrets delivered."""
         return tuple(self._values)
 

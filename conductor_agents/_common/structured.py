@@ -18,7 +18,8 @@ import enum
 import inspect
 import threading
 import typing
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
@@ -27,7 +28,7 @@ from .json_check import json_copy
 __all__ = ["CycleError", "StructuredError", "is_structured", "jsonable", "structured_schema"]
 
 Converter = Callable[[Any], Any]
-Describe = Callable[[Any], Tuple[Dict[str, Any], Optional[Converter]]]
+Describe = Callable[[Any], tuple[dict[str, Any], Converter | None]]
 _MISSING = object()  # a required field
 _ABSENT = object()  # an optional field without a default (a TypedDict key that may be left out)
 _WRAPPERS = tuple(w for w in (getattr(typing, "Required", None), getattr(typing, "NotRequired", None)) if w)
@@ -36,7 +37,7 @@ _WRAPPERS = tuple(w for w in (getattr(typing, "Required", None), getattr(typing,
 _local = threading.local()
 
 
-def _describing() -> "set[type]":
+def _describing() -> set[type]:
     """The classes being described on this thread (a recursion guard)."""
     active = getattr(_local, "active", None)
     if active is None:
@@ -65,7 +66,7 @@ def is_structured(hint: Any) -> bool:
             or is_named_tuple(hint) or is_pydantic_model(hint))
 
 
-def structured_schema(hint: type, describe: Describe) -> Tuple[Dict[str, Any], Converter]:
+def structured_schema(hint: type, describe: Describe) -> tuple[dict[str, Any], Converter]:
     """The object schema of a structured class and the converter from JSON to an instance.
 
     ``describe`` describes each field's hint (raising for unsupported ones); a class that
@@ -82,9 +83,9 @@ def structured_schema(hint: type, describe: Describe) -> Tuple[Dict[str, Any], C
     active.add(hint)
     try:
         fields = _fields(hint)
-        properties: Dict[str, Any] = {}
-        required: List[str] = []
-        converters: Dict[str, Converter] = {}
+        properties: dict[str, Any] = {}
+        required: list[str] = []
+        converters: dict[str, Converter] = {}
         for name, field_hint, default in fields:
             schema, converter = describe(field_hint)
             if default is _MISSING:
@@ -106,7 +107,7 @@ def structured_schema(hint: type, describe: Describe) -> Tuple[Dict[str, Any], C
     return schema, _builder(hint, converters)
 
 
-def _fields(hint: type) -> "list[tuple[str, Any, Any]]":
+def _fields(hint: type) -> list[tuple[str, Any, Any]]:
     """``(name, hint, default or _MISSING)`` of each field a JSON object sets."""
     try:
         hints = typing.get_type_hints(hint, include_extras=True)
@@ -142,7 +143,7 @@ def _fields(hint: type) -> "list[tuple[str, Any, Any]]":
     return out
 
 
-def _attrs_default(field: "attrs.Attribute[Any]") -> Any:
+def _attrs_default(field: attrs.Attribute[Any]) -> Any:
     default = field.default
     if default is attrs.NOTHING:
         return _MISSING
@@ -151,7 +152,7 @@ def _attrs_default(field: "attrs.Attribute[Any]") -> Any:
     return default
 
 
-def _unwrap_required(hint: Any, required: bool) -> "tuple[bool, Any]":
+def _unwrap_required(hint: Any, required: bool) -> tuple[bool, Any]:
     while _WRAPPERS and typing.get_origin(hint) in _WRAPPERS:
         required = typing.get_origin(hint) is getattr(typing, "Required", None)
         hint = typing.get_args(hint)[0]
@@ -170,7 +171,7 @@ def _builder(hint: type, converters: Mapping[str, Converter]) -> Converter:
     return build
 
 
-def _class_summary(hint: type) -> Optional[str]:
+def _class_summary(hint: type) -> str | None:
     doc = inspect.getdoc(hint)
     if not doc or doc.startswith(f"{hint.__name__}("):  # the generated docstring of a dataclass/NamedTuple
         return None
@@ -182,7 +183,7 @@ def _class_summary(hint: type) -> Optional[str]:
 # --- pydantic ---------------------------------------------------------------------------
 
 
-def _pydantic_schema(model: Any) -> Dict[str, Any]:
+def _pydantic_schema(model: Any) -> dict[str, Any]:
     """The model's JSON schema with every ``$ref`` inlined (a tool's parameter schema has no ``$defs``)."""
     try:
         schema = model.model_json_schema()
@@ -192,7 +193,7 @@ def _pydantic_schema(model: Any) -> Dict[str, Any]:
     return _inline(schema, defs, ())
 
 
-def _inline(node: Any, defs: Mapping[str, Any], trail: "tuple[str, ...]", in_properties: bool = False) -> Any:
+def _inline(node: Any, defs: Mapping[str, Any], trail: tuple[str, ...], in_properties: bool = False) -> Any:
     if isinstance(node, list):
         return [_inline(item, defs, trail) for item in node]
     if not isinstance(node, dict):
@@ -234,7 +235,7 @@ def jsonable(value: Any) -> Any:
     return _jsonable(value, set())
 
 
-def _jsonable(value: Any, active: "set[int]") -> Any:
+def _jsonable(value: Any, active: set[int]) -> Any:
     if isinstance(value, enum.Enum):
         return _jsonable(value.value, active)
     if isinstance(value, (str, int, float, bool)) or value is None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from typing import Optional
 
 from ..errors import AgentDefinitionError
 
@@ -73,7 +72,7 @@ def server_ref(agent_name: str) -> str:
     return re.sub(r"[^A-Za-z0-9_]", "_", agent_name)
 
 
-def _made(agent_name: str, suffix: str, field: str, keep: Optional[int] = None) -> str:
+def _made(agent_name: str, suffix: str, field: str, keep: int | None = None) -> str:
     """``<agent name><suffix>``, or for a name too long for a task (64 characters) its first ``keep``
     characters (default: as many as fit), ``_``, a hash of the whole name and the suffix (the same each time).
 

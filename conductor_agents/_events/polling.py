@@ -18,7 +18,8 @@ across polls (``task:<taskId>:<kind>``, ``run:<status>``), so each is reported o
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 from .._common.task_names import INTERNAL_TASK_TYPES, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
 from ..events import (
@@ -44,14 +45,14 @@ _SYSTEM_TYPES = frozenset({
 _FAILED = frozenset({"FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT"})
 _RUN_FAILED = frozenset({"TERMINATED", "FAILED", "TIMED_OUT"})
 
-_Keyed = Tuple[Tuple[float, int, int], AgentEvent]
+_Keyed = tuple[tuple[float, int, int], AgentEvent]
 
 
 def _ms(value: Any) -> float:
     return float(value) if isinstance(value, (int, float)) and value > 0 else 0.0
 
 
-def _seconds(ms: float) -> "float | None":
+def _seconds(ms: float) -> float | None:
     return ms / 1000.0 if ms > 0 else None
 
 
@@ -89,9 +90,9 @@ class TaskEvents:
         self._api = api
         self._execution_id = execution_id
         self._offset = 0
-        self._settled: List[_Keyed] = []
+        self._settled: list[_Keyed] = []
 
-    def read(self) -> "tuple[dict, list[AgentEvent]]":
+    def read(self) -> tuple[dict, list[AgentEvent]]:
         """The run's status and output (``GET /workflow/{id}/status``; its end, once it ended) and every
         event its tasks imply, oldest first."""
         status = dict(self._api.workflow_status(self._execution_id, include_output=True))
@@ -99,7 +100,7 @@ class TaskEvents:
             detail = self._api.agent_status(self._execution_id, timeout=10.0)
             for key in ("reasonForIncompletion", "endTime"):
                 status.setdefault(key, detail.get(key))
-        fresh: List[Mapping[str, Any]] = []
+        fresh: list[Mapping[str, Any]] = []
         start = self._offset
         while True:
             page = self._api.workflow_tasks(self._execution_id, start=start, count=self.PAGE)
@@ -107,7 +108,7 @@ class TaskEvents:
             start += len(page.tasks)
             if len(page.tasks) < self.PAGE or start >= page.total:
                 break
-        keyed: List[_Keyed] = []
+        keyed: list[_Keyed] = []
         settling = True
         for task in fresh:
             events = _task_events(task, self._execution_id)
@@ -137,7 +138,7 @@ def tool_result_value(task: Mapping[str, Any]) -> Any:
     return dict(output) if isinstance(output, Mapping) else output
 
 
-def _task_events(task: Mapping[str, Any], execution_id: str) -> List[_Keyed]:
+def _task_events(task: Mapping[str, Any], execution_id: str) -> list[_Keyed]:
     task_id = str(task.get("taskId") or "")
     ref = str(task.get("referenceTaskName") or "")
     task_type = str(task.get("taskType") or "")
@@ -149,7 +150,7 @@ def _task_events(task: Mapping[str, Any], execution_id: str) -> List[_Keyed]:
         return {"execution_id": execution_id, "id": f"task:{task_id}:{kind}", "timestamp": _seconds(at),
                 "source": SOURCE_POLL}
 
-    out: List[_Keyed] = []
+    out: list[_Keyed] = []
     if task_type == MODEL_TASK_TYPE:
         out.append(((scheduled, seq, 0), ThinkingEvent(**common("thinking", scheduled), task_reference_name=ref)))
     elif task_type == MESSAGE_WAIT_TASK_TYPE:
@@ -183,16 +184,16 @@ def human_pending_tool(task: Mapping[str, Any]) -> dict:
     return pending
 
 
-def events_from_workflow(workflow: Mapping[str, Any], execution_id: str) -> "list[AgentEvent]":
+def events_from_workflow(workflow: Mapping[str, Any], execution_id: str) -> list[AgentEvent]:
     """Every event the run's current state implies, oldest first."""
-    keyed: List[_Keyed] = []
+    keyed: list[_Keyed] = []
     for task in workflow.get("tasks") or ():
         if isinstance(task, Mapping):
             keyed.extend(_task_events(task, execution_id))
     return _in_order(keyed, workflow, execution_id)
 
 
-def _in_order(keyed: List[_Keyed], workflow: Mapping[str, Any], execution_id: str) -> "list[AgentEvent]":
+def _in_order(keyed: list[_Keyed], workflow: Mapping[str, Any], execution_id: str) -> list[AgentEvent]:
     keyed = sorted(keyed, key=lambda pair: pair[0])
     events = [event for _, event in keyed]
     status = str(workflow.get("status") or "")

@@ -40,17 +40,18 @@ import json
 import logging
 import queue
 import threading
-from typing import Any, Callable, Deque, Hashable, Iterator, Optional, Set, Tuple
+from collections.abc import Callable, Hashable, Iterator
+from typing import Any
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._common.transient import TransientErrors
-from .polling import TaskEvents
 from .._wire.sse import SseDecoder, SseMessage
 from .._wire.transport import ByteStream, HttpError
 from ..errors import ExecutionNotFoundError, ServerUnavailableError, WaitTimeoutError
 from ..events import AgentEvent, event_from_sse
 from ..result import RunStatus
+from .polling import TaskEvents
 
 __all__ = ["EventStream", "signature"]
 
@@ -111,13 +112,13 @@ class _Reader:
         self._max_reconnects = max_reconnects
         self._stop = threading.Event()
         self._lock = threading.Lock()
-        self._stream: Optional[ByteStream] = None
-        self._seen: Set[Tuple[str, str, Any]] = set()
-        self._seen_order: Deque[Tuple[str, str, Any]] = collections.deque()
-        self._delivered: "collections.Counter[Hashable]" = collections.Counter()
+        self._stream: ByteStream | None = None
+        self._seen: set[tuple[str, str, Any]] = set()
+        self._seen_order: collections.deque[tuple[str, str, Any]] = collections.deque()
+        self._delivered: collections.Counter[Hashable] = collections.Counter()
         self._delivered_lock = threading.Lock()  # the quiet watch reads what the reader delivered
-        self._last_numeric: Optional[int] = None
-        self._retry_seconds: Optional[float] = None
+        self._last_numeric: int | None = None
+        self._retry_seconds: float | None = None
         self._got_event = False
         self._activity = threading.Event()  # set by the reader on every chunk; the quiet watch clears it
         self._ended_quietly = False
@@ -241,7 +242,7 @@ class _Reader:
     def _watch_quiet(self, stream: ByteStream, done: threading.Event) -> None:
         """While the connection is open: check a quiet stream against the task list; cut it when partial."""
         self._activity.clear()
-        still_missing: "collections.Counter[Hashable]" = collections.Counter()
+        still_missing: collections.Counter[Hashable] = collections.Counter()
         checks = 0
         while not done.wait(self._idle_check) and not self._stop.is_set():
             if self._activity.is_set():
@@ -260,7 +261,7 @@ class _Reader:
             stream.abort()
             return
 
-    def _compare_with_task_list(self) -> "Tuple[Optional[str], collections.Counter[Hashable]]":
+    def _compare_with_task_list(self) -> tuple[str | None, collections.Counter[Hashable]]:
         """Why the stream is partial (None when it may not be), and the events it has not delivered."""
         read = self._task_list(logging.DEBUG, "checking the quiet stream of %s failed: %s")
         if read is None:
@@ -268,7 +269,7 @@ class _Reader:
         workflow, events = read
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return "ended but its stream did not say so", collections.Counter()
-        missing: "collections.Counter[Hashable]" = collections.Counter()
+        missing: collections.Counter[Hashable] = collections.Counter()
         for event, delivered in self._against_delivered(events):
             if not delivered:
                 missing[signature(event)] += 1
@@ -276,7 +277,7 @@ class _Reader:
                 return "misses events another server node emitted (a load balancer in front)", missing
         return None, missing
 
-    def _task_list(self, level: int, failure: str) -> "Optional[tuple[dict, list]]":
+    def _task_list(self, level: int, failure: str) -> tuple[dict, list] | None:
         """The run's status and the events of its tasks (read incrementally), or None (logged at
         ``level`` with ``failure``) when unreadable."""
         try:
@@ -285,7 +286,7 @@ class _Reader:
             log.log(level, failure, self._execution_id, err)
             return None
 
-    def _against_delivered(self, events: "list[AgentEvent]") -> "Iterator[Tuple[AgentEvent, bool]]":
+    def _against_delivered(self, events: list[AgentEvent]) -> Iterator[tuple[AgentEvent, bool]]:
         """The run's events in order, each with whether the stream delivered it (counted by signature)."""
         with self._delivered_lock:
             delivered = collections.Counter(self._delivered)
@@ -316,7 +317,7 @@ class _Reader:
         decoder.close()
         return _DROPPED
 
-    def _on_message(self, message: SseMessage) -> Optional[str]:
+    def _on_message(self, message: SseMessage) -> str | None:
         numeric = int(message.id) if message.id.isdigit() else None
         if numeric is not None:
             expected = (self._last_numeric or 0) + 1
@@ -360,7 +361,7 @@ class _Reader:
                 self._delivered[signature(event)] += 1
             self._emit(event)
 
-    def _remember(self, key: Tuple[str, str, Any]) -> None:
+    def _remember(self, key: tuple[str, str, Any]) -> None:
         self._seen.add(key)
         self._seen_order.append(key)
         if len(self._seen_order) > _SEEN_LIMIT:
@@ -368,7 +369,7 @@ class _Reader:
 
     # -- status and polling -----------------------------------------------------------
 
-    def _status(self) -> Optional[dict]:
+    def _status(self) -> dict | None:
         budget = TransientErrors(self._max_transient)
         while not self._stopped():
             try:
@@ -382,7 +383,7 @@ class _Reader:
     def _poll(self) -> bool:
         """Deliver the events rebuilt from the task list until the run's last one (True) or a stop."""
         self.mode = "poll"
-        emitted: Set[str] = set()
+        emitted: set[str] = set()
         budget = TransientErrors(self._max_transient)
         while not self._stopped():
             try:
@@ -436,7 +437,7 @@ class EventStream:
         self._timeout = float(timeout)
         self._clock = clock
         self._deadline = clock.monotonic() + self._timeout
-        self._queue: "queue.Queue[Any]" = queue.Queue()
+        self._queue: queue.Queue[Any] = queue.Queue()
         self._lock = threading.Lock()
         self._closed = False
         self._started = False
@@ -447,7 +448,7 @@ class EventStream:
         # close() stops it (it cuts the connection) and joins it.
         self._thread = BackgroundLoop(f"events-{execution_id}", self._reader.run, daemon=True)
         self._observer = observer
-        self._unsubscribe: Optional[Callable[[], None]] = None
+        self._unsubscribe: Callable[[], None] | None = None
         if observer is not None:
             observer.register_stream(self)
             self._unsubscribe = observer.subscribe(execution_id, self._queue.put)
@@ -466,7 +467,7 @@ class EventStream:
         """The id of the last event the server's stream delivered (``""`` before any)."""
         return self._reader.last_event_id
 
-    def __iter__(self) -> "EventStream":
+    def __iter__(self) -> EventStream:
         return self
 
     def __next__(self) -> AgentEvent:
@@ -517,7 +518,7 @@ class EventStream:
         if started and not self._thread.is_current() and not self._thread.join(5.0):
             log.warning("the event reader of %s did not stop within 5s", self.execution_id)
 
-    def __enter__(self) -> "EventStream":
+    def __enter__(self) -> EventStream:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -19,7 +19,6 @@ a process is measured once (one full read after a few turns) and the figure kept
 from __future__ import annotations
 
 import threading
-from typing import Dict, Optional
 
 import attrs
 
@@ -48,10 +47,10 @@ class SizeModel:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._per_task: Dict[str, float] = {}  # agent key -> measured bytes per task
+        self._per_task: dict[str, float] = {}  # agent key -> measured bytes per task
         # Agent keys whose measurement one run is taking now: the others of the agent wait for it (a process
         # serving many listeners of one agent read every one of them whole, the heaviest read there is).
-        self._measuring: "set[str]" = set()
+        self._measuring: set[str] = set()
 
     def estimate(self, agent_key: str, size: RunSize) -> int:
         """The estimated stored size of a run of the agent ``agent_key``."""
@@ -73,7 +72,7 @@ class SizeModel:
         with self._lock:
             self._measuring.discard(agent_key)
 
-    def measured(self, agent_key: str, size: RunSize, actual_bytes: int) -> Optional[float]:
+    def measured(self, agent_key: str, size: RunSize, actual_bytes: int) -> float | None:
         """Learn from a full read: the agent's bytes per task (returned), never below a sane floor."""
         if size.tasks <= 0:
             self.measurement_failed(agent_key)

@@ -12,18 +12,19 @@ to the run that holds the request (see ``docs/humans.md``).
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, List, Mapping, Optional
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from .._common.clock import Clock
-from .directory import Chain, ChainDirectory
-from .following import is_running, live_links
-from .signals import post_signal
-from .sending import send_to_listener
 from .._people import approvals
 from .._people.pending import HumanAnswer, PendingRequest
 from .._wire.api import ConductorApi
 from ..errors import AgentTypeError, AnswerConflictError, ExecutionNotFoundError, ExecutionNotRunningError
 from ..settings import AgentSettings
+from .directory import Chain, ChainDirectory
+from .following import is_running, live_links
+from .sending import send_to_listener
+from .signals import post_signal
 
 __all__ = ["RunsById", "check_signal", "people_runs"]
 
@@ -38,8 +39,8 @@ def check_signal(text: object) -> str:
     return text
 
 
-def people_runs(api: ConductorApi, directory: ChainDirectory, execution_id: str, chain: Optional[Chain] = None, *,
-                request: "Optional[PendingRequest | str]" = None) -> "tuple[str, ...]":
+def people_runs(api: ConductorApi, directory: ChainDirectory, execution_id: str, chain: Chain | None = None, *,
+                request: PendingRequest | str | None = None) -> tuple[str, ...]:
     """The runs of the listener ``execution_id`` names that may hold a request for a person, oldest
     first; the last is its current run.
 
@@ -52,7 +53,7 @@ def people_runs(api: ConductorApi, directory: ChainDirectory, execution_id: str,
     if not chain.continuable:
         return (execution_id,)
     newest = directory.refresh(chain)
-    runs: List[str] = [newest.execution_id]
+    runs: list[str] = [newest.execution_id]
     if newest.number > 0:
         previous = chain.link(newest.number - 1).execution_id
         if request is not None or is_running(api, previous):
@@ -86,7 +87,7 @@ class RunsById:
                                 switch_wait=self._settings.switch_wait_seconds, clock=self._clock, pause=pause,
                                 on_accepted=self._directory.note_accepted)
 
-    def signal(self, execution_id: str, text: str, *, chain: Optional[Chain] = None,
+    def signal(self, execution_id: str, text: str, *, chain: Chain | None = None,
                pause: Callable[[float], Any]) -> None:
         """Set the standing signal of the listener ``execution_id`` names: its current run, and the run
         before while a switch drains it (the switch carries the signal over too: see :mod:`.signals`).
@@ -95,7 +96,7 @@ class RunsById:
             ExecutionNotRunningError: no run of it is running.
         """
         chain = self._directory.chain(execution_id) if chain is None else chain
-        posted: "set[str]" = set()
+        posted: set[str] = set()
         reached = False
         for _ in range(3):  # a switch that began meanwhile copies the old run's signal: reach its new run too
             links = [link for link in live_links(self._api, self._directory, chain)
@@ -109,7 +110,7 @@ class RunsById:
             raise ExecutionNotRunningError(f"execution {execution_id!r} is not running; a signal cannot reach it",
                                            execution_id=execution_id)
 
-    def pending(self, execution_id: str, *, chain: Optional[Chain] = None) -> "tuple[PendingRequest, ...]":
+    def pending(self, execution_id: str, *, chain: Chain | None = None) -> tuple[PendingRequest, ...]:
         """What the listener ``execution_id`` names waits on, each request named by the listener's id."""
         chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain)
@@ -119,11 +120,11 @@ class RunsById:
         listener_id = self._directory.anchor(chain).execution_id
         return tuple(request.known_as(listener_id) for request in found)
 
-    def pending_of_agent(self, agent_name: str) -> "tuple[PendingRequest, ...]":
+    def pending_of_agent(self, agent_name: str) -> tuple[PendingRequest, ...]:
         """What every running run of agent ``agent_name`` waits on, each request named by the id callers
         hold for its listener (one status read per listener, once per process, and one poll-data read)."""
         found = approvals.pending_of_agent(self._api, agent_name)
-        listener_ids: "dict[str, str]" = {}
+        listener_ids: dict[str, str] = {}
         for request in found:
             if request.held_in not in listener_ids:
                 try:
@@ -133,24 +134,24 @@ class RunsById:
                     listener_ids[request.held_in] = request.held_in  # ended since: named by its own run
         return tuple(request.known_as(listener_ids[request.held_in]) for request in found)
 
-    def approve(self, execution_id: str, *, chain: Optional[Chain] = None, reason: Optional[str],
-                by: Optional[str], request: "Optional[PendingRequest | str]", timeout: float) -> HumanAnswer:
+    def approve(self, execution_id: str, *, chain: Chain | None = None, reason: str | None,
+                by: str | None, request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
         chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
         with self._named(chain) as named:
             return named(approvals.approve(self._api, current, reason=reason, by=by, request=request,
                                            timeout=timeout, clock=self._clock, earlier=earlier))
 
-    def reject(self, execution_id: str, reason: str, *, chain: Optional[Chain] = None, by: Optional[str],
-               request: "Optional[PendingRequest | str]", timeout: float) -> HumanAnswer:
+    def reject(self, execution_id: str, reason: str, *, chain: Chain | None = None, by: str | None,
+               request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
         chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
         with self._named(chain) as named:
             return named(approvals.reject(self._api, current, reason, by=by, request=request, timeout=timeout,
                                           clock=self._clock, earlier=earlier))
 
-    def respond(self, execution_id: str, answer: Any, *, chain: Optional[Chain] = None, by: Optional[str],
-                request: "Optional[PendingRequest | str]", timeout: float) -> HumanAnswer:
+    def respond(self, execution_id: str, answer: Any, *, chain: Chain | None = None, by: str | None,
+                request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
         chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
         with self._named(chain) as named:
@@ -158,7 +159,7 @@ class RunsById:
                                            clock=self._clock, earlier=earlier))
 
     @contextlib.contextmanager
-    def _named(self, chain: Chain) -> "Iterator[Callable[[HumanAnswer], HumanAnswer]]":
+    def _named(self, chain: Chain) -> Iterator[Callable[[HumanAnswer], HumanAnswer]]:
         """Names an answer (and a conflict's winner) by the id callers hold for the listener ``chain`` is."""
         def named(answer: HumanAnswer) -> HumanAnswer:
             if not chain.continuable:

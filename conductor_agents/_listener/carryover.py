@@ -20,13 +20,14 @@ Every process computes the same record from the same final state; the first one 
 from __future__ import annotations
 
 import json
-from typing import Any, Iterable, List, Mapping, Optional, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
+from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
 from ..continuation import CarryOver, Continuation
 from ..result import TokenUsage
-from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
 
 __all__ = ["CommitRecord", "PENDING_CLOSE", "PENDING_OPEN", "build_record", "pulled_message_ids"]
 
@@ -51,8 +52,8 @@ class CommitRecord:
     text: str
     previous: str  # the execution id of the link that was continued
     link: int  # the new link's number
-    pulled: "tuple[str, ...]" = ()
-    pending: "tuple[dict, ...]" = ()
+    pulled: tuple[str, ...] = ()
+    pending: tuple[dict, ...] = ()
     turns: int = 0  # model turns of every link up to and including the continued one
     messages: int = 0  # messages pulled by every link up to and including the continued one
     record: str = ""  # the compact record, carried forward
@@ -73,7 +74,7 @@ class CommitRecord:
         }
 
     @classmethod
-    def from_output(cls, output: Optional[Mapping[str, Any]]) -> Optional["CommitRecord"]:
+    def from_output(cls, output: Mapping[str, Any] | None) -> CommitRecord | None:
         """The record in a carry task's output, or None when it holds none (not ours, or garbled)."""
         data = (output or {}).get(_RECORD_KEY)
         if not isinstance(data, Mapping) or data.get("v") != _VERSION:
@@ -91,13 +92,13 @@ class CommitRecord:
             return None
 
 
-def _envelopes(output: Any) -> List[dict]:
+def _envelopes(output: Any) -> list[dict]:
     if not isinstance(output, Mapping) or not isinstance(output.get("messages"), list):
         return []
     return [m for m in output["messages"] if isinstance(m, dict) and m.get("id")]
 
 
-def pulled_message_ids(variables: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]]) -> "list[str]":
+def pulled_message_ids(variables: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]]) -> list[str]:
     """Every message id a run pulled: its tool-results digest (the results up to its last turn) and
     the wait-for-message tasks among ``tasks`` (the ones after it)."""
     seen: dict = {}
@@ -142,7 +143,7 @@ def _result_text(name: Any, output: Any) -> str:
     return f"{name} -> {_dump(output)}"
 
 
-def _items_of_message(message: Mapping[str, Any]) -> List[dict]:
+def _items_of_message(message: Mapping[str, Any]) -> list[dict]:
     role = message.get("role")
     calls = message.get("toolCalls") or ()
     if role == "tool_call":
@@ -164,7 +165,7 @@ def _items_of_message(message: Mapping[str, Any]) -> List[dict]:
     return []  # system (the instructions, an earlier carry-over) and user (the prompt, the digest)
 
 
-def conversation(last_llm: Optional[Mapping[str, Any]]) -> List[dict]:
+def conversation(last_llm: Mapping[str, Any] | None) -> list[dict]:
     """The conversation items of a run up to and including its last model turn.
 
     The server writes the whole conversation so far into every model call's input (``messages``);
@@ -172,7 +173,7 @@ def conversation(last_llm: Optional[Mapping[str, Any]]) -> List[dict]:
     """
     if last_llm is None:
         return []
-    items: List[dict] = []
+    items: list[dict] = []
     for message in (last_llm.get("inputData") or {}).get("messages") or ():
         if isinstance(message, Mapping):
             items.extend(_items_of_message(message))
@@ -186,10 +187,10 @@ def conversation(last_llm: Optional[Mapping[str, Any]]) -> List[dict]:
     return items
 
 
-def pending_messages(last_llm: Optional[Mapping[str, Any]], tail: Sequence[Mapping[str, Any]]) -> "list[dict]":
+def pending_messages(last_llm: Mapping[str, Any] | None, tail: Sequence[Mapping[str, Any]]) -> list[dict]:
     """Messages pulled after the run's last finished model turn: no model saw them."""
     after = int(last_llm.get("seq") or 0) if last_llm is not None else -1
-    pending: List[dict] = []
+    pending: list[dict] = []
     for task in sorted(tail, key=lambda t: int(t.get("seq") or 0)):
         if task.get("taskType") == _PULL and task.get("status") == "COMPLETED" and int(task.get("seq") or 0) > after:
             pending.extend(_envelopes(task.get("outputData")))
@@ -211,7 +212,7 @@ def _record_lines(record: str, items: Sequence[Mapping[str, Any]], limit: int) -
         if len(text) > _LINE_CHARS:
             text = text[: _LINE_CHARS - 1] + "…"
         lines.append(f"- [{item.get('role')}] {text}")
-    kept: List[str] = []
+    kept: list[str] = []
     size = 0
     for line in reversed(lines):
         if size + len(line) + 1 > limit:
@@ -254,11 +255,11 @@ def build_record(
     prompt: str,
     previous_id: str,
     new_link: int,
-    earlier: Optional[CommitRecord],
-    last_llm: Optional[Mapping[str, Any]],
+    earlier: CommitRecord | None,
+    last_llm: Mapping[str, Any] | None,
     tail: Sequence[Mapping[str, Any]],
     variables: Mapping[str, Any],
-    tokens: Optional[TokenUsage] = None,
+    tokens: TokenUsage | None = None,
 ) -> CommitRecord:
     """The commit record of continuing run ``previous_id`` (link ``new_link - 1``) as link ``new_link``."""
     items = conversation(last_llm)
@@ -283,7 +284,7 @@ def build_record(
                         tokens=add_tokens(earlier.tokens if earlier else None, tokens))
 
 
-def add_tokens(*usages: Optional[TokenUsage]) -> TokenUsage:
+def add_tokens(*usages: TokenUsage | None) -> TokenUsage:
     """The sum of token counts (None counts as nothing)."""
     present = [u for u in usages if u is not None]
     return TokenUsage(prompt_tokens=sum(u.prompt_tokens for u in present),

@@ -29,7 +29,6 @@ from __future__ import annotations
 import hashlib
 import re
 import uuid
-from typing import Optional
 
 import attrs
 
@@ -82,7 +81,7 @@ def link_key(run_id: str, number: int, agent_name: str) -> str:
     return f"{_PREFIX}/{run_id}/{int(number)}/{agent_name}"
 
 
-def parse_link_key(value: Optional[str]) -> Optional[LinkKey]:
+def parse_link_key(value: str | None) -> LinkKey | None:
     """The link a ``correlationId`` names, or None when it is not one of ours."""
     match = _KEY.match(value or "")
     if match is None:
@@ -98,7 +97,7 @@ def mailbox_key(run_id: str, agent_name: str) -> str:
 _MAILBOX_KEY = re.compile(r"^conductor-agents/([0-9a-f]{32})/mailbox/([A-Za-z_][A-Za-z0-9_-]{0,127})$")
 
 
-def parse_mailbox_key(value: Optional[str]) -> Optional[LinkKey]:
+def parse_mailbox_key(value: str | None) -> LinkKey | None:
     """The listener a mailbox's ``correlationId`` names (as its link 0), or None when it is no mailbox."""
     match = _MAILBOX_KEY.match(value or "")
     if match is None:
@@ -112,7 +111,7 @@ def link_id(agent_name: str, key: str) -> str:
     Java's ``UUID.nameUUIDFromBytes``: the MD5 of the name's UTF-8 bytes with the version (3) and
     the IETF variant bits set.
     """
-    digest = bytearray(hashlib.md5(f"agent:{agent_name}:{key}".encode("utf-8")).digest())  # noqa: S324 (an id, not a secret)
+    digest = bytearray(hashlib.md5(f"agent:{agent_name}:{key}".encode()).digest())  # noqa: S324 (an id, not a secret)
     digest[6] = (digest[6] & 0x0F) | 0x30
     digest[8] = (digest[8] & 0x3F) | 0x80
     return str(uuid.UUID(bytes=bytes(digest)))
@@ -121,7 +120,7 @@ def link_id(agent_name: str, key: str) -> str:
 def run_id_for_key(agent_name: str, idempotency_key: str) -> str:
     """The run id (task domain) of a listener started with the caller's ``idempotency_key``: derived from
     it, so starting again with the same key names the same chain, hence the same first run."""
-    return hashlib.sha256(f"{agent_name}\0{idempotency_key}".encode("utf-8")).hexdigest()[:32]
+    return hashlib.sha256(f"{agent_name}\0{idempotency_key}".encode()).hexdigest()[:32]
 
 
 def continued_reason(next_execution_id: str) -> str:
@@ -129,11 +128,11 @@ def continued_reason(next_execution_id: str) -> str:
     return f"{CONTINUED_REASON} as {next_execution_id}"
 
 
-def is_continued(reason: Optional[str]) -> bool:
+def is_continued(reason: str | None) -> bool:
     """Whether a run's ``reasonForIncompletion`` says it was continued by a newer link."""
     return bool(reason) and str(reason).startswith(CONTINUED_REASON)
 
 
-def is_abandoned(reason: Optional[str]) -> bool:
+def is_abandoned(reason: str | None) -> bool:
     """Whether a link was given up because its switch could not happen."""
     return bool(reason) and str(reason).startswith(ABANDONED_REASON)

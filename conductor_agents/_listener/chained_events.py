@@ -8,16 +8,16 @@ Wraps one :class:`~conductor_agents._events.stream.EventStream` per link. When a
 from __future__ import annotations
 
 import time
-from typing import Any, Optional
+from typing import Any
 
+from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.task_names import INTERNAL_TASK_TYPES
+from .._events.stream import EventStream
+from ..errors import ExecutionNotFoundError, WaitTimeoutError
+from ..events import AgentEvent, ContinuedEvent, ErrorEvent
+from ..result import AgentStatus
 from .chain import is_abandoned, is_continued
 from .directory import Chain, ChainDirectory, Link
-from .._common.clock import SYSTEM_CLOCK, Clock
-from .._events.stream import EventStream
-from ..events import AgentEvent, ContinuedEvent, ErrorEvent
-from ..errors import ExecutionNotFoundError, WaitTimeoutError
-from ..result import AgentStatus
 
 __all__ = ["ChainedEvents"]
 
@@ -31,7 +31,7 @@ class ChainedEvents:
 
     def __init__(self, api: Any, directory: ChainDirectory, chain: Chain, *, timeout: float, observer: Any = None,
                  clock: Clock = SYSTEM_CLOCK, poll_interval: float = 0.5, max_transient_errors: int = 3,
-                 start: Optional[Link] = None) -> None:
+                 start: Link | None = None) -> None:
         if not timeout > 0:
             raise ValueError(f"timeout must be > 0, got {timeout!r}")
         self._api = api
@@ -45,7 +45,7 @@ class ChainedEvents:
         # The current run as last known (or ``start``, the run a handle saw the listener end in): its events,
         # then the next's.
         self._link: Link = start if start is not None else directory.newest(chain)
-        self._stream: Optional[EventStream] = self._open(self._link)
+        self._stream: EventStream | None = self._open(self._link)
         self._closed = False
 
     def _open(self, link: Link) -> EventStream:
@@ -72,7 +72,7 @@ class ChainedEvents:
     def __repr__(self) -> str:
         return f"ChainedEvents(execution_id={self.execution_id!r}, run={self._link.execution_id!r})"
 
-    def __iter__(self) -> "ChainedEvents":
+    def __iter__(self) -> ChainedEvents:
         return self
 
     def __next__(self) -> AgentEvent:
@@ -117,7 +117,7 @@ class ChainedEvents:
                               timestamp=time.time(), source="local", next_execution_id=successor.execution_id,
                               run=successor.number - self._chain.first + 1)
 
-    def _successor(self) -> Optional[Link]:
+    def _successor(self) -> Link | None:
         try:
             status = AgentStatus.from_dict(self._api.agent_status(self._link.execution_id))
         except ExecutionNotFoundError:  # retired just now: it was continued long ago
@@ -137,7 +137,7 @@ class ChainedEvents:
         if stream is not None:
             stream.close()
 
-    def __enter__(self) -> "ChainedEvents":
+    def __enter__(self) -> ChainedEvents:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -19,7 +19,8 @@ turn), tasks already handed out still finish, and a push into it answers 409 (``
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from collections.abc import Callable
+from typing import Optional
 
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError

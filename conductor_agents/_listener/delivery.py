@@ -26,19 +26,20 @@ Nothing here waits for ever: every wait has a deadline.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import attrs
 
-from .._wire.api import ConductorApi
-from .carryover import pulled_message_ids
-from .directory import Chain, ChainDirectory, Link
 from .._common.clock import Clock
+from .._common.task_names import MESSAGE_WAIT_TASK_TYPE
 from .._common.transient import TransientErrors
-from .switch import read_commit
+from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import ExecutionNotFoundError, MessageLostError, ServerUnavailableError, WaitTimeoutError
-from .._common.task_names import MESSAGE_WAIT_TASK_TYPE
+from .carryover import pulled_message_ids
+from .directory import Chain, ChainDirectory, Link
+from .switch import read_commit
 
 __all__ = ["MessageDelivery", "DeliveryCheck", "wait_for_delivery"]
 
@@ -59,7 +60,7 @@ class MessageDelivery:
     message_id: str
     task_reference_name: str
     task_id: str
-    received_at: Optional[str] = None  # when the server accepted it (its clock, ISO-8601)
+    received_at: str | None = None  # when the server accepted it (its clock, ISO-8601)
     batch_count: int = 1  # how many messages that task pulled at once
 
 
@@ -67,7 +68,7 @@ def _pull_tasks(workflow: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
     return (t for t in workflow.get("tasks") or () if isinstance(t, Mapping) and t.get("taskType") == PULL_TASK_TYPE)
 
 
-def find_delivery(workflow: Mapping[str, Any], execution_id: str, message_id: str) -> Optional[MessageDelivery]:
+def find_delivery(workflow: Mapping[str, Any], execution_id: str, message_id: str) -> MessageDelivery | None:
     """The delivery of ``message_id`` in the run's task list, if a task pulled it."""
     for task in _pull_tasks(workflow):
         output = task.get("outputData") or {}
@@ -93,14 +94,14 @@ class DeliveryCheck:
     the tasks after its last turn once it has ended; ``find`` locates the task that pulled a message.
     """
 
-    def __init__(self, execution_id: str, message_id: str, *, reported_as: Optional[str] = None) -> None:
+    def __init__(self, execution_id: str, message_id: str, *, reported_as: str | None = None) -> None:
         self.execution_id = execution_id
         self.message_id = message_id
         self._reported_as = reported_as or execution_id  # the id errors name (the one the caller holds)
-        self._first_poll_count: Dict[str, int] = {}
+        self._first_poll_count: dict[str, int] = {}
         self._suspect = False
 
-    def observe(self, workflow: Mapping[str, Any]) -> Optional[MessageDelivery]:
+    def observe(self, workflow: Mapping[str, Any]) -> MessageDelivery | None:
         """One sample (a workflow-shaped mapping: ``status``, ``tasks``). Raises MessageLostError when
         the message can no longer arrive."""
         delivery = find_delivery(workflow, self.execution_id, self.message_id)
@@ -163,7 +164,7 @@ def _sample(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[st
     return sample
 
 
-def _locate(api: ConductorApi, execution_id: str, message_id: str) -> Optional[Mapping[str, Any]]:
+def _locate(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[str, Any] | None:
     """The wait-for-message task that pulled ``message_id``: pages of finished tasks, newest first."""
     total = api.workflow_tasks(execution_id, statuses=("COMPLETED",), start=0, count=1).total
     start = total
@@ -181,7 +182,7 @@ def _placeholder(execution_id: str, message_id: str) -> dict:
             "outputData": {"messages": [{"id": message_id, "workflowId": execution_id}]}}
 
 
-def _continued_verdict(api: ConductorApi, chain: Chain, link: Link, message_id: str) -> Optional[MessageDelivery]:
+def _continued_verdict(api: ConductorApi, chain: Chain, link: Link, message_id: str) -> MessageDelivery | None:
     """For a link that was continued: the message's delivery per the switch's record; raises
     MessageLostError when the switch dropped it; None while the switch is not committed."""
     successor = chain.link(link.number + 1)
@@ -250,7 +251,7 @@ def wait_for_delivery(
     budget = TransientErrors(max_transient_errors)
     while True:
         try:
-            sample: Optional[Mapping[str, Any]] = _sample(api, link.execution_id, message_id)
+            sample: Mapping[str, Any] | None = _sample(api, link.execution_id, message_id)
             budget.ok()
         except (ServerUnavailableError, HttpError) as err:
             if not budget.tolerate(err):

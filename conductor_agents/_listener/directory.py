@@ -21,15 +21,14 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from typing import Optional
 
 import attrs
 
+from .._common.fork import rebuild_after_fork
 from .._wire.api import ConductorApi
+from ..errors import ExecutionNotFoundError, ServerError
 from .chain import LinkKey, link_id, link_key, parse_link_key, parse_mailbox_key
 from .head import read_head, read_mailbox
-from .._common.fork import rebuild_after_fork
-from ..errors import ExecutionNotFoundError, ServerError
 
 __all__ = ["Chain", "ChainDirectory", "Link"]
 
@@ -56,8 +55,8 @@ class Chain:
     """
 
     execution_id: str
-    run_id: Optional[str] = None
-    agent_name: Optional[str] = None
+    run_id: str | None = None
+    agent_name: str | None = None
     first: int = 0  # the link ``execution_id`` is (0 unless a caller holds a later link's id)
     #: ``execution_id`` is the listener's mailbox (:mod:`.mailbox`), not a link: every link's id is
     #: derived, and link 0 may have been retired like any other.
@@ -94,10 +93,10 @@ class ChainDirectory:
         self._api = api
         self._lock = threading.Lock()
         rebuild_after_fork(self)
-        self._chains: "collections.OrderedDict[str, Chain]" = collections.OrderedDict()
-        self._newest: "collections.OrderedDict[tuple, Link]" = collections.OrderedDict()  # (run id, agent) -> Link
-        self._accepted: "collections.OrderedDict[str, Link]" = collections.OrderedDict()  # message id -> link
-        self._ended: "collections.OrderedDict[str, None]" = collections.OrderedDict()  # mailboxes ended here
+        self._chains: collections.OrderedDict[str, Chain] = collections.OrderedDict()
+        self._newest: collections.OrderedDict[tuple, Link] = collections.OrderedDict()  # (run id, agent) -> Link
+        self._accepted: collections.OrderedDict[str, Link] = collections.OrderedDict()  # message id -> link
+        self._ended: collections.OrderedDict[str, None] = collections.OrderedDict()  # mailboxes ended here
 
     def _after_fork_in_child(self) -> None:
         # What it knows stays true in a child; only its lock may be held by a thread that is gone.
@@ -120,12 +119,12 @@ class ChainDirectory:
         self.remember(chain)
         return chain
 
-    def known(self, execution_id: str) -> Optional[Chain]:
+    def known(self, execution_id: str) -> Chain | None:
         """The chain of ``execution_id`` if this process already knows it (no request)."""
         with self._lock:
             return self._chains.get(execution_id)
 
-    def remember(self, chain: Chain, newest: Optional[Link] = None) -> None:
+    def remember(self, chain: Chain, newest: Link | None = None) -> None:
         """Record ``chain`` (and its newest link, when the caller knows it: it just started it)."""
         with self._lock:
             self._chains[chain.execution_id] = chain
@@ -180,7 +179,7 @@ class ChainDirectory:
             while len(self._accepted) > _CACHE_SIZE:
                 self._accepted.popitem(last=False)
 
-    def accepted_by(self, message_id: str) -> Optional[Link]:
+    def accepted_by(self, message_id: str) -> Link | None:
         """The link that accepted a message this process sent, if it remembers."""
         with self._lock:
             return self._accepted.get(message_id)
@@ -264,7 +263,7 @@ class ChainDirectory:
                 high = middle
         return low
 
-    def lowest_kept(self, chain: Chain, below: int) -> Optional[int]:
+    def lowest_kept(self, chain: Chain, below: int) -> int | None:
         """The lowest link after ``chain.first`` (from link 0 for a mailbox's chain) and at most ``below`` that retention has not removed
         (links removed are the lowest ones: a binary search), or None when every one of them is gone.
 
@@ -283,7 +282,7 @@ class ChainDirectory:
                 low = middle + 1
         return high
 
-    def next_link(self, chain: Chain, after: int) -> Optional[Link]:
+    def next_link(self, chain: Chain, after: int) -> Link | None:
         """The first link after link ``after`` that the server still holds, or None when there is none
         (``after`` is the newest). Links retired meanwhile are skipped.
 

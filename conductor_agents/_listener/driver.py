@@ -20,24 +20,25 @@ import json
 import logging
 import re
 import threading
-from typing import Any, Callable, Dict, List, Optional
+from collections.abc import Callable
+from typing import Any
 
-from .._wire.api import ConductorApi
-from .budget import RunSize, SizeModel
-from .chain import is_continued
-from .._tracing import hooks as tracing
-from .._common.task_names import TURN_TASK
-from .directory import Chain, ChainDirectory, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
+from .._common.task_names import TURN_TASK
 from .._tooldefs.context import ToolContext
+from .._tracing import hooks as tracing
+from .._wire.api import ConductorApi
+from ..errors import ConductorAgentsError, WorkerStallError
+from ..tools import ToolDef, tool
+from .budget import RunSize, SizeModel
+from .chain import is_continued
 from .control import cancel_listener
+from .directory import Chain, ChainDirectory, Link
 from .following import end_mailbox, ended_from_outside, is_running
 from .mailbox import make_forward_tool
 from .retention import Retirer
 from .switch import LinkSpec, Switch
-from ..errors import ConductorAgentsError, WorkerStallError
-from ..tools import ToolDef, tool
 
 __all__ = ["ChainTracker", "ContinuationDriver"]
 
@@ -62,8 +63,8 @@ class ChainTracker:
         self.chain = chain
         self._lock = threading.Lock()
         self._current = current
-        self._watches: Dict[str, Any] = {}  # execution id -> RunWatch
-        self._listeners: List[Callable[[WorkerStallError], None]] = []
+        self._watches: dict[str, Any] = {}  # execution id -> RunWatch
+        self._listeners: list[Callable[[WorkerStallError], None]] = []
 
     @property
     def current(self) -> Link:
@@ -71,7 +72,7 @@ class ChainTracker:
             return self._current
 
     @property
-    def stall(self) -> Optional[WorkerStallError]:
+    def stall(self) -> WorkerStallError | None:
         with self._lock:
             watches = list(self._watches.values())
         for watch in watches:
@@ -120,8 +121,8 @@ class _Served:
         self.next_check = 1  # the link turn at which the budget is read next
         self.missed_turn = 0  # a turn of the current link reported while a job ran
         self.new_link_turn = 0  # the latest turn the new link of a switch under way has begun
-        self.switch: Optional[Switch] = None  # a switch under way (steps 2-4 left)
-        self.thread: Optional[BackgroundLoop] = None
+        self.switch: Switch | None = None  # a switch under way (steps 2-4 left)
+        self.thread: BackgroundLoop | None = None
         self.disabled = False
         self.agent_key = f"{spec.agent.name}:{hash(json.dumps(spec.agent.to_config(), sort_keys=True, default=str))}"
 
@@ -145,11 +146,11 @@ class ContinuationDriver:
         self._clock = clock
         self._sizes = SizeModel()
         self._lock = threading.Lock()
-        self._by_run: Dict[str, _Served] = {}
-        self._by_link: Dict[str, _Served] = {}
-        self._by_mailbox: Dict[str, _Served] = {}  # the id callers hold -> its listener (mailbox listeners)
+        self._by_run: dict[str, _Served] = {}
+        self._by_link: dict[str, _Served] = {}
+        self._by_mailbox: dict[str, _Served] = {}  # the id callers hold -> its listener (mailbox listeners)
         self._closing = threading.Event()
-        self._threads: List[BackgroundLoop] = []
+        self._threads: list[BackgroundLoop] = []
         self.switches = 0  # committed switches (tests, stats)
         #: Retires each listener's older runs after its switches, on a thread of its own (:mod:`.retention`).
         self.retirer = Retirer(api, directory, clock=clock)
@@ -161,7 +162,7 @@ class ContinuationDriver:
     # -- registration -----------------------------------------------------------------
 
     def serve(self, chain: Chain, spec: LinkSpec, current: Link, *, turns_before: int,
-              handle_link: Callable[[bool, str], Any], pending_from: Optional[Link] = None) -> ChainTracker:
+              handle_link: Callable[[bool, str], Any], pending_from: Link | None = None) -> ChainTracker:
         """Serve ``chain`` from its link ``current`` (both ``pending_from`` and ``current`` while the switch
         from ``pending_from`` is completed). ``handle_link(True, id)`` registers a link's execution with
         the workers (returning its watch, or None), ``handle_link(False, id)`` drops it."""
@@ -195,7 +196,7 @@ class ContinuationDriver:
             self.retirer.request(served.chain, head, continuation.keep_runs, keep_for=continuation.keep_for,
                                  with_sub_runs=served.spec.agent.has_sub_runs)
 
-    def tracker(self, run_id: Optional[str]) -> Optional[ChainTracker]:
+    def tracker(self, run_id: str | None) -> ChainTracker | None:
         with self._lock:
             served = self._by_run.get(str(run_id)) if run_id else None
         return served.tracker if served is not None else None
@@ -250,7 +251,7 @@ class ContinuationDriver:
             log.warning("listener %s: its mailbox ended, and the listener could not be cancelled (%s); the next "
                         "process that takes it up tries again", mailbox, err)
 
-    def served_links(self) -> "list[str]":
+    def served_links(self) -> list[str]:
         with self._lock:
             return list(self._by_link)
 
@@ -271,7 +272,7 @@ class ContinuationDriver:
 
         @tool(name=TURN_TASK)
         def conductor_agents_turn(ctx: ToolContext, callback_position: str = "", agent_name: str = "",
-                                  llm_result: Optional[Any] = None, tool_calls: Optional[Any] = None) -> dict:
+                                  llm_result: Any | None = None, tool_calls: Any | None = None) -> dict:
             """Tells the serving process that a model turn of a continued listener begins (conductor-agents)."""
             match = _ITERATION.search(ctx.reference_name or "")
             driver.on_turn(ctx.execution_id, int(match.group(1)) if match else 0)

@@ -8,15 +8,15 @@ ends TERMINATED too; the listener's outcome is then the previous link's.
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from .._wire.api import ConductorApi
-from .chain import is_abandoned, is_continued
-from .directory import Chain, ChainDirectory, Link
 from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import AgentStatus, ListenerTotals, RunStatus
 from .carryover import add_tokens, pulled_message_ids
+from .chain import is_abandoned, is_continued
+from .directory import Chain, ChainDirectory, Link
 from .switch import read_commit, read_final_state, run_tokens
 
 __all__ = ["current_runs", "current_status", "end_mailbox", "ended_from_outside", "is_running", "listener_totals",
@@ -29,7 +29,7 @@ MAILBOX_ENDED_REASON = "conductor-agents: the listener ended"
 
 
 def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *,
-                   timeout: Optional[float] = None) -> "tuple[Link, AgentStatus]":
+                   timeout: float | None = None) -> tuple[Link, AgentStatus]:
     """The link the listener is in now (or ended in) and its status (one request when nothing moved)."""
     link = directory.newest(chain)
     while True:
@@ -68,7 +68,7 @@ def newest_link(directory: ChainDirectory, chain: Chain) -> Link:
     return directory.refresh(chain) if chain.continuable else directory.newest(chain)
 
 
-def live_links(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> "list[Link]":
+def live_links(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> list[Link]:
     """The links that may still be running: the newest, and the one before while a switch is under way."""
     newest = newest_link(directory, chain)
     links = [newest]
@@ -79,14 +79,14 @@ def live_links(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> "l
     return links
 
 
-def current_runs(directory: ChainDirectory, chain: Chain) -> "Callable[[bool], tuple[str, ...]]":
+def current_runs(directory: ChainDirectory, chain: Chain) -> Callable[[bool], tuple[str, ...]]:
     """The watch of a listener's mailbox samples this too: the listener's current run, as this process knows
     it (no request), or as the server says (``refresh``: the one known has ended; a probe or two).
 
     Why: the SDK sends a message straight into that run, so the turn or tool task a frozen serving
     process leaves unpolled waits there, never in the mailbox.
     """
-    def runs(refresh: bool) -> "tuple[str, ...]":
+    def runs(refresh: bool) -> tuple[str, ...]:
         link = directory.refresh(chain) if refresh else directory.newest(chain)
         return (link.execution_id,)
 
@@ -144,7 +144,7 @@ def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) 
     )
 
 
-def ended_from_outside(api: ConductorApi, mailbox_id: str) -> Optional[str]:
+def ended_from_outside(api: ConductorApi, mailbox_id: str) -> str | None:
     """Why a listener's mailbox was ended by someone else (the server's own cancel or terminate of the id
     callers hold, from its REST API or UI, or its removal), or None: it runs, or the SDK ended it, or it
     ended otherwise (then a warning: only an explicit end speaks for the listener)."""

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Optional
 
 from .._wire.api import ConductorApi
 
@@ -53,7 +52,7 @@ def write_head(api: ConductorApi, run_id: str, number: int) -> None:
     api.mark_presence(head_task_type(run_id), worker_id=f"head:{int(number)}", domain=f"h{int(number) % SLOTS}")
 
 
-def read_head(api: ConductorApi, run_id: Optional[str]) -> int:
+def read_head(api: ConductorApi, run_id: str | None) -> int:
     """The newest link number written for the listener on ``run_id``; 0 when none was (one request).
 
     Raises: as :meth:`ConductorApi.poll_data`.
@@ -80,7 +79,7 @@ def write_mailbox(api: ConductorApi, run_id: str, mailbox_id: str) -> None:
     api.mark_presence(_mailbox_task_type(run_id), worker_id=f"mailbox:{mailbox_id}", domain="m")
 
 
-def read_mailbox(api: ConductorApi, run_id: Optional[str]) -> Optional[str]:
+def read_mailbox(api: ConductorApi, run_id: str | None) -> str | None:
     """The mailbox id written for the listener on ``run_id``, or None (one request).
 
     Raises: as :meth:`ConductorApi.poll_data`.

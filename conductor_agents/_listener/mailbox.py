@@ -30,23 +30,24 @@ from __future__ import annotations
 
 import json
 import logging
-from datetime import datetime
 import re
 import threading
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
 
 from .._common.clock import Clock
 from .._common.task_names import FORWARD_TASK
 from .._tooldefs.context import ToolContext
 from .._wire.api import ConductorApi
+from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, RunPausedError, ToolRetry
+from ..result import RunStatus
+from ..tools import ToolDef, tool
 from .chain import mailbox_key
 from .directory import Chain, ChainDirectory, Link
 from .following import is_running, run_status, workflow_running
 from .head import read_mailbox, write_mailbox
 from .sending import send_to_listener
-from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, RunPausedError, ToolRetry
-from ..result import RunStatus
-from ..tools import ToolDef, tool
 
 __all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool"]
 
@@ -71,7 +72,7 @@ _PAUSED_RETRY_SECONDS = 30.0
 _MARK = re.compile(r"^sending:([0-9a-f-]{36})$")
 
 
-def definitions() -> "tuple[list[dict], list[dict]]":
+def definitions() -> tuple[list[dict], list[dict]]:
     """The forward task's definition and the mailbox workflow's."""
     owner = "conductor-agents@localhost"
     task_def = {"name": FORWARD_TASK, "retryCount": _RETRIES, "retryLogic": "FIXED", "retryDelaySeconds": 1,
@@ -148,7 +149,7 @@ def _mark_type(run_id: str) -> str:
     return f"conductor_agents_forward_{run_id}"
 
 
-def _read_mark(api: ConductorApi, run_id: str) -> "tuple[Optional[str], int]":
+def _read_mark(api: ConductorApi, run_id: str) -> tuple[str | None, int]:
     """The message id the last forward marked before pushing it, and the server's time of the mark (ms)."""
     for row in api.poll_data(_mark_type(run_id)):
         match = _MARK.match(str((row or {}).get("workerId") or ""))
@@ -166,7 +167,7 @@ def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wa
     """The worker of the mailbox's forward task (served on the listener's domain)."""
 
     @tool(name=FORWARD_TASK)
-    def conductor_agents_forward(ctx: ToolContext, messages: Optional[Any] = None) -> dict:
+    def conductor_agents_forward(ctx: ToolContext, messages: Any | None = None) -> dict:
         """Pushes a listener's mailbox messages into its current run (conductor-agents)."""
         try:
             return _forward(api, directory, ctx.execution_id, list(messages or ()), switch_wait=switch_wait,
@@ -184,7 +185,7 @@ def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wa
     return conductor_agents_forward
 
 
-def _forward(api: ConductorApi, directory: ChainDirectory, mailbox_id: str, messages: "list[Any]", *,
+def _forward(api: ConductorApi, directory: ChainDirectory, mailbox_id: str, messages: list[Any], *,
              switch_wait: float, clock: Clock, pause: Callable[[float], Any]) -> dict:
     chain = directory.chain(mailbox_id)
     if not chain.continuable:
@@ -228,7 +229,7 @@ def _was_pushed(api: ConductorApi, directory: ChainDirectory, chain: Chain, enve
     """
     payload = _canonical(envelope.get("payload"))
     deadline = clock.monotonic() + _SETTLE_SECONDS
-    first: "dict[str, int]" = {}
+    first: dict[str, int] = {}
     while True:
         newest = directory.refresh(chain)
         if _at_rest(api, chain, newest, first):
@@ -244,7 +245,7 @@ def _was_pushed(api: ConductorApi, directory: ChainDirectory, chain: Chain, enve
     return False
 
 
-def _at_rest(api: ConductorApi, chain: Chain, newest: Link, first: "dict[str, int]") -> bool:
+def _at_rest(api: ConductorApi, chain: Chain, newest: Link, first: dict[str, int]) -> bool:
     if newest.number > 0 and is_running(api, chain.link(newest.number - 1).execution_id):
         return False  # a switch is under way
     status = run_status(api, newest.execution_id)

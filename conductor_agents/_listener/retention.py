@@ -36,7 +36,6 @@ import collections
 import logging
 import threading
 from datetime import timedelta
-from typing import Deque, Dict, Optional
 
 import attrs
 
@@ -45,10 +44,10 @@ from .._common.loops import BackgroundLoop
 from .._liveness.tree import all_sub_runs
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
-from .directory import Chain, ChainDirectory
-from .head import read_head, write_head
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ServerUnavailableError
 from ..result import RunStatus
+from .directory import Chain, ChainDirectory
+from .head import read_head, write_head
 
 __all__ = ["Remover", "Retirer", "Swept", "sweep"]
 
@@ -111,12 +110,12 @@ class Swept:
     kept comes of age under ``keep_for`` (None: no age limit, or no ended link left to age)."""
 
     retired: int = 0
-    next_due: Optional[float] = None
+    next_due: float | None = None
 
 
-def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int, keep: Optional[int],
-          remover: Remover, stop: Optional[threading.Event] = None, *, with_sub_runs: bool = True,
-          keep_for: Optional[timedelta] = None, clock: Clock = SYSTEM_CLOCK) -> Swept:
+def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int, keep: int | None,
+          remover: Remover, stop: threading.Event | None = None, *, with_sub_runs: bool = True,
+          keep_for: timedelta | None = None, clock: Clock = SYSTEM_CLOCK) -> Swept:
     """Write the head hint for committed link ``head`` and retire the links ``keep`` and ``keep_for``
     allow (see the module's docstring). ``keep`` None puts no limit on the count, ``keep_for`` None
     none on the age. ``with_sub_runs`` False: the agent starts no sub-runs (no sub-agents, no agent
@@ -169,7 +168,7 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
 
 
 def _aged_bound(api: ConductorApi, chain: Chain, lowest: int, head: int, bound: int, keep_for: timedelta,
-                clock: Clock) -> "tuple[int, Optional[float]]":
+                clock: Clock) -> tuple[int, float | None]:
     """``bound`` raised past the ended links (from ``lowest``, the oldest held) that ended more than
     ``keep_for`` ago, and when the first one kept comes of age (epoch seconds; None when none is kept)."""
     cutoff = clock.time() - keep_for.total_seconds()
@@ -183,7 +182,7 @@ def _aged_bound(api: ConductorApi, chain: Chain, lowest: int, head: int, bound: 
     return bound, None
 
 
-def _ended_at(api: ConductorApi, execution_id: str) -> Optional[float]:
+def _ended_at(api: ConductorApi, execution_id: str) -> float | None:
     """When run ``execution_id`` ended (epoch seconds, the server's clock); None while it runs. A run
     already gone counts as long ended."""
     try:
@@ -205,8 +204,8 @@ RESWEEP_FLOOR = 30.0
 class _Job:
     chain: Chain
     head: int
-    keep: Optional[int]
-    keep_for: Optional[timedelta]
+    keep: int | None
+    keep_for: timedelta | None
     with_sub_runs: bool
 
 
@@ -216,16 +215,16 @@ class Retirer:
     Thread-safe; owned by the :class:`~._driver.ContinuationDriver`.
     """
 
-    def __init__(self, api: ConductorApi, directory: ChainDirectory, *, remover: Optional[Remover] = None,
+    def __init__(self, api: ConductorApi, directory: ChainDirectory, *, remover: Remover | None = None,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self._api = api
         self._directory = directory
         self._clock = clock
         self.remover = remover if remover is not None else Remover(api)
         self._lock = threading.Lock()
-        self._wanted: Dict[str, _Job] = {}  # run id -> the sweep asked for
-        self._order: Deque[str] = collections.deque()
-        self._due: Dict[str, "tuple[float, _Job]"] = {}  # run id -> (epoch seconds, the sweep to do again then)
+        self._wanted: dict[str, _Job] = {}  # run id -> the sweep asked for
+        self._order: collections.deque[str] = collections.deque()
+        self._due: dict[str, tuple[float, _Job]] = {}  # run id -> (epoch seconds, the sweep to do again then)
         self._wake = threading.Event()
         self._stop = threading.Event()
         # A daemon: a sweep cut short leaves the lowest links for the next sweep (any process's).
@@ -233,7 +232,7 @@ class Retirer:
         self._busy = False
         self.sweeps = 0  # sweeps done (tests)
 
-    def request(self, chain: Chain, head: int, keep: Optional[int], *, keep_for: Optional[timedelta] = None,
+    def request(self, chain: Chain, head: int, keep: int | None, *, keep_for: timedelta | None = None,
                 with_sub_runs: bool = True) -> None:
         """Sweep ``chain`` with committed link ``head`` soon (a later request for it replaces this one)."""
         if not chain.continuable or self._stop.is_set():
@@ -254,13 +253,13 @@ class Retirer:
         with self._lock:
             return not self._order and not self._busy
 
-    def scheduled(self, run_id: str) -> Optional[float]:
+    def scheduled(self, run_id: str) -> float | None:
         """When ``keep_for`` sweeps the listener on ``run_id`` again (epoch seconds), if it does."""
         with self._lock:
             due = self._due.get(str(run_id))
         return due[0] if due is not None else None
 
-    def _take(self) -> "tuple[Optional[str], Optional[_Job], float]":
+    def _take(self) -> tuple[str | None, _Job | None, float]:
         """The next sweep to do now, or how long to wait for one (under the lock)."""
         while self._order:
             key = self._order.popleft()
@@ -286,7 +285,7 @@ class Retirer:
             if key is None or job is None:
                 self._wake.wait(max(0.05, wait))
                 continue
-            swept: Optional[Swept] = None
+            swept: Swept | None = None
             try:
                 swept = sweep(self._api, self._directory, job.chain, job.head, job.keep, self.remover,
                               stop=self._stop, with_sub_runs=job.with_sub_runs, keep_for=job.keep_for,
@@ -299,7 +298,7 @@ class Retirer:
             finally:
                 self._done(key, job, swept)
 
-    def _done(self, key: str, job: _Job, swept: Optional[Swept]) -> None:
+    def _done(self, key: str, job: _Job, swept: Swept | None) -> None:
         with self._lock:
             self.sweeps += 1
             self._busy = False

@@ -18,15 +18,16 @@ can be dropped: see ``docs/operations.md``.
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
-from .._wire.api import ConductorApi
-from .directory import Chain, ChainDirectory, Link
 from .._common.clock import Clock
-from .carryover import pulled_message_ids
-from .switch import read_commit, read_final_state
-from ..result import RunStatus
+from .._wire.api import ConductorApi
 from ..errors import ExecutionNotFoundError, ExecutionNotRunningError
+from ..result import RunStatus
+from .carryover import pulled_message_ids
+from .directory import Chain, ChainDirectory, Link
+from .switch import read_commit, read_final_state
 
 __all__ = ["send_to_listener"]
 
@@ -92,7 +93,7 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
 
 
 def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout: float, clock: Clock,
-          pause: Callable[[float], Any]) -> "bool | None":
+          pause: Callable[[float], Any]) -> bool | None:
     """Whether a message ``link`` accepted while its switch was under way reached the listener (True),
     was dropped with ``link``'s queue (False), or cannot be known yet (None: ``link`` is still running,
     so whoever completes the switch pulls it before ending ``link``).
@@ -103,7 +104,7 @@ def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout:
     new = chain.link(link.number + 1)
     started = clock.monotonic()
     deadline = started + timeout
-    ended_seen: "float | None" = None  # when this process first saw ``link`` ended (its own clock)
+    ended_seen: float | None = None  # when this process first saw ``link`` ended (its own clock)
     while True:
         record, open_ = read_commit(api, new)
         if record is not None:

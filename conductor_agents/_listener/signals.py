@@ -19,7 +19,7 @@ reaches both runs until the old one ends. Pure functions over the API; thread-sa
 from __future__ import annotations
 
 import logging
-from typing import Callable, Optional
+from collections.abc import Callable
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.task_names import MODEL_TASK_TYPE
@@ -45,7 +45,7 @@ _CHECKS = (0.2, 1.0)
 _ATTEMPTS = 5
 
 
-def read_signal(api: ConductorApi, execution_id: str) -> "tuple[bool, str | None]":
+def read_signal(api: ConductorApi, execution_id: str) -> tuple[bool, str | None]:
     """Whether run ``execution_id`` is still running, and its signal (None before its first state task)."""
     status = api.workflow_status(execution_id, include_variables=True)
     variables = status.get("variables") or {}
@@ -53,7 +53,7 @@ def read_signal(api: ConductorApi, execution_id: str) -> "tuple[bool, str | None
     return not RunStatus.parse(status.get("status")).is_terminal, None if value is None else str(value)
 
 
-def _initialised(api: ConductorApi, execution_id: str) -> Optional[bool]:
+def _initialised(api: ConductorApi, execution_id: str) -> bool | None:
     """Whether the run's task that starts its signal empty (a SET_VARIABLE near its start) has run; None when
     the run has none (a run without a loop, already at its model turn)."""
     page = api.workflow_tasks(execution_id, start=0, count=20)
@@ -75,7 +75,7 @@ def _settle(api: ConductorApi, execution_id: str, *, pause: Callable[[float], ob
 
 
 def _wait_initialised(api: ConductorApi, execution_id: str, *, pause: Callable[[float], object],
-                      clock: Clock) -> "Optional[bool]":
+                      clock: Clock) -> bool | None:
     """Wait (bounded) until the run's first state task, which would reset a signal, has run: True then (or
     at the bound), None when the run has no such task (no loop), False when the run has ended."""
     deadline = clock.monotonic() + _INIT_WAIT_SECONDS

@@ -37,25 +37,26 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
-from .._wire.api import ConductorApi
-from .carryover import CommitRecord, build_record
-from .signals import carry_signal
-from .._common.task_names import CARRY_TASK, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, TURN_TASK
-from .chain import ABANDONED_REASON, continued_reason, is_continued
-from .directory import Chain, Link
 from .._common.clock import SYSTEM_CLOCK, Clock
-from .._wire.transport import HttpError
+from .._common.task_names import CARRY_TASK, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, TURN_TASK
+from .._teams.model_settings import ModelSettings, apply_model_settings
 from .._tracing import hooks as tracing
 from .._tracing.carrier import START_KEY as TRACE_START_KEY
+from .._wire.api import ConductorApi
+from .._wire.transport import HttpError
 from ..agent import Agent
-from .._teams.model_settings import ModelSettings, apply_model_settings
 from ..continuation import Continuation
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import RunStatus, TokenUsage
+from .carryover import CommitRecord, build_record
+from .chain import ABANDONED_REASON, continued_reason, is_continued
+from .directory import Chain, Link
+from .signals import carry_signal
 
 __all__ = ["LinkSpec", "Switch", "SwitchOutcome", "link_start_body"]
 
@@ -96,13 +97,13 @@ class LinkSpec:
     prompt: str
     continuation: Continuation
     context: Mapping[str, Any] = attrs.field(factory=dict)
-    model_settings: Optional[ModelSettings] = None
+    model_settings: ModelSettings | None = None
     #: The W3C traceparent of the listener's traced run its later runs' spans are children of (tracing on).
-    trace_parent: Optional[str] = None
+    trace_parent: str | None = None
 
 
 def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns_before: int,
-                    traceparent: Optional[str] = None) -> dict:
+                    traceparent: str | None = None) -> dict:
     """The ``POST /agent/start`` body of link ``number`` of the listener on ``run_id`` (the first
     link included), started with idempotency key ``key``.
 
@@ -128,8 +129,8 @@ class SwitchOutcome:
     """How a switch ended: committed (``record``), or abandoned because link n ended first."""
 
     new: Link
-    record: Optional[CommitRecord] = None
-    abandoned_because: Optional[str] = None  # link n's status when it ended on its own
+    record: CommitRecord | None = None
+    abandoned_because: str | None = None  # link n's status when it ended on its own
 
 
 #: A drain that keeps seeing progress goes on for at most this many times ``drain_seconds``.
@@ -149,7 +150,7 @@ def _seq(task: Mapping[str, Any]) -> int:
         return -1
 
 
-def _is_waiting(tasks: "list[Mapping[str, Any]]") -> Optional[Mapping[str, Any]]:
+def _is_waiting(tasks: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The waiting wait-for-message task when nothing else of the run is pending, else None."""
     pulls = [t for t in tasks if t.get("taskType") == _PULL and t.get("status") == "IN_PROGRESS"]
     others = [t for t in tasks if t.get("taskType") not in _WAITING_KINDS]
@@ -169,8 +170,8 @@ class Switch:
 
     def __init__(self, api: ConductorApi, chain: Chain, old: Link, spec: LinkSpec, *, worker_id: str,
                  locally_idle: Callable[[str], bool] = lambda execution_id: True,
-                 stopping: Optional[threading.Event] = None, drain_seconds: float = 60.0,
-                 clock: Clock = SYSTEM_CLOCK, pause: Optional[Callable[[float], bool]] = None) -> None:
+                 stopping: threading.Event | None = None, drain_seconds: float = 60.0,
+                 clock: Clock = SYSTEM_CLOCK, pause: Callable[[float], bool] | None = None) -> None:
         self._api = api
         self.chain = chain
         self.old = old
@@ -182,7 +183,7 @@ class Switch:
         self._drain_seconds = drain_seconds
         self._clock = clock
         self._pause = pause or self._stopping.wait
-        self._new_created_ms: Optional[float] = None  # when link n+1 began (the server's clock)
+        self._new_created_ms: float | None = None  # when link n+1 began (the server's clock)
         self._quiet_at = float("-inf")  # when the drain last found link n at rest (this process's clock)
         self._signal_carried = False
 
@@ -220,7 +221,7 @@ class Switch:
             carry_signal(self._api, self.old.execution_id, self.new.execution_id, pause=self._pause)
             self._signal_carried = True
 
-    def drain(self) -> "tuple[str, Optional[str]]":
+    def drain(self) -> tuple[str, str | None]:
         """Step 2: ``("quiet", None)``, ``("timeout", None)``, ``("ended", status)`` or ``("stopping", None)``.
 
         The bound counts from the last sign of progress (a task of link n that was not there before,
@@ -232,7 +233,7 @@ class Switch:
         """
         now = self._clock.monotonic()
         deadline, hard_deadline = now + self._drain_seconds, now + DRAIN_CAP_FACTOR * self._drain_seconds
-        pull_id: Optional[str] = None
+        pull_id: str | None = None
         newest_seq = -1
         first_count = 0
         last_shape: object = None
@@ -288,7 +289,7 @@ class Switch:
         scheduled = pull.get("scheduledTime")
         return isinstance(scheduled, (int, float)) and scheduled > self._new_created_ms + _SCHEDULED_AFTER_MARGIN_MS
 
-    def terminate_old(self) -> Optional[str]:
+    def terminate_old(self) -> str | None:
         """Step 3. Returns None, or the status link n ended with on its own (the switch is off).
 
         Link n read back still running means a write that read it before the end (the server's stop
@@ -345,13 +346,13 @@ class Switch:
 
     # -- all of it ----------------------------------------------------------------------
 
-    def run(self, *, turns_before: int, started: bool = False) -> Optional[SwitchOutcome]:
+    def run(self, *, turns_before: int, started: bool = False) -> SwitchOutcome | None:
         """Every step from the first not yet done; None when the runtime began closing meanwhile."""
         if not started:
             self.start_new(turns_before=turns_before)
         return self.finish()
 
-    def finish(self) -> Optional[SwitchOutcome]:
+    def finish(self) -> SwitchOutcome | None:
         """Steps 2-4 (a switch another process began, found by :func:`pending_switch`, or this one)."""
         began = self._clock.monotonic()
         self._carry_signal()  # a switch another process began may have ended before its carry
@@ -387,7 +388,7 @@ class Switch:
 
     # -- reading link n ---------------------------------------------------------------
 
-    def _carry_task(self, execution_id: str) -> Optional[Mapping[str, Any]]:
+    def _carry_task(self, execution_id: str) -> Mapping[str, Any] | None:
         page = self._api.workflow_tasks(execution_id, start=0, count=5)
         for task in page.tasks:
             if task.get("taskType") == CARRY_TASK:
@@ -415,7 +416,7 @@ def run_tokens(api: ConductorApi, execution_id: str) -> TokenUsage:
         return TokenUsage()
 
 
-def read_final_state(api: ConductorApi, execution_id: str) -> "tuple[Optional[dict], list, dict]":
+def read_final_state(api: ConductorApi, execution_id: str) -> tuple[dict | None, list, dict]:
     """A link's last finished model turn, the tasks after it, and its variables (a few pages, not all)."""
     total = api.workflow_tasks(execution_id, start=0, count=1).total
     tail: list = []
@@ -431,7 +432,7 @@ def read_final_state(api: ConductorApi, execution_id: str) -> "tuple[Optional[di
     return last_llm, tail, variables
 
 
-def pending_switch(api: ConductorApi, chain: Chain, newest: Link) -> Optional[Link]:
+def pending_switch(api: ConductorApi, chain: Chain, newest: Link) -> Link | None:
     """The link a switch to ``newest`` continues, when that switch is not committed yet (else None).
 
     A newest link whose carry task is unfinished while the run is still going: the process that
@@ -457,7 +458,7 @@ def pending_switch(api: ConductorApi, chain: Chain, newest: Link) -> Optional[Li
     return None
 
 
-def read_commit(api: ConductorApi, new: Link) -> "tuple[Optional[CommitRecord], bool]":
+def read_commit(api: ConductorApi, new: Link) -> tuple[CommitRecord | None, bool]:
     """Link ``new``'s commit record (None if not committed yet) and whether it can still be committed."""
     try:
         page = api.workflow_tasks(new.execution_id, start=0, count=5)

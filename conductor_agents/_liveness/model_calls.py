@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import re
 import threading
-from typing import Any, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
+from .._common.task_names import MODEL_TASK_TYPE
 from .._wire.api import ConductorApi
 from ..errors import ModelUnavailableError
-from .._common.task_names import MODEL_TASK_TYPE
 
 __all__ = ["FirstModelTurn", "MODEL_TASK_TYPE", "classify_model_failure", "model_failure_error",
            "unavailable_model_cancel_reason", "says_model_unavailable"]
@@ -52,7 +53,7 @@ _HOST = re.compile(r"\A[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+\Z")
 _DETAIL_LIMIT = 120
 
 
-def classify_model_failure(reason: Any) -> Optional[Tuple[str, str]]:
+def classify_model_failure(reason: Any) -> tuple[str, str] | None:
     """``(cause, detail)`` when a model task's failure ``reason`` says the call cannot succeed, else None.
 
     ``cause`` is ``"no_route"`` (the provider's host cannot be reached: refused, unknown, unreachable)
@@ -134,7 +135,7 @@ class FirstModelTurn:
         with self._lock:
             return self._settled
 
-    def problem(self, execution_id: str, *, timeout: Optional[float] = None) -> Optional[ModelUnavailableError]:
+    def problem(self, execution_id: str, *, timeout: float | None = None) -> ModelUnavailableError | None:
         """The error when the run's model cannot be called, None while it may be (one read, bounded by
         ``timeout`` seconds, until settled).
 
@@ -147,7 +148,7 @@ class FirstModelTurn:
             self._reads_left -= 1
             self._settled = self._reads_left <= 0
         workflow = self._api.get_workflow(execution_id, include_tasks=True, timeout=timeout) or {}
-        found: Optional[ModelUnavailableError] = None
+        found: ModelUnavailableError | None = None
         for task in workflow.get("tasks") or ():
             if not isinstance(task, Mapping) or task.get("taskType") != MODEL_TASK_TYPE:
                 continue

@@ -39,7 +39,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Set
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._wire.api import ConductorApi
@@ -61,7 +62,7 @@ UNPOLLED_SECONDS = 20.0
 NUDGE_WORKER_ID = "conductor-agents (made due again)"
 
 
-def _refs(join: Mapping[str, Any]) -> List[str]:
+def _refs(join: Mapping[str, Any]) -> list[str]:
     """The reference names a ``JOIN`` waits on (in a loop, with the iteration's ``__N`` suffix)."""
     join_on = (join.get("inputData") or {}).get("joinOn") or ()
     refs = [ref for ref in join_on if isinstance(ref, str)]
@@ -70,7 +71,7 @@ def _refs(join: Mapping[str, Any]) -> List[str]:
     return refs
 
 
-def stuck_joins(waiting: Iterable[Mapping[str, Any]]) -> List[Mapping[str, Any]]:
+def stuck_joins(waiting: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Of a run's tasks still SCHEDULED or IN_PROGRESS (``waiting``), the ``JOIN`` tasks in progress none
     of whose branches is among them: every branch ended (or is not scheduled yet, which one more
     evaluation does not harm), so a healthy ``JOIN`` would have completed."""
@@ -81,7 +82,7 @@ def stuck_joins(waiting: Iterable[Mapping[str, Any]]) -> List[Mapping[str, Any]]
 
 
 def unpolled_tasks(tasks: Iterable[Mapping[str, Any]], *, domain: str, server_now: float,
-                   seconds: float = UNPOLLED_SECONDS) -> List[Mapping[str, Any]]:
+                   seconds: float = UNPOLLED_SECONDS) -> list[Mapping[str, Any]]:
     """The tasks of ``domain`` SCHEDULED, never polled, and due (retry delay included) for over ``seconds``
     by the server's clock ``server_now`` (epoch seconds)."""
     found = []
@@ -110,8 +111,8 @@ class Nudges:
         self._api = api
         self._clock = clock
         self._lock = threading.Lock()
-        self._joins_due: Dict[str, float] = {}  # run id -> monotonic time of the look at its joins
-        self._nudged: Dict[str, Set[str]] = {}  # run id -> ids of its unpolled tasks nudged
+        self._joins_due: dict[str, float] = {}  # run id -> monotonic time of the look at its joins
+        self._nudged: dict[str, set[str]] = {}  # run id -> ids of its unpolled tasks nudged
 
     def note_result(self, execution_id: str, *, tool: bool) -> None:
         """This process posted a task result of the run: one of its tools' (``tool``) has its joins looked
@@ -142,7 +143,7 @@ class Nudges:
                 self._joins_due.setdefault(execution_id, now)
 
     def check_unpolled(self, execution_id: str, tasks: Iterable[Mapping[str, Any]], *, domain: str,
-                       server_now: Optional[float]) -> None:
+                       server_now: float | None) -> None:
         """Nudge, once each, the :func:`unpolled_tasks` of a sample of the run (its SCHEDULED tasks)."""
         if server_now is None:
             return

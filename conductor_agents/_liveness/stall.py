@@ -13,9 +13,10 @@ falls back to how long it has itself observed the task unpolled (client monotoni
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from datetime import timezone
 from email.utils import parsedate_to_datetime
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any
 
 import attrs
 
@@ -36,7 +37,7 @@ class Stall:
     waited_seconds: float
 
 
-def server_time_from_date(value: Optional[str]) -> Optional[float]:
+def server_time_from_date(value: str | None) -> float | None:
     """The server's clock from an HTTP ``Date`` header (mid-second), or None."""
     if not value:
         return None
@@ -54,18 +55,18 @@ def find_stall(
     *,
     domain: str,
     stall_seconds: float,
-    server_now: Optional[float],
+    server_now: float | None,
     first_seen: dict,
     client_now: float,
-    grace: Optional[Mapping[str, float]] = None,
-) -> Optional[Stall]:
+    grace: Mapping[str, float] | None = None,
+) -> Stall | None:
     """The longest-waiting stalled task among ``tasks``, or None.
 
     ``first_seen`` maps task ids to the client monotonic time they were first seen
     unpolled; it is updated in place and used only when ``server_now`` is unknown.
     ``grace`` gives task types extra seconds before they count (see the watchdog).
     """
-    worst: Optional[Stall] = None
+    worst: Stall | None = None
     live_ids = set()
     for task in tasks:
         if task.get("domain") != domain or task.get("status") not in _WAITING:

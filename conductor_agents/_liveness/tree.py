@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Dict, Iterator, List, Optional
+from collections.abc import Iterator
 
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
@@ -43,7 +43,7 @@ def running_sub_runs(api: ConductorApi, execution_id: str, *, depth: int = _MAX_
             yield from running_sub_runs(api, str(child), depth=depth - 1)
 
 
-def all_sub_runs(api: ConductorApi, execution_id: str, *, depth: int = _MAX_DEPTH) -> "List[str]":
+def all_sub_runs(api: ConductorApi, execution_id: str, *, depth: int = _MAX_DEPTH) -> list[str]:
     """Every sub-run of ``execution_id`` (sub-agents, agent tools, and theirs), deepest first; a run
     already gone has none (one full read per run: the runs of an ended tree, to remove them).
 
@@ -56,7 +56,7 @@ def all_sub_runs(api: ConductorApi, execution_id: str, *, depth: int = _MAX_DEPT
         tasks = api.get_workflow(execution_id, include_tasks=True).get("tasks") or ()
     except ExecutionNotFoundError:
         return []
-    found: List[str] = []
+    found: list[str] = []
     for task in tasks:
         child = task.get("subWorkflowId") if isinstance(task, dict) else None
         if task.get("taskType") == SUB_RUN_TASK and child:
@@ -78,9 +78,9 @@ class RootFinder:
     def __init__(self, api: ConductorApi) -> None:
         self._api = api
         self._lock = threading.Lock()
-        self._parents: Dict[str, Optional[str]] = {}
+        self._parents: dict[str, str | None] = {}
 
-    def root_of(self, workflow_id: str, depth: int = _MAX_DEPTH) -> Optional[str]:
+    def root_of(self, workflow_id: str, depth: int = _MAX_DEPTH) -> str | None:
         """The top-level run of ``workflow_id`` (itself when it has no parent); None when it cannot be read."""
         current = workflow_id
         for _ in range(depth):
@@ -92,7 +92,7 @@ class RootFinder:
             current = parent
         return current
 
-    def _parent(self, workflow_id: str) -> Optional[str]:
+    def _parent(self, workflow_id: str) -> str | None:
         """The run's parent id, None for a top-level run, "" when it could not be read."""
         with self._lock:
             if workflow_id in self._parents:

@@ -48,17 +48,18 @@ import heapq
 import itertools
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from collections.abc import Callable
+from typing import Any
 
-from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
-from .nudges import Nudges
-from .stall import Stall, find_stall, server_time_from_date, stall_error
+from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
-from .tree import running_sub_runs
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, WorkerStallError
 from ..result import RunStatus
+from .nudges import Nudges
+from .stall import Stall, find_stall, server_time_from_date, stall_error
+from .tree import running_sub_runs
 
 __all__ = ["Companions", "RunWatch", "RunWatchdog"]
 
@@ -87,13 +88,13 @@ class RunWatch:
 
     def __init__(self, execution_id: str) -> None:
         self.execution_id = execution_id
-        self.domain: Optional[str] = None  # the run's domain when its liveness is watched
+        self.domain: str | None = None  # the run's domain when its liveness is watched
         self.served = False  # this process serves the run's tools: release them when it ends
         self.tree = False  # the run has sub-runs (sub-agents, agent tools) on its domain: sample theirs too
-        self.served_domain: Optional[str] = None  # the domain this process polls for the run's tools
-        self.companions: Optional[Companions] = None  # runs sampled with it (a mailbox's listener run)
-        self._stall: Optional[WorkerStallError] = None
-        self._listeners: List[StallListener] = []
+        self.served_domain: str | None = None  # the domain this process polls for the run's tools
+        self.companions: Companions | None = None  # runs sampled with it (a mailbox's listener run)
+        self._stall: WorkerStallError | None = None
+        self._listeners: list[StallListener] = []
         self._lock = threading.Lock()
         self._forgotten = False  # no longer watched (ended, or the watchdog closed): never stalled again
         # Owned by the watchdog thread:
@@ -102,8 +103,8 @@ class RunWatch:
         self.samples = 0
         self.skipped = 0  # samples skipped because the run's queues were seen empty
         self.listed = 0  # end-of-run checks answered by its workflow's running list
-        self.workflow_name: Optional[str] = None  # the agent's name, then what a sample tells
-        self.workflow_version: Optional[int] = None
+        self.workflow_name: str | None = None  # the agent's name, then what a sample tells
+        self.workflow_version: int | None = None
         self.name_checked = False  # the server told the workflow name (read once, at the first full sample)
         self.last_sampled = 0.0  # monotonic time of the last request for this run (set by watch())
 
@@ -111,7 +112,7 @@ class RunWatch:
         return f"RunWatch(execution_id={self.execution_id!r}, domain={self.domain!r}, stalled={self._stall is not None})"
 
     @property
-    def stall(self) -> Optional[WorkerStallError]:
+    def stall(self) -> WorkerStallError | None:
         """The stall the last sample found, or None (no stall, or none any more)."""
         return self._stall
 
@@ -120,7 +121,7 @@ class RunWatch:
         with self._lock:
             self._listeners.append(listener)
 
-    def _set_stall(self, stall: Optional[Stall]) -> "Optional[tuple[WorkerStallError, List[StallListener]]]":
+    def _set_stall(self, stall: Stall | None) -> tuple[WorkerStallError, list[StallListener]] | None:
         """Record a sample's finding; when the run has just stalled, the error and the listeners to tell."""
         with self._lock:
             if stall is None or self._forgotten:
@@ -169,8 +170,8 @@ class RunWatchdog:
         is_busy: Callable[[str], bool] = lambda domain: False,
         ring: Callable[[str], None] = lambda domain: None,
         queues_empty: Callable[[str], bool] = lambda domain: False,
-        idle_sample_seconds: Optional[float] = None,
-        grace: Optional[Dict[str, float]] = None,
+        idle_sample_seconds: float | None = None,
+        grace: dict[str, float] | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._api = api
@@ -190,23 +191,23 @@ class RunWatchdog:
         self._slack = min(_MAX_SLACK_SECONDS, interval / 10)
         self._clock = clock
         self._lock = threading.Lock()
-        self._runs: Dict[str, RunWatch] = {}
-        self._due: List[Tuple[float, int, str]] = []  # heap; entries of forgotten runs are skipped
+        self._runs: dict[str, RunWatch] = {}
+        self._due: list[tuple[float, int, str]] = []  # heap; entries of forgotten runs are skipped
         self._order = itertools.count()
         self._wake = threading.Event()
-        self._thread: Optional[BackgroundLoop] = None
-        self._previous: Optional[BackgroundLoop] = None  # one that is ending, joined by close()
+        self._thread: BackgroundLoop | None = None
+        self._previous: BackgroundLoop | None = None  # one that is ending, joined by close()
         self._closed = False
         self.threads_started = 0
         # workflow name -> (when fetched, its running ids); only the watchdog thread touches it
-        self._running: Dict[str, Tuple[float, frozenset]] = {}
+        self._running: dict[str, tuple[float, frozenset]] = {}
         self._running_refused = False  # the server does not list running ids: sample each run
 
     # -- registration -----------------------------------------------------------------
 
-    def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
-              served_domain: Optional[str] = None, workflow_name: Optional[str] = None,
-              tree: bool = False, companions: Optional[Companions] = None) -> RunWatch:
+    def watch(self, execution_id: str, *, domain: str | None = None, served: bool = False,
+              served_domain: str | None = None, workflow_name: str | None = None,
+              tree: bool = False, companions: Companions | None = None) -> RunWatch:
         """Sample ``execution_id`` from now on (first sample one interval from now); its RunWatch.
 
         ``domain``: watch the run's liveness on that domain. ``served``: this process serves the
@@ -275,7 +276,7 @@ class RunWatchdog:
             self._wake.set()
         return count
 
-    def watched(self) -> "tuple[str, ...]":
+    def watched(self) -> tuple[str, ...]:
         """The execution ids sampled now."""
         with self._lock:
             return tuple(self._runs)
@@ -317,7 +318,7 @@ class RunWatchdog:
         run.due = due
         heapq.heappush(self._due, (due, next(self._order), run.execution_id))
 
-    def _next_due(self) -> "tuple[Optional[RunWatch], float]":
+    def _next_due(self) -> tuple[RunWatch | None, float]:
         """The run to sample now (or None) and how long to wait otherwise; (None, -1) to end."""
         with self._lock:
             while self._due:
@@ -448,7 +449,7 @@ class RunWatchdog:
         if domain is None:
             return
         tasks = list(workflow.get("tasks") or ())
-        roots: "tuple[str, ...]" = (run.execution_id,)
+        roots: tuple[str, ...] = (run.execution_id,)
         if run.companions is not None:
             roots = self._companion_tasks(run, tasks)
         if run.tree:
@@ -471,7 +472,7 @@ class RunWatchdog:
             for listener in listeners:
                 self._tell(listener, error)
 
-    def _companion_tasks(self, run: RunWatch, tasks: "list[Any]") -> "tuple[str, ...]":
+    def _companion_tasks(self, run: RunWatch, tasks: list[Any]) -> tuple[str, ...]:
         """Add the SCHEDULED tasks of the run's companions to ``tasks``; the companions read.
 
         One read per companion (its SCHEDULED and IN_PROGRESS tasks: a running listener run always has
@@ -479,7 +480,7 @@ class RunWatchdog:
         asked again from the server once, and the new ones read.
         """
         assert run.companions is not None
-        read: "set[str]" = set()
+        read: set[str] = set()
         ids = tuple(run.companions(False))
         for refresh in (False, True):
             ended = False
@@ -513,7 +514,7 @@ class RunWatchdog:
             version = named.get("workflowVersion")
             run.workflow_version = version if isinstance(version, int) else None
 
-    def _excused(self, run: RunWatch, stall: Stall, server_now: Optional[float]) -> bool:
+    def _excused(self, run: RunWatch, stall: Stall, server_now: float | None) -> bool:
         """Whether an unpolled task is explained by a busy, live worker rather than a dead one."""
         if self._is_busy(stall.domain):
             log.debug("run %s: task %s waits, but this process's tool pool is full; no stall",

@@ -14,11 +14,12 @@ Stateless; thread-safe.
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 from .._wire.api import ConductorApi
-from .pending import approval_decision
 from ..errors import ServerError, ToolRetry
+from .pending import approval_decision
 
 __all__ = ["rejection"]
 
@@ -26,7 +27,7 @@ __all__ = ["rejection"]
 _RETRY_SECONDS = 2.0
 
 
-def rejection(api: ConductorApi, *, execution_id: str, seq: int, tool_name: str) -> Optional[Mapping[str, Any]]:
+def rejection(api: ConductorApi, *, execution_id: str, seq: int, tool_name: str) -> Mapping[str, Any] | None:
     """The output to report instead of running an approval-required call; None when it was approved.
 
     Raises:

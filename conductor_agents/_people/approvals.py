@@ -30,11 +30,22 @@ from __future__ import annotations
 
 import threading
 import uuid
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Union
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Union
 
-from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.json_check import json_copy
+from .._wire.api import ConductorApi
+from ..errors import (
+    AnswerConflictError,
+    ExecutionNotFoundError,
+    ExecutionNotRunningError,
+    InvalidAnswerError,
+    NothingPendingError,
+    PayloadError,
+    WaitTimeoutError,
+)
+from ..result import RunStatus
 from .pending import (
     ANSWER_ID,
     ANSWERED_BY,
@@ -48,16 +59,6 @@ from .pending import (
     stored_answer,
     waits_on_person,
 )
-from ..errors import (
-    AnswerConflictError,
-    ExecutionNotFoundError,
-    ExecutionNotRunningError,
-    InvalidAnswerError,
-    NothingPendingError,
-    PayloadError,
-    WaitTimeoutError,
-)
-from ..result import RunStatus
 
 __all__ = ["approve", "pending", "pending_of_agent", "reject", "respond"]
 
@@ -70,10 +71,10 @@ SETTLE_SECONDS = 3.0
 
 Target = Union[PendingRequest, str, None]
 #: A run as read for an answer: its execution id and its workflow with tasks.
-Run = Tuple[str, Mapping[str, Any]]
+Run = tuple[str, Mapping[str, Any]]
 
 
-def pending(api: ConductorApi, execution_id: str, *, earlier: Sequence[str] = ()) -> "tuple[PendingRequest, ...]":
+def pending(api: ConductorApi, execution_id: str, *, earlier: Sequence[str] = ()) -> tuple[PendingRequest, ...]:
     """What run ``execution_id`` (and the runs ``earlier``, of the same listener) waits on from a
     person now, oldest first (one request per run; an earlier run gone from the server is skipped).
 
@@ -83,18 +84,18 @@ def pending(api: ConductorApi, execution_id: str, *, earlier: Sequence[str] = ()
     return pending_of_runs(_read_runs(api, execution_id, earlier))
 
 
-def pending_of_runs(runs: Sequence[Run]) -> "tuple[PendingRequest, ...]":
+def pending_of_runs(runs: Sequence[Run]) -> tuple[PendingRequest, ...]:
     """What the runs (read oldest first) wait on, each request once."""
-    found: "dict[str, PendingRequest]" = {}
+    found: dict[str, PendingRequest] = {}
     for execution_id, workflow in runs:
         for request in pending_in(workflow, execution_id):
             found.setdefault(request.task_id, request)
     return tuple(found.values())
 
 
-def _read_runs(api: ConductorApi, execution_id: str, earlier: Sequence[str]) -> "List[Run]":
+def _read_runs(api: ConductorApi, execution_id: str, earlier: Sequence[str]) -> list[Run]:
     """The runs ``earlier`` (oldest first) and ``execution_id``, each read once with its tasks."""
-    runs: "List[Run]" = []
+    runs: list[Run] = []
     for run in dict.fromkeys(r for r in earlier if r != execution_id):
         try:
             runs.append((run, api.get_workflow(run, include_tasks=True)))
@@ -104,13 +105,13 @@ def _read_runs(api: ConductorApi, execution_id: str, earlier: Sequence[str]) -> 
     return runs
 
 
-def pending_of_agent(api: ConductorApi, agent_name: str) -> "tuple[PendingRequest, ...]":
+def pending_of_agent(api: ConductorApi, agent_name: str) -> tuple[PendingRequest, ...]:
     """What every running run of agent ``agent_name`` waits on from a person, oldest first.
 
     One ``GET /workflow/running/{name}``, one status per running run, and one task-list read per
     run that waits on a person: a page of an approval queue, not something to call in a loop.
     """
-    found: "dict[str, PendingRequest]" = {}
+    found: dict[str, PendingRequest] = {}
     for execution_id in dict.fromkeys(api.running_workflow_ids(agent_name)):
         try:
             status = api.agent_status(execution_id)
@@ -122,9 +123,9 @@ def pending_of_agent(api: ConductorApi, agent_name: str) -> "tuple[PendingReques
     return tuple(sorted(found.values(), key=lambda r: (r.since or 0.0, r.execution_id)))
 
 
-def approve(api: ConductorApi, execution_id: str, *, reason: Optional[str] = None, by: Optional[str] = None,
+def approve(api: ConductorApi, execution_id: str, *, reason: str | None = None, by: str | None = None,
             request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
-            pause: Optional[Callable[[float], Any]] = None, earlier: Sequence[str] = ()) -> HumanAnswer:
+            pause: Callable[[float], Any] | None = None, earlier: Sequence[str] = ()) -> HumanAnswer:
     """Approve the tool calls run ``execution_id`` waits on (they run, in the process serving the
     run), or the answer a guardrail holds for review (it leaves the run as it is)."""
     reason = optional_text(reason, "reason")
@@ -139,9 +140,9 @@ def approve(api: ConductorApi, execution_id: str, *, reason: Optional[str] = Non
                    request=request, timeout=timeout, clock=clock, pause=pause, earlier=earlier)
 
 
-def reject(api: ConductorApi, execution_id: str, reason: str, *, by: Optional[str] = None,
+def reject(api: ConductorApi, execution_id: str, reason: str, *, by: str | None = None,
            request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
-           pause: Optional[Callable[[float], Any]] = None, earlier: Sequence[str] = ()) -> HumanAnswer:
+           pause: Callable[[float], Any] | None = None, earlier: Sequence[str] = ()) -> HumanAnswer:
     """Reject the tool calls: none of them runs; the model sees the rejection and ``reason``, and the
     run goes on. Sent as ``approved: true`` with ``decision: "rejected"``: the server ends the whole
     run on ``approved: false`` (see :mod:`conductor_agents._people.pending`).
@@ -160,9 +161,9 @@ def reject(api: ConductorApi, execution_id: str, reason: str, *, by: Optional[st
                    request=request, timeout=timeout, clock=clock, pause=pause, earlier=earlier)
 
 
-def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[str] = None,
+def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: str | None = None,
             request: Target = None, timeout: float = DEFAULT_CONFIRM_SECONDS, clock: Clock = SYSTEM_CLOCK,
-            pause: Optional[Callable[[float], Any]] = None, earlier: Sequence[str] = ()) -> HumanAnswer:
+            pause: Callable[[float], Any] | None = None, earlier: Sequence[str] = ()) -> HumanAnswer:
     """Answer the question run ``execution_id`` asks: the model gets ``{"answer": answer, ...}``.
 
     A question with ``options`` (a ``manual`` team's pick of its next sub-agent) takes one of them
@@ -190,7 +191,7 @@ def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: Optional[s
                    request=request, timeout=timeout, clock=clock, pause=pause, earlier=earlier)
 
 
-def optional_text(value: Any, name: str) -> Optional[str]:
+def optional_text(value: Any, name: str) -> str | None:
     """A ``reason``/``by`` argument: None or a stripped str (blank counts as None).
 
     Raises:
@@ -217,9 +218,9 @@ def required_reason(reason: Any) -> str:
 # --- the protocol ----------------------------------------------------------------------------
 
 
-def _answer(api: ConductorApi, execution_id: str, kinds: "tuple[str, ...]", payload: Callable[[str], dict], *,
-            by: Optional[str], request: Target, timeout: float, clock: Clock,
-            pause: Optional[Callable[[float], Any]], earlier: Sequence[str] = ()) -> HumanAnswer:
+def _answer(api: ConductorApi, execution_id: str, kinds: tuple[str, ...], payload: Callable[[str], dict], *,
+            by: str | None, request: Target, timeout: float, clock: Clock,
+            pause: Callable[[float], Any] | None, earlier: Sequence[str] = ()) -> HumanAnswer:
     if not timeout > 0:
         raise ValueError(f"timeout must be > 0, got {timeout!r}")
     by = optional_text(by, "by")
@@ -268,7 +269,7 @@ def _check_running(workflow: Mapping[str, Any], execution_id: str) -> None:
             execution_id=execution_id)
 
 
-def holder(runs: Sequence[Run], kinds: "tuple[str, ...]", request: Target) -> Run:
+def holder(runs: Sequence[Run], kinds: tuple[str, ...], request: Target) -> Run:
     """The run an answer goes to, of ``runs`` (read oldest first; the last is the listener's current run).
 
     The oldest running run that waits on ``request`` (or, without one, on a request of ``kinds``);
@@ -276,7 +277,7 @@ def holder(runs: Sequence[Run], kinds: "tuple[str, ...]", request: Target) -> Ru
     for); else, for a named ``request``, the run that holds it answered or ended (it tells who won);
     else the current run (it tells that nothing waits, and what was answered last).
     """
-    def waiting(run: Run) -> "tuple[PendingRequest, ...]":
+    def waiting(run: Run) -> tuple[PendingRequest, ...]:
         return pending_in(run[1], run[0])
 
     if isinstance(request, PendingRequest):
@@ -306,11 +307,11 @@ def _matches_task(task: Mapping[str, Any], request: Target) -> bool:
     return wanted in (task.get("taskId"), task.get("referenceTaskName"))
 
 
-def _tasks(workflow: Mapping[str, Any]) -> "list[Mapping[str, Any]]":
+def _tasks(workflow: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [t for t in workflow.get("tasks") or () if isinstance(t, Mapping)]
 
 
-def _target(workflow: Mapping[str, Any], execution_id: str, kinds: "tuple[str, ...]",
+def _target(workflow: Mapping[str, Any], execution_id: str, kinds: tuple[str, ...],
             request: Target, *, runs: Sequence[Run] = ()) -> PendingRequest:
     """The pending request to answer (the oldest of ``kinds`` unless ``request`` names one).
 
@@ -350,7 +351,7 @@ def _target(workflow: Mapping[str, Any], execution_id: str, kinds: "tuple[str, .
 
 
 def _last_answer(workflow: Mapping[str, Any], execution_id: str,
-                 kinds: "tuple[str, ...]") -> Optional[HumanAnswer]:
+                 kinds: tuple[str, ...]) -> HumanAnswer | None:
     """The answer the run took for its latest request of ``kinds`` (None when it had none)."""
     humans = [t for t in workflow.get("tasks") or () if t.get("taskType") == "HUMAN"
               and t.get("status") == "COMPLETED" and request_kind(t) in kinds]
@@ -376,14 +377,14 @@ _USE = {PendingRequest.APPROVAL: "approve() or reject()", PendingRequest.QUESTIO
         PendingRequest.REVIEW: "approve(), respond(corrected_answer) or reject()"}
 
 
-def _wrong_kind(execution_id: str, kinds: "tuple[str, ...]", other: str) -> NothingPendingError:
+def _wrong_kind(execution_id: str, kinds: tuple[str, ...], other: str) -> NothingPendingError:
     return NothingPendingError(
         f"run {execution_id} waits for {_WHAT.get(other, other)}, not for "
         f"{' or '.join(_WHAT.get(k, k) for k in kinds)}: use {_USE.get(other, 'another answer')}",
         execution_id=execution_id, expected=kinds[0], waiting_for=other)
 
 
-def _conflict(execution_id: str, ref: str, answer_id: Optional[str], winner: HumanAnswer) -> AnswerConflictError:
+def _conflict(execution_id: str, ref: str, answer_id: str | None, winner: HumanAnswer) -> AnswerConflictError:
     if winner.kind == PendingRequest.APPROVAL:
         what = "approved" if winner.approved else "rejected"
     elif winner.kind == PendingRequest.REVIEW:

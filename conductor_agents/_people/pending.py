@@ -36,7 +36,8 @@ Pure functions over the server's JSON and immutable values; thread-safe.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Dict, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 import attrs
 
@@ -67,7 +68,7 @@ class PendingToolCall:
     name: str
     arguments: Mapping[str, Any] = attrs.field(factory=dict, converter=_freeze)
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {"name": self.name, "arguments": dict(self.arguments)}
 
 
@@ -98,27 +99,27 @@ class PendingRequest:
     kind: str
     task_id: str
     task_reference_name: str
-    tool_calls: "tuple[PendingToolCall, ...]" = ()
-    since: Optional[float] = None
-    options: "tuple[str, ...]" = ()
-    output: Optional[str] = None
-    guardrail: Optional[str] = None
-    guardrail_message: Optional[str] = None
-    run_execution_id: Optional[str] = None
+    tool_calls: tuple[PendingToolCall, ...] = ()
+    since: float | None = None
+    options: tuple[str, ...] = ()
+    output: str | None = None
+    guardrail: str | None = None
+    guardrail_message: str | None = None
+    run_execution_id: str | None = None
 
     @property
     def held_in(self) -> str:
         """The execution id of the run that holds the request."""
         return self.run_execution_id or self.execution_id
 
-    def known_as(self, listener_id: str) -> "PendingRequest":
+    def known_as(self, listener_id: str) -> PendingRequest:
         """This request named by the id callers hold for its listener (``listener_id``)."""
         if listener_id == self.execution_id:
             return self
         return attrs.evolve(self, execution_id=listener_id, run_execution_id=self.held_in)
 
     @property
-    def tool_name(self) -> Optional[str]:
+    def tool_name(self) -> str | None:
         """The (first) tool the request is about."""
         return self.tool_calls[0].name if self.tool_calls else None
 
@@ -128,14 +129,14 @@ class PendingRequest:
         return self.tool_calls[0].arguments if self.tool_calls else {}
 
     @property
-    def question(self) -> Optional[str]:
+    def question(self) -> str | None:
         """The question a :class:`HumanTool` call asks (None for an approval)."""
         if self.kind != self.QUESTION:
             return None
         value = self.arguments.get("question")
         return str(value) if value is not None else None
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready (what ``conductor-agents pending --json`` prints)."""
         out = {"executionId": self.execution_id, "runExecutionId": self.held_in, "kind": self.kind,
                "taskId": self.task_id,
@@ -147,7 +148,7 @@ class PendingRequest:
         return out
 
     @classmethod
-    def from_task(cls, task: Mapping[str, Any], execution_id: str) -> Optional["PendingRequest"]:
+    def from_task(cls, task: Mapping[str, Any], execution_id: str) -> PendingRequest | None:
         """The request an IN_PROGRESS HUMAN task stands for (None for any other task)."""
         if str(task.get("taskType")) != HUMAN or str(task.get("status")) != "IN_PROGRESS":
             return None
@@ -186,11 +187,11 @@ def is_pick_task(task: Mapping[str, Any]) -> bool:
             and isinstance(_freeze(task.get("inputData")).get("agent_options"), Mapping))
 
 
-def _pick_options(inputs: Mapping[str, Any]) -> "tuple[str, ...]":
+def _pick_options(inputs: Mapping[str, Any]) -> tuple[str, ...]:
     """The sub-agents' names of a pick, in the server's order (``agent_options``: name → index)."""
     options = _freeze(inputs.get("agent_options"))
 
-    def index(item: "tuple[str, Any]") -> int:
+    def index(item: tuple[str, Any]) -> int:
         try:
             return int(item[1])
         except (TypeError, ValueError):
@@ -235,7 +236,7 @@ def waits_on_person(status: Mapping[str, Any]) -> bool:
         pending.get("response_schema") is not None or bool(pending.get("toolCalls")))
 
 
-def pending_in(workflow: Mapping[str, Any], execution_id: str) -> "tuple[PendingRequest, ...]":
+def pending_in(workflow: Mapping[str, Any], execution_id: str) -> tuple[PendingRequest, ...]:
     """Every request the run waits on now, oldest first (nothing once the run has ended)."""
     if str(workflow.get("status") or "RUNNING") not in ("RUNNING", "PAUSED"):
         return ()
@@ -263,27 +264,27 @@ class HumanAnswer:
     execution_id: str
     task_reference_name: str
     kind: str
-    answer_id: Optional[str] = None
-    approved: Optional[bool] = None
-    reason: Optional[str] = None
+    answer_id: str | None = None
+    approved: bool | None = None
+    reason: str | None = None
     answer: Any = None
-    answered_by: Optional[str] = None
-    action: Optional[str] = None
-    run_execution_id: Optional[str] = None
+    answered_by: str | None = None
+    action: str | None = None
+    run_execution_id: str | None = None
 
     @property
     def held_in(self) -> str:
         """The execution id of the run that held the request."""
         return self.run_execution_id or self.execution_id
 
-    def known_as(self, listener_id: str) -> "HumanAnswer":
+    def known_as(self, listener_id: str) -> HumanAnswer:
         """This answer named by the id callers hold for its listener (``listener_id``)."""
         if listener_id == self.execution_id:
             return self
         return attrs.evolve(self, execution_id=listener_id, run_execution_id=self.held_in)
 
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         out = {"executionId": self.execution_id, "runExecutionId": self.held_in,
                "taskReferenceName": self.task_reference_name,
                "kind": self.kind, "answerId": self.answer_id, "approved": self.approved, "reason": self.reason,
@@ -331,7 +332,7 @@ def _stored_review_action(output: Mapping[str, Any]) -> str:
     return "edit" if output.get("edited_output") else "reject"
 
 
-def _opt_str(value: Any) -> Optional[str]:
+def _opt_str(value: Any) -> str | None:
     return None if value is None or value == "" else str(value)
 
 
@@ -341,7 +342,7 @@ def _process_ref(human_ref: str, step: str = "process") -> str:
     return f"{base}_{step}__{turn}" if sep and turn.isdigit() else f"{human_ref}_{step}"
 
 
-def consumed_answer(workflow: Mapping[str, Any], human: Mapping[str, Any]) -> Optional[HumanAnswer]:
+def consumed_answer(workflow: Mapping[str, Any], human: Mapping[str, Any]) -> HumanAnswer | None:
     """The answer the run went on with for HUMAN task ``human``; None while it has not yet."""
     execution_id = str(workflow.get("workflowId") or human.get("workflowInstanceId") or "")
     ref = str(human.get("referenceTaskName") or "")
@@ -378,7 +379,7 @@ def consumed_answer(workflow: Mapping[str, Any], human: Mapping[str, Any]) -> Op
     return None
 
 
-def stored_answer(human: Mapping[str, Any], execution_id: str) -> Optional[HumanAnswer]:
+def stored_answer(human: Mapping[str, Any], execution_id: str) -> HumanAnswer | None:
     """The answer stored on HUMAN task ``human`` (None while it waits)."""
     if str(human.get("status")) != "COMPLETED":
         return None
@@ -395,10 +396,10 @@ def stored_answer(human: Mapping[str, Any], execution_id: str) -> Optional[Human
 
 
 def approval_decision(tasks: Sequence[Mapping[str, Any]], execution_id: str,
-                      before_seq: int) -> Optional[HumanAnswer]:
+                      before_seq: int) -> HumanAnswer | None:
     """The approval decision the run routed on for a tool task scheduled at ``before_seq``: the
     latest approval process task before it (None when there is none)."""
-    latest: Optional[Tuple[int, Mapping[str, Any]]] = None
+    latest: tuple[int, Mapping[str, Any]] | None = None
     for task in tasks:
         ref = str(task.get("referenceTaskName") or "")
         seq = int(task.get("seq") or 0)

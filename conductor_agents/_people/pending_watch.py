@@ -22,13 +22,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Callable, Dict, Mapping, Optional, Sequence, Set
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
-from .pending import PendingRequest, pending_in, waits_on_person
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import RunStatus
+from .pending import PendingRequest, pending_in, waits_on_person
 
 __all__ = ["PendingMonitor", "waits_on_person"]
 
@@ -54,9 +55,9 @@ class PendingMonitor:
         self._runs_of = runs_of
         self.pid = os.getpid()  # a forked child builds its own (this one's thread is not there)
         self._lock = threading.Lock()
-        self._runs: Dict[str, Any] = {}  # execution id -> handle
-        self._reported: Dict[str, Set[str]] = {}  # execution id -> task ids already reported
-        self._thread: Optional[BackgroundLoop] = None
+        self._runs: dict[str, Any] = {}  # execution id -> handle
+        self._reported: dict[str, set[str]] = {}  # execution id -> task ids already reported
+        self._thread: BackgroundLoop | None = None
         self._closed = False
 
     def watch(self, handle: Any) -> None:
@@ -75,7 +76,7 @@ class PendingMonitor:
                 self._thread.start()
 
     @property
-    def watched(self) -> "tuple[str, ...]":
+    def watched(self) -> tuple[str, ...]:
         with self._lock:
             return tuple(self._runs)
 
@@ -127,7 +128,7 @@ class PendingMonitor:
             if again[-1:] == runs[-1:]:
                 self._forget(execution_id)  # the listener ended (or the run, when it is not continued)
             return  # else a switch was committed since the runs were looked up: look again next time
-        requests: "list[PendingRequest]" = []
+        requests: list[PendingRequest] = []
         for run, status in zip(runs, statuses):
             if status is not None and not RunStatus.parse(status.get("status")).is_terminal and \
                     waits_on_person(status):
@@ -146,7 +147,7 @@ class PendingMonitor:
             except Exception:
                 log.exception("on_pending callback failed for run %s (%s); ignored", execution_id, request.kind)
 
-    def _status(self, run: str, *, current: bool) -> Optional[Mapping[str, Any]]:
+    def _status(self, run: str, *, current: bool) -> Mapping[str, Any] | None:
         """``GET /agent/{id}/status`` of ``run``; None for an earlier run gone from the server."""
         try:
             return self._api.agent_status(run)

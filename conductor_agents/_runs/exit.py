@@ -10,7 +10,8 @@ import atexit
 import logging
 import threading
 import weakref
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 __all__ = ["close_at_exit"]
 

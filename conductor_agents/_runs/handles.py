@@ -10,17 +10,18 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 from .._common.clock import Clock
+from .._listener.by_id import people_runs
 from .._listener.directory import Chain, ChainDirectory
+from .._listener.following import current_runs
 from .._people.pending import PendingRequest
 from .._people.pending_watch import PendingMonitor
 from .._wire.api import ConductorApi
 from .._worker.observer import TaskObserver
 from .._worker.workers import WorkerSet
-from .._listener.by_id import people_runs
-from .._listener.following import current_runs
 from ..agent import Agent
 from ..errors import WorkerStallError
 from ..settings import AgentSettings
@@ -41,9 +42,9 @@ class HandleMaker:
     """
 
     def __init__(self, api: ConductorApi, directory: ChainDirectory, settings: AgentSettings, *, clock: Clock,
-                 observer: TaskObserver, workers: Callable[[], WorkerSet], new_handle: Callable[..., "AgentHandle"],
-                 on_stall: Optional[Callable[["AgentHandle", WorkerStallError], Any]],
-                 on_pending: Optional[Callable[["AgentHandle", PendingRequest], Any]]) -> None:
+                 observer: TaskObserver, workers: Callable[[], WorkerSet], new_handle: Callable[..., AgentHandle],
+                 on_stall: Callable[[AgentHandle, WorkerStallError], Any] | None,
+                 on_pending: Callable[[AgentHandle, PendingRequest], Any] | None) -> None:
         self._api = api
         self._directory = directory
         self._settings = settings
@@ -53,12 +54,12 @@ class HandleMaker:
         self._new_handle = new_handle
         self._on_stall = on_stall
         self._on_pending = on_pending
-        self._monitor: Optional[PendingMonitor] = None
+        self._monitor: PendingMonitor | None = None
         self._lock = threading.Lock()
 
-    def make(self, execution_id: str, agent_name: str, run_id: Optional[str], agent: Optional[Agent],
+    def make(self, execution_id: str, agent_name: str, run_id: str | None, agent: Agent | None,
              *, workers: bool, monitor: bool = True, tracker: Any = None,
-             chain: Optional[Chain] = None) -> "AgentHandle":
+             chain: Chain | None = None) -> AgentHandle:
         """A handle on run ``execution_id``; ``workers``: this process serves it; ``monitor``: watch it
         (liveness, the hooks); ``tracker``: a continued listener's watch, used instead of a new one."""
         watch: Any = None
@@ -84,7 +85,7 @@ class HandleMaker:
             self._watch_pending(handle)
         return handle
 
-    def _watch_pending(self, handle: "AgentHandle") -> None:
+    def _watch_pending(self, handle: AgentHandle) -> None:
         on_pending = self._on_pending
         monitor = self._monitor
         if monitor is None or monitor.pid != os.getpid():  # first use, or first use in a forked child

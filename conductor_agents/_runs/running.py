@@ -9,7 +9,7 @@ mailbox (:mod:`.._listener.mailbox`). So each running run is named by the id cal
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any
 
 import attrs
 
@@ -40,16 +40,16 @@ class RunningRun:
     execution_id: str
     current_execution_id: str
     status: RunStatus
-    waiting_for: Optional[str] = None
-    start_time: Optional[float] = None
+    waiting_for: str | None = None
+    start_time: float | None = None
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """JSON-ready (what ``conductor-agents list --json`` prints)."""
         return {"executionId": self.execution_id, "currentExecutionId": self.current_execution_id,
                 "status": self.status.value, "waitingFor": self.waiting_for, "startTime": self.start_time}
 
 
-def waiting_for(api: ConductorApi, status: AgentStatus) -> Optional[str]:
+def waiting_for(api: ConductorApi, status: AgentStatus) -> str | None:
     """``"person"``, ``"message"`` or None: what a running run waits for.
 
     The server's ``isWaiting`` covers both (a HUMAN or a wait-for-message task in progress) and misses
@@ -68,13 +68,13 @@ def waiting_for(api: ConductorApi, status: AgentStatus) -> Optional[str]:
     return MESSAGE if any(t.get("taskType") == PULL_TASK_TYPE for t in page.tasks) else None
 
 
-def running_runs(api: ConductorApi, directory: ChainDirectory, agent_name: str) -> "tuple[RunningRun, ...]":
+def running_runs(api: ConductorApi, directory: ChainDirectory, agent_name: str) -> tuple[RunningRun, ...]:
     """The running runs of agent ``agent_name``, one per listener, oldest first.
 
     One request for the running list, then per running run: its status (with its start), and (once
     per process) which listener it is, with one poll-data read for a run not named by its mailbox.
     """
-    rows: "Dict[str, tuple[int, RunningRun]]" = {}
+    rows: dict[str, tuple[int, RunningRun]] = {}
     for execution_id in dict.fromkeys(api.running_workflow_ids(agent_name)):
         try:
             raw = api.agent_status(execution_id)  # its startTime too
@@ -94,6 +94,6 @@ def running_runs(api: ConductorApi, directory: ChainDirectory, agent_name: str) 
             person = PERSON in (row.waiting_for, known[1].waiting_for)  # the old run may hold a request
             row, number = attrs.evolve(newest, waiting_for=PERSON if person else newest.waiting_for), max(number, known[0])
         rows[held] = (number, row)
-    ordered: List[RunningRun] = [row for _, row in rows.values()]
+    ordered: list[RunningRun] = [row for _, row in rows.values()]
     ordered.sort(key=lambda r: (r.start_time or 0.0, r.execution_id))
     return tuple(ordered)

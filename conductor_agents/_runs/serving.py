@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Iterable, Optional
+from collections.abc import Callable, Iterable
+from typing import Any, Optional
 
 from .._serving.service import Service
 from .._wire.api import ConductorApi
@@ -61,9 +62,9 @@ class ProcessServing:
         self._take_up = take_up
         self._pause = pause
         self._lock = threading.Lock()
-        self._service: Optional[Service] = None
+        self._service: Service | None = None
 
-    def get(self) -> Optional[Service]:
+    def get(self) -> Service | None:
         """This process's Service; None before the first :meth:`add`."""
         return self._service
 
@@ -83,13 +84,13 @@ class ProcessServing:
                     pause=self._pause)
             return self._service
 
-    def serve_again(self, served: Callable[[], Iterable["tuple[Agent, AdoptHook]"]]) -> None:
+    def serve_again(self, served: Callable[[], Iterable[tuple[Agent, AdoptHook]]]) -> None:
         """In a forked child: serve what the parent served, as a process of its own (on a thread: the
         first presence row is a request, and the fork must return at once)."""
         threading.Thread(target=self._serve_all, args=(served,), name="conductor-agents-serve-start",
                          daemon=True).start()  # daemon: what it has not added yet is not served by this child
 
-    def _serve_all(self, served: Callable[[], Iterable["tuple[Agent, AdoptHook]"]]) -> None:
+    def _serve_all(self, served: Callable[[], Iterable[tuple[Agent, AdoptHook]]]) -> None:
         for agent, on_adopt in list(served()):
             try:
                 self.add(agent, on_adopt)

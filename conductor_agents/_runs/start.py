@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import logging
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._listener.chain import link_key, run_id_for_key
 from .._listener.directory import Chain, ChainDirectory, Link
@@ -66,9 +67,9 @@ class RunStarter:
         self._handle = handle
         self._mailboxes = Mailboxes(api)
 
-    def start(self, agent: Agent, prompt: str, *, idempotency_key: Optional[str],
-              context: Optional[Mapping[str, Any]], media: Optional[Any],
-              model_settings: Optional[ModelSettings] = None) -> "AgentHandle":
+    def start(self, agent: Agent, prompt: str, *, idempotency_key: str | None,
+              context: Mapping[str, Any] | None, media: Any | None,
+              model_settings: ModelSettings | None = None) -> AgentHandle:
         """Start a run of ``agent`` (arguments checked but these) and serve it (see :meth:`AgentRuntime.start`)."""
         run_id = uuid.uuid4().hex if agent.is_stateful else None
         checked_context = check_context(context) if context is not None else None
@@ -98,8 +99,8 @@ class RunStarter:
             traced.failed(err)
             raise
 
-    def _started(self, agent: Agent, body: dict, reservation: Optional[Reservation], run_id: Optional[str],
-                 spec: Optional[LinkSpec], *, keyed: bool, traced: Any = tracing.NO_RUN) -> "AgentHandle":
+    def _started(self, agent: Agent, body: dict, reservation: Reservation | None, run_id: str | None,
+                 spec: LinkSpec | None, *, keyed: bool, traced: Any = tracing.NO_RUN) -> AgentHandle:
         """Send the start, then commit ``reservation`` (if any) to the run the server started."""
         try:
             started = start_run(self._api, body, pause=self._pause)
@@ -131,7 +132,7 @@ class RunStarter:
                             tracker=tracker)
 
 
-    def _open_mailbox(self, spec: LinkSpec, run_id: str, first_id: str) -> Optional[Chain]:
+    def _open_mailbox(self, spec: LinkSpec, run_id: str, first_id: str) -> Chain | None:
         """The chain of a listener by its mailbox (opened now, or the one an earlier start with the same
         key opened); None when it has none (``Continuation(mailbox=False)``, or no continuation)."""
         continuation = spec.continuation
@@ -146,9 +147,9 @@ class RunStarter:
         return Chain(mailbox_id, run_id, spec.agent.name, 0, mailbox=True)
 
 
-def start_body(agent: Agent, prompt: str, run_id: Optional[str], spec: Optional[LinkSpec], *,
-               context: Optional[dict], idempotency_key: Optional[str],
-               model_settings: Optional[ModelSettings] = None) -> dict:
+def start_body(agent: Agent, prompt: str, run_id: str | None, spec: LinkSpec | None, *,
+               context: dict | None, idempotency_key: str | None,
+               model_settings: ModelSettings | None = None) -> dict:
     """The body of ``POST /agent/start``: a continued listener's first link (``spec``), or a plain start."""
     if spec is not None:
         assert run_id is not None

@@ -12,16 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Optional
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any
 
 from .._common.clock import Clock
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._listener.following import current_status
 from .._listener.switch import LinkSpec, pending_switch, read_commit
 from .._liveness.tree import running_sub_runs
-from .._teams.model_settings import recorded_model_settings
 from .._serving.service import Service
 from .._serving.takeover import find_live_poller, freshness_window
+from .._teams.model_settings import recorded_model_settings
 from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
 from .._worker.workers import Reservation, WorkerSet
@@ -49,7 +50,7 @@ class RunTaker:
     """
 
     def __init__(self, api: ConductorApi, directory: ChainDirectory, workers: WorkerSet, settings: AgentSettings,
-                 *, clock: Clock, worker_id: str, service: Callable[[], Optional[Service]],
+                 *, clock: Clock, worker_id: str, service: Callable[[], Service | None],
                  handle: HandleFactory) -> None:
         self._api = api
         self._directory = directory
@@ -62,7 +63,7 @@ class RunTaker:
 
     # -- attach, resume and adopt -------------------------------------------------------
 
-    def attach(self, execution_id: str) -> "AgentHandle":
+    def attach(self, execution_id: str) -> AgentHandle:
         """A handle on run ``execution_id`` that serves and watches nothing (see :meth:`AgentRuntime.attach`)."""
         workflow = self._api.get_workflow(execution_id)
         domain = single_domain(workflow, execution_id, required=False)
@@ -72,7 +73,7 @@ class RunTaker:
         name = chain.agent_name if chain.mailbox else str(workflow.get("workflowName") or "")
         return self._handle(execution_id, name or "", domain, None, workers=False, monitor=False)
 
-    def resume(self, execution_id: str, agent: Agent, *, force: bool) -> "AgentHandle":
+    def resume(self, execution_id: str, agent: Agent, *, force: bool) -> AgentHandle:
         """Serve run ``execution_id`` of ``agent`` from this process (see :meth:`AgentRuntime.resume`)."""
         workflow = self._api.get_workflow(execution_id)  # no tasks: the ones to reclaim are read by status
         needs_domain = agent.is_stateful and (bool(agent.worker_tools) or agent.is_listener)
@@ -89,7 +90,7 @@ class RunTaker:
             self._lease_for_resume(agent, domain, execution_id)
         return self._take_up_run(execution_id, agent, domain, serve=serve, traced=_traced(workflow, "resume"))
 
-    def adopt(self, execution_id: str, agent: Agent) -> "AgentHandle":
+    def adopt(self, execution_id: str, agent: Agent) -> AgentHandle:
         """Serve a run whose lease this process just won (the adopter's take-up)."""
         workflow = self._api.get_workflow(execution_id)
         domain = single_domain(workflow, execution_id, required=True)
@@ -107,8 +108,8 @@ class RunTaker:
         return self._take_up_run(execution_id, agent, domain, serve=bool(agent.worker_tools),
                                  traced=_traced(workflow, "adopt"))
 
-    def _take_up_run(self, execution_id: str, agent: Agent, domain: Optional[str], *,
-                     serve: bool, traced: "Optional[tuple[Optional[str], str]]" = None) -> "AgentHandle":
+    def _take_up_run(self, execution_id: str, agent: Agent, domain: str | None, *,
+                     serve: bool, traced: tuple[str | None, str] | None = None) -> AgentHandle:
         if serve and traced is not None:  # its span here: a child of the span it was started with
             parent, how = traced
             tracing.begin_run(agent.name, parent=parent, taken_up=how, owner=self._worker_id).started(execution_id)
@@ -123,7 +124,7 @@ class RunTaker:
         return self._handle(execution_id, agent.name, domain, agent, workers=serve)
 
     def _resume_listener(self, chain: Chain, agent: Agent, *, force: bool, lease: bool = True,
-                         how: str = "resume") -> "AgentHandle":
+                         how: str = "resume") -> AgentHandle:
         """``resume()`` of a continued listener: serve its current run (and finish a switch a dead
         process left half done), whichever id of it the caller holds."""
         newest = self._directory.refresh(chain)
@@ -162,7 +163,7 @@ class RunTaker:
         return self._handle(chain.execution_id, agent.name, domain, agent, workers=serve, tracker=tracker)
 
     def serve_chain(self, reservation: Reservation, chain: Chain, spec: LinkSpec, *,
-                    newest: Optional[Link] = None) -> Any:
+                    newest: Link | None = None) -> Any:
         """Serve the continued listener ``chain`` on ``reservation`` from its newest link, finishing a switch
         left half done; the chain's tracker."""
         newest = newest if newest is not None else self._directory.refresh(chain)
@@ -186,7 +187,7 @@ class RunTaker:
 
     # -- checks before serving ---------------------------------------------------------
 
-    def _refuse_if_served(self, execution_id: str, agent: Agent, domain: Optional[str]) -> None:
+    def _refuse_if_served(self, execution_id: str, agent: Agent, domain: str | None) -> None:
         # Before this process polls the domain itself (its poll would overwrite the poll data).
         live = find_live_poller(self._api, [t.name for t in agent.worker_tools], domain,
                                 own_worker_id=self._worker_id, clock=self._clock)
@@ -201,7 +202,7 @@ class RunTaker:
             execution_id=execution_id,
         )
 
-    def _serving(self, agent: Agent) -> Optional[Service]:
+    def _serving(self, agent: Agent) -> Service | None:
         service = self._service()
         return service if service is not None and service.serves(agent.name) else None
 
@@ -237,7 +238,7 @@ class RunTaker:
 
 
 @contextlib.contextmanager
-def released_on_failure(reservation: Optional[Reservation], execution_id: str) -> Iterator[None]:
+def released_on_failure(reservation: Reservation | None, execution_id: str) -> Iterator[None]:
     """Taking up a run that exists on the server: on any failure, serve nothing of it and say which run.
 
     Whatever was reserved is released (its poller stops if no other run needs it) and the
@@ -260,7 +261,7 @@ def released_on_failure(reservation: Optional[Reservation], execution_id: str) -
         ) from err
 
 
-def single_domain(workflow: Mapping[str, Any], execution_id: str, *, required: bool) -> Optional[str]:
+def single_domain(workflow: Mapping[str, Any], execution_id: str, *, required: bool) -> str | None:
     """The one domain of a run's ``taskToDomain``; None when it has none."""
     domains = {str(d) for d in (workflow.get("taskToDomain") or {}).values() if d}
     if len(domains) > 1:
@@ -281,6 +282,6 @@ def single_domain(workflow: Mapping[str, Any], execution_id: str, *, required: b
     return domains.pop()
 
 
-def _traced(workflow: Mapping[str, Any], how: str) -> "tuple[Optional[str], str]":
+def _traced(workflow: Mapping[str, Any], how: str) -> tuple[str | None, str]:
     """The carrier a run was started with (its span's traceparent) and how it is taken up here."""
     return tracing.carrier_of(workflow), how

@@ -22,8 +22,9 @@ from __future__ import annotations
 
 import uuid
 import zoneinfo
+from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import attrs
 
@@ -44,7 +45,7 @@ def schedule_domain(name: str) -> str:
     return uuid.uuid5(_NAMESPACE, f"schedule:{name}").hex
 
 
-def _when(ms: Any) -> Optional[datetime]:
+def _when(ms: Any) -> datetime | None:
     return datetime.fromtimestamp(ms / 1000, tz=timezone.utc) if isinstance(ms, (int, float)) and ms > 0 else None
 
 
@@ -64,13 +65,13 @@ class Schedule:
     paused: bool
     prompt: str
     context: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
-    description: Optional[str] = None
-    domain: Optional[str] = attrs.field(default=None, repr=False)
-    next_run: Optional[datetime] = None
-    created: Optional[datetime] = attrs.field(default=None, repr=False)
+    description: str | None = None
+    domain: str | None = attrs.field(default=None, repr=False)
+    next_run: datetime | None = None
+    created: datetime | None = attrs.field(default=None, repr=False)
 
     @classmethod
-    def from_server(cls, raw: Mapping[str, Any]) -> "Schedule":
+    def from_server(cls, raw: Mapping[str, Any]) -> Schedule:
         start = raw.get("startWorkflowRequest") or {}
         run_input = start.get("input") or {}
         domains = set((start.get("taskToDomain") or {}).values())
@@ -101,8 +102,8 @@ class Schedules:
         return "Schedules()"
 
     def create(self, agent: Agent, prompt: str, *, name: str, cron: str, zone: str = "UTC",
-               context: Optional[Mapping[str, Any]] = None, paused: bool = False,
-               description: Optional[str] = None) -> Schedule:
+               context: Mapping[str, Any] | None = None, paused: bool = False,
+               description: str | None = None) -> Schedule:
         """Have the server start ``agent`` with ``prompt`` on ``cron`` (six fields, seconds first) in ``zone``.
 
         A schedule with the same name is replaced. The runs are served by the processes that call
@@ -168,7 +169,7 @@ class Schedules:
         """
         return Schedule.from_server(self._api.get_schedule(_check_name(name)))
 
-    def list(self, agent: "Agent | str | None" = None) -> "tuple[Schedule, ...]":
+    def list(self, agent: Agent | str | None = None) -> tuple[Schedule, ...]:
         """Every schedule on the server, or only those of ``agent`` (an Agent or its name), by name."""
         wanted = agent.name if isinstance(agent, Agent) else agent
         schedules = (Schedule.from_server(raw) for raw in self._api.list_schedules())
@@ -207,7 +208,7 @@ class Schedules:
         self._api.delete_schedule(name)
         return True
 
-    def next_runs(self, cron: str, count: int = 5) -> "tuple[datetime, ...]":
+    def next_runs(self, cron: str, count: int = 5) -> tuple[datetime, ...]:
         """When the server would start runs on ``cron`` (UTC), the next ``count`` times: check an expression.
 
         Raises:

@@ -24,17 +24,18 @@ import concurrent.futures.thread  # noqa: F401  (registers its exit hook before 
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
 from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
+from .._wire.transport import HttpError
+from ..errors import ConductorAgentsError, ExecutionNotFoundError, ServerError
 from .leases import Lease, LeaseBook
 from .presence import PeerView, Presence
 from .takeover import find_live_poller, worker_is_dead_here
-from .._wire.transport import HttpError
-from ..errors import ConductorAgentsError, ExecutionNotFoundError, ServerError
 
 __all__ = ["Adopter", "ServedAgent"]
 
@@ -61,12 +62,12 @@ if hasattr(threading, "_register_atexit"):
 @attrs.frozen
 class ServedAgent:
     agent: Any  # an Agent
-    on_adopt: Optional[Callable[[Any], Any]] = None
+    on_adopt: Callable[[Any], Any] | None = None
 
 
 @attrs.frozen
 class _RunInfo:
-    domain: Optional[str]
+    domain: str | None
     start_ms: float
 
 
@@ -90,12 +91,12 @@ class Adopter:
         # Domains held here whose runs had all ended at the last round (a schedule's domain between two of its
         # runs): lease and when. The next run of such a domain is taken up on the same lease while it is still
         # the domain's newest; a new lease would be a change of owner that did not happen.
-        self._rested: dict[str, "tuple[Lease, float]"] = {}
+        self._rested: dict[str, tuple[Lease, float]] = {}
         self._wake = threading.Event()
         # Daemon: if it dies with the interpreter, only adoptions by this process are lost (the
         # other present processes adopt the orphans).
         self._thread = BackgroundLoop("adopt", self._loop, daemon=True, wake=self._wake)
-        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None  # take-ups of one round, at once
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # take-ups of one round, at once
         #: Counts, for tests and stats: runs adopted, leases lost to another process.
         self.adopted = 0
         self.lost = 0
@@ -115,11 +116,11 @@ class Adopter:
             self._held[lease.domain] = lease
             self._orphan_since.pop(lease.domain, None)
 
-    def held(self) -> "list[str]":
+    def held(self) -> list[str]:
         with self._lock:
             return list(self._held)
 
-    def drop_all(self) -> "list[str]":
+    def drop_all(self) -> list[str]:
         """Forget every lease held (the fence): the runs are let go of by the caller."""
         with self._lock:
             domains = list(self._held)
@@ -204,7 +205,7 @@ class Adopter:
             adopted += self._take_up_siblings(served, by_domain)
         return adopted
 
-    def _take_up_siblings(self, served: ServedAgent, by_domain: "dict[str, list[str]]") -> int:
+    def _take_up_siblings(self, served: ServedAgent, by_domain: dict[str, list[str]]) -> int:
         """Take up the running runs of a domain this process holds that it does not serve yet: the runs of
         one schedule share a domain (``_scheduling``), the later ones started after the first was adopted.
         The domain's lease is this process's already: no new one is made."""
@@ -307,7 +308,7 @@ class Adopter:
                  newest.epoch)
         return self._serve_on(newest, served, execution_id)
 
-    def _present(self, view: PeerView, owner: Optional[str]) -> bool:
+    def _present(self, view: PeerView, owner: str | None) -> bool:
         if not owner or owner == self._worker_id:
             return False  # released, or this process's own lease of a run it let go of
         return owner in view.alive and not worker_is_dead_here(owner)
@@ -321,7 +322,7 @@ class Adopter:
             log.warning("could not release run on domain %s (%s): it is adopted once this process is gone",
                         domain, err)
 
-    def _run_info(self, execution_id: str) -> Optional[_RunInfo]:
+    def _run_info(self, execution_id: str) -> _RunInfo | None:
         info = self._runs.get(execution_id)
         if info is not None:
             return info
@@ -335,7 +336,7 @@ class Adopter:
         self._runs[execution_id] = info
         return info
 
-    def _prune(self, running: "set[str]", domains: "set[str]") -> None:
+    def _prune(self, running: set[str], domains: set[str]) -> None:
         for execution_id in [e for e in self._runs if e not in running]:
             del self._runs[execution_id]
         now = time.monotonic()

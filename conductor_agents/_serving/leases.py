@@ -25,12 +25,13 @@ import logging
 import threading
 import time
 import uuid
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
-from .._wire.api import ConductorApi
 from .._listener.chain import link_id
+from .._wire.api import ConductorApi
 from .._wire.starting import start_run
 from .._wire.transport import HttpError
 from ..errors import ExecutionNotFoundError, ServerError
@@ -47,7 +48,7 @@ _MAX_EPOCH = 100_000
 
 
 @functools.lru_cache(maxsize=1)
-def _lease_config() -> "dict[str, Any]":
+def _lease_config() -> dict[str, Any]:
     # A manual team: its first task is a HUMAN pick. No model call, no worker task, until answered.
     from ..agent import Agent
 
@@ -71,7 +72,7 @@ class Lease:
 
     domain: str
     epoch: int
-    owner: Optional[str]
+    owner: str | None
 
     @property
     def released(self) -> bool:
@@ -91,12 +92,12 @@ class LeaseBook:
         with self._lock:
             self._newest.pop(domain, None)
 
-    def known(self, domain: str) -> Optional[Lease]:
+    def known(self, domain: str) -> Lease | None:
         """The newest lease of ``domain`` seen here (no request)."""
         with self._lock:
             return self._newest.get(domain)
 
-    def newest(self, domain: str) -> Optional[Lease]:
+    def newest(self, domain: str) -> Lease | None:
         """The newest lease of the run on ``domain`` (None: it never had one). Reads from the last
         one known here upwards, one ``GET /workflow/{id}`` per lease number.
 
@@ -115,7 +116,7 @@ class LeaseBook:
             self._remember(newest)
         return newest
 
-    def claim(self, domain: str, epoch: int, owner: Optional[str], *, execution_id: str = "") -> Optional[Lease]:
+    def claim(self, domain: str, epoch: int, owner: str | None, *, execution_id: str = "") -> Lease | None:
         """Try to create lease ``epoch`` of ``domain`` for ``owner`` (None: a release).
 
         Returns the lease as the server holds it: ``owner`` if this call created it, whoever else
@@ -159,7 +160,7 @@ class LeaseBook:
                     raise
         raise AssertionError("unreachable")
 
-    def _record(self, lease_id: str) -> Optional[dict]:
+    def _record(self, lease_id: str) -> dict | None:
         for _ in range(3):
             try:
                 workflow = self._api.get_workflow(lease_id)
@@ -170,7 +171,7 @@ class LeaseBook:
             return context if isinstance(context, dict) else {}
         return None
 
-    def _read(self, domain: str, epoch: int) -> Optional[Lease]:
+    def _read(self, domain: str, epoch: int) -> Lease | None:
         try:
             workflow = self._api.get_workflow(lease_execution_id(domain, epoch))
         except ExecutionNotFoundError:

@@ -24,14 +24,14 @@ import hashlib
 import logging
 import threading
 import time
-from typing import Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
 
 import attrs
 
-from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._liveness.stall import server_time_from_date
+from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import ServerError
 from .takeover import worker_is_dead_here
@@ -76,7 +76,7 @@ class PeerView:
         counts as dead here (callers also check the run's own poll data for such workers)."""
         return worker_id not in self.alive
 
-    def assignee(self, key: str) -> Optional[str]:
+    def assignee(self, key: str) -> str | None:
         """The present process that should take the orphan named ``key`` (hashing spreads orphans)."""
         if not self.alive:
             return None
@@ -106,7 +106,7 @@ class Presence:
         self._agents: list[str] = []
         self._views: dict[str, PeerView] = {}
         #: (when the read came back, this process's row's age then): the fence's evidence.
-        self._own: Optional["tuple[float, float]"] = None
+        self._own: tuple[float, float] | None = None
         self._fenced = False
         # Daemon: if it dies with the interpreter, only the beacon stops: this process's runs are
         # adopted by others once its row is older than ``dead_after``, as after a crash.
@@ -119,7 +119,7 @@ class Presence:
             if agent_name not in self._agents:
                 self._agents.append(agent_name)
 
-    def view(self, agent_name: str) -> Optional[PeerView]:
+    def view(self, agent_name: str) -> PeerView | None:
         """The latest view of ``agent_name``'s processes, or None when it is older than an interval
         and a half (no fresh evidence: adopt nothing on it)."""
         with self._lock:

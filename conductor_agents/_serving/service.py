@@ -16,14 +16,15 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
-from .adoption import Adopter, ServedAgent
 from .._wire.api import ConductorApi
-from .leases import Lease, LeaseBook
-from .presence import Presence
 from .._wire.transport import HttpError
 from ..errors import ServerError, WorkerStartupError
+from .adoption import Adopter, ServedAgent
+from .leases import Lease, LeaseBook
+from .presence import Presence
 
 __all__ = ["Service", "serve_interval"]
 
@@ -51,7 +52,7 @@ class Service:
         self.adopter = Adopter(api, self.book, self.presence, worker_id=worker_id, take_up=take_up,
                                serving_here=serving_here)
 
-    def add(self, agent: Any, on_adopt: Optional[Callable[[Any], Any]]) -> None:
+    def add(self, agent: Any, on_adopt: Callable[[Any], Any] | None) -> None:
         """Serve ``agent`` from this process too; the first call starts the threads.
 
         Raises: WorkerStartupError: the first presence row could not be written and read back.
@@ -75,7 +76,7 @@ class Service:
     def serves(self, agent_name: str) -> bool:
         return self.adopter.serves(agent_name)
 
-    def claim_first(self, domain: str, execution_hint: str = "") -> Optional[Lease]:
+    def claim_first(self, domain: str, execution_hint: str = "") -> Lease | None:
         """Lease 0 of a run about to start here; the lease as the server holds it.
 
         Raises: ServerError (and subclasses), HttpError: the lease could not be created.
@@ -111,7 +112,7 @@ class Service:
 
     def _first_row(self) -> None:
         # The first row before any lease: a lease whose owner has no row would look orphaned.
-        last: Optional[BaseException] = None
+        last: BaseException | None = None
         for attempt in range(3):
             try:
                 self.presence.beacon()

@@ -23,14 +23,14 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-from typing import Iterable, Optional
+from collections.abc import Iterable
 
 import attrs
 
-from .._worker import poller as _poller
-from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._liveness.stall import server_time_from_date
+from .._wire.api import ConductorApi
+from .._worker import poller as _poller
 
 __all__ = ["LivePoller", "find_live_poller", "freshness_window", "make_worker_id", "worker_is_dead_here"]
 
@@ -51,7 +51,7 @@ def freshness_window() -> float:
     return _poller._SAFETY_POLL_SECONDS + _MARGIN_SECONDS
 
 
-def _read(path: str) -> Optional[str]:
+def _read(path: str) -> str | None:
     try:
         with open(path, encoding="ascii", errors="replace") as fh:
             return fh.read()
@@ -59,7 +59,7 @@ def _read(path: str) -> Optional[str]:
         return None
 
 
-def _proc_stat(pid: int) -> "Optional[tuple[str, str]]":
+def _proc_stat(pid: int) -> tuple[str, str] | None:
     """A Linux process's (state, start time in clock ticks since boot), or None (no /proc, no such pid)."""
     text = _read(f"/proc/{pid}/stat")
     if not text or ")" not in text:
@@ -82,7 +82,7 @@ def _machine_tag() -> str:
     return hashlib.sha256(f"{boot.strip()}|{namespace}".encode()).hexdigest()[:6]
 
 
-def make_worker_id(nonce: str, *, pid: Optional[int] = None, host: Optional[str] = None) -> str:
+def make_worker_id(nonce: str, *, pid: int | None = None, host: str | None = None) -> str:
     """This process's worker id: ``host-pid-nonce.start.tag`` (``host-pid-nonce`` without /proc)."""
     pid = os.getpid() if pid is None else pid
     host = socket.gethostname() if host is None else host
@@ -134,9 +134,9 @@ class LivePoller:
     seconds_ago: float
 
 
-def find_live_poller(api: ConductorApi, task_types: Iterable[str], domain: Optional[str], *,
+def find_live_poller(api: ConductorApi, task_types: Iterable[str], domain: str | None, *,
                      own_worker_id: str, clock: Clock = SYSTEM_CLOCK,
-                     ignore: Iterable[str] = ()) -> Optional[LivePoller]:
+                     ignore: Iterable[str] = ()) -> LivePoller | None:
     """The most recent poll of ``domain`` by another worker within the window, or None.
 
     Ages are measured on the server's clock (its ``Date`` header against its ``lastPollTime``),
@@ -149,7 +149,7 @@ def find_live_poller(api: ConductorApi, task_types: Iterable[str], domain: Optio
         return None  # shared (domain-less) tools may be served by many workers at once, by design
     window = freshness_window()
     ignored = set(ignore)
-    freshest: Optional[LivePoller] = None
+    freshest: LivePoller | None = None
     for task_type in task_types:
         rows, date = api.poll_data_sample(task_type)
         now = server_time_from_date(date)

@@ -13,12 +13,20 @@ Pure functions; thread-safe.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Iterable, List
+from collections.abc import Iterable
+from typing import Any
 
 from .._answers.output_check import output_check_config, output_check_worker, schema_instructions
 from .._answers.output_type import OutputSpec
-from .._common.task_names import (gate_task_name, handoff_task_name, output_check_task_name, router_task_name,
-                                  selection_task_name, stop_task_name, termination_task_name)
+from .._common.task_names import (
+    gate_task_name,
+    handoff_task_name,
+    output_check_task_name,
+    router_task_name,
+    selection_task_name,
+    stop_task_name,
+    termination_task_name,
+)
 from .._tooldefs.tooldef import ToolDef
 from .gates import gate_worker
 from .stopping import stop_worker
@@ -54,12 +62,12 @@ def checks_answers(agent: Any) -> bool:
             and agent.strategy is None)
 
 
-def worker_groups(agent: Any) -> "List[Iterable[ToolDef]]":
+def worker_groups(agent: Any) -> list[Iterable[ToolDef]]:
     """The worker tools of the agent's tree, a group per source: its tools, its agent tools' sub-runs,
     the function guardrails, its team's Python parts, then each sub-agent's, router's, planner's and
     fallback's worker tools (merged, each name once, by ``merge_worker_tools``)."""
     agent_names = agent.agent_names
-    groups: "List[Iterable[ToolDef]]" = [[t for t in agent.tools if t.is_worker]]
+    groups: list[Iterable[ToolDef]] = [[t for t in agent.tools if t.is_worker]]
     groups += [t.nested_tools for t in agent.tools]
     if checks_answers(agent):
         groups.append([output_check_worker(agent.name, agent.output_spec, agent.output_retries, agent.max_turns)])
@@ -81,7 +89,7 @@ def worker_groups(agent: Any) -> "List[Iterable[ToolDef]]":
     return groups
 
 
-def _stage_config(team: Any, index: int, stage: Any) -> Dict[str, Any]:
+def _stage_config(team: Any, index: int, stage: Any) -> dict[str, Any]:
     """A sub-agent's config as its team sends it: with its ``gate`` (a sequential team's stage only)."""
     config = agent_config(stage)
     if stage.gate is not None:
@@ -90,10 +98,10 @@ def _stage_config(team: Any, index: int, stage: Any) -> Dict[str, Any]:
     return config
 
 
-def agent_config(agent: Any) -> Dict[str, Any]:
+def agent_config(agent: Any) -> dict[str, Any]:
     """The server's ``agentConfig`` of ``agent``, without the check of its own ``gate`` (``Agent.to_config``
     makes it; a team's stages carry theirs)."""
-    config: Dict[str, Any] = {
+    config: dict[str, Any] = {
         "name": agent.name,
         "model": agent.model,
         "instructions": agent.instructions,

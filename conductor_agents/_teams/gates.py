@@ -23,7 +23,8 @@ Pure values and functions; thread-safe.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, Optional
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -39,7 +40,7 @@ GateCheck = Callable[[str], bool]
 _KINDS = ("text_contains", "function")
 
 
-def _check_text(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_text(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if not isinstance(value, str):
@@ -49,13 +50,13 @@ def _check_text(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) ->
                                    field="gate", value=value)
 
 
-def _check_case(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_case(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
         raise AgentTypeError(f"Gate.text_contains: case_sensitive must be True or False, got {value!r}",
                              field="gate", value=value)
 
 
-def _check_function(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_function(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         raise AgentTypeError(f"Gate.function needs a callable, got {value!r}", field="gate", value=value)
 
@@ -72,9 +73,9 @@ class Gate:
     """
 
     kind: str = attrs.field(validator=attrs.validators.in_(_KINDS))
-    text: Optional[str] = attrs.field(default=None, validator=_check_text)
+    text: str | None = attrs.field(default=None, validator=_check_text)
     case_sensitive: bool = attrs.field(default=True, validator=_check_case)
-    check: Optional[GateCheck] = attrs.field(default=None, validator=_check_function)
+    check: GateCheck | None = attrs.field(default=None, validator=_check_function)
 
     def __attrs_post_init__(self) -> None:
         needed = "text" if self.kind == "text_contains" else "check"
@@ -82,7 +83,7 @@ class Gate:
             raise AgentDefinitionError(f"Gate.{self.kind} needs {needed}", field="gate", value=None)
 
     @classmethod
-    def text_contains(cls, text: str, *, case_sensitive: bool = True) -> "Gate":
+    def text_contains(cls, text: str, *, case_sensitive: bool = True) -> Gate:
         """Stop the pipeline when the stage's answer contains ``text`` (``case_sensitive=False``: in any
         case). The server checks it (an INLINE script): no worker task."""
         if text is None:
@@ -90,7 +91,7 @@ class Gate:
         return cls("text_contains", text=text, case_sensitive=case_sensitive)
 
     @classmethod
-    def function(cls, check: GateCheck) -> "Gate":
+    def function(cls, check: GateCheck) -> Gate:
         """Stop the pipeline when ``check(answer)`` returns True (False: the next stage runs).
 
         ``answer`` is the stage's answer as text (``""`` when it gave none; JSON text for a
@@ -107,7 +108,7 @@ class Gate:
         """Whether the gate is a worker task served by this SDK (a :meth:`function` gate)."""
         return self.kind == "function"
 
-    def to_config(self, task_name: Optional[str] = None) -> Dict[str, Any]:
+    def to_config(self, task_name: str | None = None) -> dict[str, Any]:
         """The server's ``gate`` of a stage's config (``task_name``: a function gate's worker task)."""
         if self.kind == "text_contains":
             return {"type": "text_contains", "text": self.text, "caseSensitive": self.case_sensitive}
@@ -127,7 +128,7 @@ class _GateRun:
     check: GateCheck
     stage: str
 
-    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
         answer = inputs.get("result")
         stop = self.check(answer_text(answer))
         if not isinstance(stop, bool):

@@ -13,7 +13,8 @@ Pure values and functions; thread-safe.
 from __future__ import annotations
 
 import re
-from typing import Any, Dict, List, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -34,7 +35,7 @@ MODEL_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/\S+$")
 _INLINE_AGENTS = ("agents", "planner", "fallback", "router")
 
 
-def _check_model(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_model(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if not isinstance(value, str):
@@ -44,7 +45,7 @@ def _check_model(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -
                                    f"'openai/gpt-4o'), got {value!r}", field="model", value=value)
 
 
-def _check_temperature(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_temperature(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -55,7 +56,7 @@ def _check_temperature(instance: Any, attribute: "attrs.Attribute[Any]", value: 
                                    f"{value!r}", field="temperature", value=value)
 
 
-def _check_max_tokens(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_max_tokens(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if isinstance(value, bool) or not isinstance(value, int):
@@ -66,7 +67,7 @@ def _check_max_tokens(instance: Any, attribute: "attrs.Attribute[Any]", value: A
                                    value=value)
 
 
-def _check_effort(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_effort(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is None:
         return
     if value not in REASONING_EFFORTS:
@@ -74,7 +75,7 @@ def _check_effort(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) 
                                    f"or None, got {value!r}", field="reasoning_effort", value=value)
 
 
-def _check_bool(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, bool):
         raise AgentTypeError(f"ModelSettings.{attribute.name} must be True or False, got {value!r}",
                              field=attribute.name, value=value)
@@ -95,12 +96,12 @@ class ModelSettings:
             ``max_tokens`` <= 0, ``reasoning_effort`` not one of :data:`REASONING_EFFORTS`.
     """
 
-    model: Optional[str] = attrs.field(default=None, validator=_check_model)
-    temperature: Optional[float] = attrs.field(default=None, validator=_check_temperature)
-    max_tokens: Optional[int] = attrs.field(default=None, validator=_check_max_tokens)
+    model: str | None = attrs.field(default=None, validator=_check_model)
+    temperature: float | None = attrs.field(default=None, validator=_check_temperature)
+    max_tokens: int | None = attrs.field(default=None, validator=_check_max_tokens)
     #: ``minimal`` | ``low`` | ``medium`` | ``high`` (OpenAI reasoning models; the server drops it for
     #: Anthropic models without extended thinking).
-    reasoning_effort: Optional[str] = attrs.field(default=None, validator=_check_effort)
+    reasoning_effort: str | None = attrs.field(default=None, validator=_check_effort)
     sub_agents: bool = attrs.field(default=True, kw_only=True, validator=_check_bool)
 
     @property
@@ -109,15 +110,15 @@ class ModelSettings:
         return self.model is None and self.temperature is None and self.max_tokens is None \
             and self.reasoning_effort is None
 
-    def to_dict(self) -> Dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         """The settings as recorded in a run's config (None fields left out)."""
-        out: Dict[str, Any] = {"subAgents": self.sub_agents}
+        out: dict[str, Any] = {"subAgents": self.sub_agents}
         for key, value in self._config_fields().items():
             out[key] = value
         return out
 
     @classmethod
-    def from_dict(cls, data: Any) -> Optional["ModelSettings"]:
+    def from_dict(cls, data: Any) -> ModelSettings | None:
         """The settings :meth:`to_dict` recorded, or None when ``data`` holds none (or garbled ones)."""
         if not isinstance(data, Mapping):
             return None
@@ -127,13 +128,13 @@ class ModelSettings:
         except (AgentTypeError, AgentDefinitionError):
             return None
 
-    def _config_fields(self) -> Dict[str, Any]:
+    def _config_fields(self) -> dict[str, Any]:
         fields = {"model": self.model, "temperature": self.temperature, "maxTokens": self.max_tokens,
                   "reasoningEffort": self.reasoning_effort}
         return {key: value for key, value in fields.items() if value is not None}
 
 
-def apply_model_settings(config: Dict[str, Any], settings: Optional[ModelSettings]) -> Dict[str, Any]:
+def apply_model_settings(config: dict[str, Any], settings: ModelSettings | None) -> dict[str, Any]:
     """``config`` (an agent's ``agentConfig``, changed in place and returned) with ``settings`` applied.
 
     Raises:
@@ -157,7 +158,7 @@ def apply_model_settings(config: Dict[str, Any], settings: Optional[ModelSetting
     return config
 
 
-def _apply(config: Dict[str, Any], settings: ModelSettings) -> None:
+def _apply(config: dict[str, Any], settings: ModelSettings) -> None:
     config.update(settings._config_fields())
     if not settings.sub_agents:
         return
@@ -168,8 +169,8 @@ def _apply(config: Dict[str, Any], settings: ModelSettings) -> None:
                 _apply(sub, settings)
 
 
-def _agent_tools(config: Mapping[str, Any]) -> List[str]:
-    found: List[str] = []
+def _agent_tools(config: Mapping[str, Any]) -> list[str]:
+    found: list[str] = []
     for tool in config.get("tools") or ():
         if isinstance(tool, Mapping) and tool.get("toolType") == "agent_tool":
             found.append(str(tool.get("name")))
@@ -181,7 +182,7 @@ def _agent_tools(config: Mapping[str, Any]) -> List[str]:
     return found
 
 
-def recorded_model_settings(workflow: Mapping[str, Any]) -> Optional[ModelSettings]:
+def recorded_model_settings(workflow: Mapping[str, Any]) -> ModelSettings | None:
     """The settings a run was started with, read from its workflow (``GET /workflow/{id}``), or None."""
     definition = workflow.get("workflowDefinition")
     metadata = definition.get("metadata") if isinstance(definition, Mapping) else None

@@ -11,7 +11,8 @@ Pure values; thread-safe. The rule may run on several worker threads at once.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict
+from collections.abc import Callable
+from typing import Any
 
 import attrs
 
@@ -31,7 +32,7 @@ class _StopCheck:
 
     rule: StopRule
 
-    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
         text = inputs.get("result")
         turn = inputs.get("iteration")
         stop = self.rule(answer_text(text), int(turn) if isinstance(turn, (int, float)) else 0)

@@ -55,7 +55,8 @@ Pure values and functions; thread-safe.
 from __future__ import annotations
 
 import enum
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -91,7 +92,7 @@ class Strategy(str, enum.Enum):
     PLAN_EXECUTE = "plan_execute"
 
     @classmethod
-    def parse(cls, value: Any) -> "Strategy":
+    def parse(cls, value: Any) -> Strategy:
         """``value`` (a Strategy or its name) as a Strategy.
 
         Raises:
@@ -107,13 +108,13 @@ class Strategy(str, enum.Enum):
                 field="strategy", value=value) from None
 
 
-def _check_text(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_text(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (not isinstance(value, str) or not value):
         raise AgentTypeError(f"Handoff.{attribute.name} must be a non-empty str, got {value!r}",
                              field=attribute.name, value=value)
 
 
-def _check_condition(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_condition(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and not callable(value):
         raise AgentTypeError(f"Handoff.on_condition needs a callable, got {value!r}", field="handoffs", value=value)
 
@@ -132,10 +133,10 @@ class Handoff:
 
     kind: str = attrs.field(validator=attrs.validators.in_(tuple(_NEEDED)))
     target: str = attrs.field(validator=_check_text)
-    tool_name: Optional[str] = attrs.field(default=None, validator=_check_text)
-    result_contains: Optional[str] = attrs.field(default=None, validator=_check_text)
-    text: Optional[str] = attrs.field(default=None, validator=_check_text)
-    condition: Optional[HandoffCondition] = attrs.field(default=None, validator=_check_condition)
+    tool_name: str | None = attrs.field(default=None, validator=_check_text)
+    result_contains: str | None = attrs.field(default=None, validator=_check_text)
+    text: str | None = attrs.field(default=None, validator=_check_text)
+    condition: HandoffCondition | None = attrs.field(default=None, validator=_check_condition)
 
     def __attrs_post_init__(self) -> None:
         for name in _NEEDED[self.kind]:
@@ -143,18 +144,18 @@ class Handoff:
                 raise AgentDefinitionError(f"Handoff.{self.kind} needs {name}", field=name, value=None)
 
     @classmethod
-    def on_tool_result(cls, target: str, tool_name: str, result_contains: str) -> "Handoff":
+    def on_tool_result(cls, target: str, tool_name: str, result_contains: str) -> Handoff:
         """Hand off once the tool ``tool_name`` returned a result containing ``result_contains``
         (the server requires both)."""
         return cls("on_tool_result", target, tool_name=tool_name, result_contains=result_contains)
 
     @classmethod
-    def on_text_mention(cls, target: str, text: str) -> "Handoff":
+    def on_text_mention(cls, target: str, text: str) -> Handoff:
         """Hand off once the model's answer mentions ``text``."""
         return cls("on_text_mention", target, text=text)
 
     @classmethod
-    def on_condition(cls, target: str, condition: HandoffCondition) -> "Handoff":
+    def on_condition(cls, target: str, condition: HandoffCondition) -> Handoff:
         """Hand off when ``condition(ctx)`` (a :class:`HandoffContext`) returns true.
 
         It runs in Python, as a worker task served with the swarm's tools (on the run's domain
@@ -166,9 +167,9 @@ class Handoff:
                                  value=condition)
         return cls("on_condition", target, condition=condition)
 
-    def to_config(self, task_name: Optional[str] = None) -> Dict[str, Any]:
+    def to_config(self, task_name: str | None = None) -> dict[str, Any]:
         """The server's ``HandoffConfig`` (``task_name``: an ``on_condition`` rule's worker task)."""
-        config: Dict[str, Any] = {"type": self.kind, "target": self.target}
+        config: dict[str, Any] = {"type": self.kind, "target": self.target}
         if self.kind == "on_tool_result":
             config["toolName"] = self.tool_name
             config["resultContains"] = self.result_contains
@@ -194,7 +195,7 @@ class HandoffContext:
     agent: str
     result: str
     conversation: str
-    tool_results: "tuple[Mapping[str, Any], ...]" = ()
+    tool_results: tuple[Mapping[str, Any], ...] = ()
     state: Mapping[str, Any] = attrs.field(factory=dict)
 
 
@@ -210,9 +211,9 @@ class _ConditionCheck:
     condition: HandoffCondition
     target: str
     #: The swarm's agents by the server's index: the parent first, then its sub-agents.
-    agents: "tuple[str, ...]"
+    agents: tuple[str, ...]
 
-    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
         active = _text(inputs.get("active_agent")) or "0"
         try:
             agent = self.agents[int(active)]
@@ -244,9 +245,9 @@ class _RouteCheck:
     """The worker body of a Python router: ``{"result": <sub-agent name or DONE>}``."""
 
     router: RouterFunction
-    agents: "tuple[str, ...]"
+    agents: tuple[str, ...]
 
-    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
         choice = self.router(_text(inputs.get("conversation", inputs.get("prompt"))))
         name = choice
         if choice is not None and not isinstance(choice, str) and hasattr(choice, "to_config"):
@@ -265,7 +266,7 @@ def router_worker(agent_name: str, router: RouterFunction, agents: Sequence[str]
                    input_schema={"type": "object", "properties": {}}, func=_RouteCheck(router, tuple(agents)))
 
 
-def merge_worker_tools(groups: Iterable[Iterable[ToolDef]], *, where: str) -> "tuple[ToolDef, ...]":
+def merge_worker_tools(groups: Iterable[Iterable[ToolDef]], *, where: str) -> tuple[ToolDef, ...]:
     """The worker tools of a tree of agents, each name once.
 
     The server routes tasks by tool name, so two different tools of one name anywhere in a tree
@@ -274,7 +275,7 @@ def merge_worker_tools(groups: Iterable[Iterable[ToolDef]], *, where: str) -> "t
     Raises:
         AgentDefinitionError: two different tools share a name.
     """
-    merged: Dict[str, ToolDef] = {}
+    merged: dict[str, ToolDef] = {}
     for group in groups:
         for tool_def in group:
             known = merged.get(tool_def.name)
@@ -288,7 +289,7 @@ def merge_worker_tools(groups: Iterable[Iterable[ToolDef]], *, where: str) -> "t
     return tuple(merged.values())
 
 
-def agent_tool(agent: Any, *, name: Optional[str] = None, description: Optional[str] = None) -> ToolDef:
+def agent_tool(agent: Any, *, name: str | None = None, description: str | None = None) -> ToolDef:
     """An ``agent_tool`` ToolDef: the model calls ``agent`` with a ``request`` and gets its answer.
 
     ``agent`` is an :class:`~conductor_agents.Agent` (used through ``to_config()`` and
@@ -300,7 +301,7 @@ def agent_tool(agent: Any, *, name: Optional[str] = None, description: Optional[
         ToolDefinitionError: ``name`` or ``description`` is invalid.
     """
     workers = tuple(agent.worker_tools)
-    config: Dict[str, Any] = {"agentConfig": agent.to_config()}
+    config: dict[str, Any] = {"agentConfig": agent.to_config()}
     if workers:
         config["workerNames"] = [t.name for t in workers]
     return ToolDef(
@@ -321,9 +322,9 @@ def agent_tool(agent: Any, *, name: Optional[str] = None, description: Optional[
 class _Selection:
     """The worker body of a ``manual`` pick: the person's answer (a sub-agent's name) as the server's index."""
 
-    agents: "tuple[str, ...]"
+    agents: tuple[str, ...]
 
-    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
         output = inputs.get("human_output")
         picked: Any = output
         if isinstance(output, Mapping):  # this SDK's respond() sends answer; the server's own form, selected

@@ -19,7 +19,8 @@ Pure values; thread-safe.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -38,13 +39,13 @@ _LIMITS = (("max_total_tokens", "maxTotalTokens", "totalTokens"),
            ("max_completion_tokens", "maxCompletionTokens", "completionTokens"))
 
 
-def _check_limit(instance: Any, attribute: "attrs.Attribute[Any]", value: Any) -> None:
+def _check_limit(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
         raise AgentDefinitionError(f"Termination.token_usage: {attribute.name} must be an int >= 1 or None, "
                                    f"got {value!r}", field="termination", value=value)
 
 
-def _check_conditions(instance: "Termination", attribute: "attrs.Attribute[Any]", value: tuple) -> None:
+def _check_conditions(instance: Termination, attribute: attrs.Attribute[Any], value: tuple) -> None:
     if instance.kind in ("and", "or") and (len(value) < 2 or not all(isinstance(c, Termination) for c in value)):
         raise AgentTypeError("Termination: 'and'/'or' join two or more Terminations", field="termination",
                              value=value)
@@ -58,16 +59,16 @@ class Termination:
     """
 
     kind: str = attrs.field(validator=attrs.validators.in_(_KINDS))
-    text: Optional[str] = None
+    text: str | None = None
     case_sensitive: bool = True
-    count: Optional[int] = None
-    conditions: "tuple[Termination, ...]" = attrs.field(default=(), converter=tuple, validator=_check_conditions)
-    max_total_tokens: Optional[int] = attrs.field(default=None, validator=_check_limit, kw_only=True)
-    max_prompt_tokens: Optional[int] = attrs.field(default=None, validator=_check_limit, kw_only=True)
-    max_completion_tokens: Optional[int] = attrs.field(default=None, validator=_check_limit, kw_only=True)
+    count: int | None = None
+    conditions: tuple[Termination, ...] = attrs.field(default=(), converter=tuple, validator=_check_conditions)
+    max_total_tokens: int | None = attrs.field(default=None, validator=_check_limit, kw_only=True)
+    max_prompt_tokens: int | None = attrs.field(default=None, validator=_check_limit, kw_only=True)
+    max_completion_tokens: int | None = attrs.field(default=None, validator=_check_limit, kw_only=True)
 
     @classmethod
-    def text_mention(cls, text: str, *, case_sensitive: bool = True) -> "Termination":
+    def text_mention(cls, text: str, *, case_sensitive: bool = True) -> Termination:
         """End once the turn's text (a multi-agent loop: the conversation) contains ``text``."""
         if not isinstance(text, str) or not text:
             raise AgentTypeError(f"Termination.text_mention needs a non-empty str, got {text!r}", field="termination",
@@ -75,7 +76,7 @@ class Termination:
         return cls("text_mention", text=text, case_sensitive=bool(case_sensitive))
 
     @classmethod
-    def stop_message(cls, text: str) -> "Termination":
+    def stop_message(cls, text: str) -> Termination:
         """End once the turn's text, stripped, is exactly ``text``."""
         if not isinstance(text, str) or not text:
             raise AgentTypeError(f"Termination.stop_message needs a non-empty str, got {text!r}", field="termination",
@@ -83,7 +84,7 @@ class Termination:
         return cls("stop_message", text=text)
 
     @classmethod
-    def max_messages(cls, count: int) -> "Termination":
+    def max_messages(cls, count: int) -> Termination:
         """End after ``count`` turns of the loop."""
         if isinstance(count, bool) or not isinstance(count, int) or count < 1:
             raise AgentDefinitionError(f"Termination.max_messages needs an int >= 1, got {count!r}",
@@ -91,8 +92,8 @@ class Termination:
         return cls("max_message", count=count)
 
     @classmethod
-    def token_usage(cls, *, max_total_tokens: Optional[int] = None, max_prompt_tokens: Optional[int] = None,
-                    max_completion_tokens: Optional[int] = None) -> "Termination":
+    def token_usage(cls, *, max_total_tokens: int | None = None, max_prompt_tokens: int | None = None,
+                    max_completion_tokens: int | None = None) -> Termination:
         """End after the turn in which the run's LLM calls have used more tokens than a limit
         (the server's counts, summed over the run: total, prompt (input) or completion (output)).
         Give at least one limit; each an int >= 1."""
@@ -107,13 +108,13 @@ class Termination:
         """Whether deciding needs the run's token usage (a ``token_usage`` condition inside)."""
         return self.kind == "token_usage" or any(c.needs_token_usage for c in self.conditions)
 
-    def __or__(self, other: "Termination") -> "Termination":
+    def __or__(self, other: Termination) -> Termination:
         return Termination("or", conditions=(self, other))
 
-    def __and__(self, other: "Termination") -> "Termination":
+    def __and__(self, other: Termination) -> Termination:
         return Termination("and", conditions=(self, other))
 
-    def reached(self, text: str, turn: int, usage: Optional[Mapping[str, Any]] = None) -> bool:
+    def reached(self, text: str, turn: int, usage: Mapping[str, Any] | None = None) -> bool:
         """Whether the loop ends after a turn with ``text`` (the turn numbered ``turn`` from 1);
         ``usage`` is the run's token usage so far (``{"totalTokens", "promptTokens",
         "completionTokens"}``, the server's names; missing counts are 0)."""
@@ -132,7 +133,7 @@ class Termination:
         results = [c.reached(text, turn, usage) for c in self.conditions]
         return all(results) if self.kind == "and" else any(results)
 
-    def to_config(self) -> Dict[str, Any]:
+    def to_config(self) -> dict[str, Any]:
         """The server's ``TerminationConfig``."""
         if self.kind == "text_mention":
             return {"type": "text_mention", "text": self.text, "caseSensitive": self.case_sensitive}
@@ -141,7 +142,7 @@ class Termination:
         if self.kind == "max_message":
             return {"type": "max_message", "maxMessages": self.count}
         if self.kind == "token_usage":
-            config: Dict[str, Any] = {"type": "token_usage"}
+            config: dict[str, Any] = {"type": "token_usage"}
             for attr, name, _ in _LIMITS:
                 if getattr(self, attr) is not None:
                     config[name] = getattr(self, attr)
@@ -169,7 +170,7 @@ class _TerminationCheck:
         """Read by the executor: hand this check the run's token usage (``token_usage`` input)."""
         return self.condition.needs_token_usage
 
-    def __call__(self, **inputs: Any) -> Dict[str, Any]:
+    def __call__(self, **inputs: Any) -> dict[str, Any]:
         text = inputs.get("result")
         turn = inputs.get("iteration")
         usage = inputs.get(TOKEN_USAGE_INPUT)

@@ -13,13 +13,14 @@ from __future__ import annotations
 import contextvars
 import threading
 import types
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
-from .run_state import StateUpdates, state_of_task
 from .._common.secrets import SecretValues
 from ..errors import ToolCancelled
+from .run_state import StateUpdates, state_of_task
 
 __all__ = [
     "CancelReason", "ToolContext", "call_key", "cancel", "current_tool_context", "delivery_attempt",
@@ -42,7 +43,7 @@ class _Signals:
     def __init__(self) -> None:
         self.cancelled = threading.Event()
         self.stop_requested = threading.Event()
-        self.reason: Optional[str] = None
+        self.reason: str | None = None
         self._lock = threading.Lock()
 
     def cancel(self, reason: str) -> bool:
@@ -91,7 +92,7 @@ class ToolContext:
     execution_id: str
     task_id: str
     attempt: int = 1
-    run_id: Optional[str] = None
+    run_id: str | None = None
     reference_name: str = ""
     idempotency_key: str = attrs.field()
     tool_name: str = ""
@@ -119,7 +120,7 @@ class ToolContext:
         return self._signals.stop_requested
 
     @property
-    def cancel_reason(self) -> Optional[str]:
+    def cancel_reason(self) -> str | None:
         """A :class:`CancelReason` value once :attr:`cancelled` is set, else None."""
         return self._signals.reason
 
@@ -147,7 +148,7 @@ class ToolContext:
         """
         return self._secrets.get(name, tool_name=self.tool_name)
 
-    def update_state(self, values: Optional[Mapping[str, Any]] = None, **more: Any) -> None:
+    def update_state(self, values: Mapping[str, Any] | None = None, **more: Any) -> None:
         """Change the run's context when this call completes: each key replaces the old value (a
         list onto a list appends the new items). Later tasks and turns see the new context.
 
@@ -158,12 +159,12 @@ class ToolContext:
         self._updates.update({**(values or {}), **more})
 
     @property
-    def state_updates(self) -> "dict[str, Any]":
+    def state_updates(self) -> dict[str, Any]:
         """The updates :meth:`update_state` recorded so far (a copy)."""
         return self._updates.snapshot()
 
     @classmethod
-    def of_task(cls, task: Mapping[str, Any], *, tool_name: str = "") -> "ToolContext":
+    def of_task(cls, task: Mapping[str, Any], *, tool_name: str = "") -> ToolContext:
         """The context of a polled task (the server's Task JSON)."""
         workflow_id = str(task.get("workflowInstanceId") or "")
         reference = str(task.get("referenceTaskName") or "")
@@ -209,21 +210,21 @@ def _int(value: Any) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
-_current: "contextvars.ContextVar[Optional[ToolContext]]" = contextvars.ContextVar(
+_current: contextvars.ContextVar[ToolContext | None] = contextvars.ContextVar(
     "conductor_agents_tool_context", default=None
 )
 
 
-def current_tool_context() -> Optional[ToolContext]:
+def current_tool_context() -> ToolContext | None:
     """The :class:`ToolContext` of the tool call running in this thread (or its event loop);
     None outside a tool. Threads the tool starts itself do not inherit it (pass it on)."""
     return _current.get()
 
 
-def set_current(context: Optional[ToolContext]) -> "contextvars.Token[Optional[ToolContext]]":
+def set_current(context: ToolContext | None) -> contextvars.Token[ToolContext | None]:
     """Make ``context`` current (for the executor); undo with :func:`reset_current`."""
     return _current.set(context)
 
 
-def reset_current(token: "contextvars.Token[Optional[ToolContext]]") -> None:
+def reset_current(token: contextvars.Token[ToolContext | None]) -> None:
     _current.reset(token)

@@ -8,8 +8,8 @@ answers with :meth:`AgentHandle.respond` (or ``runtime.respond(execution_id, ans
 
 from __future__ import annotations
 
-from .tooldef import HUMAN, ToolDef
 from ..errors import ToolDefinitionError
+from .tooldef import HUMAN, ToolDef
 
 __all__ = ["HumanTool"]
 

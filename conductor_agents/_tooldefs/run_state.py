@@ -21,7 +21,8 @@ import collections.abc
 import json
 import threading
 import types
-from typing import Any, Dict, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from .._common.json_check import json_copy
 from ..errors import PayloadError, RunContextError
@@ -42,7 +43,7 @@ def _rendered(value: Any) -> str:
     return value if isinstance(value, str) else json.dumps(value, separators=(",", ":"))
 
 
-def check_context(context: Any, *, what: str = "context") -> Dict[str, Any]:
+def check_context(context: Any, *, what: str = "context") -> dict[str, Any]:
     """A JSON copy of ``context`` that fits the server's limits.
 
     Raises:
@@ -75,7 +76,7 @@ def check_context(context: Any, *, what: str = "context") -> Dict[str, Any]:
     return copy
 
 
-def check_media(media: Any) -> "list[str]":
+def check_media(media: Any) -> list[str]:
     """``media`` as a list of URLs for the start request.
 
     Raises:
@@ -101,7 +102,7 @@ class StateUpdates:
     __slots__ = ("_updates", "_lock")
 
     def __init__(self) -> None:
-        self._updates: Dict[str, Any] = {}
+        self._updates: dict[str, Any] = {}
         self._lock = threading.Lock()
 
     def update(self, values: Mapping[str, Any]) -> None:
@@ -114,12 +115,12 @@ class StateUpdates:
         with self._lock:
             self._updates.update(checked)
 
-    def snapshot(self) -> Dict[str, Any]:
+    def snapshot(self) -> dict[str, Any]:
         with self._lock:
             return dict(self._updates)
 
 
-def merge_updates(output: Dict[str, Any], updates: Optional[StateUpdates]) -> Dict[str, Any]:
+def merge_updates(output: dict[str, Any], updates: StateUpdates | None) -> dict[str, Any]:
     """The task output with the call's state updates in ``_state_updates`` (the tool's own entries
     there, if it set any, are kept; ``update_state()`` wins on the same key)."""
     recorded = updates.snapshot() if updates is not None else {}

@@ -19,14 +19,15 @@ import inspect
 import re
 import types
 import typing
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from collections.abc import Callable, Mapping
+from typing import Any, Optional
 
 import attrs
 
 from .._common import structured as _structured
-from .context import ToolContext
 from .._common.json_check import check_arguments, check_value, describe, is_valid, json_copy, json_type
 from ..errors import ToolDefinitionError
+from .context import ToolContext
 
 __all__ = [
     "SignatureSchema", "check_arguments", "check_value", "describe", "hint_schema", "is_valid",
@@ -65,11 +66,11 @@ class SignatureSchema:
     Immutable value; thread-safe.
     """
 
-    schema: Dict[str, Any]
+    schema: dict[str, Any]
     converters: Mapping[str, Converter]
-    summary: Optional[str]
+    summary: str | None
     #: The parameter annotated ``ToolContext`` (left out of the schema), if any.
-    context_param: Optional[str] = None
+    context_param: str | None = None
 
 
 def signature_schema(func: Callable[..., Any], *, skip_first: bool) -> SignatureSchema:
@@ -93,10 +94,10 @@ def signature_schema(func: Callable[..., Any], *, skip_first: bool) -> Signature
     if skip_first:
         params = params[1:]
     summary, arg_docs = parse_docstring(_docstring(func))
-    properties: Dict[str, Any] = {}
-    required: List[str] = []
-    converters: Dict[str, Converter] = {}
-    context_param: Optional[str] = None
+    properties: dict[str, Any] = {}
+    required: list[str] = []
+    converters: dict[str, Converter] = {}
+    context_param: str | None = None
     for param in params:
         if _is_context_hint(hints.get(param.name)):
             if context_param is not None:
@@ -142,7 +143,7 @@ def _hint_source(func: Callable[..., Any]) -> Any:
     return type(func).__call__
 
 
-def _docstring(func: Callable[..., Any]) -> Optional[str]:
+def _docstring(func: Callable[..., Any]) -> str | None:
     """The function's own docstring (never one inherited from a class like ``partial``)."""
     source = _hint_source(func)
     return source.__doc__ if inspect.isroutine(source) else None
@@ -150,7 +151,7 @@ def _docstring(func: Callable[..., Any]) -> Optional[str]:
 
 def _parameter_schema(
     param: inspect.Parameter, hints: Mapping[str, Any], where: str
-) -> Tuple[Dict[str, Any], Optional[Converter]]:
+) -> tuple[dict[str, Any], Converter | None]:
     """The property schema and converter for one parameter.
 
     Raises:
@@ -214,7 +215,7 @@ def _hint_name(hint: Any) -> str:
     return _MODULE_PREFIX.sub("", repr(hint))  # "typing.Optional[a.b.C]" -> "Optional[C]"
 
 
-def _split_annotated(hint: Any) -> Tuple[Any, Optional[str]]:
+def _split_annotated(hint: Any) -> tuple[Any, str | None]:
     """Strip ``Annotated`` from a parameter hint (also inside ``Optional``) and return its text."""
     if get_origin(hint) is typing.Annotated:
         return hint.__origin__, _first_text(hint.__metadata__)
@@ -227,7 +228,7 @@ def _split_annotated(hint: Any) -> Tuple[Any, Optional[str]]:
     return hint, None
 
 
-def _first_text(metadata: Tuple[Any, ...]) -> Optional[str]:
+def _first_text(metadata: tuple[Any, ...]) -> str | None:
     return next((m.strip() for m in metadata if isinstance(m, str) and m.strip()), None)
 
 
@@ -242,7 +243,7 @@ def _accepts_none(hint: Any) -> bool:
     return origin in _UNIONS and any(_accepts_none(a) for a in get_args(hint))
 
 
-def hint_schema(hint: Any) -> Tuple[Dict[str, Any], Optional[Converter]]:
+def hint_schema(hint: Any) -> tuple[dict[str, Any], Converter | None]:
     """The JSON schema of a (parameter-less) hint, and a converter when Python wants other values.
 
     Raises:
@@ -288,7 +289,7 @@ def _enum_converter(cls: type) -> Converter:
     return lambda value: cls(value)
 
 
-def _union_schema(args: Tuple[Any, ...]) -> Tuple[Dict[str, Any], Optional[Converter]]:
+def _union_schema(args: tuple[Any, ...]) -> tuple[dict[str, Any], Converter | None]:
     branches = [hint_schema(a) for a in args]
     schemas = [s for s, _ in branches]
     if not any(c for _, c in branches):
@@ -303,8 +304,8 @@ def _union_schema(args: Tuple[Any, ...]) -> Tuple[Dict[str, Any], Optional[Conve
     return {"anyOf": schemas}, convert
 
 
-def _enum_schema(hint: Any, values: List[Any]) -> Dict[str, Any]:
-    types_seen: List[str] = []
+def _enum_schema(hint: Any, values: list[Any]) -> dict[str, Any]:
+    types_seen: list[str] = []
     for value in values:
         kind = json_type(value)
         if kind not in ("string", "integer", "number", "boolean", "null"):
@@ -318,12 +319,12 @@ def _enum_schema(hint: Any, values: List[Any]) -> Dict[str, Any]:
 
 
 def _array_schema(
-    hint: Any, base: Any, args: Tuple[Any, ...]
-) -> Tuple[Dict[str, Any], Optional[Converter]]:
+    hint: Any, base: Any, args: tuple[Any, ...]
+) -> tuple[dict[str, Any], Converter | None]:
     if base is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
         raise _Unsupported(hint, ": only variable-length tuples (tuple[X, ...]) are supported")
     items, inner = hint_schema(args[0]) if args else ({}, None)
-    schema: Dict[str, Any] = {"type": "array", "items": items}
+    schema: dict[str, Any] = {"type": "array", "items": items}
     make = tuple if base is tuple else list
     if inner is None and make is list:
         return schema, None
@@ -332,11 +333,11 @@ def _array_schema(
     return schema, lambda value: make(inner(v) for v in value)
 
 
-def _object_schema(hint: Any, args: Tuple[Any, ...]) -> Tuple[Dict[str, Any], Optional[Converter]]:
+def _object_schema(hint: Any, args: tuple[Any, ...]) -> tuple[dict[str, Any], Converter | None]:
     if args and args[0] is not str:
         raise _Unsupported(hint, ": JSON object keys are strings, so the key type must be str")
     values, inner = hint_schema(args[1]) if args else ({}, None)
-    schema: Dict[str, Any] = {"type": "object"}
+    schema: dict[str, Any] = {"type": "object"}
     if values:
         schema["additionalProperties"] = values
     if inner is None:
@@ -344,12 +345,12 @@ def _object_schema(hint: Any, args: Tuple[Any, ...]) -> Tuple[Dict[str, Any], Op
     return schema, lambda value: {k: inner(v) for k, v in value.items()}
 
 
-def parse_docstring(doc: Optional[str]) -> Tuple[Optional[str], Dict[str, str]]:
+def parse_docstring(doc: str | None) -> tuple[str | None, dict[str, str]]:
     """The first paragraph of a docstring, and the per-parameter texts of a Google ``Args:``."""
     if not doc or not doc.strip():
         return None, {}
     lines = inspect.cleandoc(doc).splitlines()
-    summary: List[str] = []
+    summary: list[str] = []
     for line in lines:
         if not line.strip() or _SECTION.match(line.strip()):
             break
@@ -357,11 +358,11 @@ def parse_docstring(doc: Optional[str]) -> Tuple[Optional[str], Dict[str, str]]:
     return (" ".join(summary) or None), _args_section(lines)
 
 
-def _args_section(lines: List[str]) -> Dict[str, str]:
+def _args_section(lines: list[str]) -> dict[str, str]:
     """The ``name: text`` entries of a cleaned docstring's ``Args:`` section."""
-    args: Dict[str, str] = {}
-    section_indent: Optional[int] = None
-    current: Optional[str] = None
+    args: dict[str, str] = {}
+    section_indent: int | None = None
+    current: str | None = None
     entry_indent = 0
     for number, line in enumerate(lines):
         indent, stripped = len(line) - len(line.lstrip()), line.strip()

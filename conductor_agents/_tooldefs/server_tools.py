@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from typing import Any, Dict, Iterable, Mapping, Optional
+from collections.abc import Iterable, Mapping
+from typing import Any
 
-from .tooldef import API, HTTP, MCP, ToolDef
 from ..errors import ToolDefinitionError
+from .tooldef import API, HTTP, MCP, ToolDef
 
 __all__ = ["ApiTool", "HttpTool", "McpTool"]
 
@@ -46,7 +47,7 @@ def _check_url(tool: str, url: Any, what: str = "url") -> str:
     return url
 
 
-def _check_headers(tool: str, headers: Optional[Mapping[str, Any]]) -> Dict[str, str]:
+def _check_headers(tool: str, headers: Mapping[str, Any] | None) -> dict[str, str]:
     """The headers as a dict of strings; every placeholder names a secret; credentials only as placeholders.
 
     Raises:
@@ -56,7 +57,7 @@ def _check_headers(tool: str, headers: Optional[Mapping[str, Any]]) -> Dict[str,
         return {}
     if not isinstance(headers, Mapping):
         raise ToolDefinitionError(f"tool {tool!r}: headers must be a mapping, got {type(headers).__name__}")
-    checked: Dict[str, str] = {}
+    checked: dict[str, str] = {}
     for name, value in headers.items():
         if not isinstance(name, str) or not _HEADER_NAME.fullmatch(name):
             raise ToolDefinitionError(f"tool {tool!r}: {name!r} is not a valid header name")
@@ -76,7 +77,7 @@ def _check_headers(tool: str, headers: Optional[Mapping[str, Any]]) -> Dict[str,
     return checked
 
 
-def _names(tool: str, value: Optional[Iterable[str]], what: str) -> "list[str]":
+def _names(tool: str, value: Iterable[str] | None, what: str) -> list[str]:
     if value is None:
         return []
     if isinstance(value, (str, bytes)) or not all(isinstance(v, str) and v for v in value):
@@ -84,10 +85,10 @@ def _names(tool: str, value: Optional[Iterable[str]], what: str) -> "list[str]":
     return list(value)
 
 
-def secret_names(tool: ToolDef) -> "tuple[str, ...]":
+def secret_names(tool: ToolDef) -> tuple[str, ...]:
     """The secrets a server-side tool's headers name (its ``${NAME}`` placeholders), in order."""
     headers = tool.config.get("headers") or {}
-    found: "list[str]" = []
+    found: list[str] = []
     for value in headers.values():
         for name in _PLACEHOLDER.findall(str(value)):
             if name not in found:
@@ -105,10 +106,10 @@ class HttpTool:
         url: str,
         description: str = "",
         method: str = "GET",
-        input_schema: Optional[Mapping[str, Any]] = None,
-        headers: Optional[Mapping[str, str]] = None,
-        path_template: Optional[str] = None,
-        query_params: Optional[Iterable[str]] = None,
+        input_schema: Mapping[str, Any] | None = None,
+        headers: Mapping[str, str] | None = None,
+        path_template: str | None = None,
+        query_params: Iterable[str] | None = None,
         accept: str = "application/json",
         content_type: str = "application/json",
     ) -> ToolDef:
@@ -128,7 +129,7 @@ class HttpTool:
         _check_url(name, url)
         if not isinstance(method, str) or method.upper() not in _METHODS:
             raise ToolDefinitionError(f"tool {name!r}: method must be one of {_METHODS}, got {method!r}")
-        config: Dict[str, Any] = {"url": url, "method": method.upper(), "accept": accept,
+        config: dict[str, Any] = {"url": url, "method": method.upper(), "accept": accept,
                                   "contentType": content_type}
         checked = _check_headers(name, headers)
         if checked:
@@ -150,10 +151,10 @@ class HttpTool:
 
 
 def _discovered(kind: str, url_key: str, url: str, name: str, description: str,
-                headers: Optional[Mapping[str, str]], max_tools: Optional[int]) -> ToolDef:
+                headers: Mapping[str, str] | None, max_tools: int | None) -> ToolDef:
     """A ToolDef of a server-side type whose tools the server discovers at the start of each run."""
     _check_url(name, url, url_key)
-    config: Dict[str, Any] = {url_key: url}
+    config: dict[str, Any] = {url_key: url}
     checked = _check_headers(name, headers)
     if checked:
         config["headers"] = checked
@@ -176,7 +177,7 @@ class ApiTool:
 
     @staticmethod
     def create(*, spec_url: str, name: str = "api", description: str = "",
-               headers: Optional[Mapping[str, str]] = None, max_tools: Optional[int] = None) -> ToolDef:
+               headers: Mapping[str, str] | None = None, max_tools: int | None = None) -> ToolDef:
         """An ``api`` ToolDef for the service whose spec is at ``spec_url``.
 
         Raises:
@@ -201,8 +202,8 @@ class McpTool:
         server_url: str,
         name: str = "mcp",
         description: str = "",
-        headers: Optional[Mapping[str, str]] = None,
-        max_tools: Optional[int] = None,
+        headers: Mapping[str, str] | None = None,
+        max_tools: int | None = None,
     ) -> ToolDef:
         """An ``mcp`` ToolDef for the MCP server at ``server_url``.
 

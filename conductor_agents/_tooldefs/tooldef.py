@@ -10,17 +10,18 @@ import asyncio
 import collections.abc
 import inspect
 import types
-from typing import Any, Callable, Dict, Iterable, Mapping, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 import attrs
 
-from . import context as _context
 from .._common import json_check as _json_check
-from . import schema as _schema
-from .context import ToolContext
 from .._common.secrets import check_credential_names
 from .._common.task_names import TOOL_NAME
 from ..errors import ConductorAgentsError, ToolDefinitionError
+from . import context as _context
+from . import schema as _schema
+from .context import ToolContext
 
 __all__ = ["ToolArgumentsError", "ToolCheck", "ToolDef"]
 
@@ -82,8 +83,8 @@ def _check_type(kind: type, what: str) -> Callable[[Any, Any, Any], None]:
     return check
 
 
-def _json_object(what: str) -> Callable[[Any], Dict[str, Any]]:
-    def convert(value: Any) -> Dict[str, Any]:
+def _json_object(what: str) -> Callable[[Any], dict[str, Any]]:
+    def convert(value: Any) -> dict[str, Any]:
         if not isinstance(value, collections.abc.Mapping):
             raise ToolDefinitionError(f"{what} must be a mapping, got {value!r}")
         try:
@@ -94,7 +95,7 @@ def _json_object(what: str) -> Callable[[Any], Dict[str, Any]]:
     return convert
 
 
-def _check_schema(tool: "ToolDef", _: Any, schema: Dict[str, Any]) -> None:
+def _check_schema(tool: ToolDef, _: Any, schema: dict[str, Any]) -> None:
     properties = schema.get("properties", {})
     if schema.get("type") != "object" or not isinstance(properties, dict):
         raise ToolDefinitionError(
@@ -114,7 +115,7 @@ def _check_schema(tool: "ToolDef", _: Any, schema: Dict[str, Any]) -> None:
         )
 
 
-def _check_func(tool: "ToolDef", _: Any, func: Any) -> None:
+def _check_func(tool: ToolDef, _: Any, func: Any) -> None:
     if tool.tool_type not in TOOL_TYPES:
         return  # _check_tool_type reports it
     if tool.tool_type == WORKER and not callable(func):
@@ -136,11 +137,11 @@ def _check_timeout(_: Any, __: Any, value: Any) -> None:
         raise ToolDefinitionError(f"timeout_seconds must be >= 0 (0 = server default), got {value}")
 
 
-def _credentials(value: Any) -> "tuple[str, ...]":
+def _credentials(value: Any) -> tuple[str, ...]:
     return check_credential_names(value, what="credentials", error=ToolDefinitionError)
 
 
-def _check_approval(tool: "ToolDef", _: Any, value: Any) -> None:
+def _check_approval(tool: ToolDef, _: Any, value: Any) -> None:
     _check_type(bool, "approval_required")(tool, _, value)
     if value and tool.tool_type != WORKER:
         raise ToolDefinitionError(
@@ -148,13 +149,13 @@ def _check_approval(tool: "ToolDef", _: Any, value: Any) -> None:
             "approval (the SDK's worker enforces a rejection)")
 
 
-def _check_credentials_type(tool: "ToolDef", _: Any, value: "tuple[str, ...]") -> None:
+def _check_credentials_type(tool: ToolDef, _: Any, value: tuple[str, ...]) -> None:
     if value and tool.tool_type != WORKER:
         raise ToolDefinitionError(
             f"tool {tool.name!r} ({tool.tool_type}) runs on the server; only worker tools receive secrets")
 
 
-def _to_nested(value: Any) -> "tuple[ToolDef, ...]":
+def _to_nested(value: Any) -> tuple[ToolDef, ...]:
     items = tuple(value)
     for item in items:
         if not isinstance(item, ToolDef) or not item.is_worker:
@@ -162,7 +163,7 @@ def _to_nested(value: Any) -> "tuple[ToolDef, ...]":
     return items
 
 
-def _check_nested(tool: "ToolDef", _: Any, value: "tuple[ToolDef, ...]") -> None:
+def _check_nested(tool: ToolDef, _: Any, value: tuple[ToolDef, ...]) -> None:
     if value and tool.tool_type == WORKER:
         raise ToolDefinitionError(
             f"worker tool {tool.name!r} runs in this process; only a server-side tool that runs a "
@@ -181,7 +182,7 @@ class ToolCheck:
     __slots__ = ()
 
 
-def _to_guardrails(value: Any) -> "tuple[Any, ...]":
+def _to_guardrails(value: Any) -> tuple[Any, ...]:
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, collections.abc.Iterable):
@@ -200,7 +201,7 @@ def _to_guardrails(value: Any) -> "tuple[Any, ...]":
     return items
 
 
-def _empty_object_schema() -> Dict[str, Any]:
+def _empty_object_schema() -> dict[str, Any]:
     return {"type": "object", "properties": {}, "required": [], "additionalProperties": False}
 
 
@@ -225,7 +226,7 @@ class ToolDef:
 
     name: str = attrs.field(validator=_check_name)
     description: str = attrs.field(default="", validator=_check_type(str, "description"))
-    _input_schema: Dict[str, Any] = attrs.field(
+    _input_schema: dict[str, Any] = attrs.field(
         factory=_empty_object_schema,
         converter=_json_object("input_schema"),
         validator=_check_schema,
@@ -233,26 +234,26 @@ class ToolDef:
         repr=False,
         hash=False,
     )
-    func: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_check_func)
+    func: Callable[..., Any] | None = attrs.field(default=None, validator=_check_func)
     tool_type: str = attrs.field(default=WORKER, validator=_check_tool_type)
     stateful: bool = attrs.field(default=False, validator=_check_type(bool, "stateful"))
     # Not in the repr: an HTTP or MCP tool's headers live here (secrets belong in ${NAME}
     # placeholders, but a literal token must not reach a log through a repr either).
-    _config: Dict[str, Any] = attrs.field(
+    _config: dict[str, Any] = attrs.field(
         factory=dict, converter=_json_object("config"), alias="config", hash=False, repr=False
     )
     timeout_seconds: int = attrs.field(default=0, validator=_check_timeout)
     #: A person must approve each call before it runs (``handle.approve()`` / ``reject(reason)``).
     approval_required: bool = attrs.field(default=False, validator=_check_approval, kw_only=True)
     #: Names of the secrets the server delivers with each call (``ctx.secret(name)``).
-    credentials: "tuple[str, ...]" = attrs.field(default=(), converter=_credentials,
+    credentials: tuple[str, ...] = attrs.field(default=(), converter=_credentials,
                                                  validator=_check_credentials_type, kw_only=True)
     #: Checks of each turn's tool calls before any of them runs (see :mod:`conductor_agents._answers.guardrails`).
-    guardrails: "tuple[Any, ...]" = attrs.field(default=(), converter=_to_guardrails, kw_only=True, repr=False,
+    guardrails: tuple[Any, ...] = attrs.field(default=(), converter=_to_guardrails, kw_only=True, repr=False,
                                                 hash=False)
     #: The worker tools this server-side tool's sub-run calls (an agent tool's sub-agent tree):
     #: served by whoever serves the agent, on the run's domain when it is stateful.
-    nested_tools: "tuple[ToolDef, ...]" = attrs.field(default=(), converter=_to_nested,
+    nested_tools: tuple[ToolDef, ...] = attrs.field(default=(), converter=_to_nested,
                                                      validator=_check_nested, kw_only=True, repr=False)
     # How the descriptor binds func (set by @tool): not at all, to the instance, to the class.
     _kind: str = attrs.field(default=FUNCTION, alias="_kind", repr=False)
@@ -262,15 +263,15 @@ class ToolDef:
         eq=False, repr=False,
     )
     # The parameter that receives the ToolContext (set by @tool), if the function declares one.
-    _context_param: Optional[str] = attrs.field(default=None, alias="_context_param", repr=False)
+    _context_param: str | None = attrs.field(default=None, alias="_context_param", repr=False)
 
     @property
-    def input_schema(self) -> Dict[str, Any]:
+    def input_schema(self) -> dict[str, Any]:
         """The JSON schema of the arguments (a copy)."""
         return _json_check.json_copy(self._input_schema)
 
     @property
-    def config(self) -> Dict[str, Any]:
+    def config(self) -> dict[str, Any]:
         """The tool-type specific configuration sent to the server (a copy)."""
         return _json_check.json_copy(self._config)
 
@@ -286,7 +287,7 @@ class ToolDef:
             raise AttributeError("__wrapped__")  # server-side tools wrap nothing
         return self.func
 
-    def to_config(self) -> Dict[str, Any]:
+    def to_config(self) -> dict[str, Any]:
         """The server's ``ToolConfig`` for this tool (camelCase, JSON-ready)."""
         config = {
             "name": self.name,
@@ -306,7 +307,7 @@ class ToolDef:
             config["guardrails"] = [g.to_config(position="input") for g in self.guardrails]
         return config
 
-    def bind(self, instance: Any) -> "ToolDef":
+    def bind(self, instance: Any) -> ToolDef:
         """This tool with its method bound to ``instance`` (itself if it is not a method).
 
         A ``@classmethod`` tool is bound to whatever it is given (the descriptor passes the class).
@@ -316,7 +317,7 @@ class ToolDef:
         func = self.func.__func__ if isinstance(self.func, types.MethodType) else self.func
         return attrs.evolve(self, func=types.MethodType(func, instance))
 
-    def __get__(self, instance: Any, owner: Optional[type] = None) -> "ToolDef":
+    def __get__(self, instance: Any, owner: type | None = None) -> ToolDef:
         if self._kind == CLASSMETHOD:
             return self.bind(owner if owner is not None else type(instance))
         return self if instance is None else self.bind(instance)
@@ -329,7 +330,7 @@ class ToolDef:
         """
         return self._function()(*args, **kwargs)
 
-    def parse_arguments(self, input_data: Mapping[str, Any]) -> Dict[str, Any]:
+    def parse_arguments(self, input_data: Mapping[str, Any]) -> dict[str, Any]:
         """The keyword arguments for the function, from a task's ``inputData``.
 
         Drops the server's extras (``method``, every ``_agent*`` key, and the ``session_id``, ``cwd`` and
@@ -369,7 +370,7 @@ class ToolDef:
         """Whether the function declares a ``ToolContext`` parameter."""
         return self._context_param is not None
 
-    def invoke(self, input_data: Mapping[str, Any], context: Optional[ToolContext] = None) -> Any:
+    def invoke(self, input_data: Mapping[str, Any], context: ToolContext | None = None) -> Any:
         """Run the tool for a task's ``inputData`` and return what the function returns.
 
         ``context`` goes to the function's ``ToolContext`` parameter (if it declares one) and is

@@ -8,7 +8,8 @@ listener keeps one trace across its continued runs and processes. Pure: no OpenT
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
 __all__ = ["START_KEY", "carrier_of", "is_traceparent"]
 
@@ -23,7 +24,7 @@ def is_traceparent(value: Any) -> bool:
     return isinstance(value, str) and bool(_TRACEPARENT.match(value))
 
 
-def carrier_of(workflow: Mapping[str, Any]) -> Optional[str]:
+def carrier_of(workflow: Mapping[str, Any]) -> str | None:
     """The ``traceparent`` run ``workflow`` was started with, or None (started untraced)."""
     value = (workflow.get("input") or {}).get(_INPUT_KEY)
     return value if is_traceparent(value) else None

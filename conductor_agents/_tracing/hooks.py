@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from typing import Any, Callable, Iterator, Mapping, Optional
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
 
 from .carrier import carrier_of
 
@@ -18,10 +19,10 @@ __all__ = ["NO_RUN", "NO_TOOL", "active", "begin_run", "carrier_of", "install", 
 log = logging.getLogger("conductor_agents.tracing")
 
 #: The instrumentation in effect (a ``telemetry.Telemetry``), or None: tracing is off.
-_active: Optional[Any] = None
+_active: Any | None = None
 
 
-def install(telemetry: Optional[Any]) -> None:
+def install(telemetry: Any | None) -> None:
     """Put ``telemetry`` in effect (None: off); the one it replaces ends the spans it holds open."""
     global _active
     old, _active = _active, telemetry
@@ -29,7 +30,7 @@ def install(telemetry: Optional[Any]) -> None:
         _quietly(old.close)
 
 
-def active() -> Optional[Any]:
+def active() -> Any | None:
     """The instrumentation in effect, or None."""
     return _active
 
@@ -37,9 +38,9 @@ def active() -> Optional[Any]:
 class _NoRun:
     """A run nobody traces: no carrier, nothing to record."""
 
-    traceparent: Optional[str] = None
+    traceparent: str | None = None
 
-    def started(self, execution_id: str, *, conversation_id: Optional[str] = None) -> None:
+    def started(self, execution_id: str, *, conversation_id: str | None = None) -> None:
         """Nothing to record."""
 
     def failed(self, err: BaseException) -> None:
@@ -49,7 +50,7 @@ class _NoRun:
 NO_RUN = _NoRun()
 
 
-def begin_run(agent_name: str, *, parent: Optional[str] = None, taken_up: Optional[str] = None,
+def begin_run(agent_name: str, *, parent: str | None = None, taken_up: str | None = None,
               owner: Any = None) -> Any:
     """Open the ``invoke_agent`` span of a run about to start (or taken up): a child of ``parent`` (a W3C
     ``traceparent``) or else of the caller's current span. Returns an object whose ``traceparent`` the
@@ -69,7 +70,7 @@ def begin_run(agent_name: str, *, parent: Optional[str] = None, taken_up: Option
 
 
 def run_ended(execution_id: str, read_workflow: Callable[[], Mapping[str, Any]], *,
-              continued: Callable[[Optional[str]], bool] = lambda reason: False) -> None:
+              continued: Callable[[str | None], bool] = lambda reason: False) -> None:
     """Run ``execution_id`` ended: if its span is open here, record its model turns (``read_workflow()``
     gives the run with its tasks; called only then) and end it. ``continued(reasonForIncompletion)`` says
     whether its end was a continuation (a listener's next run took over: not an error)."""
@@ -87,10 +88,10 @@ def runs_closed(owner: Any) -> None:
 
 
 class _NoTool:
-    def failed(self, err: BaseException, *, message: Optional[str] = None, stacktrace: Optional[str] = None) -> None:
+    def failed(self, err: BaseException, *, message: str | None = None, stacktrace: str | None = None) -> None:
         """Nothing to record."""
 
-    def finished(self, status: Optional[str]) -> None:
+    def finished(self, status: str | None) -> None:
         """Nothing to record."""
 
 

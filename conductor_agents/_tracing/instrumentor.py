@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Optional
+from typing import Any
 
 from . import hooks
 
@@ -23,7 +23,7 @@ class ConductorAgentsInstrumentor:
     process, including ones built before the call. Thread-safe.
     """
 
-    def instrument(self, *, tracer_provider: Optional[Any] = None, meter_provider: Optional[Any] = None,
+    def instrument(self, *, tracer_provider: Any | None = None, meter_provider: Any | None = None,
                    **_ignored: Any) -> None:
         """Start emitting spans (to ``tracer_provider``) and metrics (to ``meter_provider``); the global
         providers by default. Calling it again replaces the providers.

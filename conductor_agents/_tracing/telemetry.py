@@ -13,7 +13,8 @@ import os
 import threading
 import time
 import weakref
-from typing import Any, Callable, Dict, Mapping, Optional, Tuple
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
@@ -45,7 +46,7 @@ def error_type(err: BaseException) -> str:
     return cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _after_fork_in_child(ref: "weakref.ref[Telemetry]") -> None:
+def _after_fork_in_child(ref: weakref.ref[Telemetry]) -> None:
     """In a forked child: a new lock (the parent's may be held by a thread that does not exist here), and
     none of the parent's open runs (their spans are the parent's to end)."""
     telemetry = ref()
@@ -62,21 +63,21 @@ class _OpenRun:
         self.agent_name = agent_name
         self.owner = owner
         self.started = time.monotonic()
-        self.execution_id: Optional[str] = None
+        self.execution_id: str | None = None
         self.ended = False  # its span was ended (guarded by the Telemetry's lock)
 
 
 class _RunTrace:
     """The handle :func:`hooks.begin_run` returns while tracing is on."""
 
-    def __init__(self, telemetry: "Telemetry", run: _OpenRun) -> None:
+    def __init__(self, telemetry: Telemetry, run: _OpenRun) -> None:
         self._telemetry = telemetry
         self._run = run
-        carrier: Dict[str, str] = {}
+        carrier: dict[str, str] = {}
         _PROPAGATOR.inject(carrier, context=trace.set_span_in_context(run.span))
-        self.traceparent: Optional[str] = carrier.get("traceparent")
+        self.traceparent: str | None = carrier.get("traceparent")
 
-    def started(self, execution_id: str, *, conversation_id: Optional[str] = None) -> None:
+    def started(self, execution_id: str, *, conversation_id: str | None = None) -> None:
         self._telemetry.register(self._run, execution_id, conversation_id or execution_id)
 
     def failed(self, err: BaseException) -> None:
@@ -94,9 +95,9 @@ class _ToolSpan:
     def __init__(self, span: Any) -> None:
         self._span = span
         self._token: Any = None
-        self._error: Optional[str] = None
+        self._error: str | None = None
 
-    def __enter__(self) -> "_ToolSpan":
+    def __enter__(self) -> _ToolSpan:
         self._token = otel_context.attach(trace.set_span_in_context(self._span))
         return self
 
@@ -106,7 +107,7 @@ class _ToolSpan:
             self.failed(err)
         self._span.end()
 
-    def failed(self, err: BaseException, *, message: Optional[str] = None, stacktrace: Optional[str] = None) -> None:
+    def failed(self, err: BaseException, *, message: str | None = None, stacktrace: str | None = None) -> None:
         self._error = error_type(err)
         self._span.set_attribute("error.type", self._error)
         shown = {} if message is None else {"exception.message": message}  # the executor's, secrets redacted
@@ -115,7 +116,7 @@ class _ToolSpan:
         self._span.record_exception(err, attributes=shown)
         self._span.set_status(Status(StatusCode.ERROR, f"{type(err).__name__}"))
 
-    def finished(self, status: Optional[str]) -> None:
+    def finished(self, status: str | None) -> None:
         self._span.set_attribute("conductor_agents.task.status", status or "CANCELED")
         if self._error is None and status != "COMPLETED":
             self._error = "cancelled" if status is None else "retry" if status == "IN_PROGRESS" else "tool_error"
@@ -126,7 +127,7 @@ class _ToolSpan:
 class Telemetry:
     """Spans and instruments of one ``instrument()`` call, and the runs whose span is open here."""
 
-    def __init__(self, *, tracer_provider: Optional[Any], meter_provider: Optional[Any]) -> None:
+    def __init__(self, *, tracer_provider: Any | None, meter_provider: Any | None) -> None:
         self._tracer = trace.get_tracer(_SCOPE, __version__, tracer_provider=tracer_provider)
         meter = metrics.get_meter(_SCOPE, __version__, meter_provider=meter_provider)
         self._tokens = meter.create_histogram(
@@ -136,14 +137,14 @@ class Telemetry:
             "gen_ai.client.operation.duration", unit="s", description="GenAI operation duration",
             explicit_bucket_boundaries_advisory=_SECOND_BUCKETS)
         self._lock = threading.Lock()
-        self._runs: Dict[str, _OpenRun] = {}
+        self._runs: dict[str, _OpenRun] = {}
         ref = weakref.ref(self)
         os.register_at_fork(after_in_child=lambda: _after_fork_in_child(ref))
-        self._carriers: "collections.OrderedDict[str, Tuple[Optional[str], Optional[str]]]" = collections.OrderedDict()
+        self._carriers: collections.OrderedDict[str, tuple[str | None, str | None]] = collections.OrderedDict()
 
     # -- runs -------------------------------------------------------------------------
 
-    def begin_run(self, agent_name: str, *, parent: Optional[str], taken_up: Optional[str],
+    def begin_run(self, agent_name: str, *, parent: str | None, taken_up: str | None,
                   owner: Any) -> _RunTrace:
         context = _PROPAGATOR.extract({"traceparent": parent}) if is_traceparent(parent) else None
         attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent_name}
@@ -178,7 +179,7 @@ class Telemetry:
         return not ended
 
     def run_ended(self, execution_id: str, read_workflow: Callable[[], Mapping[str, Any]],
-                  continued: Callable[[Optional[str]], bool]) -> None:
+                  continued: Callable[[str | None], bool]) -> None:
         with self._lock:
             run = self._runs.pop(execution_id, None)
             if run is None or run.ended:
@@ -274,7 +275,7 @@ class Telemetry:
     def _parent_of(self, execution_id: str, read_workflow: Callable[[str], Mapping[str, Any]]) -> Any:
         """The context a tool of run ``execution_id`` nests in: its run's open span here, else the carrier
         its run (or the nearest traced run it is a sub-run of) was started with; an empty one if none."""
-        run_id: Optional[str] = execution_id
+        run_id: str | None = execution_id
         for _ in range(_PARENT_DEPTH):
             if run_id is None:
                 break

@@ -7,13 +7,13 @@ unknown execution; a 404 on ``/workflow/{id}/messages`` may also mean a disabled
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 from urllib.parse import quote
 
 import attrs
 
-from .transport import ByteStream, HttpError, Transport
 from ..errors import (
     ExecutionNotFoundError,
     ExecutionNotRunningError,
@@ -23,6 +23,7 @@ from ..errors import (
     ScheduleNotFoundError,
     ServerError,
 )
+from .transport import ByteStream, HttpError, Transport
 
 __all__ = ["ConductorApi", "TaskPage"]
 
@@ -33,7 +34,7 @@ class TaskPage:
 
     total: int
     tasks: list
-    date: Optional[str] = None
+    date: str | None = None
 
 
 def _seg(value: str) -> str:
@@ -96,7 +97,7 @@ class ConductorApi:
             raise ScheduleNotFoundError(f"no schedule named {name!r} on the server", name=name)
         return result
 
-    def list_schedules(self) -> "list[dict]":
+    def list_schedules(self) -> list[dict]:
         """``GET /scheduler/schedules``: every schedule."""
         result = self.transport.request("GET", "/scheduler/schedules")
         return [s for s in result if isinstance(s, dict)] if isinstance(result, list) else []
@@ -113,13 +114,13 @@ class ConductorApi:
         """``DELETE /scheduler/schedules/{name}``."""
         self.transport.request("DELETE", f"/scheduler/schedules/{_seg(name)}")
 
-    def next_schedule_times(self, cron: str, count: int) -> "list[int]":
+    def next_schedule_times(self, cron: str, count: int) -> list[int]:
         """``GET /scheduler/nextFewSchedules``: the next ``count`` start times of ``cron`` (epoch ms)."""
         result = self.transport.request("GET", "/scheduler/nextFewSchedules",
                                         params={"cronExpression": cron, "limit": str(count)})
         return [int(t) for t in result if isinstance(t, (int, float))] if isinstance(result, list) else []
 
-    def agent_status(self, execution_id: str, *, timeout: Optional[float] = None) -> dict:
+    def agent_status(self, execution_id: str, *, timeout: float | None = None) -> dict:
         """``GET /agent/{id}/status``."""
         with _not_found_is_unknown_execution(execution_id):
             result = self.transport.request("GET", f"/agent/{_seg(execution_id)}/status", timeout=timeout)
@@ -160,8 +161,8 @@ class ConductorApi:
                 "DELETE", f"/agent/{_seg(execution_id)}/cancel", params={"reason": reason}
             )
 
-    def agent_stream(self, execution_id: str, *, last_event_id: Optional[str] = None,
-                     timeout: "tuple[float, float]" = (5.0, 45.0)) -> ByteStream:
+    def agent_stream(self, execution_id: str, *, last_event_id: str | None = None,
+                     timeout: tuple[float, float] = (5.0, 45.0)) -> ByteStream:
         """``GET /agent/stream/{id}`` (server-sent events), resuming after ``last_event_id``.
 
         Raises: as :meth:`Transport.open_stream` (a 404 stays an HttpError: it may mean an
@@ -174,7 +175,7 @@ class ConductorApi:
 
     # -- workflows and messages -------------------------------------------------------
 
-    def get_workflow(self, execution_id: str, *, include_tasks: bool = False, timeout: Optional[float] = None) -> dict:
+    def get_workflow(self, execution_id: str, *, include_tasks: bool = False, timeout: float | None = None) -> dict:
         """``GET /workflow/{id}?includeTasks=`` (``timeout``: seconds, default the transport's)."""
         with _not_found_is_unknown_execution(execution_id):
             result = self.transport.request(
@@ -206,7 +207,7 @@ class ConductorApi:
         return result
 
     def workflow_tasks(self, execution_id: str, *, start: int = 0, count: int = 15,
-                       statuses: "tuple[str, ...]" = ()) -> "TaskPage":
+                       statuses: tuple[str, ...] = ()) -> TaskPage:
         """``GET /workflow/{id}/tasks?start=&count=&status=``: one page of a run's tasks, in order.
 
         The server still loads the whole run, but sends only the page: reads of a long run that
@@ -224,7 +225,7 @@ class ConductorApi:
         return TaskPage(total=int(total) if isinstance(total, (int, float)) else len(result["results"]),
                         tasks=result["results"], date=headers.get("Date"))
 
-    def liveness_sample(self, execution_id: str) -> "tuple[dict, Optional[str]]":
+    def liveness_sample(self, execution_id: str) -> tuple[dict, str | None]:
         """The run's status and its SCHEDULED tasks (``{status, tasks}``) plus the server's ``Date``.
 
         Two small reads whatever the run's age (``/workflow/{id}/status`` and one page of
@@ -234,7 +235,7 @@ class ConductorApi:
         page = self.workflow_tasks(execution_id, statuses=("SCHEDULED",), count=100)
         return {"status": status.get("status"), "tasks": page.tasks}, page.date
 
-    def running_workflow_ids(self, workflow_name: str, version: Optional[int] = None) -> "list[str]":
+    def running_workflow_ids(self, workflow_name: str, version: int | None = None) -> list[str]:
         """``GET /workflow/running/{name}`` → the ids of the runs of that workflow not yet ended.
 
         One indexed read on the server (SQL ``workflow_pending``, a Redis set) whatever the number
@@ -272,7 +273,7 @@ class ConductorApi:
             raise ServerError(f"GET /metadata/workflow/{name} returned no definition")
         return result
 
-    def register_definitions(self, task_defs: "list[dict]", workflow_defs: "list[dict]") -> None:
+    def register_definitions(self, task_defs: list[dict], workflow_defs: list[dict]) -> None:
         """``POST /metadata/taskdefs`` then ``PUT /metadata/workflow``: create or update definitions."""
         if task_defs:
             self.transport.request("POST", "/metadata/taskdefs", json_body=list(task_defs))
@@ -344,7 +345,7 @@ class ConductorApi:
     # -- workers ----------------------------------------------------------------------
 
     def poll_tasks(
-        self, task_type: str, *, worker_id: str, domain: Optional[str], count: int, timeout_ms: int,
+        self, task_type: str, *, worker_id: str, domain: str | None, count: int, timeout_ms: int,
         http_timeout: float,
     ) -> list:
         """``GET /tasks/poll/batch/{type}`` (a long poll of up to ``timeout_ms``)."""
@@ -373,7 +374,7 @@ class ConductorApi:
         """``POST /tasks`` with a TaskResult."""
         self.transport.request("POST", "/tasks", json_body=dict(result))
 
-    def queue_sizes(self, queue_names: "list[str]") -> dict:
+    def queue_sizes(self, queue_names: list[str]) -> dict:
         """``GET /tasks/queue/sizes?taskType=...`` → ``{queue name: messages}``, one count per name."""
         result = self.transport.get_json(
             "/tasks/queue/sizes", params={"taskType": list(queue_names)}, timeout=(5.0, 10.0))
@@ -396,7 +397,7 @@ class ConductorApi:
         """``GET /tasks/queue/polldata?taskType=`` → one row per (type, domain)."""
         return self.poll_data_sample(task_type)[0]
 
-    def poll_data_sample(self, task_type: str) -> "tuple[list, Optional[str]]":
+    def poll_data_sample(self, task_type: str) -> tuple[list, str | None]:
         """:meth:`poll_data` plus the server's ``Date`` header (its clock, for ``lastPollTime`` ages)."""
         result, headers = self.transport.request_with_headers(
             "GET", "/tasks/queue/polldata", params={"taskType": task_type})

@@ -9,7 +9,6 @@ in ``/api`` (there a 404 is a missing endpoint, which callers handle).
 
 from __future__ import annotations
 
-from typing import Optional
 from urllib.parse import urlsplit
 
 from ..errors import ConfigurationError
@@ -20,7 +19,7 @@ _SPRING_NO_ROUTE = "No static resource"
 
 
 def missing_api_prefix(base_url: str, method: str, path: str, *, status: int, server_message: str = "",
-                       content_type: str = "") -> Optional[ConfigurationError]:
+                       content_type: str = "") -> ConfigurationError | None:
     """The error to raise when this answer means ``base_url`` lacks the API prefix, else None."""
     if urlsplit(base_url).path.rstrip("/").endswith("/api"):
         return None

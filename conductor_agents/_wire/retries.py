@@ -7,7 +7,8 @@ established (nothing reached the server), for any method; a GET whose connection
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import requests
 import urllib3

@@ -14,7 +14,6 @@ Bytes may arrive split anywhere: in the middle of a UTF-8 sequence, a line, or a
 from __future__ import annotations
 
 import codecs
-from typing import List, Optional
 
 import attrs
 
@@ -44,16 +43,16 @@ class SseDecoder:
         self._skip_lf = False      # the previous chunk ended with CR: a leading LF belongs to it
         self._started = False      # the BOM check is done
         self._event = ""
-        self._data: List[str] = []
+        self._data: list[str] = []
         self._has_data = False
         #: The last event id seen (persists across events, as the spec says).
         self.last_event_id = last_event_id
         #: The reconnection time the server asked for, in milliseconds (None: never sent).
-        self.retry_ms: Optional[int] = None
+        self.retry_ms: int | None = None
         #: How many comment lines (heartbeats included) were read.
         self.comments = 0
 
-    def feed(self, chunk: bytes) -> "list[SseMessage]":
+    def feed(self, chunk: bytes) -> list[SseMessage]:
         """Decode ``chunk`` and return the events it completes, in order."""
         text = self._text.decode(chunk)
         if not self._started and text:
@@ -71,8 +70,8 @@ class SseDecoder:
 
     # -- internals --------------------------------------------------------------------
 
-    def _consume(self, text: str) -> "list[SseMessage]":
-        out: List[SseMessage] = []
+    def _consume(self, text: str) -> list[SseMessage]:
+        out: list[SseMessage] = []
         start = 0
         if self._skip_lf and text:
             self._skip_lf = False
@@ -100,7 +99,7 @@ class SseDecoder:
             self._line += text[start:]
         return out
 
-    def _process_line(self, line: str) -> Optional[SseMessage]:
+    def _process_line(self, line: str) -> SseMessage | None:
         if line == "":
             return self._dispatch()
         if line[0] == ":":
@@ -122,7 +121,7 @@ class SseDecoder:
                 self.retry_ms = int(value)
         return None  # unknown fields are ignored, as the spec says
 
-    def _dispatch(self) -> Optional[SseMessage]:
+    def _dispatch(self) -> SseMessage | None:
         if not self._has_data:
             self._reset_event()
             return None

@@ -13,7 +13,8 @@ from __future__ import annotations
 import logging
 import random
 import re
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .api import ConductorApi
 from .transport import HttpError

@@ -23,7 +23,8 @@ import logging
 import os
 import socket
 import threading
-from typing import Any, Iterator, Mapping, Optional, Tuple, Union
+from collections.abc import Iterator, Mapping
+from typing import Any, Union
 from urllib.parse import urlencode
 
 import requests
@@ -46,7 +47,7 @@ TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: Tokens are refreshed this long before the server's usual one-hour expiry.
 _TOKEN_MAX_AGE_SECONDS = 45 * 60
 
-Timeout = Union[float, Tuple[float, float]]
+Timeout = Union[float, tuple[float, float]]
 
 #: Serializes the rebuild of a transport found in a new process without the fork hook having run.
 _process_check_lock = threading.Lock()
@@ -65,7 +66,7 @@ class _DirectGets:
     proxy; the same connect retries, timeouts and TLS verification as the requests path.
     """
 
-    def __init__(self, base_url: str, pool_size: int, verify: Union[bool, str]) -> None:
+    def __init__(self, base_url: str, pool_size: int, verify: bool | str) -> None:
         parsed = urllib3.util.parse_url(base_url)
         self._prefix = (parsed.path or "").rstrip("/")
         tls: dict = {}
@@ -78,8 +79,8 @@ class _DirectGets:
                        "ca_cert_dir" if os.path.isdir(bundle) else "ca_certs": bundle}
         self._pool = urllib3.connection_from_url(base_url, maxsize=pool_size, block=False, **tls)
 
-    def get(self, path: str, params: Optional[Mapping[str, Any]], headers: Mapping[str, str],
-            timeout: "tuple[float, float]") -> "tuple[int, bytes, str]":
+    def get(self, path: str, params: Mapping[str, Any] | None, headers: Mapping[str, str],
+            timeout: tuple[float, float]) -> tuple[int, bytes, str]:
         """(status, body, content type); urllib3's errors propagate."""
         url = self._prefix + path
         if params:
@@ -186,7 +187,7 @@ class ByteStream:
         except Exception:  # closing a half-read, aborted response may complain; it is closed anyway
             log.debug("closing a stream of %s raised", self._path, exc_info=True)
 
-    def __enter__(self) -> "ByteStream":
+    def __enter__(self) -> ByteStream:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -209,10 +210,10 @@ class Transport:
         self,
         base_url: str,
         *,
-        auth_key: Optional[str] = None,
-        auth_secret: Optional[str] = None,
+        auth_key: str | None = None,
+        auth_secret: str | None = None,
         timeout: float = 30.0,
-        session: Optional[requests.Session] = None,
+        session: requests.Session | None = None,
         pool_size: int = 64,
         clock: Clock = SYSTEM_CLOCK,
     ) -> None:
@@ -225,7 +226,7 @@ class Transport:
         self._pool_size = pool_size
         self._session = session if session is not None else self._new_session(self.base_url, pool_size)
         self._direct = self._new_direct()
-        self._token: Optional[str] = None
+        self._token: str | None = None
         self._token_at = 0.0
         self._token_lock = threading.Lock()
         self._closed = False
@@ -248,7 +249,7 @@ class Transport:
         auth = "token" if self._auth_key else "none"
         return f"Transport({self.base_url!r}, auth={auth})"
 
-    def _new_direct(self) -> "Optional[_DirectGets]":
+    def _new_direct(self) -> _DirectGets | None:
         """The urllib3 pool for :meth:`get_json`, when this transport may bypass requests."""
         if not self._owns_session or self._session.proxies:
             return None
@@ -279,9 +280,9 @@ class Transport:
         method: str,
         path: str,
         *,
-        params: Optional[Mapping[str, Any]] = None,
+        params: Mapping[str, Any] | None = None,
         json_body: Any = None,
-        timeout: Optional[Timeout] = None,
+        timeout: Timeout | None = None,
     ) -> Any:
         """Send one request; return the decoded JSON body, the text body, or None (204/empty).
 
@@ -294,10 +295,10 @@ class Transport:
         method: str,
         path: str,
         *,
-        params: Optional[Mapping[str, Any]] = None,
+        params: Mapping[str, Any] | None = None,
         json_body: Any = None,
-        timeout: Optional[Timeout] = None,
-    ) -> "tuple[Any, Mapping[str, str]]":
+        timeout: Timeout | None = None,
+    ) -> tuple[Any, Mapping[str, str]]:
         """Send one request; return the decoded body and the response headers.
 
         Raises:
@@ -313,8 +314,8 @@ class Transport:
         self,
         path: str,
         *,
-        params: Optional[Mapping[str, Any]] = None,
-        timeout: "Optional[tuple[float, float]]" = None,
+        params: Mapping[str, Any] | None = None,
+        timeout: tuple[float, float] | None = None,
     ) -> Any:
         """``GET path`` for a small JSON answer: as :meth:`request`, on the direct pool when it may.
 
@@ -349,8 +350,8 @@ class Transport:
                 raise ServerError(f"GET {path}: the server sent a malformed JSON body", status=status) from err
         return body.decode("utf-8", "replace")
 
-    def _direct_get(self, direct: _DirectGets, path: str, params: Optional[Mapping[str, Any]],
-                    timeout: "tuple[float, float]") -> "tuple[int, bytes, str]":
+    def _direct_get(self, direct: _DirectGets, path: str, params: Mapping[str, Any] | None,
+                    timeout: tuple[float, float]) -> tuple[int, bytes, str]:
         headers = {"User-Agent": "conductor-agents-python"}
         token = self._current_token()
         if token is not None:
@@ -378,8 +379,8 @@ class Transport:
         self,
         path: str,
         *,
-        headers: Optional[Mapping[str, str]] = None,
-        timeout: Optional[Timeout] = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | None = None,
     ) -> ByteStream:
         """``GET path`` as a stream (server-sent events); the caller iterates and closes it.
 
@@ -403,8 +404,8 @@ class Transport:
         *,
         params: Any = None,
         json_body: Any = None,
-        headers: Optional[Mapping[str, str]] = None,
-        timeout: Optional[Timeout] = None,
+        headers: Mapping[str, str] | None = None,
+        timeout: Timeout | None = None,
         stream: bool = False,
     ) -> requests.Response:
         """Send with the auth token, refresh it once on 401/403, and raise for error statuses."""
@@ -451,12 +452,12 @@ class Transport:
                 if self._pid != os.getpid():
                     self._after_fork_in_child()
 
-    def _limits(self) -> "tuple[float, float]":
+    def _limits(self) -> tuple[float, float]:
         """The default (connect, read) timeouts: connecting takes at most 5 s of the read timeout."""
         return (min(5.0, self._timeout), self._timeout)
 
-    def _send(self, method: str, path: str, params: Any, json_body: Any, headers: Optional[Mapping[str, str]],
-              timeout: Optional[Timeout], stream: bool) -> requests.Response:
+    def _send(self, method: str, path: str, params: Any, json_body: Any, headers: Mapping[str, str] | None,
+              timeout: Timeout | None, stream: bool) -> requests.Response:
         self._check_process()
         send_headers = dict(headers or {})
         token = self._current_token()
@@ -489,7 +490,7 @@ class Transport:
                 ) from err
         return response.text
 
-    def _current_token(self) -> Optional[str]:
+    def _current_token(self) -> str | None:
         if not self._auth_key:
             return None
         with self._token_lock:

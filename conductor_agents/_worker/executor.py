@@ -15,26 +15,27 @@ import contextlib
 import logging
 import threading
 import traceback
-from typing import Any, Callable, Mapping, Optional
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import attrs
 
-from .._common.task_names import INTERNAL_TASK_TYPES
-from .._people import approval_gate as _approval_gate
-from .._tracing import hooks as tracing
-from .._tooldefs import context as _context
-from .._tooldefs import run_state as _run_state
-from .._wire.api import ConductorApi
+from .._answers.output_check import EARLIER_FAILURES_INPUT
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
-from .._tooldefs.context import CancelReason, ToolContext
-from .._wire.payload import ToolOutputError, tool_output
-from .results import ResultPoster
-from .task_watch import CancellationWatch, callback_seconds, hand_back
+from .._common.task_names import INTERNAL_TASK_TYPES
+from .._people import approval_gate as _approval_gate
 from .._teams.termination import TOKEN_USAGE_INPUT
-from .._answers.output_check import EARLIER_FAILURES_INPUT
+from .._tooldefs import context as _context
+from .._tooldefs import run_state as _run_state
+from .._tooldefs.context import CancelReason, ToolContext
+from .._tracing import hooks as tracing
+from .._wire.api import ConductorApi
+from .._wire.payload import ToolOutputError, tool_output
 from ..errors import ServerError, ToolCancelled, ToolRetry
 from ..tools import ToolArgumentsError, ToolDef
+from .results import ResultPoster
+from .task_watch import CancellationWatch, callback_seconds, hand_back
 
 __all__ = ["ToolExecutor", "TaskRef"]
 
@@ -60,7 +61,7 @@ class TaskRef:
     seq: int = 0  # the task's position in its run (an approval-required call reads the decision before it)
 
     @classmethod
-    def from_dict(cls, task: Mapping[str, Any]) -> "TaskRef":
+    def from_dict(cls, task: Mapping[str, Any]) -> TaskRef:
         return cls(
             task_id=str(task["taskId"]),
             workflow_id=str(task["workflowInstanceId"]),
@@ -88,7 +89,7 @@ class _InFlight:
         self.body_done = False  # the body returned; only its result is being posted
 
 
-def _error_of(result: Optional[dict]) -> Optional[str]:
+def _error_of(result: dict | None) -> str | None:
     """The text a local ``tool_finished`` event carries: the failure, or why the call was handed back."""
     if result is None:
         return "cancelled"
@@ -122,9 +123,9 @@ class ToolExecutor:
         threads: int,
         worker_id: str,
         clock: Clock = SYSTEM_CLOCK,
-        result_retry_seconds: Optional[float] = None,
-        on_task_done: Optional[Callable[[TaskRef, str, float], None]] = None,
-        task_listener: Optional[Any] = None,  # a conductor_agents._worker.observer.TaskListener
+        result_retry_seconds: float | None = None,
+        on_task_done: Callable[[TaskRef, str, float], None] | None = None,
+        task_listener: Any | None = None,  # a conductor_agents._worker.observer.TaskListener
     ) -> None:
         self._api = api
         self._task_listener = task_listener
@@ -140,7 +141,7 @@ class ToolExecutor:
         self._lock = threading.Lock()
         self._in_flight: dict[str, _InFlight] = {}
         self._full = False  # no free slot: the pollers take no task
-        self._last_full: Optional[float] = None  # when it was last full (monotonic)
+        self._last_full: float | None = None  # when it was last full (monotonic)
         self._stop = threading.Event()
         self._abandon = threading.Event()
         self._idle = threading.Condition(self._lock)
@@ -173,13 +174,13 @@ class ToolExecutor:
             self._last_full = self._clock.monotonic()
         self._full = full
 
-    def runs_tools_of(self, execution_id: str, *, except_types: "frozenset[str]" = frozenset()) -> bool:
+    def runs_tools_of(self, execution_id: str, *, except_types: frozenset[str] = frozenset()) -> bool:
         """Whether a tool of ``execution_id`` (other than ``except_types``) is running or queued here."""
         with self._lock:
             return any(f.task.workflow_id == execution_id and f.task.task_type not in except_types
                        for f in self._in_flight.values())
 
-    def in_flight_workflows(self) -> "set[str]":
+    def in_flight_workflows(self) -> set[str]:
         """The runs whose tools are running or queued here."""
         with self._lock:
             return {f.task.workflow_id for f in self._in_flight.values()}
@@ -254,7 +255,7 @@ class ToolExecutor:
                 except Exception:
                     log.exception("task-done hook failed")
 
-    def _forget(self, task: TaskRef, flight: Optional[_InFlight] = None) -> None:
+    def _forget(self, task: TaskRef, flight: _InFlight | None = None) -> None:
         """Drop the task from the in-flight set (only ``flight``'s entry, when given: after a
         hand-back the same task id may already be running again as a new delivery)."""
         with self._lock:
@@ -271,7 +272,7 @@ class ToolExecutor:
                                  attempt=flight.context.attempt, read_workflow=self._api.get_workflow)
 
     def _execute(self, task: TaskRef, tool_def: ToolDef, flight: _InFlight, span: Any = tracing.NO_TOOL
-                 ) -> Optional[dict]:
+                 ) -> dict | None:
         """Run the body; the task result to post (None: post nothing, see ``_cancelled``)."""
         base = {"workflowInstanceId": task.workflow_id, "taskId": task.task_id, "workerId": self._worker_id}
         scrub = _context.secrets_of(flight.context).redact  # secrets never leave in a failure text
@@ -356,8 +357,8 @@ class ToolExecutor:
         return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": reason[:2000],
                 "outputData": {"error": reason[:2000]}}
 
-    def _cancelled(self, task: TaskRef, flight: _InFlight, err: Optional[ToolCancelled],
-                   base: dict) -> Optional[dict]:
+    def _cancelled(self, task: TaskRef, flight: _InFlight, err: ToolCancelled | None,
+                   base: dict) -> dict | None:
         """What to post when a body ends with ToolCancelled.
 
         The run ended or another delivery owns the task: nothing (the server has moved on). The

@@ -12,11 +12,12 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Deque, Dict, Iterable, List, Mapping, Optional, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .._common.task_names import INTERNAL_TASK_TYPES
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.fork import rebuild_after_fork
+from .._common.task_names import INTERNAL_TASK_TYPES
 from ..errors import ConductorAgentsError, RuntimeClosedError
 from ..events import AgentEvent, ToolFinishedEvent, ToolStartedEvent
 from ..stats import WINDOW, LatencySummary, RunInfo, RunStats, RuntimeStats
@@ -38,9 +39,9 @@ Subscriber = Callable[[AgentEvent], None]
 class TaskListener(Protocol):
     """What the tool executor reports. Called on pool threads; implementations must not raise."""
 
-    def task_started(self, task: "TaskRef") -> None: ...
+    def task_started(self, task: TaskRef) -> None: ...
 
-    def task_finished(self, task: "TaskRef", status: str, seconds: float, error: Optional[str]) -> None: ...
+    def task_finished(self, task: TaskRef, status: str, seconds: float, error: str | None) -> None: ...
 
 
 class _Counters:
@@ -50,14 +51,14 @@ class _Counters:
         self.executed = 0
         self.failed = 0
         self.in_flight = 0
-        self.durations: Deque[float] = collections.deque(maxlen=window)
-        self.pickups: Deque[float] = collections.deque(maxlen=window)
+        self.durations: collections.deque[float] = collections.deque(maxlen=window)
+        self.pickups: collections.deque[float] = collections.deque(maxlen=window)
 
 
 class _PollCountingApi:
     """Delegates to a ConductorApi; counts ``poll_tasks`` calls and samples pickup latency."""
 
-    def __init__(self, api: Any, observer: "TaskObserver") -> None:
+    def __init__(self, api: Any, observer: TaskObserver) -> None:
         self._api = api
         self._observer = observer
 
@@ -93,10 +94,10 @@ class TaskObserver:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._total = _Counters(self._window)
-        self._runs: "collections.OrderedDict[str, _Counters]" = collections.OrderedDict()
-        self._aliases: "collections.OrderedDict[str, str]" = collections.OrderedDict()
-        self._subscribers: Dict[str, List[Subscriber]] = {}
-        self._streams: "set[Any]" = set()
+        self._runs: collections.OrderedDict[str, _Counters] = collections.OrderedDict()
+        self._aliases: collections.OrderedDict[str, str] = collections.OrderedDict()
+        self._subscribers: dict[str, list[Subscriber]] = {}
+        self._streams: set[Any] = set()
         self._polls = 0
         self._poll_errors = 0
 
@@ -125,7 +126,7 @@ class TaskObserver:
             while len(self._aliases) > _MAX_RUNS:
                 self._aliases.popitem(last=False)
 
-    def task_started(self, task: "TaskRef") -> None:
+    def task_started(self, task: TaskRef) -> None:
         """A tool body starts on a pool thread."""
         if task.task_type in INTERNAL_TASK_TYPES:
             return
@@ -140,7 +141,7 @@ class TaskObserver:
         except Exception:  # never disturb the tool
             log.exception("recording the start of task %s failed", task.task_id)
 
-    def task_finished(self, task: "TaskRef", status: str, seconds: float, error: Optional[str]) -> None:
+    def task_finished(self, task: TaskRef, status: str, seconds: float, error: str | None) -> None:
         """A tool body returned or raised after ``seconds``; ``status`` goes to the server."""
         if task.task_type in INTERNAL_TASK_TYPES:
             return
@@ -234,7 +235,7 @@ class TaskObserver:
 
     # -- snapshots --------------------------------------------------------------------
 
-    def run_stats(self, execution_id: str, domain: Optional[str] = None) -> RunStats:
+    def run_stats(self, execution_id: str, domain: str | None = None) -> RunStats:
         """This process's counts and timings for one run (zeros when it ran nothing here)."""
         with self._lock:
             counters = self._runs.get(execution_id)
@@ -247,7 +248,7 @@ class TaskObserver:
                 pickup_latency=LatencySummary.of(list(counters.pickups)),
             )
 
-    def runtime_stats(self, pollers: Iterable["DomainPoller"] = ()) -> RuntimeStats:
+    def runtime_stats(self, pollers: Iterable[DomainPoller] = ()) -> RuntimeStats:
         """Totals across runs; ``pollers`` name the active runs and their domains."""
         runs = tuple(sorted((RunInfo(execution_id=e, domain=p.domain) for p in pollers for e in p.executions),
                             key=lambda r: (r.domain or "", r.execution_id)))

@@ -11,15 +11,16 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping, Optional
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
-from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
-from .executor import ToolExecutor
+from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import ConfigurationError, ServerError, ServerUnavailableError
 from ..tools import ToolDef
+from .executor import ToolExecutor
 
 __all__ = ["DomainPoller"]
 
@@ -71,24 +72,24 @@ class DomainPoller:
         api: ConductorApi,
         executor: ToolExecutor,
         *,
-        domain: Optional[str],
+        domain: str | None,
         worker_id: str,
         long_poll_ms: int,
         poll_interval_ms: int,
         clock: Clock = SYSTEM_CLOCK,
-        on_exit: Optional[Callable[["DomainPoller"], None]] = None,
-        name_suffix: Optional[str] = None,
-        watcher: Optional[Any] = None,  # a conductor_agents._worker.watcher.QueueWatcher
-        keepalive_seconds: Optional[float] = None,
+        on_exit: Callable[[DomainPoller], None] | None = None,
+        name_suffix: str | None = None,
+        watcher: Any | None = None,  # a conductor_agents._worker.watcher.QueueWatcher
+        keepalive_seconds: float | None = None,
         max_backoff: float = _MAX_BACKOFF,
-        on_recovered: Optional[Callable[["DomainPoller"], None]] = None,
+        on_recovered: Callable[[DomainPoller], None] | None = None,
     ) -> None:
         self.domain = domain
         self._max_backoff = max(_RUNG_RETRY_SECONDS, min(_MAX_BACKOFF, max_backoff))
         # Told (from the poller thread) after the first successful poll that follows failed ones.
         self._on_recovered = on_recovered
         self._failing = False
-        self._quiet_failures_until: Optional[float] = None  # set at the first failure; None once a poll worked
+        self._quiet_failures_until: float | None = None  # set at the first failure; None once a poll worked
         self._ever_polled = False
         self._api = api
         self._executor = executor
@@ -101,7 +102,7 @@ class DomainPoller:
         self._on_exit = on_exit
         self._lock = threading.Lock()
         self._tools: dict[str, ToolDef] = {}
-        self._queue_names: "tuple[str, ...]" = ()
+        self._queue_names: tuple[str, ...] = ()
         self._executions: dict[str, Mapping[str, ToolDef]] = {}
         self._pending = 0  # registrations whose execution id is not known yet
         self._stop = threading.Event()
@@ -113,7 +114,7 @@ class DomainPoller:
         self._rung = False
         # The task types a ring named (their queues held tasks): a rung round polls only those (and the
         # draining and fresh ones); None: every type (a ring that named none). Under ``_lock``.
-        self._ring_types: "Optional[set[str]]" = set()
+        self._ring_types: set[str] | None = set()
         self._quiet_until = 0.0
         self._empty_rings = 0
         self._next_safety = 0.0
@@ -165,12 +166,12 @@ class DomainPoller:
                 self._rebuild_tools()
 
     @property
-    def executions(self) -> "tuple[str, ...]":
+    def executions(self) -> tuple[str, ...]:
         with self._lock:
             return tuple(self._executions)
 
     @property
-    def task_types(self) -> "tuple[str, ...]":
+    def task_types(self) -> tuple[str, ...]:
         with self._lock:
             return tuple(self._tools)
 
@@ -196,7 +197,7 @@ class DomainPoller:
 
     # -- the queue watcher's side ------------------------------------------------------
 
-    def queue_names(self) -> "tuple[str, ...]":
+    def queue_names(self) -> tuple[str, ...]:
         """The server's names of the queues this poller serves (``domain:type``, or ``type``)."""
         return self._queue_names
 
@@ -210,7 +211,7 @@ class DomainPoller:
         """Whether a task came (or a run was added) lately, so another one is likely soon."""
         return now - self._last_activity < _ACTIVE_SECONDS
 
-    def ring(self, queues: "Optional[Iterable[str]]" = None) -> None:
+    def ring(self, queues: Iterable[str] | None = None) -> None:
         """The watcher saw tasks in ``queues`` (names from :meth:`queue_names`), or changed state
         (None: every queue): poll now, those types only."""
         if self._clock.monotonic() < self._quiet_until:
@@ -219,18 +220,18 @@ class DomainPoller:
         self._rung = True
         self._wake.set()
 
-    def _types_of(self, queues: "Iterable[str]") -> "set[str]":
+    def _types_of(self, queues: Iterable[str]) -> set[str]:
         prefix = f"{self.domain}:" if self.domain else ""
         return {q[len(prefix):] for q in queues if q.startswith(prefix)}
 
-    def _note_ring(self, types: "Optional[set[str]]") -> None:
+    def _note_ring(self, types: set[str] | None) -> None:
         with self._lock:
             if types is None or self._ring_types is None:
                 self._ring_types = None
             else:
                 self._ring_types |= types
 
-    def _take_ring(self, rung: bool, types: "tuple[str, ...]") -> "Optional[set[str]]":
+    def _take_ring(self, rung: bool, types: tuple[str, ...]) -> set[str] | None:
         """The types this round polls while watched (None: all): those rung, draining or never polled.
 
         Each type of a round is a request to the server, and a round used to poll every type of
@@ -325,7 +326,7 @@ class DomainPoller:
                 return
             self._wake.wait(remaining)
 
-    def wait_polled(self, task_types: "tuple[str, ...]", timeout: float) -> bool:
+    def wait_polled(self, task_types: tuple[str, ...], timeout: float) -> bool:
         """Wait until each of ``task_types`` has been polled successfully once; True if so."""
         deadline = self._clock.monotonic() + timeout
         with self._polled_cond:
@@ -336,7 +337,7 @@ class DomainPoller:
                 self._polled_cond.wait(min(remaining, 0.25))
         return True
 
-    def _poll_round(self, types: "tuple[str, ...]", backoff: float, *, short_only: bool = False,
+    def _poll_round(self, types: tuple[str, ...], backoff: float, *, short_only: bool = False,
                     rung: bool = False) -> float:
         """Poll each type once: a long poll, or only short ones while the watcher rings us."""
         per_type_ms = max(100, self._long_poll_ms // len(types))
@@ -436,7 +437,7 @@ class DomainPoller:
             except Exception:
                 log.exception("the recovery listener of the poller for domain %s failed", self.domain)
 
-    def _tools_for(self, task: Mapping) -> Optional[ToolDef]:
+    def _tools_for(self, task: Mapping) -> ToolDef | None:
         task_type = task.get("taskType") or task.get("taskDefName")
         with self._lock:
             per_run = self._executions.get(str(task.get("workflowInstanceId")))

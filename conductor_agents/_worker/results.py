@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any
 
-from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import ServerError
 
@@ -37,12 +38,12 @@ class ResultPoster:
     """Posts task results with retries. Thread-safe (no state between calls)."""
 
     def __init__(self, api: ConductorApi, *, clock: Clock = SYSTEM_CLOCK,
-                 retry_seconds: Optional[float] = None) -> None:
+                 retry_seconds: float | None = None) -> None:
         self._api = api
         self._clock = clock
         self._retry_seconds = retry_seconds
 
-    def post(self, task: Any, result: Mapping[str, Any], abandon: "threading.Event") -> bool:
+    def post(self, task: Any, result: Mapping[str, Any], abandon: threading.Event) -> bool:
         """POST ``result`` for ``task`` (a TaskRef); True once the server took it.
 
         ``abandon`` is waited on between attempts; once it is set the result is given up.

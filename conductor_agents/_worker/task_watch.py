@@ -19,10 +19,11 @@ from __future__ import annotations
 import collections
 import logging
 import math
-from typing import Any, Callable, Dict, Iterable, List, Mapping, Optional, Protocol
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Protocol
 
-from .._wire.api import ConductorApi
 from .._tooldefs.context import CancelReason, ToolContext, cancel
+from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import RunStatus, stop_requested
@@ -53,13 +54,13 @@ def callback_seconds(after_seconds: float) -> int:
 
 
 def hand_back(api: ConductorApi, *, workflow_id: str, task_id: str, worker_id: str, after_seconds: float = 0.0,
-              note: Optional[str] = None) -> None:
+              note: str | None = None) -> None:
     """Requeue a task for another delivery in ``after_seconds`` (at least 1 s; the same task id; the run waits).
 
     Raises:
         ServerUnavailableError, ServerError: the update did not go through.
     """
-    body: Dict[str, Any] = {
+    body: dict[str, Any] = {
         "workflowInstanceId": workflow_id, "taskId": task_id, "workerId": worker_id, "status": "IN_PROGRESS",
         "callbackAfterSeconds": callback_seconds(after_seconds), "outputData": {},
     }
@@ -72,13 +73,13 @@ class CancellationWatch:
     """Sets ``cancelled`` / ``stop_requested`` on the contexts of long-running tools. Used by one thread."""
 
     def __init__(self, api: ConductorApi, *, worker_id: str, interval: float = 2.0,
-                 on_cancel: Optional[Callable[[ToolContext, str], None]] = None) -> None:
+                 on_cancel: Callable[[ToolContext, str], None] | None = None) -> None:
         self._api = api
         self._worker_id = worker_id
         self.interval = interval
         self._on_cancel = on_cancel
 
-    def due(self, calls: Iterable[WatchedCall], now: float) -> List[WatchedCall]:
+    def due(self, calls: Iterable[WatchedCall], now: float) -> list[WatchedCall]:
         """The calls whose body has run for at least ``interval`` and was not looked at for as long,
         not yet cancelled (a body that returned, its result being posted, is not looked at)."""
         return [c for c in calls if not c.context.cancelled.is_set() and not c.body_done
@@ -86,7 +87,7 @@ class CancellationWatch:
 
     def sweep(self, calls: Iterable[WatchedCall], now: float) -> None:
         """Look at each due call's run and task once; set the events the server's answers call for."""
-        by_run: Dict[str, List[WatchedCall]] = collections.defaultdict(list)
+        by_run: dict[str, list[WatchedCall]] = collections.defaultdict(list)
         for call in self.due(calls, now):
             call.last_checked = now
             by_run[call.context.execution_id].append(call)
@@ -95,7 +96,7 @@ class CancellationWatch:
                 for call in run_calls:
                     self._check_task(call)
 
-    def _check_run(self, execution_id: str, calls: List[WatchedCall]) -> bool:
+    def _check_run(self, execution_id: str, calls: list[WatchedCall]) -> bool:
         """Read the run; cancel its calls if it ended. True when its tasks should be looked at."""
         try:
             workflow = self._api.get_workflow(execution_id)
@@ -127,7 +128,7 @@ class CancellationWatch:
         if not held_by(task, call.poll_count):
             self._cancel([call], CancelReason.TASK_LOST)
 
-    def _cancel(self, calls: List[WatchedCall], reason: str) -> None:
+    def _cancel(self, calls: list[WatchedCall], reason: str) -> None:
         for call in calls:
             if cancel(call.context, reason) and self._on_cancel is not None:
                 self._on_cancel(call.context, reason)

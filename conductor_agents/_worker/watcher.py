@@ -33,15 +33,15 @@ import logging
 import math
 import operator
 import threading
+from collections.abc import Callable, Mapping
 from itertools import chain, filterfalse
-from typing import Callable, Dict, List, Mapping, Optional
 
-from .._wire.api import ConductorApi
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
-from .poller import _ACTIVE_SECONDS, DomainPoller
+from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import AuthenticationError, ConfigurationError, ServerError, ServerUnavailableError
+from .poller import _ACTIVE_SECONDS, DomainPoller
 
 __all__ = ["QueueWatcher"]
 
@@ -84,7 +84,7 @@ def _query_chars(name: str) -> int:
     return len(name) + 10
 
 
-def _fits_one_request(names: List[str]) -> bool:
+def _fits_one_request(names: list[str]) -> bool:
     """Whether one ``/tasks/queue/sizes`` request asks for all of ``names`` (see ``_sizes_of``)."""
     return sum(map(_query_chars, names)) < _SIZES_QUERY_CHARS
 
@@ -104,9 +104,9 @@ class QueueWatcher:
     change of health rings all pollers.
     """
 
-    def __init__(self, api: ConductorApi, pollers: Callable[[], List[DomainPoller]], *, clock: Clock = SYSTEM_CLOCK,
-                 fast: Optional[float] = None, slow: float = 0.25,
-                 may_stop: Optional[Callable[["QueueWatcher"], bool]] = None,
+    def __init__(self, api: ConductorApi, pollers: Callable[[], list[DomainPoller]], *, clock: Clock = SYSTEM_CLOCK,
+                 fast: float | None = None, slow: float = 0.25,
+                 may_stop: Callable[[QueueWatcher], bool] | None = None,
                  unlisted_recheck_max: float = _UNLISTED_RECHECK_MAX_SECONDS) -> None:
         self._api = api
         # The longest an unlisted queue found empty counts as empty before it is asked again (the
@@ -124,13 +124,13 @@ class QueueWatcher:
         self._healthy = False
         self._list_all = True  # False for good once the server refuses /tasks/queue/all
         self._by_queue_until = 0.0  # ask queue by queue until then (the server knows too many queues)
-        self._listed: "set[str]" = set()  # the queues the last listing held (to tell a cluster's partial views)
+        self._listed: set[str] = set()  # the queues the last listing held (to tell a cluster's partial views)
         # our unlisted queues found empty -> (when to ask again, the delay that gave it)
-        self._unlisted_next: Dict[str, "tuple[float, float]"] = {}
+        self._unlisted_next: dict[str, tuple[float, float]] = {}
         self._unlisted_due_at = 0.0  # the earliest of those times (inf when there is none)
         # Our queue names -> when a round last read them empty (dropped when read non-empty);
         # updated in place by the watcher thread, read name by name by the watchdog (see is_empty).
-        self._empty_at: Dict[str, float] = {}
+        self._empty_at: dict[str, float] = {}
         self._queue_count = 0  # how many queues the last round read for the pollers
         self._activity_at = -math.inf  # the pollers' latest activity (see note_activity)
         self._stop = threading.Event()
@@ -213,7 +213,7 @@ class QueueWatcher:
 
     # -- one round --------------------------------------------------------------------
 
-    def _round(self, pollers: List[DomainPoller], now: float, *, full: bool) -> None:
+    def _round(self, pollers: list[DomainPoller], now: float, *, full: bool) -> None:
         # With a thousand idle runs the round's Python loops over every queue cost ~4 ms (measured:
         # the poller objects are out of the CPU cache between rounds), more than its request: the
         # passes over all queues are C-level (map/filter/dict.fromkeys); per-queue Python work is
@@ -252,21 +252,21 @@ class QueueWatcher:
             for name in [name for name in empty_at if name not in own]:
                 empty_at.pop(name, None)
 
-    def _by_name_is_cheaper(self, names: List[str]) -> bool:
+    def _by_name_is_cheaper(self, names: list[str]) -> bool:
         """Whether a fast round asks for ``names`` by name rather than listing every queue: in one request, and
         the last listing held ``_LISTED_PER_NAME`` queues per name or more."""
         return _fits_one_request(names) and len(self._listed) >= _LISTED_PER_NAME * len(names)
 
     @staticmethod
-    def _ring_owners(pollers: List[DomainPoller], names: "set[str]") -> None:
+    def _ring_owners(pollers: list[DomainPoller], names: set[str]) -> None:
         """Ring, once each, the pollers serving one of ``names``, naming their queues that hold tasks."""
         for poller in pollers:
             own = poller.queue_names()
             if not names.isdisjoint(own):
                 poller.ring(names.intersection(own))
 
-    def _unlisted_sizes(self, wanted: List[str], listing: Mapping[str, object], now: float, *,
-                        full: bool) -> "tuple[Dict[str, object], List[str]]":
+    def _unlisted_sizes(self, wanted: list[str], listing: Mapping[str, object], now: float, *,
+                        full: bool) -> tuple[dict[str, object], list[str]]:
         """The sizes asked by name now of the wanted queues a listing lacks, and those queues.
 
         A listing says nothing of a queue it lacks: a Redis node lists only the queues it touched,
@@ -306,7 +306,7 @@ class QueueWatcher:
         self._unlisted_due_at = min((at for at, _ in tracked.values()), default=math.inf)
         return asked, missing
 
-    def is_empty(self, names: "tuple[str, ...]", *, within: float) -> bool:
+    def is_empty(self, names: tuple[str, ...], *, within: float) -> bool:
         """Whether every queue of ``names`` was read empty by a round of the last ``within`` seconds.
 
         False when the watcher is not healthy, or has not read one of them lately: the caller
@@ -319,7 +319,7 @@ class QueueWatcher:
         oldest = self._clock.monotonic() - within
         return all(empty_at.get(name, float("-inf")) >= oldest for name in names)
 
-    def _all_sizes(self, now: float, own: int) -> "Mapping[str, object] | None":
+    def _all_sizes(self, now: float, own: int) -> Mapping[str, object] | None:
         """Every queue's size in one request, or None when asking queue by queue is the better way."""
         try:
             sizes = self._api.all_queue_sizes()
@@ -345,9 +345,9 @@ class QueueWatcher:
             self._by_queue_until = now + _SIZES_HOLD_SECONDS
         return sizes
 
-    def _sizes_of(self, names: List[str]) -> Dict[str, object]:
-        sizes: Dict[str, object] = {}
-        chunk: List[str] = []
+    def _sizes_of(self, names: list[str]) -> dict[str, object]:
+        sizes: dict[str, object] = {}
+        chunk: list[str] = []
         length = 0
         for name in names:
             chunk.append(name)

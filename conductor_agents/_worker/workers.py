@@ -12,27 +12,26 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Optional
 
-from .._tracing import hooks as tracing
-from .._wire.api import ConductorApi
+from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
 from .._listener.chain import is_continued
 from .._listener.directory import Chain, ChainDirectory, Link
-from .._common.clock import SYSTEM_CLOCK, Clock
 from .._listener.driver import ChainTracker, ContinuationDriver
-from .executor import TaskRef, ToolExecutor
-from .observer import TaskObserver
-from .poller import DomainPoller
-from .task_watch import hand_back
+from .._listener.switch import LinkSpec, carry_grace_seconds
 from .._liveness.tree import RootFinder
 from .._liveness.watchdog import Companions, RunWatch, RunWatchdog
-from .._listener.switch import LinkSpec, carry_grace_seconds
-from .watcher import QueueWatcher
+from .._tracing import hooks as tracing
+from .._wire.api import ConductorApi
 from ..agent import Agent
 from ..errors import ConductorAgentsError, WorkerStartupError
 from ..settings import AgentSettings
 from ..tools import ToolDef
+from .executor import TaskRef, ToolExecutor
+from .observer import TaskObserver
+from .poller import DomainPoller
+from .task_watch import hand_back
+from .watcher import QueueWatcher
 
 __all__ = ["Reservation", "WorkerSet"]
 
@@ -55,17 +54,17 @@ _QUEUES_READ_WITHIN_SECONDS = 2.0
 class Reservation:
     """A run's tools registered on a poller, before and after the run exists."""
 
-    def __init__(self, workers: "WorkerSet", poller: DomainPoller, tools: "dict[str, ToolDef]",
-                 agent_name: Optional[str] = None) -> None:
+    def __init__(self, workers: WorkerSet, poller: DomainPoller, tools: dict[str, ToolDef],
+                 agent_name: str | None = None) -> None:
         self._workers = workers
         self.poller = poller
         self.tools = tools
         self.agent_name = agent_name  # the run's workflow name, as the server compiles agents
-        self.execution_id: Optional[str] = None
+        self.execution_id: str | None = None
         #: The id the tools of the runs served here count as (a listener's mailbox; else ``execution_id``).
-        self.counted_as: Optional[str] = None
+        self.counted_as: str | None = None
 
-    def commit(self, execution_id: str, *, domain: Optional[str]) -> None:
+    def commit(self, execution_id: str, *, domain: str | None) -> None:
         """Bind the reservation to the started run (moving it when the run's domain differs)."""
         self.execution_id = execution_id
         if domain == self.poller.domain:
@@ -80,7 +79,7 @@ class Reservation:
         self._workers.watch(execution_id, served=True, served_domain=self.poller.domain,
                             workflow_name=self.agent_name)
 
-    def handle_link(self, add: bool, execution_id: str) -> Optional[RunWatch]:
+    def handle_link(self, add: bool, execution_id: str) -> RunWatch | None:
         """Serve (``add``) or stop serving one more run of this reservation's listener: a link of its
         chain (same domain, same tools). Returns the link's watch when liveness is on."""
         if not add:
@@ -113,21 +112,21 @@ class WorkerSet:
     """Pollers and the tool executor of one runtime. Thread-safe."""
 
     def __init__(self, api: ConductorApi, settings: AgentSettings, *, worker_id: str,
-                 clock: Clock = SYSTEM_CLOCK, observer: Optional[TaskObserver] = None,
-                 directory: Optional[ChainDirectory] = None) -> None:
+                 clock: Clock = SYSTEM_CLOCK, observer: TaskObserver | None = None,
+                 directory: ChainDirectory | None = None) -> None:
         self._api = api
         self.directory = directory if directory is not None else ChainDirectory(api)
-        self._driver: Optional[ContinuationDriver] = None
+        self._driver: ContinuationDriver | None = None
         self._settings = settings
         self._worker_id = worker_id
         self._clock = clock
         self._lock = threading.Lock()
-        self._executor: Optional[ToolExecutor] = None
-        self._pollers: dict[Optional[str], DomainPoller] = {}
+        self._executor: ToolExecutor | None = None
+        self._pollers: dict[str | None, DomainPoller] = {}
         self._retiring: list[DomainPoller] = []
-        self._watcher: Optional[QueueWatcher] = None
+        self._watcher: QueueWatcher | None = None
         self._stopped_watchers: list[QueueWatcher] = []  # ended (or ending) for want of pollers
-        self._watchdog: Optional[RunWatchdog] = None
+        self._watchdog: RunWatchdog | None = None
         self._closed = False
         self._roots = RootFinder(api)
         #: Counts, timings and local tool events of this runtime's workers (runtime.stats(), handle.events()).
@@ -139,7 +138,7 @@ class WorkerSet:
     def liveness_enabled(self) -> bool:
         return self._settings.liveness_enabled
 
-    def reserve(self, domain: Optional[str], agent: Agent, *, continued: bool = False) -> Reservation:
+    def reserve(self, domain: str | None, agent: Agent, *, continued: bool = False) -> Reservation:
         """Serve ``agent``'s worker tools on ``domain`` (None: the shared poller) from now on;
         ``continued``: the run is a continued listener's (its turn task is served too)."""
         tools = {t.name: t for t in agent.worker_tools}
@@ -149,7 +148,7 @@ class WorkerSet:
         poller = self.poller_for(domain, reserve=tools)
         return Reservation(self, poller, tools, agent.name)
 
-    def poller_for(self, domain: Optional[str], *, reserve: Optional[dict] = None) -> DomainPoller:
+    def poller_for(self, domain: str | None, *, reserve: dict | None = None) -> DomainPoller:
         """The live poller of ``domain``, started if needed."""
         with self._lock:
             if self._closed:
@@ -167,7 +166,7 @@ class WorkerSet:
                 poller.reserve(reserve)
             return poller
 
-    def _new_poller(self, domain: Optional[str]) -> DomainPoller:
+    def _new_poller(self, domain: str | None) -> DomainPoller:
         if self._watcher is None:  # none yet, or the last one stopped when the pollers were gone
             self._watcher = QueueWatcher(
                 self._api, self.pollers, clock=self._clock, may_stop=self._watcher_may_stop,
@@ -275,7 +274,7 @@ class WorkerSet:
             return self._driver
 
     def serve_chain(self, reservation: Reservation, chain: Chain, spec: LinkSpec, current: Link, *,
-                    turns_before: int, pending_from: Optional[Link] = None) -> ChainTracker:
+                    turns_before: int, pending_from: Link | None = None) -> ChainTracker:
         """Continue ``chain`` from here: its links are served on ``reservation``'s poller."""
         if chain.mailbox:  # the tools of every run count as the id callers hold
             reservation.counted_as = chain.execution_id
@@ -284,7 +283,7 @@ class WorkerSet:
         return self.driver.serve(chain, spec, current, turns_before=turns_before,
                                  handle_link=reservation.handle_link, pending_from=pending_from)
 
-    def chain_tracker(self, run_id: Optional[str]) -> Optional[ChainTracker]:
+    def chain_tracker(self, run_id: str | None) -> ChainTracker | None:
         """The tracker of the continued listener on ``run_id`` this process serves, if any."""
         with self._lock:
             driver = self._driver
@@ -297,9 +296,9 @@ class WorkerSet:
 
     # -- the watchdog -----------------------------------------------------------------
 
-    def watch(self, execution_id: str, *, domain: Optional[str] = None, served: bool = False,
-              served_domain: Optional[str] = None, workflow_name: Optional[str] = None,
-              tree: bool = False, companions: Optional[Companions] = None) -> RunWatch:
+    def watch(self, execution_id: str, *, domain: str | None = None, served: bool = False,
+              served_domain: str | None = None, workflow_name: str | None = None,
+              tree: bool = False, companions: Companions | None = None) -> RunWatch:
         """Have the runtime's watchdog sample ``execution_id`` (see :meth:`RunWatchdog.watch`)."""
         with self._lock:
             if self._watchdog is None:
@@ -331,11 +330,11 @@ class WorkerSet:
             watchdog.forget(execution_id)
 
     @property
-    def watchdog(self) -> Optional[RunWatchdog]:
+    def watchdog(self) -> RunWatchdog | None:
         """The watchdog, once a run was watched."""
         return self._watchdog
 
-    def _serving(self, domain: str) -> "tuple[Optional[DomainPoller], Optional[ToolExecutor], Optional[QueueWatcher]]":
+    def _serving(self, domain: str) -> tuple[DomainPoller | None, ToolExecutor | None, QueueWatcher | None]:
         """The live poller of ``domain`` (None when this process does not poll it), the executor, the watcher."""
         with self._lock:
             poller = self._pollers.get(domain)
@@ -371,7 +370,7 @@ class WorkerSet:
             for sub_run in self._sub_runs_here(executor, execution_id):
                 executor.stop_requested(sub_run)
 
-    def _sub_runs_here(self, executor: ToolExecutor, execution_id: str) -> "list[str]":
+    def _sub_runs_here(self, executor: ToolExecutor, execution_id: str) -> list[str]:
         """The sub-runs of ``execution_id`` (sub-agents, agent tools) whose tools run here now."""
         with self._lock:
             known = {e for p in self._pollers.values() for e in p.executions}
@@ -408,7 +407,7 @@ class WorkerSet:
 
     # -- taking over after a crash ----------------------------------------------------
 
-    def reclaim_orphans(self, workflow: dict, domain: Optional[str]) -> "list[str]":
+    def reclaim_orphans(self, workflow: dict, domain: str | None) -> list[str]:
         """Hand back the tasks of ``domain`` that another (dead) worker had taken.
 
         A worker killed mid-tool leaves its task IN_PROGRESS until its lease ends (an hour
@@ -440,7 +439,7 @@ class WorkerSet:
         """This process's worker id (what its run spans are owned by)."""
         return self._worker_id
 
-    def pollers(self) -> "list[DomainPoller]":
+    def pollers(self) -> list[DomainPoller]:
         with self._lock:
             return list(self._pollers.values())
 

@@ -18,10 +18,11 @@ import json
 import math
 import sys
 import time
-from typing import Any, Dict, Optional
+from typing import Any
 
 import attrs
 
+from .._runs.running import waiting_for
 from ..agent import Agent
 from ..errors import (
     ConductorAgentsError,
@@ -33,13 +34,21 @@ from ..errors import (
     WaitTimeoutError,
     WorkerStallError,
 )
-from .._runs.running import waiting_for
 from ..handle import AgentHandle
 from ..result import AgentResult, AgentStatus
 from ..runtime import AgentRuntime
 from ._foreground import wait_in_foreground
-from ._main import (EXIT_ERROR, EXIT_MESSAGE_LOST, EXIT_NOT_FOUND, EXIT_OK, EXIT_TIMED_OUT, EXIT_UNREACHABLE,
-                    EXIT_USAGE, error, exit_codes_help)
+from ._main import (
+    EXIT_ERROR,
+    EXIT_MESSAGE_LOST,
+    EXIT_NOT_FOUND,
+    EXIT_OK,
+    EXIT_TIMED_OUT,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    error,
+    exit_codes_help,
+)
 from ._options import Handler, add_target, add_verb, on_errors, positive_seconds, settings
 from ._progress import ProgressDisplay, RunWatcher
 from ._target import TargetError, TargetImportError, load_agent
@@ -292,12 +301,12 @@ def _status(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _waiting_for(runtime: AgentRuntime, status: AgentStatus) -> Optional[str]:
+def _waiting_for(runtime: AgentRuntime, status: AgentStatus) -> str | None:
     """``"person"``, ``"message"`` or None: what a running run waits for (see :func:`waiting_for`)."""
     return waiting_for(runtime._api, status)  # the CLI is part of the package
 
 
-def _status_dict(status: AgentStatus, handle: AgentHandle, waiting_for: Optional[str]) -> Dict[str, Any]:
+def _status_dict(status: AgentStatus, handle: AgentHandle, waiting_for: str | None) -> dict[str, Any]:
     return {
         "executionId": status.execution_id or handle.execution_id,
         "agent": handle.agent_name,
@@ -380,8 +389,8 @@ class _watching:
     """
 
     def __init__(self, runtime: AgentRuntime, handle: AgentHandle, display: ProgressDisplay, quiet: bool,
-                 timeout: Optional[float]) -> None:
-        self._watcher: Optional[RunWatcher] = None
+                 timeout: float | None) -> None:
+        self._watcher: RunWatcher | None = None
         if quiet:
             return
         events = getattr(handle, "events", None)
@@ -393,7 +402,7 @@ class _watching:
             self._watcher = RunWatcher(display, handle.execution_id,
                                        fetch=lambda: api.get_workflow(handle.current_execution_id, include_tasks=True))
 
-    def __enter__(self) -> "_watching":
+    def __enter__(self) -> _watching:
         if self._watcher is not None:
             self._watcher.start()
         return self
@@ -425,7 +434,7 @@ _ENDED_BY = {"stop": " (stopped)",
              "turn_limit": " (turn limit reached: max_turns ran out while the model still called tools)"}
 
 
-def result_dict(result: AgentResult) -> Dict[str, Any]:
+def result_dict(result: AgentResult) -> dict[str, Any]:
     """An :class:`AgentResult` as the JSON the ``--json`` flags print."""
     return {
         "executionId": result.execution_id,

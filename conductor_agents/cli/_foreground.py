@@ -18,7 +18,8 @@ import math
 import signal
 import threading
 import time
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any
 
 from ..errors import ConductorAgentsError
 from ..handle import AgentHandle
@@ -44,7 +45,7 @@ class _Interrupts:
         self._count = 0
         self._wake = threading.Event()
         self._done = threading.Event()
-        self._stop_deadline: Optional[float] = None
+        self._stop_deadline: float | None = None
         self._cancelled = False
         # daemon: if the process exits while it runs, at most a stop/cancel request is lost
         # (the run then goes on on the server); wait_in_foreground joins it.
@@ -92,7 +93,7 @@ class _Interrupts:
             self._display.event(f"cancel failed: {err}")
 
     @contextlib.contextmanager
-    def installed(self) -> Iterator["_Interrupts"]:
+    def installed(self) -> Iterator[_Interrupts]:
         on_main = threading.current_thread() is threading.main_thread()
         previous = {sig: signal.signal(sig, self.on_signal) for sig in _SIGNALS} if on_main else {}
         self._thread.start()
@@ -106,7 +107,7 @@ class _Interrupts:
             self._thread.join(35.0)  # at most one HTTP call (30 s timeout) in flight
 
 
-def wait_in_foreground(handle: AgentHandle, display: ProgressDisplay, *, timeout: Optional[float],
+def wait_in_foreground(handle: AgentHandle, display: ProgressDisplay, *, timeout: float | None,
                        stop_grace: float) -> AgentResult:
     """``handle.wait(timeout)`` with Ctrl-C handling (see the module docstring).
 

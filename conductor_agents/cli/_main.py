@@ -17,7 +17,7 @@ import importlib
 import logging
 import sys
 import textwrap
-from typing import Callable, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 from .._version import __version__
 from ..errors import ConductorAgentsError, JavaNotFoundError
@@ -32,7 +32,7 @@ EXIT_MESSAGE_LOST = 6
 EXIT_CONFLICT = 7
 _EXIT_INTERRUPTED = 130
 
-EXIT_CODE_TABLE: Tuple[Tuple[int, str], ...] = (
+EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
     (EXIT_OK, "success; for run/resume/wait/stop --wait: the run COMPLETED; `pending` also when "
               "nothing waits (it prints nothing, or [] with --json)"),
     (EXIT_ERROR, "the run ended FAILED, TERMINATED or TIMED_OUT, or another error"),
@@ -60,7 +60,7 @@ def exit_codes_help() -> str:
         lines.extend(f"       {rest}" for rest in wrapped[1:])
     return "\n".join(lines)
 
-VERB_GROUPS: List[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents", "conductor_agents.cli._serve",
+VERB_GROUPS: list[str] = ["conductor_agents.cli._server", "conductor_agents.cli._agents", "conductor_agents.cli._serve",
                            "conductor_agents.cli._humans", "conductor_agents.cli._watch",
                            "conductor_agents.cli._schedules"]
 """Modules that add verbs; each exposes ``register(subparsers)``."""
@@ -91,7 +91,7 @@ def error(message: str) -> None:
     print(f"{_PROG}: error: {first}", file=sys.stderr)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
     parser = build_parser()
     try:

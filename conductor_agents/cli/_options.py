@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 import textwrap
-from typing import Any, Callable, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from ..settings import AgentSettings
 from ._main import error
@@ -21,7 +22,7 @@ __all__ = ["ErrorRule", "Handler", "add_target", "add_verb", "on_errors", "posit
 Handler = Callable[[argparse.Namespace], int]
 #: ``(error type or types, exit code)``, or ``(error type or types, exit code, message)`` where
 #: ``message(err)`` is the line printed (default ``str(err)``).
-ErrorRule = Tuple[Any, ...]
+ErrorRule = tuple[Any, ...]
 
 
 def server_options() -> argparse.ArgumentParser:

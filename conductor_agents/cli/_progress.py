@@ -16,12 +16,13 @@ import logging
 import sys
 import threading
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional, TextIO
+from collections.abc import Callable, Mapping
+from typing import Any, TextIO
 
+from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
 from .._liveness.model_calls import says_model_unavailable
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import SERVER_INPUT_KEYS, RunStatus
-from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
 
 __all__ = ["ProgressDisplay", "RunWatcher", "TaskTracker", "describe_event"]
 
@@ -55,7 +56,7 @@ class ProgressDisplay:
     :meth:`set_status` prints nothing and only :meth:`event` lines appear.
     """
 
-    def __init__(self, stream: Optional[TextIO] = None, *, tty: Optional[bool] = None) -> None:
+    def __init__(self, stream: TextIO | None = None, *, tty: bool | None = None) -> None:
         self._stream = stream if stream is not None else sys.stderr
         if tty is None:
             isatty = getattr(self._stream, "isatty", None)
@@ -67,9 +68,9 @@ class ProgressDisplay:
         self._drawn = False
         self._started = time.monotonic()
         self._closing = threading.Event()
-        self._ticker: Optional[threading.Thread] = None
+        self._ticker: threading.Thread | None = None
 
-    def start(self) -> "ProgressDisplay":
+    def start(self) -> ProgressDisplay:
         """Start turning the spinner (TTY only). Idempotent."""
         with self._lock:
             if self.tty and self._ticker is None:
@@ -134,14 +135,14 @@ class TaskTracker:
 
     def __init__(self, execution_id: str) -> None:
         self.execution_id = execution_id
-        self.status: Optional[str] = None
-        self._seen: Dict[str, str] = {}  # task id -> last status reported
+        self.status: str | None = None
+        self._seen: dict[str, str] = {}  # task id -> last status reported
         self._turns = 0
         self.activity = ""
 
-    def update(self, workflow: Mapping[str, Any]) -> List[str]:
+    def update(self, workflow: Mapping[str, Any]) -> list[str]:
         """The lines describing what changed since the previous snapshot."""
-        lines: List[str] = []
+        lines: list[str] = []
         for task in workflow.get("tasks") or []:
             lines.extend(self._task_lines(task))
         status = str(workflow.get("status") or "")
@@ -152,7 +153,7 @@ class TaskTracker:
             self.activity = status
         return lines
 
-    def _task_lines(self, task: Mapping[str, Any]) -> List[str]:
+    def _task_lines(self, task: Mapping[str, Any]) -> list[str]:
         task_type = str(task.get("taskType") or "")
         if task_type in _MACHINERY:
             return []
@@ -183,7 +184,7 @@ class TaskTracker:
         return [f"tool {call} {status}{': ' + short(reason) if reason else ''}"]
 
     def _wait_lines(self, name: str, task: Mapping[str, Any], status: str, terminal: bool,
-                    previous: Optional[str]) -> List[str]:
+                    previous: str | None) -> list[str]:
         if not terminal:
             self.activity = "waiting for a message"
             return [f"{name}: waiting for a message"] if previous is None else []
@@ -194,7 +195,7 @@ class TaskTracker:
         return [f"{name}: received {short(p)}" for p in payloads] or [f"{name}: no message"]
 
 
-def describe_event(event: Any, turns: List[Any]) -> "tuple[List[str], Optional[str]]":
+def describe_event(event: Any, turns: list[Any]) -> tuple[list[str], str | None]:
     """The lines and the new status-line text (None: unchanged) for one :class:`AgentEvent`.
 
     ``turns`` counts model turns, updated in place: ``[count]``, then ``[count, last turn's reference name]``.
@@ -246,8 +247,8 @@ class RunWatcher:
     """
 
     def __init__(self, display: ProgressDisplay, execution_id: str, *,
-                 events: Optional[Callable[[], Any]] = None,
-                 fetch: Optional[Callable[[], Mapping[str, Any]]] = None, interval: float = 0.5) -> None:
+                 events: Callable[[], Any] | None = None,
+                 fetch: Callable[[], Mapping[str, Any]] | None = None, interval: float = 0.5) -> None:
         if events is None and fetch is None:
             raise ValueError("RunWatcher needs events or fetch")
         self._display = display
@@ -262,7 +263,7 @@ class RunWatcher:
         self._thread = threading.Thread(target=self._run, name=f"conductor-agents-cli-progress-{execution_id}",
                                         daemon=True)
 
-    def start(self) -> "RunWatcher":
+    def start(self) -> RunWatcher:
         """Start following. Raises RuntimeError when called twice."""
         self._display.start()
         self._thread.start()

@@ -71,7 +71,7 @@ def _as_dict(schedule: Schedule) -> dict:
     return row
 
 
-def _print(schedules: "tuple[Schedule, ...]", as_json: bool) -> None:
+def _print(schedules: tuple[Schedule, ...], as_json: bool) -> None:
     if as_json:
         print(json.dumps([_as_dict(s) for s in schedules], indent=2))
         return

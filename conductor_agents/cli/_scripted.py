@@ -14,7 +14,6 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Dict, Optional
 
 import attrs
 
@@ -35,7 +34,7 @@ class ScriptedModel:
     pid: int
     log_path: Path
     model: str
-    server_env: Dict[str, str]
+    server_env: dict[str, str]
 
     def stop(self) -> None:
         """SIGTERM, then SIGKILL; idempotent."""
@@ -70,7 +69,7 @@ def start_scripted_model(data_dir: Path, *, detached: bool) -> ScriptedModel:
     raise LocalServerError(f"the scripted model did not start (log: {log_path})")
 
 
-def _read(ready: Path) -> Optional[dict]:
+def _read(ready: Path) -> dict | None:
     try:
         info = json.loads(ready.read_text())
     except (OSError, ValueError):

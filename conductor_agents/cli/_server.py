@@ -15,11 +15,22 @@ import argparse
 import signal
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Tuple, Union
+from typing import Any
 
-from ..local_server import BACKENDS, LocalCluster, LocalServer, find_java, resolve_server_jar
-from ..local_server import _dirs, _http, _logs, _proc, _state
+from ..local_server import (
+    BACKENDS,
+    LocalCluster,
+    LocalServer,
+    _dirs,
+    _http,
+    _logs,
+    _proc,
+    _state,
+    find_java,
+    resolve_server_jar,
+)
 from ._main import EXIT_ERROR, EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, error
 from ._scripted import ScriptedModel, start_scripted_model
 
@@ -89,10 +100,10 @@ def _env_item(text: str) -> tuple[str, str]:
 # --- verbs -------------------------------------------------------------------------------
 
 
-_Recorded = Tuple[Optional[_state.ServerRecord], Optional[int]]
+_Recorded = tuple[_state.ServerRecord | None, int | None]
 
 
-def _live_record(state: Path, *, stop_timeout: Optional[float] = None) -> _Recorded:
+def _live_record(state: Path, *, stop_timeout: float | None = None) -> _Recorded:
     """The record in ``state`` of a server that runs, and None; else None and the pid of a record whose
     server is gone (removed, after stopping what outlives it when ``stop_timeout`` is given), or None
     when there is no record."""
@@ -112,12 +123,12 @@ def _start(args: argparse.Namespace) -> int:
         error(f"a server is already running at {record.url} (pid {record.pid}); stop it first")
         return EXIT_ERROR
     data_dir = args.data_dir or _dirs.default_data_dir()
-    env: Dict[str, str] = dict(args.env)
+    env: dict[str, str] = dict(args.env)
     backend = args.backend or ("redis" if args.nodes > 1 else "sqlite")
     if args.nodes < 1 or (args.nodes > 1 and backend != "redis"):
         error("--nodes N needs N >= 1, and more than one node needs --backend redis")
         return EXIT_USAGE
-    model: Optional[ScriptedModel] = None
+    model: ScriptedModel | None = None
     if args.scripted_model:
         model = start_scripted_model(data_dir, detached=not args.foreground)
         env.update(model.server_env)
@@ -130,8 +141,8 @@ def _start(args: argparse.Namespace) -> int:
             model.stop()  # the server stopped (foreground), or it never started
 
 
-def _start_single(args: argparse.Namespace, state: Path, data_dir: Path, env: Dict[str, str], backend: str,
-                  model: Optional[ScriptedModel]) -> int:
+def _start_single(args: argparse.Namespace, state: Path, data_dir: Path, env: dict[str, str], backend: str,
+                  model: ScriptedModel | None) -> int:
     server = LocalServer(
         data_dir,
         port=args.port,
@@ -170,13 +181,13 @@ def _start_single(args: argparse.Namespace, state: Path, data_dir: Path, env: Di
     return _run_in_foreground(server, state, record)
 
 
-def _model_member(model: Optional[ScriptedModel]) -> "tuple[_state.MemberRecord, ...]":
+def _model_member(model: ScriptedModel | None) -> tuple[_state.MemberRecord, ...]:
     if model is None:
         return ()
     return (_state.MemberRecord.for_process("scripted-model", model.pid, model.log_path),)
 
 
-def _say_exports(url: str, model: Optional[ScriptedModel]) -> None:
+def _say_exports(url: str, model: ScriptedModel | None) -> None:
     """With a scripted model: the two lines that point the CLI and the samples at this server and model."""
     if model is None:
         return
@@ -193,8 +204,8 @@ def _say_durability(backend: str) -> None:
         print("  queued messages are kept in Redis (append-only file) and survive a restart")
 
 
-def _start_cluster(args: argparse.Namespace, state: Path, data_dir: Path, env: Dict[str, str],
-                   model: Optional[ScriptedModel]) -> int:
+def _start_cluster(args: argparse.Namespace, state: Path, data_dir: Path, env: dict[str, str],
+                   model: ScriptedModel | None) -> int:
     cluster = LocalCluster(
         data_dir,
         nodes=args.nodes,
@@ -235,7 +246,7 @@ def _start_cluster(args: argparse.Namespace, state: Path, data_dir: Path, env: D
     return _run_in_foreground(cluster, state, record)
 
 
-def _run_in_foreground(server: Union[LocalServer, LocalCluster], state: Path, record: _state.ServerRecord) -> int:
+def _run_in_foreground(server: LocalServer | LocalCluster, state: Path, record: _state.ServerRecord) -> int:
     stop_requested = threading.Event()
     previous = {
         sig: signal.signal(sig, lambda *_: stop_requested.set()) for sig in (signal.SIGINT, signal.SIGTERM)
@@ -287,7 +298,7 @@ def _stop(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _stop_processes(record: _state.ServerRecord, timeout: float) -> List[int]:
+def _stop_processes(record: _state.ServerRecord, timeout: float) -> list[int]:
     """Stop the recorded process, then its members in order; return the pids that survived."""
     stuck = [] if not record.is_alive() or _proc.terminate(record.pid, timeout) else [record.pid]
     for member in record.members:
@@ -341,7 +352,7 @@ def _logs_verb(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _follow(path: Path, record: Optional[_state.ServerRecord]) -> Iterator[str]:
+def _follow(path: Path, record: _state.ServerRecord | None) -> Iterator[str]:
     """Yield what is appended to ``path`` until the recorded server stops (or Ctrl-C)."""
     idle = threading.Event()  # never set: its wait() is the poll interval
     with open(path, encoding="utf-8", errors="replace") as fh:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from typing import Any, Dict, List
+from typing import Any
 
 import attrs
 
@@ -61,7 +61,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _events(args: argparse.Namespace) -> int:
-    turns: List[Any] = [0]
+    turns: list[Any] = [0]
     with AgentRuntime(settings(args)) as runtime:
         handle = runtime.attach(args.execution_id)
         with handle.events(timeout=args.timeout) as events:
@@ -75,10 +75,10 @@ def _events(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _event_dict(event: Any) -> Dict[str, Any]:
+def _event_dict(event: Any) -> dict[str, Any]:
     """An event as JSON: its kind first, then its fields (camelCase, as the other verbs' ``--json``)."""
     fields = attrs.asdict(event, recurse=True) if attrs.has(type(event)) else dict(vars(event))
-    out: Dict[str, Any] = {"kind": fields.pop("kind", getattr(event, "kind", ""))}
+    out: dict[str, Any] = {"kind": fields.pop("kind", getattr(event, "kind", ""))}
     for key, value in fields.items():
         head, *rest = key.split("_")
         out[head + "".join(part.title() for part in rest)] = value

@@ -6,7 +6,7 @@ Redis behind HAProxy; ``resolve_server_jar`` fetches and caches the jar;
 ``find_java`` finds a Java 21+ runtime.
 """
 
-from ._java import DEFAULT_JVM_DIRS, MIN_JAVA_VERSION, JavaRuntime, find_java
+from ._cluster import LocalCluster
 from ._jar import (
     DEFAULT_SERVER_VERSION,
     MAVEN_REPOSITORY_ENV,
@@ -15,7 +15,7 @@ from ._jar import (
     resolve_server_jar,
     server_version,
 )
-from ._cluster import LocalCluster
+from ._java import DEFAULT_JVM_DIRS, MIN_JAVA_VERSION, JavaRuntime, find_java
 from ._server import BACKENDS, DEFAULT_JVM_OPTIONS, LocalServer
 
 __all__ = [

@@ -14,8 +14,8 @@ import signal
 import subprocess
 import threading
 import time
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Callable, Optional, Sequence
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import LocalServerError
@@ -70,10 +70,10 @@ class AuxProcess:
         self._stop_timeout = stop_timeout
         self._clock = clock
         self._lock = threading.RLock()
-        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         """The process id while it runs, else None."""
         proc = self._proc
         return proc.pid if proc is not None and proc.poll() is None else None
@@ -159,7 +159,7 @@ class AuxProcess:
         return LocalServerError(f"{message} (log: {self.log_path}); last lines:\n{tail}", log_tail=tail)
 
 
-def _plain_env() -> "dict[str, str]":
+def _plain_env() -> dict[str, str]:
     """Redis and HAProxy need no secrets: they get PATH and locale only."""
     return {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "HOME", "TZ")}
 
@@ -173,7 +173,7 @@ class AuxService:
     package = ""
     label = ""
 
-    def __init__(self, data_dir: Path, *, port: Optional[int], log_path: Path, detached: bool,
+    def __init__(self, data_dir: Path, *, port: int | None, log_path: Path, detached: bool,
                  startup_timeout: float, stop_timeout: float, clock: Clock = SYSTEM_CLOCK) -> None:
         self.data_dir = data_dir
         self._port = port or None
@@ -183,12 +183,12 @@ class AuxService:
         )
 
     @property
-    def port(self) -> Optional[int]:
+    def port(self) -> int | None:
         """The TCP port on 127.0.0.1; None before the first start when picked automatically."""
         return self._port
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         """The process id while it runs, else None."""
         return self._process.pid
 

@@ -8,8 +8,8 @@ long polls and the ``/agent/stream`` event stream.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from . import _http
@@ -64,7 +64,7 @@ class Balancer(AuxService):
         self,
         data_dir: Path,
         *,
-        port: Optional[int] = None,
+        port: int | None = None,
         detached: bool = False,
         startup_timeout: float = 60.0,
         stop_timeout: float = 20.0,
@@ -78,13 +78,13 @@ class Balancer(AuxService):
         """The configuration file written at start."""
         return self.data_dir / "haproxy.cfg"
 
-    def start(self, node_ports: Sequence[int]) -> "Balancer":
+    def start(self, node_ports: Sequence[int]) -> Balancer:
         """Write the configuration and start HAProxy; wait until it routes ``/health`` to a node.
 
         Raises:
             LocalServerError: haproxy is missing, the port is taken or it did not start.
         """
-        def args(binary: str, port: int) -> "list[str]":
+        def args(binary: str, port: int) -> list[str]:
             self.config_path.write_text(haproxy_config(port, node_ports), encoding="utf-8")
             # -db: stay in the foreground (we own the process); -f: our configuration only.
             return [binary, "-db", "-f", str(self.config_path)]

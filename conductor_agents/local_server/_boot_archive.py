@@ -30,8 +30,8 @@ import sys
 import tempfile
 import threading
 import zipfile
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Mapping, Optional, Sequence, Set, Tuple
 
 import attrs
 
@@ -53,7 +53,7 @@ CDS_MIN_JAVA = 21
 """From this Java on (and below :data:`AOT_CACHE_MIN_JAVA`) it is a dynamic CDS archive."""
 
 #: Log lines by which the JVM says it could not use the archive (it then starts without it).
-ARCHIVE_REJECTED_MARKERS: Tuple[str, ...] = ("[error][aot]", "[error  ][aot]", "[error][cds]", "[error  ][cds]")
+ARCHIVE_REJECTED_MARKERS: tuple[str, ...] = ("[error][aot]", "[error  ][aot]", "[error][cds]", "[error  ][cds]")
 
 _TRUE = ("1", "true", "yes", "on")
 _FALSE = ("0", "false", "no", "off")
@@ -71,16 +71,16 @@ class BootLaunch:
     """
 
     jar: Path = attrs.field(converter=Path)
-    jvm_options: Tuple[str, ...] = attrs.field(default=(), converter=tuple)
-    archive: Optional[Path] = None
+    jvm_options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    archive: Path | None = None
 
     @classmethod
-    def plain(cls, jar: Path) -> "BootLaunch":
+    def plain(cls, jar: Path) -> BootLaunch:
         """The boot jar as it is."""
         return cls(jar)
 
 
-def boot_archive_enabled(environ: Optional[Mapping[str, str]] = None) -> bool:
+def boot_archive_enabled(environ: Mapping[str, str] | None = None) -> bool:
     """Whether ``CONDUCTOR_AGENTS_BOOT_ARCHIVE`` leaves the boot archive on (the default).
 
     Raises:
@@ -108,7 +108,7 @@ def is_archivable_jar(jar: Path) -> bool:
         name.startswith("BOOT-INF/lib/spring-boot-jarmode-tools") for name in names)
 
 
-_failed: Set[Tuple[str, str]] = set()  # (jar key, java key) whose training failed in this process
+_failed: set[tuple[str, str]] = set()  # (jar key, java key) whose training failed in this process
 _failed_lock = threading.Lock()
 
 
@@ -117,7 +117,7 @@ def prepare_launch(
     java: JavaRuntime,
     training_command: TrainingCommand,
     *,
-    cache_dir: Optional[Path] = None,
+    cache_dir: Path | None = None,
     timeout: float = 600.0,
     progress: bool = True,
     clock: Clock = SYSTEM_CLOCK,

@@ -19,14 +19,15 @@ import concurrent.futures
 import logging
 import shutil
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Callable, List, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Any
 
 from ..errors import ConfigurationError, LocalServerError
 from ._balancer import Balancer
-from ._java import JavaRuntime
 from ._dirs import run_data_dir
+from ._java import JavaRuntime
 from ._redis import RedisServer
 from ._server import LocalServer, PathLike
 
@@ -49,21 +50,21 @@ class LocalCluster:
 
     def __init__(
         self,
-        data_dir: Optional[PathLike] = None,
+        data_dir: PathLike | None = None,
         nodes: int = 2,
         *,
-        port: Optional[int] = None,
-        version: Optional[str] = None,
-        jar: Optional[PathLike] = None,
-        java: Union[JavaRuntime, PathLike, None] = None,
-        env: Optional[Mapping[str, str]] = None,
-        properties: Optional[Mapping[str, object]] = None,
-        jvm_options: Optional[Sequence[str]] = None,
+        port: int | None = None,
+        version: str | None = None,
+        jar: PathLike | None = None,
+        java: JavaRuntime | PathLike | None = None,
+        env: Mapping[str, str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        jvm_options: Sequence[str] | None = None,
         startup_timeout: float = 180.0,
         stop_timeout: float = 20.0,
         detached: bool = False,
         progress: bool = True,
-        secrets: Optional[Mapping[str, str]] = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         """Describe a cluster; nothing starts until :meth:`start`.
 
@@ -77,7 +78,7 @@ class LocalCluster:
         if detached and data_dir is None:
             raise ConfigurationError("a detached cluster needs an explicit data_dir")
         self._given_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else None
-        self._owned_dir: Optional[Path] = None
+        self._owned_dir: Path | None = None
         self._node_count = nodes
         self._port = port or None
         self._node_options: dict = dict(
@@ -89,14 +90,14 @@ class LocalCluster:
         self._stop_timeout = stop_timeout
         self._detached = detached
         self._lock = threading.RLock()
-        self._redis: Optional[RedisServer] = None
-        self._nodes: List[LocalServer] = []
-        self._balancer: Optional[Balancer] = None
+        self._redis: RedisServer | None = None
+        self._nodes: list[LocalServer] = []
+        self._balancer: Balancer | None = None
         self._started = False
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self) -> "LocalCluster":
+    def start(self) -> LocalCluster:
         """Start Redis, the nodes (in parallel) and the balancer; wait until the URL is healthy.
 
         Raises:
@@ -123,7 +124,7 @@ class LocalCluster:
             self._stop_all(remove_owned_dir=True)
             self._started = False
 
-    def restart(self) -> "LocalCluster":
+    def restart(self) -> LocalCluster:
         """Stop everything and start it again on the same ports and data (a whole-cluster restart)."""
         with self._lock:
             self._stop_all(remove_owned_dir=False)
@@ -159,21 +160,21 @@ class LocalCluster:
                 raise LocalServerError("the cluster is not started")
             self._redis.restart()
 
-    def __enter__(self) -> "LocalCluster":
+    def __enter__(self) -> LocalCluster:
         with self._lock:
             if not self._started:
                 self.start()
         return self
 
     def __exit__(
-        self, exc_type: Optional[Type[BaseException]], exc: Optional[BaseException], tb: Optional[TracebackType]
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         self.stop()
 
     # --- properties --------------------------------------------------------------------
 
     @property
-    def port(self) -> Optional[int]:
+    def port(self) -> int | None:
         """The balancer's port; None before the first start when picked automatically."""
         return self._balancer.port if self._balancer is not None else self._port
 
@@ -194,27 +195,27 @@ class LocalCluster:
         return f"{self.base_url}/api"
 
     @property
-    def nodes(self) -> Tuple[LocalServer, ...]:
+    def nodes(self) -> tuple[LocalServer, ...]:
         """The Conductor nodes (each a LocalServer with ``backend="redis"``)."""
         return tuple(self._nodes)
 
     @property
-    def node_urls(self) -> Tuple[str, ...]:
+    def node_urls(self) -> tuple[str, ...]:
         """Each node's own API URL (bypassing the balancer)."""
         return tuple(node.url for node in self._nodes)
 
     @property
-    def redis(self) -> Optional[RedisServer]:
+    def redis(self) -> RedisServer | None:
         """The shared Redis (None before start)."""
         return self._redis
 
     @property
-    def balancer(self) -> Optional[Balancer]:
+    def balancer(self) -> Balancer | None:
         """The HAProxy balancer (None before start)."""
         return self._balancer
 
     @property
-    def data_dir(self) -> Optional[Path]:
+    def data_dir(self) -> Path | None:
         """The data directory; None before start (or after stop) when it is a temporary one."""
         return self._given_dir or self._owned_dir
 
@@ -227,9 +228,9 @@ class LocalCluster:
             and any(node.is_running for node in self._nodes)
         )
 
-    def processes(self) -> List[Tuple[str, int, Path]]:
+    def processes(self) -> list[tuple[str, int, Path]]:
         """``(role, pid, log path)`` of every running part (for the CLI's record)."""
-        parts: List[Tuple[str, Optional[int], Path]] = []
+        parts: list[tuple[str, int | None, Path]] = []
         if self._balancer is not None:
             parts.append(("haproxy", self._balancer.pid, self._balancer.log_path))
         for i, node in enumerate(self._nodes, start=1):
@@ -269,8 +270,8 @@ class LocalCluster:
         self._balancer.start([node.port for node in self._nodes if node.port is not None])
 
     def _stop_all(self, *, remove_owned_dir: bool) -> None:
-        errors: List[BaseException] = []
-        parts: List[Callable[[], Any]] = []
+        errors: list[BaseException] = []
+        parts: list[Callable[[], Any]] = []
         if self._balancer is not None:
             parts.append(self._balancer.stop)
         parts.extend(node.stop for node in self._nodes)

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 from ._redis import redis_server_properties
 
-DEFAULT_JVM_OPTIONS: Tuple[str, ...] = ("-Xmx1g", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError")
+DEFAULT_JVM_OPTIONS: tuple[str, ...] = ("-Xmx1g", "-XX:+UseSerialGC", "-XX:+ExitOnOutOfMemoryError")
 """JVM flags for a small machine that runs several servers at once (e.g. in tests).
 
 A 1 GB heap cap and the single-threaded serial collector keep one server near 420 MB
@@ -21,7 +21,7 @@ Running out of heap ends the process at once instead of leaving it half alive.
 _SYSTEM_TASK_THREADS = 16
 
 
-def server_properties(data_dir: Path, redis_port: Optional[int]) -> Dict[str, str]:
+def server_properties(data_dir: Path, redis_port: int | None) -> dict[str, str]:
     """The ``-D`` properties every local server gets: its storage, the message queue, loopback."""
     if redis_port is None:
         backend = {

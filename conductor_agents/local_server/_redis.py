@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Dict, Optional
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ._aux import AuxService
@@ -19,7 +18,7 @@ REDIS_PACKAGE = "redis-server"
 _PING_TIMEOUT = 1.0
 
 
-def redis_server_properties(port: int) -> Dict[str, str]:
+def redis_server_properties(port: int) -> dict[str, str]:
     """The Conductor properties for persistence, queues and the execution lock on Redis at ``port``.
 
     Checked against the server's source (3.32.x) and the running server: the workflow
@@ -56,8 +55,8 @@ class RedisServer(AuxService):
         self,
         data_dir: Path,
         *,
-        port: Optional[int] = None,
-        log_path: Optional[Path] = None,
+        port: int | None = None,
+        log_path: Path | None = None,
         detached: bool = False,
         startup_timeout: float = 60.0,
         stop_timeout: float = 20.0,
@@ -66,7 +65,7 @@ class RedisServer(AuxService):
         super().__init__(data_dir, port=port, log_path=log_path or data_dir / "redis.log", detached=detached,
                          startup_timeout=startup_timeout, stop_timeout=stop_timeout, clock=clock)
 
-    def start(self) -> "RedisServer":
+    def start(self) -> RedisServer:
         """Start Redis and wait until it answers PING (after loading its append-only file).
 
         Raises:
@@ -90,7 +89,7 @@ class RedisServer(AuxService):
         """SIGKILL (a crash). Idempotent."""
         self._process.kill()
 
-    def restart(self) -> "RedisServer":
+    def restart(self) -> RedisServer:
         """Stop and start again on the same port and data."""
         self.stop()
         return self.start()

@@ -8,28 +8,29 @@ import re
 import shutil
 import subprocess
 import threading
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Dict, Mapping, Optional, Sequence, Tuple, Type, Union
+from typing import Union
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, LocalServerError
 from . import _boot_archive, _logs, _proc
 from ._boot_archive import BootLaunch
 from ._command import DEFAULT_JVM_OPTIONS, java_command, server_properties, training_command
-from ._jar import resolve_server_jar
-from ._java import JavaRuntime, find_java, probe_java
+from ._dirs import run_data_dir
 from ._exit_registry import _attached  # noqa: F401  (tests inspect the registry through this module)
 from ._exit_registry import register as _register
 from ._exit_registry import stop_all_at_exit as _stop_all_at_exit  # noqa: F401
 from ._exit_registry import unregister as _unregister
-from ._dirs import run_data_dir
+from ._jar import resolve_server_jar
+from ._java import JavaRuntime, find_java, probe_java
 from ._redis import RedisServer
 from ._server_process import KILL_WAIT_SECONDS, LOG_TAIL_LINES, ExitedDuringStartup, spawn, terminate, wait_healthy
 
 _log = logging.getLogger("conductor_agents.local_server")
 
-BACKENDS: Tuple[str, ...] = ("sqlite", "redis")
+BACKENDS: tuple[str, ...] = ("sqlite", "redis")
 """What :class:`LocalServer` can keep its data in (``backend=``)."""
 
 #: The least time the first start gives the making of the boot archive (a training start, then the
@@ -90,25 +91,25 @@ class LocalServer:
 
     def __init__(
         self,
-        data_dir: Optional[PathLike] = None,
+        data_dir: PathLike | None = None,
         *,
-        port: Optional[int] = None,
-        version: Optional[str] = None,
-        jar: Optional[PathLike] = None,
-        java: Union[JavaRuntime, PathLike, None] = None,
-        env: Optional[Mapping[str, str]] = None,
-        properties: Optional[Mapping[str, object]] = None,
-        jvm_options: Optional[Sequence[str]] = None,
+        port: int | None = None,
+        version: str | None = None,
+        jar: PathLike | None = None,
+        java: JavaRuntime | PathLike | None = None,
+        env: Mapping[str, str] | None = None,
+        properties: Mapping[str, object] | None = None,
+        jvm_options: Sequence[str] | None = None,
         startup_timeout: float = 180.0,
         stop_timeout: float = 20.0,
-        log_path: Optional[PathLike] = None,
+        log_path: PathLike | None = None,
         detached: bool = False,
         progress: bool = True,
         backend: str = "sqlite",
-        redis_port: Optional[int] = None,
-        boot_archive: Optional[bool] = None,
+        redis_port: int | None = None,
+        boot_archive: bool | None = None,
         clock: Clock = SYSTEM_CLOCK,
-        secrets: Optional[Mapping[str, str]] = None,
+        secrets: Mapping[str, str] | None = None,
     ) -> None:
         """Describe a server; nothing starts until :meth:`start`.
 
@@ -135,13 +136,13 @@ class LocalServer:
         self._backend = backend
         self._redis_port = redis_port
         self._boot_archive = _boot_archive.boot_archive_enabled() if boot_archive is None else bool(boot_archive)
-        self._launch: Optional[BootLaunch] = None
-        self._redis: Optional[RedisServer] = None
+        self._launch: BootLaunch | None = None
+        self._redis: RedisServer | None = None
         self._given_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else None
         self._version = version
         self._jar = Path(jar) if jar is not None else None
         self._java = java
-        self._env: Dict[str, str] = dict(env or {})
+        self._env: dict[str, str] = dict(env or {})
         self._properties = {str(k): str(v) for k, v in (properties or {}).items()}
         self._jvm_options = tuple(DEFAULT_JVM_OPTIONS if jvm_options is None else jvm_options)
         self._startup_timeout = float(startup_timeout)
@@ -151,15 +152,15 @@ class LocalServer:
         self._progress = progress
         self._clock = clock
         self._lock = threading.RLock()
-        self._proc: Optional[subprocess.Popen[bytes]] = None
-        self._port: Optional[int] = port or None
-        self._owned_dir: Optional[Path] = None
-        self._running_version: Optional[str] = version
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._port: int | None = port or None
+        self._owned_dir: Path | None = None
+        self._running_version: str | None = version
         self._owner_pid = os.getpid()  # the process that started (or will start) the server
 
     # --- lifecycle ---------------------------------------------------------------------
 
-    def start(self) -> "LocalServer":
+    def start(self) -> LocalServer:
         """Start the server and wait until ``/health`` says healthy; return ``self``.
 
         Raises:
@@ -188,7 +189,7 @@ class LocalServer:
         with self._lock:
             self._stop(remove_owned_dir=True)
 
-    def restart(self) -> "LocalServer":
+    def restart(self) -> LocalServer:
         """Stop and start again on the same data directory and port; return ``self``.
 
         Raises:
@@ -211,7 +212,7 @@ class LocalServer:
                 f"process ({os.getpid()}) is a fork of it and cannot stop, restart or start it: use it over "
                 f"HTTP ({self.url}) and leave its lifecycle to the process that started it")
 
-    def prepare(self) -> "LocalServer":
+    def prepare(self) -> LocalServer:
         """Get the jar, the Java runtime and the boot archive ready without starting; return ``self``.
 
         What the first :meth:`start` would do before it launches the server: the download and
@@ -243,7 +244,7 @@ class LocalServer:
                 self._proc = None
                 _unregister(self)
 
-    def __enter__(self) -> "LocalServer":
+    def __enter__(self) -> LocalServer:
         self._check_owner()
         with self._lock:
             if self._proc is None:
@@ -252,16 +253,16 @@ class LocalServer:
 
     def __exit__(
         self,
-        exc_type: Optional[Type[BaseException]],
-        exc: Optional[BaseException],
-        tb: Optional[TracebackType],
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         self.stop()
 
     # --- properties --------------------------------------------------------------------
 
     @property
-    def port(self) -> Optional[int]:
+    def port(self) -> int | None:
         """The TCP port; None before the first start when it is picked automatically."""
         return self._port
 
@@ -286,7 +287,7 @@ class LocalServer:
         return f"{self.base_url}/api"
 
     @property
-    def pid(self) -> Optional[int]:
+    def pid(self) -> int | None:
         """The server's process id while it runs, else None."""
         proc = self._proc
         if proc is None:
@@ -301,12 +302,12 @@ class LocalServer:
         return self.pid is not None
 
     @property
-    def data_dir(self) -> Optional[Path]:
+    def data_dir(self) -> Path | None:
         """The data directory; None before start (or after stop) when it is a temporary one."""
         return self._given_dir or self._owned_dir
 
     @property
-    def log_path(self) -> Optional[Path]:
+    def log_path(self) -> Path | None:
         """The file the server output is appended to; None when there is no data dir yet."""
         if self._given_log is not None:
             return self._given_log
@@ -314,7 +315,7 @@ class LocalServer:
         return data_dir / "server.log" if data_dir is not None else None
 
     @property
-    def version(self) -> Optional[str]:
+    def version(self) -> str | None:
         """The server version (known once started, or when given)."""
         return self._running_version
 
@@ -324,7 +325,7 @@ class LocalServer:
         return self._backend
 
     @property
-    def redis(self) -> Optional[RedisServer]:
+    def redis(self) -> RedisServer | None:
         """The Redis this server started for itself (``backend="redis"`` without ``redis_port``), else None."""
         return self._redis
 
@@ -371,7 +372,7 @@ class LocalServer:
             raise
 
     def _spawn_and_wait(self, java: Path, launch: BootLaunch, data_dir: Path, port: int,
-                        redis_port: Optional[int]) -> None:
+                        redis_port: int | None) -> None:
         """Start the server process from ``launch`` and wait until it is healthy (the lock is held)."""
         log_path = self.log_path
         assert log_path is not None
@@ -413,7 +414,7 @@ class LocalServer:
                 progress=self._progress, clock=self._clock)
         return self._launch
 
-    def _java_runtime(self) -> Optional[JavaRuntime]:
+    def _java_runtime(self) -> JavaRuntime | None:
         """The Java runtime with its version (asked once when only a path was given); None if unknown."""
         if not isinstance(self._java, JavaRuntime):
             version, _ = probe_java(self._java_path())
@@ -435,7 +436,7 @@ class LocalServer:
             self._owned_dir = path
         return path
 
-    def _start_own_redis(self, data_dir: Path) -> Optional[int]:
+    def _start_own_redis(self, data_dir: Path) -> int | None:
         """Start this server's own Redis when it needs one; return the Redis port to use (None: SQLite)."""
         if self._backend != "redis":
             return None
@@ -450,7 +451,7 @@ class LocalServer:
         return self._redis.port
 
     def _command(self, java: Path, launch: BootLaunch, data_dir: Path, port: int,
-                 redis_port: Optional[int]) -> list[str]:
+                 redis_port: int | None) -> list[str]:
         props = {**server_properties(data_dir, redis_port), **self._properties}
         return java_command(java, launch.jar, [*self._jvm_options, *launch.jvm_options], props, port)
 
@@ -480,7 +481,7 @@ class LocalServer:
             terminate(proc, self._stop_timeout)
 
 
-def _secret_environment(secrets: Optional[Mapping[str, str]]) -> Dict[str, str]:
+def _secret_environment(secrets: Mapping[str, str] | None) -> dict[str, str]:
     """``secrets`` as the server's environment (its env-backed secrets store).
 
     Raises:
@@ -489,7 +490,7 @@ def _secret_environment(secrets: Optional[Mapping[str, str]]) -> Dict[str, str]:
     """
     from .._common.secrets import SECRET_ENV_PREFIX, check_credential_names
 
-    out: Dict[str, str] = {}
+    out: dict[str, str] = {}
     for name, value in (secrets or {}).items():
         check_credential_names([name], what="secrets", error=ConfigurationError)
         if not isinstance(value, str) or not value:

@@ -14,8 +14,8 @@ import logging
 import os
 import subprocess
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Mapping, Optional, Sequence, Tuple
 
 from .._common.clock import Clock
 from ..errors import LocalServerError
@@ -38,7 +38,7 @@ class ExitedDuringStartup(LocalServerError):
 
 
 def spawn(cmd: Sequence[str], *, log_path: Path, env: Mapping[str, str], data_dir: Path,
-          detached: bool) -> Tuple["subprocess.Popen[bytes]", int]:
+          detached: bool) -> tuple[subprocess.Popen[bytes], int]:
     """Start the server ``cmd`` in ``data_dir``, its output appended to ``log_path`` after a line saying when
     and how (secret-looking values hidden); return the process and where this start's lines begin in the log.
 
@@ -65,7 +65,7 @@ def spawn(cmd: Sequence[str], *, log_path: Path, env: Mapping[str, str], data_di
     return proc, offset
 
 
-def wait_healthy(proc: "subprocess.Popen[bytes]", port: int, offset: int, *, log_path: Optional[Path],
+def wait_healthy(proc: subprocess.Popen[bytes], port: int, offset: int, *, log_path: Path | None,
                  timeout: float, clock: Clock) -> None:
     """Wait until the server ``proc`` answers ``/health`` on ``port``.
 
@@ -92,14 +92,14 @@ def wait_healthy(proc: "subprocess.Popen[bytes]", port: int, offset: int, *, log
             raise startup_failure(log_path, f"the server was not healthy within {timeout:.0f} s", offset)
 
 
-def startup_failure(log_path: Optional[Path], message: str, offset: int) -> LocalServerError:
+def startup_failure(log_path: Path | None, message: str, offset: int) -> LocalServerError:
     """The error of a failed start: ``message``, where the log is, and what it got since ``offset``."""
     # First line: what happened and where the log is (the CLI prints only that line).
     tail = _logs.tail_lines(log_path, LOG_TAIL_LINES, offset) if log_path is not None else ""
     return LocalServerError(f"{message} (log: {log_path}); last lines:\n{tail}", log_tail=tail)
 
 
-def terminate(proc: "subprocess.Popen[bytes]", timeout: float) -> None:
+def terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
     """Stop the server ``proc``: SIGTERM, then SIGKILL after ``timeout`` seconds.
 
     Raises:

@@ -12,8 +12,9 @@ import logging
 import os
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any
 
 import attrs
 
@@ -24,7 +25,7 @@ _log = logging.getLogger("conductor_agents.local_server")
 STATE_FILE_NAME = "server.json"
 
 
-def state_file(environ: Optional[Mapping[str, str]] = None) -> Path:
+def state_file(environ: Mapping[str, str] | None = None) -> Path:
     """Return the path of the record file."""
     return _dirs.state_dir(environ) / STATE_FILE_NAME
 
@@ -36,7 +37,7 @@ class MemberRecord:
     role: str
     pid: int
     log_path: Path = attrs.field(converter=Path)
-    start_ticks: Optional[int] = None
+    start_ticks: int | None = None
 
     def is_alive(self) -> bool:
         """True when the process still runs (and is the same process)."""
@@ -45,14 +46,14 @@ class MemberRecord:
         return self.start_ticks is None or _proc.start_ticks(self.pid) == self.start_ticks
 
     @classmethod
-    def for_process(cls, role: str, pid: int, log_path: Path) -> "MemberRecord":
+    def for_process(cls, role: str, pid: int, log_path: Path) -> MemberRecord:
         return cls(role=role, pid=pid, log_path=log_path, start_ticks=_proc.start_ticks(pid))
 
     def to_dict(self) -> dict:
         return {"role": self.role, "pid": self.pid, "log_path": str(self.log_path), "start_ticks": self.start_ticks}
 
 
-def _members(value: Any) -> "tuple[MemberRecord, ...]":
+def _members(value: Any) -> tuple[MemberRecord, ...]:
     return tuple(m if isinstance(m, MemberRecord) else MemberRecord(**m) for m in value or ())
 
 
@@ -64,13 +65,13 @@ class ServerRecord:
     port: int = attrs.field(validator=attrs.validators.instance_of(int))
     data_dir: Path = attrs.field(converter=Path)
     log_path: Path = attrs.field(converter=Path)
-    version: Optional[str] = None
+    version: str | None = None
     started_at: float = 0.0
-    start_ticks: Optional[int] = None
+    start_ticks: int | None = None
     detached: bool = True
     backend: str = "sqlite"
     #: Every other process to stop with it, in stop order (a cluster: the balancer first, Redis last).
-    members: "tuple[MemberRecord, ...]" = attrs.field(default=(), converter=_members)
+    members: tuple[MemberRecord, ...] = attrs.field(default=(), converter=_members)
 
     @property
     def base_url(self) -> str:
@@ -90,9 +91,9 @@ class ServerRecord:
 
     @classmethod
     def for_process(
-        cls, *, pid: int, port: int, data_dir: Path, log_path: Path, version: Optional[str], detached: bool,
-        backend: str = "sqlite", members: "tuple[MemberRecord, ...]" = (),
-    ) -> "ServerRecord":
+        cls, *, pid: int, port: int, data_dir: Path, log_path: Path, version: str | None, detached: bool,
+        backend: str = "sqlite", members: tuple[MemberRecord, ...] = (),
+    ) -> ServerRecord:
         """Build the record of a process that runs now."""
         return cls(
             backend=backend,
@@ -108,7 +109,7 @@ class ServerRecord:
         )
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ServerRecord":
+    def from_dict(cls, data: Mapping[str, Any]) -> ServerRecord:
         """Build a record from its JSON form.
 
         Raises:
@@ -136,7 +137,7 @@ class ServerRecord:
         return data
 
 
-def load(path: Path) -> Optional[ServerRecord]:
+def load(path: Path) -> ServerRecord | None:
     """Return the record in ``path``; None when there is none or it is unreadable."""
     try:
         return ServerRecord.from_dict(json.loads(path.read_text(encoding="utf-8")))

@@ -17,8 +17,9 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional
+from typing import Any
 
 from conductor_agents.testing._llm_request import LLMRequest
 from conductor_agents.testing._policies import listener_policy
@@ -46,7 +47,7 @@ class DevModel:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._listeners: Dict[str, Any] = {}
+        self._listeners: dict[str, Any] = {}
 
     def __call__(self, request: LLMRequest) -> Turn:
         wait_tool = _wait_tool(request)
@@ -66,7 +67,7 @@ class DevModel:
         return "DevModel()"
 
 
-def _wait_tool(request: LLMRequest) -> Optional[str]:
+def _wait_tool(request: LLMRequest) -> str | None:
     """The agent's wait-for-message tool: one whose output was a message batch, else one named like it."""
     for output in request.all_tool_outputs:
         if output.messages or (isinstance(output.output, Mapping) and "messages" in output.output):
@@ -75,7 +76,7 @@ def _wait_tool(request: LLMRequest) -> Optional[str]:
     return named[0] if named else None
 
 
-def _act(payload: Any) -> Optional[ToolCall]:
+def _act(payload: Any) -> ToolCall | None:
     """``{"action": "generate-report", ...}`` → ``generate_report(...)`` when the agent has that tool."""
     if not isinstance(payload, Mapping) or not isinstance(payload.get("action"), str):
         return None
@@ -86,7 +87,7 @@ def _act(payload: Any) -> Optional[ToolCall]:
     return ToolCall(name, {key: value for key, value in payload.items() if key != "action"})
 
 
-def main(argv: Optional[list] = None) -> int:
+def main(argv: list | None = None) -> int:
     """Serve the scripted model until SIGTERM/SIGINT; write where it is to ``--ready-file`` once listening."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ready-file", type=Path, required=True, help="where to write the port, model and server environment (JSON) once listening")

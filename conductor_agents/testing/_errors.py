@@ -7,8 +7,6 @@ and from the builtin a test would naturally catch.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from conductor_agents.errors import ConductorAgentsError
 
 
@@ -20,7 +18,7 @@ class ScriptError(ConductorAgentsError, ValueError):
     at fault when there is one.
     """
 
-    def __init__(self, message: str, *, model: Optional[str] = None) -> None:
+    def __init__(self, message: str, *, model: str | None = None) -> None:
         super().__init__(message)
         self.model = model
 

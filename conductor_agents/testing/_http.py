@@ -14,8 +14,9 @@ import json
 import logging
 import socket
 import threading
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Set, Tuple
+from typing import Any
 
 from conductor_agents._common.clock import Clock
 from conductor_agents.testing._llm_request import LLMRequest
@@ -45,7 +46,7 @@ class Responder:
         with self._ids_lock:
             return next(self._ids)
 
-    def respond(self, method: str, path: str, raw: bytes) -> Tuple[int, Any]:
+    def respond(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
         """The status and JSON body for ``method path`` with body ``raw``."""
         route = path.split("?", 1)[0].rstrip("/")
         if method != "POST" or not route.endswith("/responses"):
@@ -73,7 +74,7 @@ class Responder:
 class _Handler(BaseHTTPRequestHandler):
     """Reads one request, asks the server's responder, writes JSON. One request per connection."""
 
-    server: "LoopbackServer"
+    server: LoopbackServer
     server_version = "ScriptedLLM/1"
     timeout = _SOCKET_TIMEOUT_SECONDS
 
@@ -128,10 +129,10 @@ class LoopbackServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
 
-    def __init__(self, address: Tuple[str, int], responder: Responder, poll_seconds: float = 0.1) -> None:
+    def __init__(self, address: tuple[str, int], responder: Responder, poll_seconds: float = 0.1) -> None:
         self.responder = responder
         self.timeout = poll_seconds
-        self._live: Set[threading.Thread] = set()
+        self._live: set[threading.Thread] = set()
         self._live_lock = threading.Lock()
         super().__init__(address, _Handler)
 

@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Any, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import attrs
 
-from conductor_agents._listener.carryover import PENDING_CLOSE, PENDING_OPEN
 from conductor_agents._common.task_names import CARRY_TASK
+from conductor_agents._listener.carryover import PENDING_CLOSE, PENDING_OPEN
 
 #: How the server heads the carried-over conversation in a continued run's system prompt.
 CARRY_HEADING = f"## {CARRY_TASK}"
@@ -46,7 +47,7 @@ class ToolOutput:
     ``None`` only if the server sent an output with no matching call.
     """
 
-    name: Optional[str]
+    name: str | None
     call_id: str
     arguments: dict = attrs.field(factory=dict, hash=False)
     output: Any = attrs.field(default=None, hash=False)
@@ -57,7 +58,7 @@ class ToolOutput:
         return isinstance(self.output, Mapping) and self.output.get("rejected") is True
 
     @property
-    def rejection_reason(self) -> Optional[str]:
+    def rejection_reason(self) -> str | None:
         """The reason a person gave for rejecting this call (None when it was not rejected)."""
         return str(self.output.get("reason")) if self.rejected else None
 
@@ -67,7 +68,7 @@ class ToolOutput:
         return self.output.get("answer") if isinstance(self.output, Mapping) else None
 
     @property
-    def messages(self) -> List[Any]:
+    def messages(self) -> list[Any]:
         """The message payloads in this output if it is a wait-for-message result, else ``[]``."""
         if not is_message_batch(self.output):
             return []
@@ -107,12 +108,12 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _blocks(items: Sequence[Any]) -> List[Tuple[List[Mapping], List[Mapping]]]:
+def _blocks(items: Sequence[Any]) -> list[tuple[list[Mapping], list[Mapping]]]:
     """Split ``input`` into model turns: each is (its function_calls, their outputs).
 
     A function_call that follows an output starts a new turn; messages are skipped.
     """
-    blocks: List[Tuple[List[Mapping], List[Mapping]]] = []
+    blocks: list[tuple[list[Mapping], list[Mapping]]] = []
     for item in items:
         if not isinstance(item, Mapping):
             continue
@@ -128,7 +129,7 @@ def _blocks(items: Sequence[Any]) -> List[Tuple[List[Mapping], List[Mapping]]]:
     return blocks
 
 
-def _pair(calls: Sequence[Mapping], outputs: Sequence[Mapping], every_call: Mapping[str, Mapping]) -> Tuple[ToolOutput, ...]:
+def _pair(calls: Sequence[Mapping], outputs: Sequence[Mapping], every_call: Mapping[str, Mapping]) -> tuple[ToolOutput, ...]:
     by_id = {c.get("call_id"): c for c in calls}
     paired = []
     for out in outputs:
@@ -156,19 +157,19 @@ class LLMRequest:
     """
 
     model: str
-    instructions: Optional[str]
-    input: Tuple[Any, ...]
-    tools: Tuple[str, ...]
+    instructions: str | None
+    input: tuple[Any, ...]
+    tools: tuple[str, ...]
     body: dict
     received_at: float
     path: str = "/v1/responses"
 
     @classmethod
-    def from_body(cls, body: Mapping, *, received_at: float, path: str = "/v1/responses") -> "LLMRequest":
+    def from_body(cls, body: Mapping, *, received_at: float, path: str = "/v1/responses") -> LLMRequest:
         """Parse a Responses API request body. Tolerates missing or odd fields."""
         raw_input = body.get("input")
         if isinstance(raw_input, str):
-            items: Tuple[Any, ...] = ({"type": "message", "role": "user", "content": raw_input},)
+            items: tuple[Any, ...] = ({"type": "message", "role": "user", "content": raw_input},)
         elif isinstance(raw_input, list):
             items = tuple(raw_input)
         else:
@@ -206,30 +207,30 @@ class LLMRequest:
         return sum(1 for _, outputs in _blocks(self.input) if outputs)
 
     @property
-    def tool_output_turns(self) -> Tuple[Tuple[ToolOutput, ...], ...]:
+    def tool_output_turns(self) -> tuple[tuple[ToolOutput, ...], ...]:
         """Every tool output in the conversation, grouped by the model turn that asked for it, oldest first."""
         every = self._calls_by_id()
         return tuple(_pair(calls, outputs, every) for calls, outputs in _blocks(self.input) if outputs)
 
     @property
-    def tool_outputs(self) -> Tuple[ToolOutput, ...]:
+    def tool_outputs(self) -> tuple[ToolOutput, ...]:
         """The outputs of the tools the model called in its previous turn, in order."""
         turns = self.tool_output_turns
         return turns[-1] if turns else ()
 
     @property
-    def all_tool_outputs(self) -> Tuple[ToolOutput, ...]:
+    def all_tool_outputs(self) -> tuple[ToolOutput, ...]:
         """Every tool output in the conversation so far, oldest first."""
         return tuple(out for turn in self.tool_output_turns for out in turn)
 
     @property
-    def messages(self) -> List[Any]:
+    def messages(self) -> list[Any]:
         """The payloads of the messages delivered by wait-for-message tools in the previous turn.
 
         In delivery order, across every wait output of the turn (there may be several
         messages per output when the tool's batch size is above 1).
         """
-        payloads: List[Any] = []
+        payloads: list[Any] = []
         for out in self.tool_outputs:
             payloads.extend(out.messages)
         return payloads
@@ -250,7 +251,7 @@ class LLMRequest:
         return _CONTEXT.sub("", _DIGEST.sub("", self._after_signals(), count=1), count=1)
 
     @property
-    def context(self) -> Optional[dict]:
+    def context(self) -> dict | None:
         """The run's context as the server showed it to the model (each value as text), or None
         when it showed none."""
         match = _CONTEXT.match(_DIGEST.sub("", self._after_signals(), count=1))
@@ -263,7 +264,7 @@ class LLMRequest:
         return parsed if isinstance(parsed, dict) else None
 
     @property
-    def media(self) -> List[str]:
+    def media(self) -> list[str]:
         """The media attached to the first user message (``image_url``/``file_url`` of its parts;
         the server inlines downloads as ``data:`` URLs)."""
         for item in self.input:
@@ -276,14 +277,14 @@ class LLMRequest:
         return []
 
     @property
-    def human_feedback(self) -> Optional[str]:
+    def human_feedback(self) -> str | None:
         """What the server told the model about the latest approval (its reason and extra fields),
         from the instructions; None when there is none."""
         found = _FEEDBACK.findall(self.instructions or "")
         return found[-1].strip() if found else None
 
     @property
-    def tool_results_digest(self) -> Optional[List[Any]]:
+    def tool_results_digest(self) -> list[Any] | None:
         """The server's digest of the run's tool results at the head of the first user message
         (``[{"output": ..., "name": ...}, ...]``, kept from the run's variables), or None when
         there is none or it does not parse (the server cuts a long one short)."""
@@ -297,7 +298,7 @@ class LLMRequest:
         return entries if isinstance(entries, list) else None
 
     @property
-    def carried_over(self) -> Optional[ToolOutput]:
+    def carried_over(self) -> ToolOutput | None:
         """The messages a continued listener's run was handed over unanswered (see
         ``docs/concepts.md``, *Long-lived listeners*), as a wait-for-message output, or None.
 
@@ -320,7 +321,7 @@ class LLMRequest:
         return CARRY_HEADING in (self.instructions or "")
 
     @property
-    def signal(self) -> Optional[str]:
+    def signal(self) -> str | None:
         """The run's standing signal as the server showed it to the model (``AgentHandle.signal``), or None."""
         match = _SIGNALS.match(self._first_user_text())
         return match.group(1) if match else None

@@ -9,7 +9,8 @@ from __future__ import annotations
 import collections
 import logging
 import threading
-from typing import Any, Callable, Dict, List, Mapping, Optional, Sequence, Tuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import attrs
 
@@ -35,12 +36,12 @@ def is_stop_signal(payload: Any) -> bool:
 
 
 def listener_policy(
-    on_message: Optional[OnMessage] = None,
+    on_message: OnMessage | None = None,
     *,
     wait_tool: str = "wait_for_message",
     stop_text: str = "stopped",
     is_stop: Callable[[Any], bool] = is_stop_signal,
-    wait_arguments: Optional[Mapping[str, Any]] = None,
+    wait_arguments: Mapping[str, Any] | None = None,
 ) -> Callable[[LLMRequest], Turn]:
     """A policy that loops *wait for a message → act on it → wait again*.
 
@@ -79,11 +80,11 @@ class _ListenerPolicy:
     def __init__(
         self,
         *,
-        on_message: Optional[OnMessage],
+        on_message: OnMessage | None,
         wait_tool: str,
         stop_text: str,
         is_stop: Callable[[Any], bool],
-        wait_arguments: Dict[str, Any],
+        wait_arguments: dict[str, Any],
     ) -> None:
         if not isinstance(wait_tool, str) or not wait_tool:
             raise ScriptError(f"wait_tool must be a tool name, got {wait_tool!r}")
@@ -96,9 +97,9 @@ class _ListenerPolicy:
         self._wait_call = ToolCall(wait_tool, wait_arguments)
         self._lock = threading.Lock()
         #: batch key → how that batch ends (text or None), kept until the turn after it.
-        self._endings: Dict[Tuple[str, ...], Optional[str]] = {}
+        self._endings: dict[tuple[str, ...], str | None] = {}
         #: the wait calls answered with actions, most recent last (bounded).
-        self._answered: "collections.OrderedDict[Tuple[str, ...], None]" = collections.OrderedDict()
+        self._answered: collections.OrderedDict[tuple[str, ...], None] = collections.OrderedDict()
 
     def __call__(self, request: LLMRequest) -> Turn:
         turns = request.tool_output_turns
@@ -128,7 +129,7 @@ class _ListenerPolicy:
                 return ending
         return self._wait_call
 
-    def _waits(self, outputs: Sequence[ToolOutput]) -> List[ToolOutput]:
+    def _waits(self, outputs: Sequence[ToolOutput]) -> list[ToolOutput]:
         return [o for o in outputs if o.name == self._wait_tool]
 
     def _answer_batch(self, waits: Sequence[ToolOutput]) -> Turn:
@@ -158,16 +159,16 @@ class _ListenerPolicy:
         with self._lock:
             return _call_key(waits) in self._answered
 
-    def _ending_of(self, waits: Sequence[ToolOutput]) -> Optional[str]:
+    def _ending_of(self, waits: Sequence[ToolOutput]) -> str | None:
         with self._lock:
             ending = self._endings.pop(_batch_key(waits), _MISSING)
         if ending is _MISSING:
             return self._plan(waits)[1]
         return ending  # type: ignore[return-value]
 
-    def _plan(self, waits: Sequence[ToolOutput]) -> Tuple[List[ToolCall], Optional[str]]:
+    def _plan(self, waits: Sequence[ToolOutput]) -> tuple[list[ToolCall], str | None]:
         """The tool calls a batch asks for and the text it ends the run with (or None)."""
-        calls: List[ToolCall] = []
+        calls: list[ToolCall] = []
         for wait in waits:
             for payload in wait.messages:
                 if self._is_stop(payload):
@@ -188,9 +189,9 @@ class _ListenerPolicy:
         return f"listener_policy(wait_tool={self._wait_tool!r}, stop_text={self._stop_text!r})"
 
 
-def _batch_key(waits: Sequence[ToolOutput]) -> Tuple[str, ...]:
+def _batch_key(waits: Sequence[ToolOutput]) -> tuple[str, ...]:
     """Identify a delivered batch by its message ids (unique on the server), else its call ids."""
-    key: List[str] = []
+    key: list[str] = []
     for wait in waits:
         envelopes = wait.output.get("messages", []) if isinstance(wait.output, Mapping) else []
         ids = [str(e.get("id")) for e in envelopes if isinstance(e, Mapping) and e.get("id")]
@@ -198,6 +199,6 @@ def _batch_key(waits: Sequence[ToolOutput]) -> Tuple[str, ...]:
     return tuple(key)
 
 
-def _call_key(waits: Sequence[ToolOutput]) -> Tuple[str, ...]:
+def _call_key(waits: Sequence[ToolOutput]) -> tuple[str, ...]:
     """Identify the wait calls themselves (a message delivered again comes in a new call)."""
     return tuple(wait.call_id for wait in waits)

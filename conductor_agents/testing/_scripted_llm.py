@@ -5,7 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from typing import Any, Dict, Iterable, Optional, Tuple
+from collections.abc import Iterable
+from typing import Any
 
 from conductor_agents._common.clock import SYSTEM_CLOCK, Clock
 from conductor_agents.testing._errors import ScriptedLLMStateError
@@ -67,15 +68,15 @@ class ScriptedLLM:
         self._lock = threading.Lock()
         self._stop_event = threading.Event()
         self._ready = threading.Event()
-        self._httpd: Optional[LoopbackServer] = None
-        self._thread: Optional[threading.Thread] = None
+        self._httpd: LoopbackServer | None = None
+        self._thread: threading.Thread | None = None
         self._started = False
         self._stopped = False
-        self._owner_pid: Optional[int] = None
+        self._owner_pid: int | None = None
 
     # --- lifecycle ------------------------------------------------------------------
 
-    def start(self) -> "ScriptedLLM":
+    def start(self) -> ScriptedLLM:
         """Bind the port and start serving; returns ``self``.
 
         Raises:
@@ -140,7 +141,7 @@ class ScriptedLLM:
             if left:
                 _log.warning("scripted-llm: %d request(s) still running after stop (a slow policy?)", left)
 
-    def __enter__(self) -> "ScriptedLLM":
+    def __enter__(self) -> ScriptedLLM:
         return self.start()
 
     def __exit__(self, *exc_info: Any) -> None:
@@ -170,7 +171,7 @@ class ScriptedLLM:
         """``http://<host>:<port>/v1``: the OpenAI base URL to give the Conductor server."""
         return f"http://{self._address[0]}:{self.port}/v1"
 
-    def server_env(self) -> Dict[str, str]:
+    def server_env(self) -> dict[str, str]:
         """The environment a Conductor server process needs to use this fake as its OpenAI provider."""
         return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": API_KEY}
 
@@ -190,10 +191,10 @@ class ScriptedLLM:
 
     def script(
         self,
-        turns: Optional[Iterable[Any]] = None,
+        turns: Iterable[Any] | None = None,
         *,
-        policy: Optional[Policy] = None,
-        model: Optional[str] = None,
+        policy: Policy | None = None,
+        model: str | None = None,
         replace: bool = False,
     ) -> str:
         """Register a script and return the model string to put in the agent (``"openai/<model>"``).
@@ -225,15 +226,15 @@ class ScriptedLLM:
     # --- inspecting -----------------------------------------------------------------
 
     @property
-    def requests(self) -> Tuple[LLMRequest, ...]:
+    def requests(self) -> tuple[LLMRequest, ...]:
         """A snapshot of every recorded request, oldest first."""
         return self._live_book().requests()
 
-    def requests_for(self, model: str) -> Tuple[LLMRequest, ...]:
+    def requests_for(self, model: str) -> tuple[LLMRequest, ...]:
         """A snapshot of the requests for ``model`` (``"openai/x"`` or ``"x"``), oldest first."""
         return self._live_book().requests(model)
 
-    def wait_for_requests(self, model: str, n: int, timeout: float = 10.0) -> Tuple[LLMRequest, ...]:
+    def wait_for_requests(self, model: str, n: int, timeout: float = 10.0) -> tuple[LLMRequest, ...]:
         """Wait until ``model`` has received at least ``n`` requests; returns them all.
 
         Failed (scripted-failure) requests count too.
@@ -244,11 +245,11 @@ class ScriptedLLM:
         return self._live_book().wait_for_requests(model, n, timeout)
 
     @property
-    def anomalies(self) -> Tuple[Anomaly, ...]:
+    def anomalies(self) -> tuple[Anomaly, ...]:
         """A snapshot of every anomaly recorded, oldest first."""
         return self._live_book().anomalies()
 
-    def anomalies_for(self, model: str) -> Tuple[Anomaly, ...]:
+    def anomalies_for(self, model: str) -> tuple[Anomaly, ...]:
         """A snapshot of the anomalies for ``model``."""
         return self._live_book().anomalies(model)
 
@@ -256,7 +257,7 @@ class ScriptedLLM:
         """True once a request for ``model`` arrived after its turns ran out (and it has no policy)."""
         return self._live_book().exhausted(model)
 
-    def assert_no_anomalies(self, model: Optional[str] = None) -> None:
+    def assert_no_anomalies(self, model: str | None = None) -> None:
         """Fail the test if anything was answered off-script (for ``model``, or at all).
 
         Raises:

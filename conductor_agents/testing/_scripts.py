@@ -11,7 +11,8 @@ import collections
 import logging
 import secrets
 import threading
-from typing import Any, Callable, Deque, Dict, Iterable, List, Optional, Tuple
+from collections.abc import Callable, Iterable
+from typing import Any
 
 import attrs
 
@@ -42,7 +43,7 @@ class Anomaly:
     kind: str
     model: str
     message: str
-    request: Optional[LLMRequest] = attrs.field(default=None, eq=False, repr=False)
+    request: LLMRequest | None = attrs.field(default=None, eq=False, repr=False)
 
 
 def bare_model(model: str) -> str:
@@ -63,10 +64,10 @@ def bare_model(model: str) -> str:
 class _Script:
     """The mutable state of one model's script. Guarded by the ScriptBook's lock."""
 
-    turns: Deque[Outcome]
-    policy: Optional[Policy]
+    turns: collections.deque[Outcome]
+    policy: Policy | None
     used: int = 0
-    failures: Deque[Failure] = attrs.field(factory=collections.deque)
+    failures: collections.deque[Failure] = attrs.field(factory=collections.deque)
     exhausted: bool = False
 
 
@@ -76,13 +77,13 @@ class ScriptBook:
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._clock = clock
         self._cond = threading.Condition()
-        self._scripts: Dict[str, _Script] = {}
-        self._requests: List[LLMRequest] = []
-        self._anomalies: List[Anomaly] = []
+        self._scripts: dict[str, _Script] = {}
+        self._requests: list[LLMRequest] = []
+        self._anomalies: list[Anomaly] = []
 
     # --- scripting ------------------------------------------------------------------
 
-    def register(self, turns: Optional[Iterable[Any]], policy: Optional[Policy], model: Optional[str], replace: bool) -> str:
+    def register(self, turns: Iterable[Any] | None, policy: Policy | None, model: str | None, replace: bool) -> str:
         """Add a script; returns the bare model name. See ``ScriptedLLM.script``."""
         if turns is None and policy is None:
             raise ScriptError("a script needs turns, a policy, or both")
@@ -91,7 +92,7 @@ class ScriptBook:
         if isinstance(turns, (str, bytes)) or (turns is not None and not isinstance(turns, Iterable)):
             raise ScriptError("turns must be a list of turns (wrap a single turn in a list)")
         bare = bare_model(model) if model is not None else f"scripted-{secrets.token_hex(4)}"
-        outcomes: Deque[Outcome] = collections.deque()
+        outcomes: collections.deque[Outcome] = collections.deque()
         for number, turn in enumerate(turns or ()):
             try:
                 outcomes.append(to_outcome(turn))
@@ -134,7 +135,7 @@ class ScriptBook:
         Never raises: whatever goes wrong becomes a final text explaining it, plus an anomaly.
         """
         model = request.model
-        policy: Optional[Policy] = None
+        policy: Policy | None = None
         used = 0
         with self._cond:
             script = self._scripts.get(model)
@@ -169,7 +170,7 @@ class ScriptBook:
             text = f"scripted-llm: the policy for model {request.model!r} returned a bad turn: {err}"
             return self._anomaly("policy_error", request.model, text, request)
 
-    def _anomaly(self, kind: str, model: str, message: str, request: Optional[LLMRequest]) -> Reply:
+    def _anomaly(self, kind: str, model: str, message: str, request: LLMRequest | None) -> Reply:
         self.add_anomaly(Anomaly(kind=kind, model=model, message=message, request=request))
         return Reply(text=message)
 
@@ -182,13 +183,13 @@ class ScriptBook:
 
     # --- inspecting -----------------------------------------------------------------
 
-    def requests(self, model: Optional[str] = None) -> Tuple[LLMRequest, ...]:
+    def requests(self, model: str | None = None) -> tuple[LLMRequest, ...]:
         """A snapshot of the recorded requests, all or for one model, oldest first."""
         bare = None if model is None else bare_model(model)
         with self._cond:
             return tuple(r for r in self._requests if bare is None or r.model == bare)
 
-    def anomalies(self, model: Optional[str] = None) -> Tuple[Anomaly, ...]:
+    def anomalies(self, model: str | None = None) -> tuple[Anomaly, ...]:
         """A snapshot of the anomalies, all or for one model, oldest first."""
         bare = None if model is None else bare_model(model)
         with self._cond:
@@ -200,7 +201,7 @@ class ScriptBook:
             script = self._scripts.get(bare_model(model))
             return script is not None and script.exhausted
 
-    def wait_for_requests(self, model: str, n: int, timeout: float) -> Tuple[LLMRequest, ...]:
+    def wait_for_requests(self, model: str, n: int, timeout: float) -> tuple[LLMRequest, ...]:
         """Block until ``model`` has at least ``n`` recorded requests, at most ``timeout`` seconds."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise ScriptError(f"n must be a non-negative int, got {n!r}")

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any
 
 from ..settings import AgentSettings
 from ._scripted_llm import ScriptedLLM
@@ -27,7 +27,7 @@ class LocalStack:
     at the server. Not thread-safe to start/stop; the parts themselves are.
     """
 
-    def __init__(self, data_dir: Optional[Union[str, Path]] = None, *, port: Optional[int] = None,
+    def __init__(self, data_dir: str | Path | None = None, *, port: int | None = None,
                  **server_options: Any) -> None:
         self.llm = ScriptedLLM()
         self._data_dir = data_dir
@@ -47,7 +47,7 @@ class LocalStack:
         """Runtime settings for this stack's server (other values from the environment)."""
         return AgentSettings.from_env(server_url=self.url)
 
-    def start(self) -> "LocalStack":
+    def start(self) -> LocalStack:
         """Start the scripted model, then the server. Raises LocalServerError on failure."""
         from ..local_server import LocalServer
 
@@ -70,7 +70,7 @@ class LocalStack:
         finally:
             self.llm.stop()
 
-    def __enter__(self) -> "LocalStack":
+    def __enter__(self) -> LocalStack:
         return self.start()
 
     def __exit__(self, *exc: Any) -> None:

@@ -16,7 +16,8 @@ All types are frozen and safe to share between threads.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional, Sequence, Tuple, Union
+from collections.abc import Mapping, Sequence
+from typing import Any, Union
 
 import attrs
 
@@ -58,7 +59,7 @@ class Usage:
 
     input_tokens: int = attrs.field(default=10, validator=_check_count)
     output_tokens: int = attrs.field(default=5, validator=_check_count)
-    total_tokens: Optional[int] = attrs.field(default=None, validator=_check_count)
+    total_tokens: int | None = attrs.field(default=None, validator=_check_count)
 
     def to_dict(self) -> dict:
         """The ``usage`` object of a Responses API reply."""
@@ -72,7 +73,7 @@ class Usage:
         }
 
 
-def _to_usage(value: Any) -> Optional[Usage]:
+def _to_usage(value: Any) -> Usage | None:
     if value is None or isinstance(value, Usage):
         return value
     if isinstance(value, Mapping):
@@ -97,10 +98,10 @@ class ToolCall:
 
     name: str = attrs.field(validator=_check_name)
     arguments: dict = attrs.field(factory=dict, converter=_json_object, hash=False)
-    call_id: Optional[str] = attrs.field(default=None, validator=_check_optional_id)
+    call_id: str | None = attrs.field(default=None, validator=_check_optional_id)
 
 
-def _to_tool_calls(value: Any) -> Tuple[ToolCall, ...]:
+def _to_tool_calls(value: Any) -> tuple[ToolCall, ...]:
     if isinstance(value, ToolCall):
         return (value,)
     if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence):
@@ -123,9 +124,9 @@ class Reply:
         ScriptError: both or neither of ``text`` and ``tool_calls`` are given.
     """
 
-    text: Optional[str] = None
-    tool_calls: Tuple[ToolCall, ...] = attrs.field(default=(), converter=_to_tool_calls)
-    usage: Optional[Usage] = attrs.field(default=None, converter=_to_usage)
+    text: str | None = None
+    tool_calls: tuple[ToolCall, ...] = attrs.field(default=(), converter=_to_tool_calls)
+    usage: Usage | None = attrs.field(default=None, converter=_to_usage)
 
     def __attrs_post_init__(self) -> None:
         if self.text is not None and not isinstance(self.text, str):

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import Any, Callable, Tuple
+from collections.abc import Callable
+from typing import Any
 
 from conductor_agents.testing._turns import Failure, Outcome, Reply, Usage
 
@@ -12,7 +13,7 @@ __all__ = ["error_body", "render"]
 _DEFAULT_USAGE = Usage()
 
 
-def render(outcome: Outcome, *, model: str, next_id: Callable[[], int], created_at: int) -> Tuple[int, Any]:
+def render(outcome: Outcome, *, model: str, next_id: Callable[[], int], created_at: int) -> tuple[int, Any]:
     """The HTTP status and JSON body for ``outcome``.
 
     ``next_id`` hands out numbers unique within one ScriptedLLM; they become the response

@@ -53,7 +53,7 @@ import os
 import re
 import threading
 import uuid
-from typing import Callable, Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -61,21 +61,20 @@ from ..runtime import AgentRuntime
 from ..settings import AgentSettings
 from ._scripted_llm import ScriptedLLM
 
-
 #: URLs of the session's servers while they run (ended leftovers are looked for there).
-_SESSION_SERVER_URLS: "list[str]" = []
+_SESSION_SERVER_URLS: list[str] = []
 
 #: The name of the secret the session's servers hold (see ``server_secrets``).
 TEST_SECRET_NAME = "CONDUCTOR_AGENTS_TEST_SECRET"
 _TEST_SECRET_VALUE = os.environ.get(TEST_SECRET_NAME) or f"test-secret-{uuid.uuid4().hex}"
 
 
-def _session_secrets() -> "dict[str, str]":
+def _session_secrets() -> dict[str, str]:
     return {TEST_SECRET_NAME: _TEST_SECRET_VALUE}
 
 
 @pytest.fixture(scope="session")
-def server_secrets() -> "dict[str, str]":
+def server_secrets() -> dict[str, str]:
     """The secrets the session's servers hold: ``{name: value}``."""
     return _session_secrets()
 
@@ -182,7 +181,7 @@ def pytest_configure(config: pytest.Config) -> None:
     )
 
 
-def _selected_topologies(config: pytest.Config) -> "list[str]":
+def _selected_topologies(config: pytest.Config) -> list[str]:
     choice = config.getoption("--topology") or os.environ.get(_TOPOLOGY_ENV) or "both"
     return list(TOPOLOGIES) if choice == "both" else [choice]
 
@@ -192,7 +191,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("topology", _selected_topologies(metafunc.config), indirect=True)
 
 
-def _test_server_env(llm: ScriptedLLM) -> "dict[str, str]":
+def _test_server_env(llm: ScriptedLLM) -> dict[str, str]:
     """A test server's environment: the scripted model, and a script time limit (the server's INLINE tasks,
     regex guardrails) of 30 s instead of the server's 4 s, which runs out on a loaded test machine."""
     return {**llm.server_env(), "CONDUCTOR_SCRIPT_MAX_EXECUTION_SECONDS": "30"}
@@ -253,7 +252,7 @@ def unique_name(request: pytest.FixtureRequest) -> Iterator[Callable[[str], str]
     test = re.sub(r"[^A-Za-z0-9]", "_", request.node.name)[-40:].strip("_") or "test"
     salt = uuid.uuid4().hex[:6]
     counter = itertools.count()
-    issued: "list[str]" = []
+    issued: list[str] = []
 
     def make(base: str = "agent") -> str:
         name = f"{base}_{test}_{salt}{next(counter)}"[:64]
@@ -269,7 +268,7 @@ def unique_name(request: pytest.FixtureRequest) -> Iterator[Callable[[str], str]
 _LEFTOVERS = pytest.StashKey[int]()
 
 
-def _end_leftover_runs(names: "list[str]", urls: "list[str]") -> int:
+def _end_leftover_runs(names: list[str], urls: list[str]) -> int:
     """Terminate the runs of ``names`` still running on ``urls``; how many were ended."""
     import requests
 
@@ -291,7 +290,7 @@ def _end_leftover_runs(names: "list[str]", urls: "list[str]") -> int:
     return ended
 
 
-def pytest_terminal_summary(terminalreporter: "pytest.TerminalReporter", exitstatus: int,
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter, exitstatus: int,
                             config: pytest.Config) -> None:
     ended = config.stash.get(_LEFTOVERS, 0)
     if ended:
