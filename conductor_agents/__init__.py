@@ -6,6 +6,7 @@ The public names are re-exported here; everything else lives in private modules.
 import logging as _logging
 
 from ._answers.guardrails import Guardrail, GuardrailResult
+from ._common.public import publish as _publish
 from ._listener.delivery import MessageDelivery
 from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
 from ._runs.running import RunningRun
@@ -169,4 +170,6 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module 'conductor_agents' has no attribute {name!r}")
 
 
+# Reprs, tracebacks and pickles say conductor_agents.Agent, not the private module it is written in.
+_publish(globals(), __name__)
 _logging.getLogger(__name__).addHandler(_logging.NullHandler())

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from ._common.fork import rebuild_after_fork
+from ._common.public import publish as _publish
 from ._listener.delivery import MessageDelivery
 from ._people.pending import HumanAnswer, PendingRequest
 from ._runs.running import RunningRun
@@ -412,3 +413,8 @@ class AsyncSchedules:
     async def delete(self, name: str) -> bool:
         """As :meth:`Schedules.delete`."""
         return await self._pool.run(self.sync.delete, name)
+
+
+# Reprs, tracebacks and pickles say conductor_agents.aio (the package's own publish, which runs after this
+# module, names the two it re-exports at the top level conductor_agents).
+_publish(globals(), __name__)

@@ -6,6 +6,7 @@ Redis behind HAProxy; ``resolve_server_jar`` fetches and caches the jar;
 ``find_java`` finds a Java 21+ runtime.
 """
 
+from .._common.public import publish as _publish
 from ._cluster import LocalCluster
 from ._jar import (
     DEFAULT_SERVER_VERSION,
@@ -37,3 +38,7 @@ __all__ = [
     "MIN_JAVA_VERSION",
     "DEFAULT_JVM_DIRS",
 ]
+
+# Reprs, tracebacks and pickles name the public home. LocalServer is conductor_agents.LocalServer and
+# LocalCluster conductor_agents.testing.LocalCluster: those packages import them lazily, on first use.
+_publish(globals(), __name__, elsewhere={"LocalServer": "conductor_agents", "LocalCluster": "conductor_agents.testing"})

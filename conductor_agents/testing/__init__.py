@@ -3,6 +3,7 @@
 See ``docs/testing.md``.
 """
 
+from conductor_agents._common.public import publish as _publish
 from conductor_agents.testing._errors import ScriptedLLMStateError, ScriptedLLMTimeoutError, ScriptError
 from conductor_agents.testing._llm_request import LLMRequest, ToolOutput
 from conductor_agents.testing._policies import is_stop_signal, listener_policy
@@ -35,6 +36,9 @@ __all__ = [
     "ScriptedLLMStateError",
     "ScriptedLLMTimeoutError",
 ]
+
+# Reprs, tracebacks and pickles say conductor_agents.testing.ScriptedLLM (LocalCluster: see local_server).
+_publish(globals(), __name__)
 
 
 def __getattr__(name: str) -> object:

@@ -1,0 +1,55 @@
+"""The public face: every exported class and function reports its public home as ``__module__``.
+
+A public package calls :func:`publish` once, after its imports, so reprs, tracebacks, ``help()`` and
+pickles say ``conductor_agents.WorkerStallError``, never the private file the class is written in
+(httpx does the same in its ``__init__``). Before a class moves, its own annotations are resolved in the
+module that wrote them, so ``typing.get_type_hints`` (and ``attrs.resolve_types``, and the schema of a
+tool whose parameter is one of these classes) still finds every name after the move.
+"""
+
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["publish"]
+
+
+def publish(namespace: Mapping[str, Any], home: str, *, names: Iterable[str] | None = None,
+            elsewhere: Mapping[str, str] | None = None) -> None:
+    """Set ``__module__`` of each class and function ``namespace`` exports (``names``, else its ``__all__``).
+
+    ``home`` is the public module that exports them; ``elsewhere`` gives the home of a name whose public
+    home is another package (one that re-exports it lazily, so its own :func:`publish` never sees it).
+    Plain values (constants, type aliases) are left alone, and so are names not in ``namespace`` (those
+    a package's ``__getattr__`` imports on first use).
+    """
+    elsewhere = elsewhere or {}
+    for name in namespace["__all__"] if names is None else names:
+        obj = namespace.get(name)
+        if isinstance(obj, type):
+            _resolve_own_annotations(obj)
+            obj.__module__ = elsewhere.get(name, home)
+        elif isinstance(obj, types.FunctionType):
+            obj.__module__ = elsewhere.get(name, home)
+
+
+def _resolve_own_annotations(cls: type) -> None:
+    """Replace the class's own string annotations with what they name, while its module still says where.
+
+    ``typing.get_type_hints(cls)`` evaluates a string annotation in ``sys.modules[cls.__module__]``: after
+    the move that is the public package, which need not hold the names the private module imported.
+    Hints that cannot be resolved now (a name only imported for type checkers) stay as they are.
+    """
+    own = inspect.get_annotations(cls)
+    if not own or not any(isinstance(value, str) for value in own.values()) or cls.__module__ not in sys.modules:
+        return
+    try:
+        hints = typing.get_type_hints(cls, include_extras=True)
+    except Exception:  # noqa: BLE001 - unresolvable today already: leave the strings
+        return
+    cls.__annotations__ = {name: hints.get(name, value) for name, value in own.items()}
