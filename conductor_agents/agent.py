@@ -10,6 +10,7 @@ import attrs
 
 from ._answers.guardrails import Guardrail
 from ._answers.output_type import OutputSpec
+from ._common.checks import Refusal, a_bool, a_number, an_int, optional
 from ._common.secrets import check_credential_names
 from ._teams.compile import agent_config, check_task_names, worker_groups
 from ._teams.gates import Gate
@@ -50,20 +51,8 @@ def _check_model(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> 
         )
 
 
-def _check_int(minimum: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise AgentTypeError(
-                f"Agent.{attribute.name} must be an int, got {value!r}", field=attribute.name, value=value
-            )
-        if value < minimum:
-            raise AgentDefinitionError(
-                f"Agent.{attribute.name} must be >= {minimum}, got {value!r}",
-                field=attribute.name,
-                value=value,
-            )
-
-    return check
+#: A field of the wrong type raises AgentTypeError, one out of bounds AgentDefinitionError (``field``, ``value``).
+_AGENT = Refusal(AgentDefinitionError, type_error=AgentTypeError, prefix="Agent.")
 
 
 def _check_str(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -73,11 +62,7 @@ def _check_str(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> No
         )
 
 
-def _check_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, bool):
-        raise AgentTypeError(
-            f"Agent.{attribute.name} must be True or False, got {value!r}", field=attribute.name, value=value
-        )
+_check_bool = a_bool(refusal=_AGENT)
 
 
 def _to_tools(value: Any) -> tuple[ToolDef, ...]:
@@ -116,17 +101,7 @@ def _to_metadata(value: Any) -> Mapping[str, Any]:
     return dict(value)
 
 
-def _check_optional_number(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AgentTypeError(
-            f"Agent.{attribute.name} must be a number or None, got {value!r}", field=attribute.name, value=value
-        )
-    if value < 0:
-        raise AgentDefinitionError(
-            f"Agent.{attribute.name} must be >= 0, got {value!r}", field=attribute.name, value=value
-        )
+_check_optional_number = optional(a_number(at_least=0, refusal=_AGENT))
 
 
 def _check_continuation(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -248,13 +223,13 @@ class Agent:
     model: str = attrs.field(validator=_check_model)
     instructions: str = attrs.field(default="", validator=_check_str)
     tools: tuple[ToolDef, ...] = attrs.field(default=(), converter=_to_tools, validator=_check_unique_tools)
-    max_turns: int = attrs.field(kw_only=True, default=25, validator=_check_int(1))
+    max_turns: int = attrs.field(kw_only=True, default=25, validator=an_int(at_least=1, refusal=_AGENT))
     stateful: bool = attrs.field(kw_only=True, default=False, validator=_check_bool)
-    timeout_seconds: int = attrs.field(kw_only=True, default=0, validator=_check_int(0))
+    timeout_seconds: int = attrs.field(kw_only=True, default=0, validator=an_int(at_least=0, refusal=_AGENT))
     description: str = attrs.field(kw_only=True, default="", validator=_check_str)
     temperature: float | None = attrs.field(kw_only=True, default=None, validator=_check_optional_number)
     max_tokens: int | None = attrs.field(
-        kw_only=True, default=None, validator=attrs.validators.optional(_check_int(1))
+        kw_only=True, default=None, validator=optional(an_int(at_least=1, refusal=_AGENT))
     )
     metadata: Mapping[str, Any] = attrs.field(kw_only=True, factory=dict, converter=_to_metadata)
     #: When a long-lived listener is continued as a fresh run (None: the runtime's settings).
@@ -262,7 +237,7 @@ class Agent:
     output_type: type | None = attrs.field(kw_only=True, default=None, validator=_check_output_type)
     #: With ``output_type``: how many times the model is asked again, told what does not fit, when an answer
     #: does not fit (0: never; the server's JSON mode instead, and ``wait()`` checks the final answer only).
-    output_retries: int = attrs.field(kw_only=True, default=2, validator=_check_int(0))
+    output_retries: int = attrs.field(kw_only=True, default=2, validator=an_int(at_least=0, refusal=_AGENT))
     credentials: tuple[str, ...] = attrs.field(kw_only=True, default=(), converter=_to_credentials)
     #: Sub-agents this agent runs as parts of its run, in the way ``strategy`` says.
     agents: tuple[Agent, ...] = attrs.field(kw_only=True, default=(), converter=_to_agents,
@@ -280,7 +255,7 @@ class Agent:
     fallback: Agent | None = attrs.field(kw_only=True, default=None, validator=_check_slot)
     #: ``strategy="plan_execute"``: the fallback's turn limit (None: its own ``max_turns``).
     fallback_max_turns: int | None = attrs.field(kw_only=True, default=None,
-                                                    validator=attrs.validators.optional(_check_int(1)))
+                                                    validator=optional(an_int(at_least=1, refusal=_AGENT)))
     #: ``round_robin``/``random``/``swarm``: for each agent's name, the agents that may come next.
     allowed_transitions: Mapping[str, tuple[str, ...]] = attrs.field(kw_only=True, factory=dict,
                                                                        converter=_to_transitions)

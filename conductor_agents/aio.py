@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
+from ._common.checks import an_int
 from ._common.fork import rebuild_after_fork
 from ._common.public import publish as _publish
 from ._listener.delivery import MessageDelivery
@@ -61,9 +62,7 @@ class _Pool:
     """The threads an async runtime runs blocking verbs on; made again in a forked child."""
 
     def __init__(self, max_threads: int) -> None:
-        if not isinstance(max_threads, int) or isinstance(max_threads, bool) or max_threads < 1:
-            raise ValueError(f"max_threads must be a positive int, got {max_threads!r}")
-        self.max_threads = max_threads
+        self.max_threads = an_int(at_least=1).check("max_threads", max_threads)
         self._executor = self._make()
         rebuild_after_fork(self)
 

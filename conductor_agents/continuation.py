@@ -17,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from ._common.checks import Check, Refusal, an_int, optional
 from .errors import AgentDefinitionError, AgentTypeError
 
 __all__ = ["Continuation", "CarryOver", "KEEP_ALL_RUNS"]
@@ -36,21 +37,15 @@ DEFAULT_RECORD_CHARS = 4_000
 DEFAULT_KEEP_RUNS = 2
 
 
-def _check_count(minimum: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise AgentTypeError(f"Continuation.{attribute.name} must be an int, got {value!r}",
-                                 field=attribute.name, value=value)
-        if value < minimum:
-            raise AgentDefinitionError(f"Continuation.{attribute.name} must be >= {minimum}, got {value!r}",
-                                       field=attribute.name, value=value)
-
-    return check
+#: A field of the wrong type raises AgentTypeError, one out of bounds AgentDefinitionError (``field``, ``value``).
+_CONTINUATION = Refusal(AgentDefinitionError, type_error=AgentTypeError, prefix="Continuation.")
 
 
-def _check_keep(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        _check_count(0)(instance, attribute, value)
+def _check_count(minimum: int) -> Check:
+    return an_int(at_least=minimum, refusal=_CONTINUATION)
+
+
+_check_keep = optional(_check_count(0))
 
 
 def _check_keep_for(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:

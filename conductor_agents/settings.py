@@ -19,6 +19,7 @@ from urllib.parse import urlparse
 
 import attrs
 
+from ._common.checks import Refusal, a_bool, a_number, an_int, optional
 from .continuation import DEFAULT_KEEP_RUNS, DEFAULT_MAX_BYTES, DEFAULT_MAX_TURNS, Continuation
 from .errors import ConfigurationError
 
@@ -164,26 +165,11 @@ def _warn_unknown(environ: Mapping[str, str]) -> None:
         )
 
 
-def _positive(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-        raise ConfigurationError(
-            f"{attribute.name} must be a number > 0, got {value!r}", variable=attribute.name
-        )
-
-
-def _whole(minimum: int) -> Any:
-    def check(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise ConfigurationError(
-                f"{attribute.name} must be a whole number >= {minimum}, got {value!r}", variable=attribute.name
-            )
-
-    return check
-
-
-def _optional_whole(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None:
-        _whole(0)(instance, attribute, value)
+#: A setting given a bad value raises ConfigurationError naming it (``variable``).
+_SETTING = Refusal(ConfigurationError)
+_positive = a_number(above=0, refusal=_SETTING)
+_optional_whole = optional(an_int(at_least=0, refusal=_SETTING))
+_is_bool = a_bool(refusal=_SETTING)
 
 
 def _optional_duration(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -204,13 +190,6 @@ def _valid_url(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> No
 
 def _strip_slash(value: str) -> str:
     return value.rstrip("/") if isinstance(value, str) else value
-
-
-def _is_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, bool):
-        raise ConfigurationError(
-            f"{attribute.name} must be True or False, got {value!r}", variable=attribute.name
-        )
 
 
 #: The shortest stall threshold the SDK accepts (and never shorter than one long poll).
@@ -245,9 +224,9 @@ class AgentSettings:
     #: Key secret for servers that require a token. Never logged.
     auth_secret: str | None = attrs.field(default=None, repr=False)
     #: Threads that run tool bodies (shared by every run of one runtime).
-    worker_threads: int = attrs.field(default=16, validator=_whole(1))
+    worker_threads: int = attrs.field(default=16, validator=an_int(at_least=1, refusal=_SETTING))
     #: Pause between empty polls of one run's task queues, in milliseconds.
-    worker_poll_interval_ms: int = attrs.field(default=100, validator=_whole(1))
+    worker_poll_interval_ms: int = attrs.field(default=100, validator=an_int(at_least=1, refusal=_SETTING))
     #: Start tool workers for runs this runtime starts or resumes.
     auto_start_workers: bool = attrs.field(default=True, validator=_is_bool)
     #: Watch stateful runs for tasks no worker polls (see ``WorkerStallError``).
@@ -261,11 +240,11 @@ class AgentSettings:
     #: Default overall deadline of ``wait()``.
     wait_timeout_seconds: float = attrs.field(default=600.0, validator=_positive)
     #: Consecutive transient status errors ``wait()`` tolerates (the next one raises).
-    max_transient_errors: int = attrs.field(default=3, validator=_whole(0))
+    max_transient_errors: int = attrs.field(default=3, validator=an_int(at_least=0, refusal=_SETTING))
     #: Connect/read timeout of ordinary HTTP calls, in seconds.
     http_timeout_seconds: float = attrs.field(default=30.0, validator=_positive)
     #: Server-side long-poll time of one worker poll, in milliseconds (the server caps it at 5000).
-    worker_long_poll_ms: int = attrs.field(default=1000, validator=_whole(1))
+    worker_long_poll_ms: int = attrs.field(default=1000, validator=an_int(at_least=1, refusal=_SETTING))
     #: How long ``start()``/``resume()`` wait for the server to see their workers polling.
     worker_startup_timeout_seconds: float = attrs.field(default=10.0, validator=_positive)
     #: How long ``close()`` lets running tool bodies finish.
@@ -273,9 +252,11 @@ class AgentSettings:
     #: Continue long-lived listeners as fresh runs (agents without a ``continuation`` of their own).
     continuation_enabled: bool = attrs.field(default=True, validator=_is_bool)
     #: A listener's run is continued after this many model turns...
-    continue_after_turns: int = attrs.field(default=DEFAULT_MAX_TURNS, validator=_whole(2))
+    continue_after_turns: int = attrs.field(default=DEFAULT_MAX_TURNS,
+                                            validator=an_int(at_least=2, refusal=_SETTING))
     #: ... or once it is estimated to store this many bytes on the server.
-    continue_after_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES, validator=_whole(100_000))
+    continue_after_bytes: int = attrs.field(default=DEFAULT_MAX_BYTES,
+                                            validator=an_int(at_least=100_000, refusal=_SETTING))
     #: Ended runs of a continued listener kept on the server besides its first one; None keeps all.
     keep_runs: int | None = attrs.field(default=DEFAULT_KEEP_RUNS, validator=_optional_whole)
     #: ... and none of them longer than this after it ended (None: no age limit).

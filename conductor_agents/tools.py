@@ -18,6 +18,7 @@ from typing import Any, overload
 
 import attrs
 
+from ._common.checks import Refusal, an_int
 from ._tooldefs import schema as _schema
 from ._tooldefs.human_tool import HumanTool
 from ._tooldefs.server_tools import ApiTool, HttpTool, McpTool
@@ -334,14 +335,8 @@ class WaitForMessageTool:
             ConfigurationError: ``batch_size`` is not an int from 1 to 100 (``ValueError``).
             ToolDefinitionError: ``name`` or ``description`` is invalid.
         """
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or not (
-            1 <= batch_size <= MAX_BATCH_SIZE
-        ):
-            raise ConfigurationError(
-                f"batch_size must be an int from 1 to {MAX_BATCH_SIZE} (the server's maximum), "
-                f"got {batch_size!r}",
-                variable="batch_size",
-            )
+        # The upper bound is the server's maximum.
+        an_int(at_least=1, at_most=MAX_BATCH_SIZE, refusal=Refusal(ConfigurationError)).check("batch_size", batch_size)
         return ToolDef(
             name=name,
             description=description,

@@ -22,7 +22,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "conductor_agents"
 #: Bottom floor first. A part may import the parts of any floor below its own, never its own floor or above.
 FLOORS: "List[Set[str]]" = [
     {"errors", "_version"},
-    {"_common", "_tracing", "continuation", "stats"},
+    {"_common", "_tracing", "stats"},
+    {"continuation"},
     {"_wire", "settings", "result", "local_server"},
     {"_tooldefs", "_people", "_liveness"},
     {"events", "tools", "_answers"},

@@ -32,6 +32,7 @@ from typing import Any
 import attrs
 
 from .._common.answer_text import answer_text
+from .._common.checks import Refusal, an_int
 from .._common.task_names import TOOL_NAME
 from .._tooldefs.tooldef import ToolCheck, ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
@@ -72,9 +73,7 @@ def _check_on_fail(instance: Guardrail, attribute: attrs.Attribute[Any], value: 
         raise _fail("on_fail='fix' needs a function guardrail (it gives the fixed output)", "on_fail", value)
 
 
-def _check_retries(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _fail(f"max_retries must be an int >= 1, got {value!r}", "max_retries", value)
+_check_retries = an_int(at_least=1, refusal=Refusal(AgentDefinitionError, prefix="Guardrail: "))
 
 
 def _to_patterns(value: Any) -> tuple[str, ...]:

@@ -28,6 +28,7 @@ from typing import Any
 
 import attrs
 
+from .._common.checks import an_int
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..agent import Agent
@@ -214,8 +215,7 @@ class Schedules:
         Raises:
             ValueError: the server refused the expression, or ``count`` is not 1 to 100.
         """
-        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= 100:
-            raise ValueError(f"count must be an int from 1 to 100, got {count!r}")
+        an_int(at_least=1, at_most=100).check("count", count)
         try:
             times = self._api.next_schedule_times(cron, count)
         except HttpError as err:

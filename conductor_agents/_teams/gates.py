@@ -29,6 +29,7 @@ from typing import Any
 import attrs
 
 from .._common.answer_text import answer_text
+from .._common.checks import Refusal, a_bool
 from .._common.task_names import gate_task_name
 from .._tooldefs.tooldef import ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
@@ -50,10 +51,8 @@ def _check_text(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> N
                                    field="gate", value=value)
 
 
-def _check_case(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, bool):
-        raise AgentTypeError(f"Gate.text_contains: case_sensitive must be True or False, got {value!r}",
-                             field="gate", value=value)
+_check_case = a_bool(refusal=Refusal(AgentDefinitionError, type_error=AgentTypeError, prefix="Gate.text_contains: ",
+                                     field="gate"))
 
 
 def _check_function(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:

@@ -18,6 +18,7 @@ from typing import Any
 
 import attrs
 
+from .._common.checks import Refusal, a_bool, a_number, an_int, optional
 from ..errors import AgentDefinitionError, AgentTypeError
 
 __all__ = ["METADATA_KEY", "MODEL_PATTERN", "ModelSettings", "REASONING_EFFORTS", "apply_model_settings", "recorded_model_settings"]
@@ -45,26 +46,10 @@ def _check_model(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> 
                                    f"'openai/gpt-4o'), got {value!r}", field="model", value=value)
 
 
-def _check_temperature(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise AgentTypeError(f"ModelSettings.temperature must be a number or None, got {value!r}",
-                             field="temperature", value=value)
-    if not 0.0 <= float(value) <= MAX_TEMPERATURE:
-        raise AgentDefinitionError(f"ModelSettings.temperature must be between 0 and {MAX_TEMPERATURE:g}, got "
-                                   f"{value!r}", field="temperature", value=value)
-
-
-def _check_max_tokens(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is None:
-        return
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise AgentTypeError(f"ModelSettings.max_tokens must be an int or None, got {value!r}",
-                             field="max_tokens", value=value)
-    if value <= 0:
-        raise AgentDefinitionError(f"ModelSettings.max_tokens must be > 0, got {value!r}", field="max_tokens",
-                                   value=value)
+#: A field of the wrong type raises AgentTypeError, one out of bounds AgentDefinitionError (``field``, ``value``).
+_SETTINGS = Refusal(AgentDefinitionError, type_error=AgentTypeError, prefix="ModelSettings.")
+_check_temperature = optional(a_number(at_least=0, at_most=MAX_TEMPERATURE, refusal=_SETTINGS))
+_check_max_tokens = optional(an_int(at_least=1, refusal=_SETTINGS))
 
 
 def _check_effort(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -75,10 +60,7 @@ def _check_effort(instance: Any, attribute: attrs.Attribute[Any], value: Any) ->
                                    f"or None, got {value!r}", field="reasoning_effort", value=value)
 
 
-def _check_bool(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if not isinstance(value, bool):
-        raise AgentTypeError(f"ModelSettings.{attribute.name} must be True or False, got {value!r}",
-                             field=attribute.name, value=value)
+_check_bool = a_bool(refusal=_SETTINGS)
 
 
 @attrs.frozen

@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 
 from .._common.answer_text import answer_text
+from .._common.checks import Refusal, an_int, optional
 from .._common.task_names import termination_task_name
 from .._tooldefs.tooldef import ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
@@ -39,10 +40,8 @@ _LIMITS = (("max_total_tokens", "maxTotalTokens", "totalTokens"),
            ("max_completion_tokens", "maxCompletionTokens", "completionTokens"))
 
 
-def _check_limit(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-        raise AgentDefinitionError(f"Termination.token_usage: {attribute.name} must be an int >= 1 or None, "
-                                   f"got {value!r}", field="termination", value=value)
+_check_limit = optional(an_int(at_least=1, refusal=Refusal(AgentDefinitionError, prefix="Termination.token_usage: ",
+                                                            field="termination")))
 
 
 def _check_conditions(instance: Termination, attribute: attrs.Attribute[Any], value: tuple) -> None:
@@ -86,9 +85,8 @@ class Termination:
     @classmethod
     def max_messages(cls, count: int) -> Termination:
         """End after ``count`` turns of the loop."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise AgentDefinitionError(f"Termination.max_messages needs an int >= 1, got {count!r}",
-                                       field="termination", value=count)
+        refusal = Refusal(AgentDefinitionError, prefix="Termination.max_messages: ", field="termination")
+        an_int(at_least=1, refusal=refusal).check("count", count)
         return cls("max_message", count=count)
 
     @classmethod

@@ -21,6 +21,7 @@ import urllib.parse
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._common.checks import Refusal, an_int
 from ..errors import ToolDefinitionError
 from .tooldef import API, HTTP, MCP, ToolDef
 
@@ -159,9 +160,8 @@ def _discovered(kind: str, url_key: str, url: str, name: str, description: str,
     if checked:
         config["headers"] = checked
     if max_tools is not None:
-        if isinstance(max_tools, bool) or not isinstance(max_tools, int) or max_tools < 1:
-            raise ToolDefinitionError(f"tool {name!r}: max_tools must be an int >= 1, got {max_tools!r}")
-        config["max_tools"] = max_tools
+        refusal = Refusal(ToolDefinitionError, prefix=f"tool {name!r}: ")
+        config["max_tools"] = an_int(at_least=1, refusal=refusal).check("max_tools", max_tools)
     return ToolDef(name=name, description=description, input_schema={"type": "object", "properties": {}},
                    tool_type=kind, config=config)
 

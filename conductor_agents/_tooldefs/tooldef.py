@@ -16,6 +16,7 @@ from typing import Any
 import attrs
 
 from .._common import json_check as _json_check
+from .._common.checks import Refusal, a_bool, an_int
 from .._common.secrets import check_credential_names
 from .._common.task_names import TOOL_NAME
 from ..errors import ConductorAgentsError, ToolDefinitionError
@@ -75,12 +76,14 @@ def _check_name(_: Any, __: Any, name: Any) -> None:
         )
 
 
-def _check_type(kind: type, what: str) -> Callable[[Any, Any, Any], None]:
-    def check(_: Any, __: Any, value: Any) -> None:
-        if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise ToolDefinitionError(f"{what} must be {kind.__name__}, got {value!r}")
+def _check_str(_: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if not isinstance(value, str):
+        raise ToolDefinitionError(f"{attribute.name} must be str, got {value!r}")
 
-    return check
+
+#: A field with a bad value raises ToolDefinitionError.
+_TOOL = Refusal(ToolDefinitionError)
+_check_bool = a_bool(refusal=_TOOL)
 
 
 def _json_object(what: str) -> Callable[[Any], dict[str, Any]]:
@@ -131,10 +134,8 @@ def _check_tool_type(_: Any, __: Any, value: Any) -> None:
         raise ToolDefinitionError(f"tool_type must be one of {TOOL_TYPES}, got {value!r}")
 
 
-def _check_timeout(_: Any, __: Any, value: Any) -> None:
-    _check_type(int, "timeout_seconds")(_, __, value)
-    if value < 0:
-        raise ToolDefinitionError(f"timeout_seconds must be >= 0 (0 = server default), got {value}")
+#: 0 is the server's default.
+_check_timeout = an_int(at_least=0, refusal=_TOOL)
 
 
 def _credentials(value: Any) -> tuple[str, ...]:
@@ -142,7 +143,7 @@ def _credentials(value: Any) -> tuple[str, ...]:
 
 
 def _check_approval(tool: ToolDef, _: Any, value: Any) -> None:
-    _check_type(bool, "approval_required")(tool, _, value)
+    _check_bool.check("approval_required", value)
     if value and tool.tool_type != WORKER:
         raise ToolDefinitionError(
             f"tool {tool.name!r} ({tool.tool_type}) runs on the server; only worker tools can require "
@@ -225,7 +226,7 @@ class ToolDef:
     """
 
     name: str = attrs.field(validator=_check_name)
-    description: str = attrs.field(default="", validator=_check_type(str, "description"))
+    description: str = attrs.field(default="", validator=_check_str)
     _input_schema: dict[str, Any] = attrs.field(
         factory=_empty_object_schema,
         converter=_json_object("input_schema"),
@@ -236,7 +237,7 @@ class ToolDef:
     )
     func: Callable[..., Any] | None = attrs.field(default=None, validator=_check_func)
     tool_type: str = attrs.field(default=WORKER, validator=_check_tool_type)
-    stateful: bool = attrs.field(default=False, validator=_check_type(bool, "stateful"))
+    stateful: bool = attrs.field(default=False, validator=_check_bool)
     # Not in the repr: an HTTP or MCP tool's headers live here (secrets belong in ${NAME}
     # placeholders, but a literal token must not reach a log through a repr either).
     _config: dict[str, Any] = attrs.field(

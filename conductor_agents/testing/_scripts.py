@@ -16,10 +16,14 @@ from typing import Any
 
 import attrs
 
+from conductor_agents._common.checks import Refusal, a_number, an_int
 from conductor_agents._common.clock import SYSTEM_CLOCK, Clock
 from conductor_agents.testing._errors import ScriptedLLMTimeoutError, ScriptError
 from conductor_agents.testing._llm_request import LLMRequest
 from conductor_agents.testing._turns import Failure, Outcome, Reply, to_outcome
+
+#: A bad argument raises ScriptError.
+_SCRIPT = Refusal(ScriptError)
 
 __all__ = ["Anomaly", "Policy", "ScriptBook", "bare_model"]
 
@@ -106,8 +110,7 @@ class ScriptBook:
 
     def fail_next(self, model: str, failure: Failure, count: int) -> None:
         """Answer the next ``count`` requests for ``model`` with ``failure``."""
-        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-            raise ScriptError(f"count must be a positive int, got {count!r}")
+        an_int(at_least=1, refusal=_SCRIPT).check("count", count)
         bare = bare_model(model)
         with self._cond:
             script = self._scripts.get(bare)
@@ -203,10 +206,8 @@ class ScriptBook:
 
     def wait_for_requests(self, model: str, n: int, timeout: float) -> tuple[LLMRequest, ...]:
         """Block until ``model`` has at least ``n`` recorded requests, at most ``timeout`` seconds."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise ScriptError(f"n must be a non-negative int, got {n!r}")
-        if not isinstance(timeout, (int, float)) or timeout < 0:
-            raise ScriptError(f"timeout must be a non-negative number of seconds, got {timeout!r}")
+        an_int(at_least=0, refusal=_SCRIPT).check("n", n)
+        a_number(at_least=0, refusal=_SCRIPT).check("timeout", timeout)
         bare = bare_model(model)
         deadline = self._clock.monotonic() + timeout
         with self._cond:

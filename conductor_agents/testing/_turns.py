@@ -21,6 +21,7 @@ from typing import Any, Union
 
 import attrs
 
+from conductor_agents._common.checks import Refusal, an_int, optional
 from conductor_agents.testing._errors import ScriptError
 
 __all__ = ["Failure", "Reply", "ToolCall", "Turn", "Usage", "to_outcome"]
@@ -48,9 +49,9 @@ def _check_optional_id(instance: Any, attribute: attrs.Attribute, value: Any) ->
         _check_name(instance, attribute, value)
 
 
-def _check_count(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
-        raise ScriptError(f"{attribute.name} must be a non-negative int, got {value!r}")
+#: A bad field or argument raises ScriptError.
+_SCRIPT = Refusal(ScriptError)
+_check_count = optional(an_int(at_least=0, refusal=_SCRIPT))
 
 
 @attrs.frozen
@@ -146,9 +147,8 @@ def _default_failure_body(status: int) -> dict:
     }
 
 
-def _check_status(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not 400 <= value <= 599:
-        raise ScriptError(f"a scripted failure needs an HTTP error status (400-599), got {value!r}")
+#: A scripted failure is an HTTP error status.
+_check_status = an_int(at_least=400, at_most=599, refusal=_SCRIPT)
 
 
 @attrs.frozen

@@ -29,12 +29,14 @@ def agent(**fields: Any) -> Agent:
 
 
 @pytest.mark.parametrize("fields, error, word", [
-    ({"temperature": -0.1}, AgentDefinitionError, "between 0 and 2"),
-    ({"temperature": 2.5}, AgentDefinitionError, "between 0 and 2"),
+    ({"temperature": -0.1}, AgentDefinitionError,
+     r"^ModelSettings\.temperature must be a number from 0 to 2 or None, got -0\.1$"),
+    ({"temperature": 2.5}, AgentDefinitionError,
+     r"^ModelSettings\.temperature must be a number from 0 to 2 or None, got 2\.5$"),
     ({"temperature": "hot"}, AgentTypeError, "temperature"),
     ({"temperature": True}, AgentTypeError, "temperature"),
-    ({"max_tokens": 0}, AgentDefinitionError, "> 0"),
-    ({"max_tokens": -5}, AgentDefinitionError, "> 0"),
+    ({"max_tokens": 0}, AgentDefinitionError, r"^ModelSettings\.max_tokens must be an int >= 1 or None, got 0$"),
+    ({"max_tokens": -5}, AgentDefinitionError, r"^ModelSettings\.max_tokens must be an int >= 1 or None, got -5$"),
     ({"max_tokens": 1.5}, AgentTypeError, "max_tokens"),
     ({"reasoning_effort": "extreme"}, AgentDefinitionError, "minimal, low, medium, high"),
     ({"model": "gpt-4o"}, AgentDefinitionError, "provider/model"),

@@ -616,7 +616,7 @@ class TestPlanExecute:
         (dict(tools=[]), "needs tools"),
         (dict(agents=[specialist()]), r"never runs agents=\[...\]"),
         (dict(fallback_max_turns=2), "fallback_max_turns needs a fallback"),
-        (dict(fallback_max_turns=0, fallback=Agent(name="f", model="openai/f")), "fallback_max_turns must be >= 1"),
+        (dict(fallback_max_turns=0, fallback=Agent(name="f", model="openai/f")), r"Agent\.fallback_max_turns must be an int >= 1 or None, got 0"),
         (dict(stop_when=lambda text, turn: True), "never evaluates stop_when"),
         (dict(planner=Agent(name="coder", model="openai/p")), "may not share their parent's name"),
         (dict(fallback=Agent(name="planner", model="openai/x")), "two different agents are named 'planner'"),
