@@ -15,7 +15,6 @@ May import: the standard library, ``attrs`` and :mod:`conductor_agents.errors`.
 
 from __future__ import annotations
 
-import math
 from typing import Any, TypeVar
 
 import attrs
@@ -136,21 +135,17 @@ class _ANumber(Check):
     above: float | None = None
     at_least: float | None = None
     at_most: float | None = None
-    finite: bool = False
 
     def refuses_bools(self) -> bool:
         return True
 
     @property
     def expected(self) -> str:
-        text = _bounds_text("a number", self.above, self.at_least, self.at_most)
-        return f"a finite {text[2:]}" if self.finite else text
+        return _bounds_text("a number", self.above, self.at_least, self.at_most)
 
     def problem(self, value: Any) -> str | None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return _WRONG_TYPE
-        if self.finite and not math.isfinite(value):
-            return _OUT_OF_BOUNDS
         return _OUT_OF_BOUNDS if _out_of_bounds(value, self.above, self.at_least, self.at_most) else None
 
 
@@ -185,12 +180,12 @@ def an_int(*, at_least: int | None = None, at_most: int | None = None, refusal: 
 
 
 def a_number(*, above: float | None = None, at_least: float | None = None, at_most: float | None = None,
-             finite: bool = False, refusal: Refusal = VALUE_ERROR) -> Check:
+             refusal: Refusal = VALUE_ERROR) -> Check:
     """An ``int`` or ``float`` (not a ``bool``) within the bounds given; NaN is outside any bound.
 
-    ``above`` is exclusive, ``at_least`` and ``at_most`` inclusive; ``finite`` refuses infinities too.
+    ``above`` is exclusive, ``at_least`` and ``at_most`` inclusive.
     """
-    return _ANumber(refusal, above, at_least, at_most, finite)
+    return _ANumber(refusal, above, at_least, at_most)
 
 
 def a_bool(*, refusal: Refusal = VALUE_ERROR) -> Check:

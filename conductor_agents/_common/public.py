@@ -13,15 +13,14 @@ import inspect
 import sys
 import types
 import typing
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 __all__ = ["publish"]
 
 
-def publish(namespace: Mapping[str, Any], home: str, *, names: Iterable[str] | None = None,
-            elsewhere: Mapping[str, str] | None = None) -> None:
-    """Set ``__module__`` of each class and function ``namespace`` exports (``names``, else its ``__all__``).
+def publish(namespace: Mapping[str, Any], home: str, *, elsewhere: Mapping[str, str] | None = None) -> None:
+    """Set ``__module__`` of each class and function that ``namespace`` exports (its ``__all__``).
 
     ``home`` is the public module that exports them; ``elsewhere`` gives the home of a name whose public
     home is another package (one that re-exports it lazily, so its own :func:`publish` never sees it).
@@ -29,7 +28,7 @@ def publish(namespace: Mapping[str, Any], home: str, *, names: Iterable[str] | N
     a package's ``__getattr__`` imports on first use).
     """
     elsewhere = elsewhere or {}
-    for name in namespace["__all__"] if names is None else names:
+    for name in namespace["__all__"]:
         obj = namespace.get(name)
         if isinstance(obj, type):
             _resolve_own_annotations(obj)

@@ -111,11 +111,10 @@ class TestANumber:
         assert "t must be a number > 0 and <= 5, got 6" == str(refused(a_number(above=0, at_most=5), 6, "t"))
         assert "s must be a number >= 0, got nan" == str(refused(a_number(at_least=0), math.nan, "s"))
 
-    def test_finite(self):
-        """finite refuses infinities (as out of bounds)."""
-        error = refused(a_number(at_least=0, finite=True), math.inf, "after_seconds")
-        assert (ValueError, "after_seconds must be a finite number >= 0, got inf") == (type(error), str(error))
-        assert "x must be a finite number, got nan" == str(refused(a_number(finite=True), math.nan))
+    def test_infinity_is_within_a_lower_bound(self):
+        """Infinity passes a lower bound (a wait may be endless) and fails an upper one."""
+        assert math.inf == a_number(at_least=0).check("s", math.inf)
+        assert "t must be a number <= 5, got inf" == str(refused(a_number(at_most=5), math.inf, "t"))
 
     def test_configuration_error_names_the_variable(self):
         """A ConfigurationError refusal carries the name as ``variable``."""
