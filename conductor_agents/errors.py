@@ -12,10 +12,27 @@ so code can react without parsing messages. No message ever contains a secret.
 from __future__ import annotations
 
 import math
+from typing import Any
 
 
 class ConductorAgentsError(Exception):
-    """Base class of every error raised by conductor-agents."""
+    """Base class of every error raised by conductor-agents.
+
+    Every error pickles with its fields (across ``multiprocessing`` or ``concurrent.futures``): it is
+    rebuilt from its message and fields, not by calling ``__init__`` with the message alone (which would
+    leave out the keyword-only fields such as ``execution_id``).
+    """
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return _rebuild, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuild(cls: type[ConductorAgentsError], args: tuple[Any, ...], fields: dict[str, Any]) -> ConductorAgentsError:
+    """An error of ``cls`` with ``args`` and ``fields``, made without its ``__init__`` (see ``__reduce__``)."""
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(fields)
+    return error
 
 
 # --- definitions and configuration -------------------------------------------------

@@ -34,6 +34,8 @@ from conductor_agents import (
     ToolCallRecord,
     ToolCancelled,
     ToolRetry,
+    ToolArgumentsError,
+    WaitTimeoutError,
     WorkerStallError,
     tool,
 )
@@ -134,8 +136,11 @@ def test_repr_and_help_name_the_public_home():
     assert "in module conductor_agents\n" in pydoc.render_doc(conductor_agents.PendingRequest, renderer=pydoc.plaintext)
 
 
-#: Values that pickle: exceptions whose fields are keywords with defaults, and attrs value types.
+#: Values that pickle: errors (also those whose fields are required keywords) and attrs value types.
 VALUES = [
+    WaitTimeoutError("too slow", execution_id="e1", timeout=2.5),
+    WorkerStallError("no worker", execution_id="e1", task_reference_name="t1", domain=None, waited_seconds=3.0),
+    ToolArgumentsError("bad", tool_name="t", problems=("x is missing",)),
     ConfigurationError("bad", variable="CONDUCTOR_AGENT_WORKER_THREADS"),
     AgentDefinitionError("bad", field="max_turns", value=0),
     ServerError("down", status=503),
@@ -157,6 +162,29 @@ def fields_of(value):
     if isinstance(value, BaseException):
         return type(value), value.args, vars(value)
     return value
+
+
+def _instance(cls):
+    """An instance of error class ``cls`` with each required keyword field set to a value naming it."""
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except ValueError:  # no __init__ of its own: Exception's (message only)
+        params = []
+    required = {p.name: f"<{p.name}>" for p in params if p.kind is p.KEYWORD_ONLY and p.default is p.empty}
+    return cls("the message", **required)
+
+
+ERRORS = sorted({obj for _, _, obj in EXPORTED if inspect.isclass(obj) and issubclass(obj, BaseException)},
+                key=lambda cls: cls.__qualname__)
+
+
+@pytest.mark.parametrize("cls", ERRORS, ids=[cls.__qualname__ for cls in ERRORS])
+def test_every_exported_error_pickles_with_its_fields(cls):
+    """Each exported error comes back from pickle as its class, with its message and every field."""
+    error = _instance(cls)
+    back = pickle.loads(pickle.dumps(error))
+    assert fields_of(error) == fields_of(back)
+    assert str(error) == str(back)
 
 
 def test_values_pickle_across_processes():
@@ -228,9 +256,9 @@ class TestPublish:
         assert {"part": "Fraction"} == private.Unresolved.__annotations__
         assert "fake_public_home" == private.Unresolved.__module__
 
-    def test_elsewhere_and_names(self, private):
-        """elsewhere gives a name another home; names limits the names moved."""
-        publish(vars(private), "fake_public_home", names=["Priced", "helper"], elsewhere={"helper": "other_home"})
+    def test_elsewhere(self, private):
+        """elsewhere gives a name another home; a name not in the namespace (a lazy one) is skipped."""
+        namespace = {**vars(private), "__all__": [*private.__all__, "Lazy"]}
+        publish(namespace, "fake_public_home", elsewhere={"helper": "other_home"})
         assert "fake_public_home" == private.Priced.__module__
         assert "other_home" == private.helper.__module__
-        assert "fake_private_module" == private.Unresolved.__module__
