@@ -121,7 +121,7 @@ def _check_output_type(instance: Any, attribute: attrs.Attribute[Any], value: An
 
 
 def _to_values(kind: type, field: str) -> Any:
-    def convert(value: Any) -> tuple:
+    def convert(value: Any) -> tuple[Any, ...]:
         if value is None:
             return ()
         if isinstance(value, (str, bytes, kind)) or not isinstance(value, Iterable):
@@ -137,7 +137,7 @@ def _to_values(kind: type, field: str) -> Any:
     return convert
 
 
-def _to_agents(value: Any) -> tuple:
+def _to_agents(value: Any) -> tuple[Any, ...]:
     # Agent is defined below; the converter runs at construction, when it exists.
     return _to_values(Agent, "agents")(value)
 
@@ -185,7 +185,7 @@ def _check_gate(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> N
                              f"got {value!r}", field="gate", value=value)
 
 
-def _check_unique_names(instance: Any, attribute: attrs.Attribute[Any], value: tuple) -> None:
+def _check_unique_names(instance: Any, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
     names = [item.name for item in value]
     for name in names:
         if names.count(name) > 1:
@@ -372,7 +372,7 @@ class Agent:
         """The schema and converter of ``output_type`` (None without one)."""
         return OutputSpec.of(self.output_type) if self.output_type is not None else None
 
-    def to_config(self) -> dict:
+    def to_config(self) -> dict[str, Any]:
         """The server's ``agentConfig`` for ``POST /agent/start``.
 
         Raises:

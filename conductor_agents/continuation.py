@@ -77,7 +77,7 @@ class CarryOver:
     """
 
     prompt: str
-    exchanges: tuple[dict, ...]
+    exchanges: tuple[dict[str, Any], ...]
     kept: int
     pending: tuple[Any, ...]
     runs: int

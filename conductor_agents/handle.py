@@ -288,8 +288,8 @@ class AgentHandle:
         )
 
     def _finish(self, status: AgentStatus, link: Link) -> AgentResult:
-        detail: dict = {}
-        workflow: dict = {}
+        detail: dict[str, Any] = {}
+        workflow: dict[str, Any] = {}
         try:
             detail = self._api.agent_execution(link.execution_id)
             workflow = self._api.get_workflow(link.execution_id, include_tasks=True) or {}

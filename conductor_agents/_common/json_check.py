@@ -40,7 +40,7 @@ def json_copy(value: Any) -> Any:
     return _copy(value, set())
 
 
-def _copy(value: Any, on_path: set) -> Any:
+def _copy(value: Any, on_path: set[int]) -> Any:
     if isinstance(value, enum.Enum):
         value = value.value
     if value is None or isinstance(value, (str, bool, int, float)):
@@ -156,9 +156,8 @@ def check_value(schema: Mapping[str, Any], value: Any, path: str, problems: list
             return value
         if isinstance(value, float) and "number" not in _types(schema):
             value = int(value)  # a whole float where only integers are allowed
-    if "enum" in schema and not any(_same(value, v) for v in schema["enum"]):
-        problems.append(f"argument '{path}': expected {describe(schema)}, {got}")
-    elif "const" in schema and not _same(value, schema["const"]):
+    if ("enum" in schema and not any(_same(value, v) for v in schema["enum"])) or (
+            "const" in schema and not _same(value, schema["const"])):
         problems.append(f"argument '{path}': expected {describe(schema)}, {got}")
     elif isinstance(value, (list, tuple)) and isinstance(schema.get("items"), Mapping):
         items = schema["items"]

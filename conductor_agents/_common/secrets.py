@@ -22,7 +22,7 @@ from ..errors import MissingSecretError
 __all__ = ["SECRET_ENV_PREFIX", "SecretValues", "check_credential_names", "redact"]
 
 #: The prefix under which a Conductor OSS server reads secrets from its environment.
-SECRET_ENV_PREFIX = "CONDUCTOR_SECRET_"
+SECRET_ENV_PREFIX = "CONDUCTOR_SECRET_"  # noqa: S105 - a variable-name prefix, not a secret
 #: A credential name: what the server's environment-backed store can hold.
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 #: Values shorter than this are not scrubbed from texts (they would mangle ordinary words).
@@ -55,7 +55,7 @@ class SecretValues:
     ``repr`` shows the names only. Immutable; thread-safe.
     """
 
-    __slots__ = ("_values", "_declared")
+    __slots__ = ("_declared", "_values")
 
     def __init__(self, values: Mapping[str, Any] | None = None, declared: Iterable[str] = ()) -> None:
         self._values = {str(k): str(v) for k, v in (values or {}).items() if v is not None}

@@ -13,13 +13,14 @@ thread-safe.
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import dataclasses
 import enum
 import inspect
 import threading
 import typing
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol, TypeGuard
 
 import attrs
 
@@ -49,12 +50,26 @@ class StructuredError(Exception):
     """The class cannot be described as a JSON object (the text says why)."""
 
 
-def is_pydantic_model(hint: Any) -> bool:
+class PydanticModel(Protocol):
+    """What this module uses of a pydantic v2 model class (duck typed: pydantic is never imported)."""
+
+    @classmethod
+    def model_json_schema(cls) -> dict[str, Any]: ...
+
+    @classmethod
+    def model_validate(cls, obj: Any) -> Any: ...
+
+
+class _NamedTuple(Protocol):
+    _fields: tuple[str, ...]
+
+
+def is_pydantic_model(hint: Any) -> TypeGuard[type[PydanticModel]]:
     return inspect.isclass(hint) and callable(getattr(hint, "model_json_schema", None)) \
         and callable(getattr(hint, "model_validate", None))
 
 
-def is_named_tuple(hint: Any) -> bool:
+def is_named_tuple(hint: Any) -> TypeGuard[type[_NamedTuple]]:
     return inspect.isclass(hint) and issubclass(hint, tuple) and isinstance(getattr(hint, "_fields", None), tuple)
 
 
@@ -91,10 +106,8 @@ def structured_schema(hint: type, describe: Describe) -> tuple[dict[str, Any], C
             if default is _MISSING:
                 required.append(name)
             elif default is not _ABSENT:
-                try:
+                with contextlib.suppress(TypeError):  # not JSON: the schema does not advertise it
                     schema = {**schema, "default": json_copy(jsonable(default))}
-                except TypeError:
-                    pass  # not JSON: the schema does not advertise it
             properties[name] = schema
             if converter is not None:
                 converters[name] = converter
@@ -138,8 +151,8 @@ def _fields(hint: type) -> list[tuple[str, Any, Any]]:
     for name, field_hint in hints.items():
         # Required[]/NotRequired[] decide when present: with string annotations (``from __future__
         # import annotations``) Python 3.11 cannot see them when it computes __required_keys__.
-        required, field_hint = _unwrap_required(field_hint, name in required_keys)
-        out.append((name, field_hint, _MISSING if required else _ABSENT))
+        required, unwrapped = _unwrap_required(field_hint, name in required_keys)
+        out.append((name, unwrapped, _MISSING if required else _ABSENT))
     return out
 
 
@@ -147,8 +160,9 @@ def _attrs_default(field: attrs.Attribute[Any]) -> Any:
     default = field.default
     if default is attrs.NOTHING:
         return _MISSING
-    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]
-        return _ABSENT if default.takes_self else default.factory()
+    if isinstance(default, attrs.Factory):  # type: ignore[arg-type]  # the stubs call Factory a function: a class
+        factory: Any = default  # the stubs type a field's default as the value, not the Factory making it
+        return _ABSENT if factory.takes_self else factory.factory()
     return default
 
 
@@ -183,14 +197,15 @@ def _class_summary(hint: type) -> str | None:
 # --- pydantic ---------------------------------------------------------------------------
 
 
-def _pydantic_schema(model: Any) -> dict[str, Any]:
+def _pydantic_schema(model: type[PydanticModel]) -> dict[str, Any]:
     """The model's JSON schema with every ``$ref`` inlined (a tool's parameter schema has no ``$defs``)."""
     try:
         schema = model.model_json_schema()
-    except Exception as err:  # pydantic's own errors: we do not import pydantic to name them
+    except Exception as err:  # noqa: BLE001 - pydantic's own errors: we do not import pydantic to name them
         raise StructuredError(f"pydantic cannot describe it: {err}") from None
     defs = schema.pop("$defs", {}) if isinstance(schema, dict) else {}
-    return _inline(schema, defs, ())
+    inlined: dict[str, Any] = _inline(schema, defs, ())
+    return inlined
 
 
 def _inline(node: Any, defs: Mapping[str, Any], trail: tuple[str, ...], in_properties: bool = False) -> Any:
@@ -206,7 +221,7 @@ def _inline(node: Any, defs: Mapping[str, Any], trail: tuple[str, ...], in_prope
         if name in trail:
             raise StructuredError(f"{name} contains itself (a recursive type has no finite JSON schema for a tool)")
         siblings = {k: v for k, v in node.items() if k != "$ref"}
-        return {**_inline(defs[name], defs, trail + (name,)), **_inline(siblings, defs, trail)}
+        return {**_inline(defs[name], defs, (*trail, name)), **_inline(siblings, defs, trail)}
     out = {}
     for key, value in node.items():
         if key == "title" and not in_properties:
@@ -252,8 +267,8 @@ def _jsonable(value: Any, active: set[int]) -> Any:
         if attrs.has(type(value)):
             return {f.alias: _jsonable(getattr(value, f.name), active) for f in attrs.fields(type(value))
                     if f.init}
-        if isinstance(value, tuple) and is_named_tuple(type(value)):
-            return {name: _jsonable(item, active) for name, item in zip(value._fields, value)}
+        if isinstance(value, tuple) and is_named_tuple(kind := type(value)):
+            return {name: _jsonable(item, active) for name, item in zip(kind._fields, value, strict=True)}
         if isinstance(value, collections.abc.Mapping):
             return {key: _jsonable(item, active) for key, item in value.items()}
         if isinstance(value, (list, tuple)):

@@ -81,7 +81,7 @@ def _made(agent_name: str, suffix: str, field: str, keep: int | None = None) -> 
     """
     name = agent_name + suffix
     if len(name) > _LONGEST:
-        digest = hashlib.sha1(agent_name.encode("utf-8")).hexdigest()[:8]
+        digest = hashlib.sha1(agent_name.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
         cut = _LONGEST - len(suffix) - 9 if keep is None else keep
         name = f"{agent_name[:cut]}_{digest}{suffix}"
     if not TOOL_NAME.fullmatch(name):

@@ -92,7 +92,7 @@ class TaskEvents:
         self._offset = 0
         self._settled: list[_Keyed] = []
 
-    def read(self) -> tuple[dict, list[AgentEvent]]:
+    def read(self) -> tuple[dict[str, Any], list[AgentEvent]]:
         """The run's status and output (``GET /workflow/{id}/status``; its end, once it ended) and every
         event its tasks imply, oldest first."""
         status = dict(self._api.workflow_status(self._execution_id, include_output=True))
@@ -146,7 +146,7 @@ def _task_events(task: Mapping[str, Any], execution_id: str) -> list[_Keyed]:
     seq = int(task.get("seq") or 0)
     scheduled, ended = _ms(task.get("scheduledTime")), _ms(task.get("endTime") or task.get("updateTime"))
 
-    def common(kind: str, at: float) -> dict:
+    def common(kind: str, at: float) -> dict[str, Any]:
         return {"execution_id": execution_id, "id": f"task:{task_id}:{kind}", "timestamp": _seconds(at),
                 "source": SOURCE_POLL}
 
@@ -171,10 +171,10 @@ def _task_events(task: Mapping[str, Any], execution_id: str) -> list[_Keyed]:
     return out
 
 
-def human_pending_tool(task: Mapping[str, Any]) -> dict:
+def human_pending_tool(task: Mapping[str, Any]) -> dict[str, Any]:
     """The ``pendingTool`` of a HUMAN task, in the shape of the server's ``waiting`` event."""
     inputs = task.get("inputData") or {}
-    pending: dict = {"taskRefName": str(task.get("referenceTaskName") or "")}
+    pending: dict[str, Any] = {"taskRefName": str(task.get("referenceTaskName") or "")}
     calls = inputs.get("tool_calls") if isinstance(inputs, Mapping) else None
     if isinstance(calls, list):
         pending["toolCalls"] = [{"name": c.get("name"), "args": c.get("inputParameters") or c.get("input") or {}}

@@ -277,7 +277,7 @@ class _Reader:
                 return "misses events another server node emitted (a load balancer in front)", missing
         return None, missing
 
-    def _task_list(self, level: int, failure: str) -> tuple[dict, list] | None:
+    def _task_list(self, level: int, failure: str) -> tuple[dict[str, Any], list[Any]] | None:
         """The run's status and the events of its tasks (read incrementally), or None (logged at
         ``level`` with ``failure``) when unreadable."""
         try:
@@ -369,7 +369,7 @@ class _Reader:
 
     # -- status and polling -----------------------------------------------------------
 
-    def _status(self) -> dict | None:
+    def _status(self) -> dict[str, Any] | None:
         budget = TransientErrors(self._max_transient)
         while not self._stopped():
             try:

@@ -53,13 +53,13 @@ class CommitRecord:
     previous: str  # the execution id of the link that was continued
     link: int  # the new link's number
     pulled: tuple[str, ...] = ()
-    pending: tuple[dict, ...] = ()
+    pending: tuple[dict[str, Any], ...] = ()
     turns: int = 0  # model turns of every link up to and including the continued one
     messages: int = 0  # messages pulled by every link up to and including the continued one
     record: str = ""  # the compact record, carried forward
     tokens: TokenUsage = TokenUsage()  # model tokens of every link up to and including the continued one
 
-    def to_output(self) -> dict:
+    def to_output(self) -> dict[str, Any]:
         """The carry task's output: ``result`` for the model, the rest for the SDK."""
         return {
             "result": self.text,
@@ -92,7 +92,7 @@ class CommitRecord:
             return None
 
 
-def _envelopes(output: Any) -> list[dict]:
+def _envelopes(output: Any) -> list[dict[str, Any]]:
     if not isinstance(output, Mapping) or not isinstance(output.get("messages"), list):
         return []
     return [m for m in output["messages"] if isinstance(m, dict) and m.get("id")]
@@ -101,7 +101,7 @@ def _envelopes(output: Any) -> list[dict]:
 def pulled_message_ids(variables: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]]) -> list[str]:
     """Every message id a run pulled: its tool-results digest (the results up to its last turn) and
     the wait-for-message tasks among ``tasks`` (the ones after it)."""
-    seen: dict = {}
+    seen: dict[str, Any] = {}
     for entry in variables.get("_last_tool_results") or ():
         if isinstance(entry, Mapping):
             for envelope in _envelopes(entry.get("output")):
@@ -143,7 +143,7 @@ def _result_text(name: Any, output: Any) -> str:
     return f"{name} -> {_dump(output)}"
 
 
-def _items_of_message(message: Mapping[str, Any]) -> list[dict]:
+def _items_of_message(message: Mapping[str, Any]) -> list[dict[str, Any]]:
     role = message.get("role")
     calls = message.get("toolCalls") or ()
     if role == "tool_call":
@@ -165,7 +165,7 @@ def _items_of_message(message: Mapping[str, Any]) -> list[dict]:
     return []  # system (the instructions, an earlier carry-over) and user (the prompt, the digest)
 
 
-def conversation(last_llm: Mapping[str, Any] | None) -> list[dict]:
+def conversation(last_llm: Mapping[str, Any] | None) -> list[dict[str, Any]]:
     """The conversation items of a run up to and including its last model turn.
 
     The server writes the whole conversation so far into every model call's input (``messages``);
@@ -173,7 +173,7 @@ def conversation(last_llm: Mapping[str, Any] | None) -> list[dict]:
     """
     if last_llm is None:
         return []
-    items: list[dict] = []
+    items: list[dict[str, Any]] = []
     for message in (last_llm.get("inputData") or {}).get("messages") or ():
         if isinstance(message, Mapping):
             items.extend(_items_of_message(message))
@@ -187,10 +187,10 @@ def conversation(last_llm: Mapping[str, Any] | None) -> list[dict]:
     return items
 
 
-def pending_messages(last_llm: Mapping[str, Any] | None, tail: Sequence[Mapping[str, Any]]) -> list[dict]:
+def pending_messages(last_llm: Mapping[str, Any] | None, tail: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """Messages pulled after the run's last finished model turn: no model saw them."""
     after = int(last_llm.get("seq") or 0) if last_llm is not None else -1
-    pending: list[dict] = []
+    pending: list[dict[str, Any]] = []
     for task in sorted(tail, key=lambda t: int(t.get("seq") or 0)):
         if task.get("taskType") == _PULL and task.get("status") == "COMPLETED" and int(task.get("seq") or 0) > after:
             pending.extend(_envelopes(task.get("outputData")))

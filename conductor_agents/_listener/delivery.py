@@ -151,7 +151,7 @@ def _sample(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[st
     status = api.workflow_status(execution_id, include_variables=True)
     variables = status.get("variables") or {}
     run_status = str(status.get("status") or "")
-    sample: dict = {"status": run_status, "tasks": []}
+    sample: dict[str, Any] = {"status": run_status, "tasks": []}
     if message_id in pulled_message_ids(variables, ()):
         located = _locate(api, execution_id, message_id)
         sample["tasks"] = [located] if located is not None else [_placeholder(execution_id, message_id)]
@@ -176,7 +176,7 @@ def _locate(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[st
     return None
 
 
-def _placeholder(execution_id: str, message_id: str) -> dict:
+def _placeholder(execution_id: str, message_id: str) -> dict[str, Any]:
     # The digest says the run pulled it, but the task is not found (cannot happen on a sound server).
     return {"taskType": PULL_TASK_TYPE, "referenceTaskName": "", "taskId": "",
             "outputData": {"messages": [{"id": message_id, "workflowId": execution_id}]}}

@@ -94,7 +94,7 @@ class ChainDirectory:
         self._lock = threading.Lock()
         rebuild_after_fork(self)
         self._chains: collections.OrderedDict[str, Chain] = collections.OrderedDict()
-        self._newest: collections.OrderedDict[tuple, Link] = collections.OrderedDict()  # (run id, agent) -> Link
+        self._newest: collections.OrderedDict[tuple[str, str], Link] = collections.OrderedDict()  # (run id, agent) -> Link
         self._accepted: collections.OrderedDict[str, Link] = collections.OrderedDict()  # message id -> link
         self._ended: collections.OrderedDict[str, None] = collections.OrderedDict()  # mailboxes ended here
 

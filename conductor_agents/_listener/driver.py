@@ -272,7 +272,7 @@ class ContinuationDriver:
 
         @tool(name=TURN_TASK)
         def conductor_agents_turn(ctx: ToolContext, callback_position: str = "", agent_name: str = "",
-                                  llm_result: Any | None = None, tool_calls: Any | None = None) -> dict:
+                                  llm_result: Any | None = None, tool_calls: Any | None = None) -> dict[str, Any]:
             """Tells the serving process that a model turn of a continued listener begins (conductor-agents)."""
             match = _ITERATION.search(ctx.reference_name or "")
             driver.on_turn(ctx.execution_id, int(match.group(1)) if match else 0)

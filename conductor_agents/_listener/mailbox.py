@@ -72,7 +72,7 @@ _PAUSED_RETRY_SECONDS = 30.0
 _MARK = re.compile(r"^sending:([0-9a-f-]{36})$")
 
 
-def definitions() -> tuple[list[dict], list[dict]]:
+def definitions() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The forward task's definition and the mailbox workflow's."""
     owner = "conductor-agents@localhost"
     task_def = {"name": FORWARD_TASK, "retryCount": _RETRIES, "retryLogic": "FIXED", "retryDelaySeconds": 1,
@@ -167,7 +167,7 @@ def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wa
     """The worker of the mailbox's forward task (served on the listener's domain)."""
 
     @tool(name=FORWARD_TASK)
-    def conductor_agents_forward(ctx: ToolContext, messages: Any | None = None) -> dict:
+    def conductor_agents_forward(ctx: ToolContext, messages: Any | None = None) -> dict[str, Any]:
         """Pushes a listener's mailbox messages into its current run (conductor-agents)."""
         try:
             return _forward(api, directory, ctx.execution_id, list(messages or ()), switch_wait=switch_wait,
@@ -186,7 +186,7 @@ def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wa
 
 
 def _forward(api: ConductorApi, directory: ChainDirectory, mailbox_id: str, messages: list[Any], *,
-             switch_wait: float, clock: Clock, pause: Callable[[float], Any]) -> dict:
+             switch_wait: float, clock: Clock, pause: Callable[[float], Any]) -> dict[str, Any]:
     chain = directory.chain(mailbox_id)
     if not chain.continuable:
         raise ConductorAgentsError(f"run {mailbox_id} is not a listener's mailbox")

@@ -293,7 +293,7 @@ class Retirer:
             except ConductorAgentsError as err:
                 log.warning("listener %s: retiring its older runs failed (%s); the next switch or take-up tries "
                             "again", job.chain.execution_id, err)
-            except Exception:  # noqa: BLE001 - the thread serves every listener of the process
+            except Exception:  # the thread serves every listener of the process
                 log.exception("listener %s: retiring its older runs failed", job.chain.execution_id)
             finally:
                 self._done(key, job, swept)

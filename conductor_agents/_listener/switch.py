@@ -103,7 +103,7 @@ class LinkSpec:
 
 
 def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns_before: int,
-                    traceparent: str | None = None) -> dict:
+                    traceparent: str | None = None) -> dict[str, Any]:
     """The ``POST /agent/start`` body of link ``number`` of the listener on ``run_id`` (the first
     link included), started with idempotency key ``key``.
 
@@ -116,7 +116,7 @@ def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns
     config["callbacks"] = [*callbacks, {"position": "before_model", "taskName": TURN_TASK}]
     if number > 0:
         config["prefillTools"] = [{"toolName": CARRY_TASK, "arguments": {}}]
-    body: dict = {"agentConfig": config, "prompt": spec.prompt, "runId": run_id, "idempotencyKey": key}
+    body: dict[str, Any] = {"agentConfig": config, "prompt": spec.prompt, "runId": run_id, "idempotencyKey": key}
     if spec.context:
         body["context"] = dict(spec.context)
     if traceparent is not None:
@@ -416,10 +416,10 @@ def run_tokens(api: ConductorApi, execution_id: str) -> TokenUsage:
         return TokenUsage()
 
 
-def read_final_state(api: ConductorApi, execution_id: str) -> tuple[dict | None, list, dict]:
+def read_final_state(api: ConductorApi, execution_id: str) -> tuple[dict[str, Any] | None, list[Any], dict[str, Any]]:
     """A link's last finished model turn, the tasks after it, and its variables (a few pages, not all)."""
     total = api.workflow_tasks(execution_id, start=0, count=1).total
-    tail: list = []
+    tail: list[Any] = []
     last_llm = None
     start = total
     while start > 0 and last_llm is None:

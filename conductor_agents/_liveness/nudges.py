@@ -95,7 +95,7 @@ def unpolled_tasks(tasks: Iterable[Mapping[str, Any]], *, domain: str, server_no
     return found
 
 
-def nudge_result(task: Mapping[str, Any]) -> dict:
+def nudge_result(task: Mapping[str, Any]) -> dict[str, Any]:
     """The task result that makes ``task``'s queue message due at once."""
     return {"workflowInstanceId": task.get("workflowInstanceId"), "taskId": task.get("taskId"),
             "status": "IN_PROGRESS", "callbackAfterSeconds": 0, "workerId": NUDGE_WORKER_ID, "outputData": {}}

@@ -56,7 +56,7 @@ def find_stall(
     domain: str,
     stall_seconds: float,
     server_now: float | None,
-    first_seen: dict,
+    first_seen: dict[str, Any],
     client_now: float,
     grace: Mapping[str, float] | None = None,
 ) -> Stall | None:

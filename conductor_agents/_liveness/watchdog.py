@@ -98,7 +98,7 @@ class RunWatch:
         self._lock = threading.Lock()
         self._forgotten = False  # no longer watched (ended, or the watchdog closed): never stalled again
         # Owned by the watchdog thread:
-        self.first_seen: dict = {}
+        self.first_seen: dict[str, Any] = {}
         self.due = 0.0
         self.samples = 0
         self.skipped = 0  # samples skipped because the run's queues were seen empty

@@ -130,8 +130,8 @@ def approve(api: ConductorApi, execution_id: str, *, reason: str | None = None, 
     run), or the answer a guardrail holds for review (it leaves the run as it is)."""
     reason = optional_text(reason, "reason")
 
-    def payload(kind: str) -> dict:
-        out: dict = {"approved": True} if kind == PendingRequest.REVIEW else {"approved": True, DECISION: "approved"}
+    def payload(kind: str) -> dict[str, Any]:
+        out: dict[str, Any] = {"approved": True} if kind == PendingRequest.REVIEW else {"approved": True, DECISION: "approved"}
         if reason:
             out["reason"] = reason
         return out
@@ -152,7 +152,7 @@ def reject(api: ConductorApi, execution_id: str, reason: str, *, by: str | None 
     """
     text = required_reason(reason)
 
-    def payload(kind: str) -> dict:
+    def payload(kind: str) -> dict[str, Any]:
         if kind == PendingRequest.REVIEW:
             return {"approved": False, "reason": text}
         return {"approved": True, DECISION: REJECTED, "reason": text}
@@ -180,7 +180,7 @@ def respond(api: ConductorApi, execution_id: str, answer: Any, *, by: str | None
     except TypeError as err:
         raise PayloadError(f"the answer must be JSON: {err}") from None
 
-    def payload(kind: str) -> dict:
+    def payload(kind: str) -> dict[str, Any]:
         if kind == PendingRequest.REVIEW:
             if not isinstance(value, str) or not value.strip():
                 raise ValueError(f"the corrected answer of a guardrail review must be a non-empty str, got {value!r}")
@@ -218,7 +218,7 @@ def required_reason(reason: Any) -> str:
 # --- the protocol ----------------------------------------------------------------------------
 
 
-def _answer(api: ConductorApi, execution_id: str, kinds: tuple[str, ...], payload: Callable[[str], dict], *,
+def _answer(api: ConductorApi, execution_id: str, kinds: tuple[str, ...], payload: Callable[[str], dict[str, Any]], *,
             by: str | None, request: Target, timeout: float, clock: Clock,
             pause: Callable[[float], Any] | None, earlier: Sequence[str] = ()) -> HumanAnswer:
     if not timeout > 0:
@@ -246,7 +246,7 @@ def _answer(api: ConductorApi, execution_id: str, kinds: tuple[str, ...], payloa
     raise _conflict(execution_id, target.task_reference_name, answer_id, winner)
 
 
-def _picked(payload: dict, target: PendingRequest) -> dict:
+def _picked(payload: dict[str, Any], target: PendingRequest) -> dict[str, Any]:
     """The answer to a question with ``options`` (a manual team's pick): one of them, also sent as
     ``selected`` (the field of the server's own form).
 

@@ -28,7 +28,7 @@ def close_at_exit(runtime: Any, *, here: Callable[[Any], bool]) -> None:
         if live is not None and here(live):
             try:
                 live.close()
-            except Exception:  # noqa: BLE001 - exiting anyway
+            except Exception:  # exiting anyway
                 log.exception("closing the serving runtime at exit failed")
 
     # CPython's threading hook runs first at exit (hooks in reverse order, so before the one that shuts

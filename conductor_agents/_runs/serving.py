@@ -94,7 +94,7 @@ class ProcessServing:
         for agent, on_adopt in list(served()):
             try:
                 self.add(agent, on_adopt)
-            except Exception:  # noqa: BLE001 - logged; this child serves only what it starts
+            except Exception:  # logged; this child serves only what it starts
                 log.exception("forked child %s could not serve %s", self._worker_id, agent.name)
 
     def close(self) -> None:

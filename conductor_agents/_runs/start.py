@@ -99,7 +99,7 @@ class RunStarter:
             traced.failed(err)
             raise
 
-    def _started(self, agent: Agent, body: dict, reservation: Reservation | None, run_id: str | None,
+    def _started(self, agent: Agent, body: dict[str, Any], reservation: Reservation | None, run_id: str | None,
                  spec: LinkSpec | None, *, keyed: bool, traced: Any = tracing.NO_RUN) -> AgentHandle:
         """Send the start, then commit ``reservation`` (if any) to the run the server started."""
         try:
@@ -148,13 +148,13 @@ class RunStarter:
 
 
 def start_body(agent: Agent, prompt: str, run_id: str | None, spec: LinkSpec | None, *,
-               context: dict | None, idempotency_key: str | None,
-               model_settings: ModelSettings | None = None) -> dict:
+               context: dict[str, Any] | None, idempotency_key: str | None,
+               model_settings: ModelSettings | None = None) -> dict[str, Any]:
     """The body of ``POST /agent/start``: a continued listener's first link (``spec``), or a plain start."""
     if spec is not None:
         assert run_id is not None
         return link_start_body(spec, run_id, link_key(run_id, 0, agent.name), number=0, turns_before=0)
-    body: dict = {"agentConfig": apply_model_settings(agent.to_config(), model_settings), "prompt": prompt}
+    body: dict[str, Any] = {"agentConfig": apply_model_settings(agent.to_config(), model_settings), "prompt": prompt}
     if context is not None:
         body["context"] = context
     if run_id:

@@ -20,7 +20,7 @@ the dead process handed back, a switch left half done finished).
 from __future__ import annotations
 
 import concurrent.futures
-import concurrent.futures.thread  # noqa: F401  (registers its exit hook before ours: see _EXITING)
+import concurrent.futures.thread  # registers its exit hook before ours: see _EXITING
 import logging
 import threading
 import time
@@ -166,7 +166,7 @@ class Adopter:
                     self.run_round(served)
                 except (ServerError, HttpError, OSError) as err:
                     log.debug("adoption round for %s failed: %s", served.agent.name, err)
-                except Exception:  # noqa: BLE001 - the thread must go on
+                except Exception:  # the thread must go on
                     log.exception("adoption round for %s failed", served.agent.name)
 
     # -- one round ----------------------------------------------------------------------
@@ -360,5 +360,5 @@ def _tell_adopted(served: ServedAgent, handle: Any, execution_id: str) -> None:
         return
     try:
         served.on_adopt(handle)
-    except Exception:  # noqa: BLE001 - the user's hook; the run is served anyway
+    except Exception:  # the user's hook; the run is served anyway
         log.exception("on_adopt hook failed for run %s", execution_id)

@@ -146,7 +146,7 @@ class LeaseBook:
 
     # -- internals --------------------------------------------------------------------
 
-    def _start(self, body: dict) -> dict:
+    def _start(self, body: dict[str, Any]) -> dict[str, Any]:
         # Racers on one key may meet the server's execution lock: one of them then fails (a 5xx)
         # without creating anything; a second try finds the lease made.
         for attempt in range(1, 4):
@@ -160,7 +160,7 @@ class LeaseBook:
                     raise
         raise AssertionError("unreachable")
 
-    def _record(self, lease_id: str) -> dict | None:
+    def _record(self, lease_id: str) -> dict[str, Any] | None:
         for _ in range(3):
             try:
                 workflow = self._api.get_workflow(lease_id)

@@ -183,7 +183,7 @@ class Presence:
             self._on_read()
         except (ServerError, HttpError, OSError) as err:
             log.debug("presence beacon failed: %s", err)
-        except Exception:  # noqa: BLE001 - the thread must go on; the fence decides
+        except Exception:  # the thread must go on; the fence decides
             log.exception("presence beacon failed")
         self._check_fence()
 
@@ -199,7 +199,7 @@ class Presence:
                   "others adopt its runs): it stops serving them", 0.75 * self.dead_after, self.dead_after)
         try:
             self._on_fenced()
-        except Exception:  # noqa: BLE001
+        except Exception:
             log.exception("letting go of runs after the fence failed")
         with self._lock:
             self._fenced = False  # serving again means holding new leases, after a fresh row

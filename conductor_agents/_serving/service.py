@@ -133,5 +133,5 @@ class Service:
         for domain in self.adopter.drop_all():
             try:
                 self._let_go(domain)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 log.exception("could not stop serving domain %s after the fence", domain)

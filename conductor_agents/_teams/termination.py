@@ -44,7 +44,7 @@ _check_limit = optional(an_int(at_least=1, refusal=Refusal(AgentDefinitionError,
                                                             field="termination")))
 
 
-def _check_conditions(instance: Termination, attribute: attrs.Attribute[Any], value: tuple) -> None:
+def _check_conditions(instance: Termination, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
     if instance.kind in ("and", "or") and (len(value) < 2 or not all(isinstance(c, Termination) for c in value)):
         raise AgentTypeError("Termination: 'and'/'or' join two or more Terminations", field="termination",
                              value=value)

@@ -33,7 +33,7 @@ class TaskPage:
     """A page of a run's task list: the tasks, how many matched in all, the server's ``Date``."""
 
     total: int
-    tasks: list
+    tasks: list[Any]
     date: str | None = None
 
 
@@ -61,14 +61,14 @@ class ConductorApi:
 
     # -- agents ---------------------------------------------------------------------
 
-    def start_agent(self, body: Mapping[str, Any]) -> dict:
+    def start_agent(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /agent/start`` → ``{executionId, agentName, requiredWorkers}``."""
         result = self.transport.request("POST", "/agent/start", json_body=dict(body))
         if not isinstance(result, dict) or not result.get("executionId"):
             raise ServerError(f"POST /agent/start returned no executionId: {str(result)[:200]}")
         return result
 
-    def deploy_agent(self, body: Mapping[str, Any]) -> dict:
+    def deploy_agent(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /agent/deploy``: compile and register the agent's workflow, start nothing → ``{agentName,
         requiredWorkers}``."""
         result = self.transport.request("POST", "/agent/deploy", json_body=dict(body))
@@ -76,12 +76,12 @@ class ConductorApi:
 
     # -- the scheduler (``/scheduler``) --------------------------------------------------
 
-    def create_schedule(self, body: Mapping[str, Any]) -> dict:
+    def create_schedule(self, body: Mapping[str, Any]) -> dict[str, Any]:
         """``POST /scheduler/schedules`` (creates, or replaces the schedule of that name)."""
         result = self.transport.request("POST", "/scheduler/schedules", json_body=dict(body))
         return result if isinstance(result, dict) else {}
 
-    def get_schedule(self, name: str) -> dict:
+    def get_schedule(self, name: str) -> dict[str, Any]:
         """``GET /scheduler/schedules/{name}``.
 
         Raises:
@@ -97,7 +97,7 @@ class ConductorApi:
             raise ScheduleNotFoundError(f"no schedule named {name!r} on the server", name=name)
         return result
 
-    def list_schedules(self) -> list[dict]:
+    def list_schedules(self) -> list[dict[str, Any]]:
         """``GET /scheduler/schedules``: every schedule."""
         result = self.transport.request("GET", "/scheduler/schedules")
         return [s for s in result if isinstance(s, dict)] if isinstance(result, list) else []
@@ -120,7 +120,7 @@ class ConductorApi:
                                         params={"cronExpression": cron, "limit": str(count)})
         return [int(t) for t in result if isinstance(t, (int, float))] if isinstance(result, list) else []
 
-    def agent_status(self, execution_id: str, *, timeout: float | None = None) -> dict:
+    def agent_status(self, execution_id: str, *, timeout: float | None = None) -> dict[str, Any]:
         """``GET /agent/{id}/status``."""
         with _not_found_is_unknown_execution(execution_id):
             result = self.transport.request("GET", f"/agent/{_seg(execution_id)}/status", timeout=timeout)
@@ -128,7 +128,7 @@ class ConductorApi:
             raise ServerError(f"GET /agent/{execution_id}/status returned a malformed body")
         return result
 
-    def agent_execution(self, execution_id: str) -> dict:
+    def agent_execution(self, execution_id: str) -> dict[str, Any]:
         """``GET /agent/execution/{id}`` (run detail with token usage)."""
         with _not_found_is_unknown_execution(execution_id):
             result = self.transport.request("GET", f"/agent/execution/{_seg(execution_id)}")
@@ -175,7 +175,8 @@ class ConductorApi:
 
     # -- workflows and messages -------------------------------------------------------
 
-    def get_workflow(self, execution_id: str, *, include_tasks: bool = False, timeout: float | None = None) -> dict:
+    def get_workflow(self, execution_id: str, *, include_tasks: bool = False,
+                     timeout: float | None = None) -> dict[str, Any]:
         """``GET /workflow/{id}?includeTasks=`` (``timeout``: seconds, default the transport's)."""
         with _not_found_is_unknown_execution(execution_id):
             result = self.transport.request(
@@ -189,7 +190,7 @@ class ConductorApi:
         return result
 
     def workflow_status(self, execution_id: str, *, include_variables: bool = False,
-                        include_output: bool = False) -> dict:
+                        include_output: bool = False) -> dict[str, Any]:
         """``GET /workflow/{id}/status`` → ``{workflowId, correlationId, status[, variables][, output]}``.
 
         The smallest read of a run (no tasks, no definition, no input); ``include_variables`` adds
@@ -225,7 +226,7 @@ class ConductorApi:
         return TaskPage(total=int(total) if isinstance(total, (int, float)) else len(result["results"]),
                         tasks=result["results"], date=headers.get("Date"))
 
-    def liveness_sample(self, execution_id: str) -> tuple[dict, str | None]:
+    def liveness_sample(self, execution_id: str) -> tuple[dict[str, Any], str | None]:
         """The run's status and its SCHEDULED tasks (``{status, tasks}``) plus the server's ``Date``.
 
         Two small reads whatever the run's age (``/workflow/{id}/status`` and one page of
@@ -266,14 +267,14 @@ class ConductorApi:
                                    params={"archiveWorkflow": "true" if archive else "false"},
                                    timeout=(5.0, float(timeout)))
 
-    def workflow_def(self, name: str) -> dict:
+    def workflow_def(self, name: str) -> dict[str, Any]:
         """``GET /metadata/workflow/{name}``: the newest version of a workflow's definition."""
         result = self.transport.request("GET", f"/metadata/workflow/{_seg(name)}")
         if not isinstance(result, dict) or not result.get("name"):
             raise ServerError(f"GET /metadata/workflow/{name} returned no definition")
         return result
 
-    def register_definitions(self, task_defs: list[dict], workflow_defs: list[dict]) -> None:
+    def register_definitions(self, task_defs: list[dict[str, Any]], workflow_defs: list[dict[str, Any]]) -> None:
         """``POST /metadata/taskdefs`` then ``PUT /metadata/workflow``: create or update definitions."""
         if task_defs:
             self.transport.request("POST", "/metadata/taskdefs", json_body=list(task_defs))
@@ -347,7 +348,7 @@ class ConductorApi:
     def poll_tasks(
         self, task_type: str, *, worker_id: str, domain: str | None, count: int, timeout_ms: int,
         http_timeout: float,
-    ) -> list:
+    ) -> list[Any]:
         """``GET /tasks/poll/batch/{type}`` (a long poll of up to ``timeout_ms``)."""
         params: dict[str, Any] = {"workerid": worker_id, "count": count, "timeout": timeout_ms}
         if domain:
@@ -363,7 +364,7 @@ class ConductorApi:
                                 params={"workerid": worker_id, "domain": domain, "count": 0, "timeout": 0},
                                 timeout=(5.0, 10.0))
 
-    def get_task(self, task_id: str) -> dict:
+    def get_task(self, task_id: str) -> dict[str, Any]:
         """``GET /tasks/{taskId}`` (a 404 stays an HttpError: the task is unknown)."""
         result = self.transport.request("GET", f"/tasks/{_seg(task_id)}", timeout=(5.0, 10.0))
         if not isinstance(result, dict):
@@ -374,7 +375,7 @@ class ConductorApi:
         """``POST /tasks`` with a TaskResult."""
         self.transport.request("POST", "/tasks", json_body=dict(result))
 
-    def queue_sizes(self, queue_names: list[str]) -> dict:
+    def queue_sizes(self, queue_names: list[str]) -> dict[str, Any]:
         """``GET /tasks/queue/sizes?taskType=...`` → ``{queue name: messages}``, one count per name."""
         result = self.transport.get_json(
             "/tasks/queue/sizes", params={"taskType": list(queue_names)}, timeout=(5.0, 10.0))
@@ -382,7 +383,7 @@ class ConductorApi:
             raise ServerError("GET /tasks/queue/sizes returned a malformed body")
         return result
 
-    def all_queue_sizes(self) -> dict:
+    def all_queue_sizes(self) -> dict[str, Any]:
         """``GET /tasks/queue/all`` → ``{queue name: messages not yet polled}`` for every queue the server knows.
 
         One query on the server whatever the number of queues asked about; queues that never
@@ -393,11 +394,11 @@ class ConductorApi:
             raise ServerError("GET /tasks/queue/all returned a malformed body")
         return result
 
-    def poll_data(self, task_type: str) -> list:
+    def poll_data(self, task_type: str) -> list[Any]:
         """``GET /tasks/queue/polldata?taskType=`` → one row per (type, domain)."""
         return self.poll_data_sample(task_type)[0]
 
-    def poll_data_sample(self, task_type: str) -> tuple[list, str | None]:
+    def poll_data_sample(self, task_type: str) -> tuple[list[Any], str | None]:
         """:meth:`poll_data` plus the server's ``Date`` header (its clock, for ``lastPollTime`` ages)."""
         result, headers = self.transport.request_with_headers(
             "GET", "/tasks/queue/polldata", params={"taskType": task_type})

@@ -16,7 +16,7 @@ class ToolOutputError(ValueError):
     """A tool body returned something the server cannot store."""
 
 
-class _Cycle(Exception):
+class _CycleError(Exception):
     """The value contains itself (a container reachable from inside itself)."""
 
 
@@ -25,10 +25,10 @@ def _first_bad_key(value: Any) -> Any:
 
     json.dumps would silently turn such keys into strings. Walks the containers with an
     explicit stack and the ids of those on the current path, so a value that contains
-    itself raises :class:`_Cycle` at once instead of being walked for ever.
+    itself raises :class:`_CycleError` at once instead of being walked for ever.
     """
-    on_path: set = set()
-    stack: list = [(value, False)]
+    on_path: set[int] = set()
+    stack: list[tuple[Any, bool]] = [(value, False)]
     while stack:
         item, leaving = stack.pop()
         if leaving:
@@ -37,7 +37,7 @@ def _first_bad_key(value: Any) -> Any:
         if not isinstance(item, (Mapping, list, tuple)):
             continue
         if id(item) in on_path:
-            raise _Cycle()
+            raise _CycleError()
         on_path.add(id(item))
         stack.append((item, True))
         if isinstance(item, Mapping):
@@ -50,15 +50,16 @@ def _first_bad_key(value: Any) -> Any:
     return None
 
 
-def _json_roundtrip(value: Any) -> Any:
+def _json_roundtrip(value: dict[str, Any]) -> dict[str, Any]:
     """``value`` as plain JSON types; raises TypeError/ValueError when it is not JSON."""
     try:
-        return json.loads(json.dumps(value, allow_nan=False))
+        loaded: dict[str, Any] = json.loads(json.dumps(value, allow_nan=False))
+        return loaded
     except RecursionError:
         raise ValueError("it is nested too deeply") from None
 
 
-def message_payload(payload: Any) -> dict:
+def message_payload(payload: Any) -> dict[str, Any]:
     """The JSON object sent for a message.
 
     A mapping is sent as is; a string becomes ``{"message": s}``; any other JSON value
@@ -71,7 +72,7 @@ def message_payload(payload: Any) -> dict:
     body: Any = dict(payload) if isinstance(payload, Mapping) else {"message": payload}
     try:
         bad_key = _first_bad_key(body)
-    except _Cycle:
+    except _CycleError:
         raise PayloadError("message payload contains itself (a cycle); it cannot be sent as JSON") from None
     if bad_key is not None:
         raise PayloadError(f"message payload keys must be strings, got {bad_key[0]!r}")
@@ -81,7 +82,7 @@ def message_payload(payload: Any) -> dict:
         raise PayloadError(f"message payload is not JSON-serialisable: {err}") from None
 
 
-def tool_output(value: Any) -> dict:
+def tool_output(value: Any) -> dict[str, Any]:
     """A tool body's return value as the task's output map.
 
     Dataclasses, NamedTuples and pydantic models become JSON objects first (also when nested).
@@ -94,13 +95,13 @@ def tool_output(value: Any) -> dict:
         value = jsonable(value)
     except CycleError:
         raise ToolOutputError("the returned value contains itself (a cycle); it cannot be stored as JSON") from None
-    except Exception as err:  # a model_dump() that fails, a property that raises
+    except Exception as err:  # noqa: BLE001 - the user's model_dump() that fails, a property that raises
         raise ToolOutputError(f"the returned value could not be turned into JSON ({type(err).__name__}: {err})") \
             from None
     body = value if isinstance(value, dict) else {"result": value}
     try:
         bad_key = _first_bad_key(body)
-    except _Cycle:
+    except _CycleError:
         raise ToolOutputError("the returned value contains itself (a cycle); it cannot be stored as JSON") from None
     if bad_key is not None:
         raise ToolOutputError(f"the returned value has a non-string key {bad_key[0]!r}")

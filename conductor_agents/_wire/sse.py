@@ -113,12 +113,10 @@ class SseDecoder:
         elif field == "data":
             self._data.append(value)
             self._has_data = True
-        elif field == "id":
-            if "\x00" not in value:
-                self.last_event_id = value
-        elif field == "retry":
-            if value and value.isascii() and value.isdigit():
-                self.retry_ms = int(value)
+        elif field == "id" and "\x00" not in value:
+            self.last_event_id = value
+        elif field == "retry" and value and value.isascii() and value.isdigit():
+            self.retry_ms = int(value)
         return None  # unknown fields are ignored, as the spec says
 
     def _dispatch(self) -> SseMessage | None:

@@ -37,7 +37,7 @@ def is_definition_race(err: HttpError) -> bool:
     return err.status in (409, 500) and bool(_DEFINITION_RACE.match(err.server_message or ""))
 
 
-def start_run(api: ConductorApi, body: Mapping[str, Any], *, pause: Callable[[float], bool]) -> dict:
+def start_run(api: ConductorApi, body: Mapping[str, Any], *, pause: Callable[[float], bool]) -> dict[str, Any]:
     """Start the run; on the definition race send the start again after a short pause.
 
     ``pause(seconds)`` waits and returns True when the caller is closing (then the last error
@@ -54,7 +54,7 @@ def start_run(api: ConductorApi, body: Mapping[str, Any], *, pause: Callable[[fl
         except HttpError as err:
             if not is_definition_race(err) or attempt == _ATTEMPTS:
                 raise
-            wait = delay * (0.5 + random.random())
+            wait = delay * (0.5 + random.random())  # noqa: S311 - jitter between retries, not a secret
             log.debug("start of %s lost the race to create its definition (%s); retrying in %.2fs",
                       _agent_name(body), err.server_message, wait)
             if pause(wait):

@@ -18,16 +18,18 @@ with backoff).
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import socket
 import threading
 from collections.abc import Iterator, Mapping
-from typing import Any, Union
+from typing import Any
 from urllib.parse import urlencode
 
 import requests
+import requests.utils
 import urllib3
 from requests.adapters import HTTPAdapter
 
@@ -47,7 +49,7 @@ TRANSIENT_STATUSES = frozenset({429, 500, 502, 503, 504})
 #: Tokens are refreshed this long before the server's usual one-hour expiry.
 _TOKEN_MAX_AGE_SECONDS = 45 * 60
 
-Timeout = Union[float, tuple[float, float]]
+Timeout = float | tuple[float, float]
 
 #: Serializes the rebuild of a transport found in a new process without the fork hook having run.
 _process_check_lock = threading.Lock()
@@ -69,12 +71,12 @@ class _DirectGets:
     def __init__(self, base_url: str, pool_size: int, verify: bool | str) -> None:
         parsed = urllib3.util.parse_url(base_url)
         self._prefix = (parsed.path or "").rstrip("/")
-        tls: dict = {}
+        tls: dict[str, Any] = {}
         if parsed.scheme == "https":
             if verify is False:
                 tls = {"cert_reqs": "CERT_NONE"}
             else:
-                bundle = verify if isinstance(verify, str) else requests.certs.where()
+                bundle = verify if isinstance(verify, str) else requests.utils.DEFAULT_CA_BUNDLE_PATH
                 tls = {"cert_reqs": "CERT_REQUIRED",
                        "ca_cert_dir" if os.path.isdir(bundle) else "ca_certs": bundle}
         self._pool = urllib3.connection_from_url(base_url, maxsize=pool_size, block=False, **tls)
@@ -174,10 +176,8 @@ class ByteStream:
         connection = getattr(raw, "connection", None) or getattr(raw, "_connection", None)
         sock = getattr(connection, "sock", None)
         if sock is not None:
-            try:
+            with contextlib.suppress(OSError):
                 sock.shutdown(socket.SHUT_RDWR)
-            except OSError:
-                pass
         self.close()
 
     def close(self) -> None:
@@ -253,7 +253,8 @@ class Transport:
         """The urllib3 pool for :meth:`get_json`, when this transport may bypass requests."""
         if not self._owns_session or self._session.proxies:
             return None
-        return _DirectGets(self.base_url, self._pool_size, self._session.verify)
+        verify = self._session.verify
+        return _DirectGets(self.base_url, self._pool_size, True if verify is None else verify)
 
     @staticmethod
     def _new_session(base_url: str, pool_size: int) -> requests.Session:
@@ -470,7 +471,8 @@ class Transport:
                                              headers=send_headers, stream=stream, timeout=limits)
             return again_if_broken(send, f"GET {path}") if method == "GET" and not stream else send()
         except requests.exceptions.Timeout as err:
-            raise ServerUnavailableError(f"{method} {path}: the server did not answer in time ({err.__class__.__name__})") from err
+            raise ServerUnavailableError(
+                f"{method} {path}: the server did not answer in time ({err.__class__.__name__})") from err
         except requests.exceptions.ConnectionError as err:
             raise ServerUnavailableError(f"{method} {path}: cannot reach the server at {self.base_url}") from err
         except requests.exceptions.RequestException as err:

@@ -89,7 +89,7 @@ class _InFlight:
         self.body_done = False  # the body returned; only its result is being posted
 
 
-def _error_of(result: dict | None) -> str | None:
+def _error_of(result: dict[str, Any] | None) -> str | None:
     """The text a local ``tool_finished`` event carries: the failure, or why the call was handed back."""
     if result is None:
         return "cancelled"
@@ -272,7 +272,7 @@ class ToolExecutor:
                                  attempt=flight.context.attempt, read_workflow=self._api.get_workflow)
 
     def _execute(self, task: TaskRef, tool_def: ToolDef, flight: _InFlight, span: Any = tracing.NO_TOOL
-                 ) -> dict | None:
+                 ) -> dict[str, Any] | None:
         """Run the body; the task result to post (None: post nothing, see ``_cancelled``)."""
         base = {"workflowInstanceId": task.workflow_id, "taskId": task.task_id, "workerId": self._worker_id}
         scrub = _context.secrets_of(flight.context).redact  # secrets never leave in a failure text
@@ -340,7 +340,7 @@ class ToolExecutor:
         return sum(1 for t in tasks if t.get("taskType") == task.task_type and t.get("status") == "COMPLETED"
                    and t.get("taskId") != task.task_id and (t.get("outputData") or {}).get("passed") is False)
 
-    def _retried(self, task: TaskRef, flight: _InFlight, retry: ToolRetry, base: dict) -> dict:
+    def _retried(self, task: TaskRef, flight: _InFlight, retry: ToolRetry, base: dict[str, Any]) -> dict[str, Any]:
         """Hand the task back for its next delivery, or fail it when its budget is spent."""
         if flight.context.cancelled.is_set():
             return self._cancelled(task, flight, None, base)
@@ -358,7 +358,7 @@ class ToolExecutor:
                 "outputData": {"error": reason[:2000]}}
 
     def _cancelled(self, task: TaskRef, flight: _InFlight, err: ToolCancelled | None,
-                   base: dict) -> dict | None:
+                   base: dict[str, Any]) -> dict[str, Any] | None:
         """What to post when a body ends with ToolCancelled.
 
         The run ended or another delivery owns the task: nothing (the server has moved on). The
@@ -393,7 +393,7 @@ class ToolExecutor:
         for flight in flights:
             flight.context.stop_requested.set()
 
-    def _post_result(self, task: TaskRef, result: dict) -> None:
+    def _post_result(self, task: TaskRef, result: dict[str, Any]) -> None:
         """POST the result until the server takes it (see :mod:`conductor_agents._worker.results`)."""
         # ``_abandon`` is set once shutdown's grace period is over: the retries stop then.
         self._results.post(task, result, self._abandon)

@@ -65,7 +65,7 @@ class _PollCountingApi:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._api, name)
 
-    def poll_tasks(self, task_type: str, **kwargs: Any) -> list:
+    def poll_tasks(self, task_type: str, **kwargs: Any) -> list[Any]:
         try:
             tasks = self._api.poll_tasks(task_type, **kwargs)
         except ConductorAgentsError:

@@ -437,7 +437,7 @@ class DomainPoller:
             except Exception:
                 log.exception("the recovery listener of the poller for domain %s failed", self.domain)
 
-    def _tools_for(self, task: Mapping) -> ToolDef | None:
+    def _tools_for(self, task: Mapping[str, Any]) -> ToolDef | None:
         task_type = task.get("taskType") or task.get("taskDefName")
         with self._lock:
             per_run = self._executions.get(str(task.get("workflowInstanceId")))

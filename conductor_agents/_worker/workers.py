@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Any
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
@@ -148,7 +149,7 @@ class WorkerSet:
         poller = self.poller_for(domain, reserve=tools)
         return Reservation(self, poller, tools, agent.name)
 
-    def poller_for(self, domain: str | None, *, reserve: dict | None = None) -> DomainPoller:
+    def poller_for(self, domain: str | None, *, reserve: dict[str, Any] | None = None) -> DomainPoller:
         """The live poller of ``domain``, started if needed."""
         with self._lock:
             if self._closed:
@@ -407,7 +408,7 @@ class WorkerSet:
 
     # -- taking over after a crash ----------------------------------------------------
 
-    def reclaim_orphans(self, workflow: dict, domain: str | None) -> list[str]:
+    def reclaim_orphans(self, workflow: dict[str, Any], domain: str | None) -> list[str]:
         """Hand back the tasks of ``domain`` that another (dead) worker had taken.
 
         A worker killed mid-tool leaves its task IN_PROGRESS until its lease ends (an hour

@@ -63,7 +63,7 @@ def _guarded(handler: Any) -> Any:
                      *_ERRORS)
 
 
-def _as_dict(schedule: Schedule) -> dict:
+def _as_dict(schedule: Schedule) -> dict[str, Any]:
     row = attrs.asdict(schedule)
     row["context"] = dict(schedule.context)
     for key in ("next_run", "created"):

@@ -14,6 +14,7 @@ import os
 import sys
 import threading
 from pathlib import Path
+from typing import Any
 
 import attrs
 
@@ -69,7 +70,7 @@ def start_scripted_model(data_dir: Path, *, detached: bool) -> ScriptedModel:
     raise LocalServerError(f"the scripted model did not start (log: {log_path})")
 
 
-def _read(ready: Path) -> dict | None:
+def _read(ready: Path) -> dict[str, Any] | None:
     try:
         info = json.loads(ready.read_text())
     except (OSError, ValueError):

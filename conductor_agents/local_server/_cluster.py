@@ -81,7 +81,7 @@ class LocalCluster:
         self._owned_dir: Path | None = None
         self._node_count = nodes
         self._port = port or None
-        self._node_options: dict = dict(
+        self._node_options: dict[str, Any] = dict(
             version=version, jar=jar, java=java, env=env, properties=properties, jvm_options=jvm_options,
             startup_timeout=startup_timeout, stop_timeout=stop_timeout, detached=detached, progress=progress,
             secrets=secrets,

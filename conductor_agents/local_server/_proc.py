@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TextIO
+from typing import Any, TextIO
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import LocalServerError
@@ -72,7 +72,7 @@ def spawn(
     Raises:
         LocalServerError: the executable cannot be started.
     """
-    kwargs: dict = dict(
+    kwargs: dict[str, Any] = dict(
         stdin=subprocess.DEVNULL,
         stdout=log_file,
         stderr=subprocess.STDOUT,

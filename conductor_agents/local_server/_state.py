@@ -49,7 +49,7 @@ class MemberRecord:
     def for_process(cls, role: str, pid: int, log_path: Path) -> MemberRecord:
         return cls(role=role, pid=pid, log_path=log_path, start_ticks=_proc.start_ticks(pid))
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         return {"role": self.role, "pid": self.pid, "log_path": str(self.log_path), "start_ticks": self.start_ticks}
 
 
@@ -128,7 +128,7 @@ class ServerRecord:
             members=tuple(MemberRecord(**m) for m in data.get("members") or ()),
         )
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """Return the JSON form."""
         data = attrs.asdict(self)
         data["data_dir"] = str(self.data_dir)

@@ -87,7 +87,7 @@ def _act(payload: Any) -> ToolCall | None:
     return ToolCall(name, {key: value for key, value in payload.items() if key != "action"})
 
 
-def main(argv: list | None = None) -> int:
+def main(argv: list[Any] | None = None) -> int:
     """Serve the scripted model until SIGTERM/SIGINT; write where it is to ``--ready-file`` once listening."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--ready-file", type=Path, required=True, help="where to write the port, model and server environment (JSON) once listening")

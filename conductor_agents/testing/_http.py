@@ -78,10 +78,10 @@ class _Handler(BaseHTTPRequestHandler):
     server_version = "ScriptedLLM/1"
     timeout = _SOCKET_TIMEOUT_SECONDS
 
-    def do_POST(self) -> None:  # noqa: N802 - http.server naming
+    def do_POST(self) -> None:  # http.server naming
         self._answer("POST")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         self._answer("GET")
 
     def _answer(self, method: str) -> None:
@@ -114,7 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server signature
+    def log_message(self, format: str, *args: Any) -> None:  # http.server signature
         _log.debug("scripted-llm %s - %s", self.address_string(), format % args)
 
 

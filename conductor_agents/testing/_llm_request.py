@@ -49,7 +49,7 @@ class ToolOutput:
 
     name: str | None
     call_id: str
-    arguments: dict = attrs.field(factory=dict, hash=False)
+    arguments: dict[str, Any] = attrs.field(factory=dict, hash=False)
     output: Any = attrs.field(default=None, hash=False)
 
     @property
@@ -89,7 +89,7 @@ def _loads(value: Any) -> Any:
         return value
 
 
-def _arguments(call: Mapping) -> dict:
+def _arguments(call: Mapping[str, Any]) -> dict[str, Any]:
     parsed = _loads(call.get("arguments"))
     if not isinstance(parsed, dict):
         return {}
@@ -108,12 +108,12 @@ def _text_of(content: Any) -> str:
     return ""
 
 
-def _blocks(items: Sequence[Any]) -> list[tuple[list[Mapping], list[Mapping]]]:
+def _blocks(items: Sequence[Any]) -> list[tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]]:
     """Split ``input`` into model turns: each is (its function_calls, their outputs).
 
     A function_call that follows an output starts a new turn; messages are skipped.
     """
-    blocks: list[tuple[list[Mapping], list[Mapping]]] = []
+    blocks: list[tuple[list[Mapping[str, Any]], list[Mapping[str, Any]]]] = []
     for item in items:
         if not isinstance(item, Mapping):
             continue
@@ -129,7 +129,7 @@ def _blocks(items: Sequence[Any]) -> list[tuple[list[Mapping], list[Mapping]]]:
     return blocks
 
 
-def _pair(calls: Sequence[Mapping], outputs: Sequence[Mapping], every_call: Mapping[str, Mapping]) -> tuple[ToolOutput, ...]:
+def _pair(calls: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]], every_call: Mapping[str, Mapping[str, Any]]) -> tuple[ToolOutput, ...]:
     by_id = {c.get("call_id"): c for c in calls}
     paired = []
     for out in outputs:
@@ -160,12 +160,12 @@ class LLMRequest:
     instructions: str | None
     input: tuple[Any, ...]
     tools: tuple[str, ...]
-    body: dict
+    body: dict[str, Any]
     received_at: float
     path: str = "/v1/responses"
 
     @classmethod
-    def from_body(cls, body: Mapping, *, received_at: float, path: str = "/v1/responses") -> LLMRequest:
+    def from_body(cls, body: Mapping[str, Any], *, received_at: float, path: str = "/v1/responses") -> LLMRequest:
         """Parse a Responses API request body. Tolerates missing or odd fields."""
         raw_input = body.get("input")
         if isinstance(raw_input, str):
@@ -251,7 +251,7 @@ class LLMRequest:
         return _CONTEXT.sub("", _DIGEST.sub("", self._after_signals(), count=1), count=1)
 
     @property
-    def context(self) -> dict | None:
+    def context(self) -> dict[str, Any] | None:
         """The run's context as the server showed it to the model (each value as text), or None
         when it showed none."""
         match = _CONTEXT.match(_DIGEST.sub("", self._after_signals(), count=1))
@@ -335,7 +335,7 @@ class LLMRequest:
                 return _text_of(item.get("content"))
         return ""
 
-    def _calls_by_id(self) -> dict:
+    def _calls_by_id(self) -> dict[str, Any]:
         return {
             i.get("call_id"): i
             for i in self.input

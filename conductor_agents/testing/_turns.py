@@ -27,7 +27,7 @@ from conductor_agents.testing._errors import ScriptError
 __all__ = ["Failure", "Reply", "ToolCall", "Turn", "Usage", "to_outcome"]
 
 
-def _json_object(value: Any) -> dict:
+def _json_object(value: Any) -> dict[str, Any]:
     """Copy ``value`` into a plain dict, rejecting anything that is not a JSON object."""
     if not isinstance(value, Mapping):
         raise ScriptError(f"tool call arguments must be a dict, got {type(value).__name__}: {value!r}")
@@ -39,12 +39,12 @@ def _json_object(value: Any) -> dict:
     return copied
 
 
-def _check_name(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _check_name(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if not isinstance(value, str) or not value.strip():
         raise ScriptError(f"{attribute.name} must be a non-empty string, got {value!r}")
 
 
-def _check_optional_id(instance: Any, attribute: attrs.Attribute, value: Any) -> None:
+def _check_optional_id(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
     if value is not None:
         _check_name(instance, attribute, value)
 
@@ -62,7 +62,7 @@ class Usage:
     output_tokens: int = attrs.field(default=5, validator=_check_count)
     total_tokens: int | None = attrs.field(default=None, validator=_check_count)
 
-    def to_dict(self) -> dict:
+    def to_dict(self) -> dict[str, Any]:
         """The ``usage`` object of a Responses API reply."""
         total = self.total_tokens
         if total is None:
@@ -98,7 +98,7 @@ class ToolCall:
     """
 
     name: str = attrs.field(validator=_check_name)
-    arguments: dict = attrs.field(factory=dict, converter=_json_object, hash=False)
+    arguments: dict[str, Any] = attrs.field(factory=dict, converter=_json_object, hash=False)
     call_id: str | None = attrs.field(default=None, validator=_check_optional_id)
 
 
@@ -136,7 +136,7 @@ class Reply:
             raise ScriptError("a Reply holds exactly one of text and tool_calls")
 
 
-def _default_failure_body(status: int) -> dict:
+def _default_failure_body(status: int) -> dict[str, Any]:
     return {
         "error": {
             "message": f"scripted failure (HTTP {status})",

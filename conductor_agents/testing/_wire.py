@@ -24,7 +24,7 @@ def render(outcome: Outcome, *, model: str, next_id: Callable[[], int], created_
     return 200, _response(outcome, model=model, next_id=next_id, created_at=created_at)
 
 
-def _response(reply: Reply, *, model: str, next_id: Callable[[], int], created_at: int) -> dict:
+def _response(reply: Reply, *, model: str, next_id: Callable[[], int], created_at: int) -> dict[str, Any]:
     if reply.text is not None:
         n = next_id()
         output = [
@@ -61,6 +61,6 @@ def _response(reply: Reply, *, model: str, next_id: Callable[[], int], created_a
     }
 
 
-def error_body(message: str, *, kind: str = "invalid_request_error") -> dict:
+def error_body(message: str, *, kind: str = "invalid_request_error") -> dict[str, Any]:
     """An OpenAI-style error object."""
     return {"error": {"message": message, "type": kind, "param": None, "code": None}}
