@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 import attrs
 
@@ -120,8 +120,11 @@ def _check_output_type(instance: Any, attribute: attrs.Attribute[Any], value: An
         OutputSpec.of(value)  # raises AgentDefinitionError naming the field
 
 
-def _to_values(kind: type, field: str) -> Any:
-    def convert(value: Any) -> tuple[Any, ...]:
+_T = TypeVar("_T")
+
+
+def _to_values(kind: type[_T], field: str) -> Callable[[Any], tuple[_T, ...]]:
+    def convert(value: Any) -> tuple[_T, ...]:
         if value is None:
             return ()
         if isinstance(value, (str, bytes, kind)) or not isinstance(value, Iterable):
@@ -137,9 +140,17 @@ def _to_values(kind: type, field: str) -> Any:
     return convert
 
 
-def _to_agents(value: Any) -> tuple[Any, ...]:
+def _to_agents(value: Any) -> tuple[Agent, ...]:
     # Agent is defined below; the converter runs at construction, when it exists.
     return _to_values(Agent, "agents")(value)
+
+
+def _to_handoffs(value: Any) -> tuple[Handoff, ...]:
+    return _to_values(Handoff, "handoffs")(value)
+
+
+def _to_guardrails(value: Any) -> tuple[Guardrail, ...]:
+    return _to_values(Guardrail, "guardrails")(value)
 
 
 def _to_strategy(value: Any) -> Strategy | None:
@@ -248,7 +259,7 @@ class Agent:
     router: Agent | Callable[[str], Any] | None = attrs.field(kw_only=True, default=None,
                                                                    validator=_check_router)
     #: ``strategy="swarm"``: rules that pass the conversation to another agent.
-    handoffs: tuple[Handoff, ...] = attrs.field(kw_only=True, default=(), converter=_to_values(Handoff, "handoffs"))
+    handoffs: tuple[Handoff, ...] = attrs.field(kw_only=True, default=(), converter=_to_handoffs)
     #: ``strategy="plan_execute"``: the agent whose answer is a JSON plan of calls of this agent's tools.
     planner: Agent | None = attrs.field(kw_only=True, default=None, validator=_check_slot)
     #: ``strategy="plan_execute"``: the agent that answers when the plan is missing, invalid or fails.
@@ -263,7 +274,7 @@ class Agent:
     synthesize: bool = attrs.field(kw_only=True, default=True, validator=_check_bool)
     #: Checks of the model's answer before it leaves the run (see :class:`Guardrail`).
     guardrails: tuple[Guardrail, ...] = attrs.field(kw_only=True, default=(),
-                                                     converter=_to_values(Guardrail, "guardrails"),
+                                                     converter=_to_guardrails,
                                                      validator=_check_unique_names)
 
     #: ``stop_when(text, turn)``: True ends the loop after that turn (run as a worker task here).

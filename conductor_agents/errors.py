@@ -96,7 +96,7 @@ class ToolDefinitionError(ConductorAgentsError, TypeError):
 # --- raised by tools ---------------------------------------------------------------
 
 
-class ToolRetry(ConductorAgentsError):
+class ToolRetry(ConductorAgentsError):  # noqa: N818 - a public name; a request to retry, not an error
     """Raise it in a tool to have the same call delivered again, ``after_seconds`` later (whole
     seconds, rounded up, at least 1).
 
@@ -118,7 +118,7 @@ class ToolRetry(ConductorAgentsError):
         self.after_seconds = float(after_seconds)
 
 
-class ToolCancelled(ConductorAgentsError):
+class ToolCancelled(ConductorAgentsError):  # noqa: N818 - a public name; a signal, not an error
     """Raised by :meth:`ToolContext.check_cancelled` once the call is cancelled.
 
     Let it propagate: it is not reported as a tool failure (see ``docs/tools.md``). ``reason`` is

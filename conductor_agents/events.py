@@ -297,7 +297,9 @@ def _error(common: dict[str, Any], data: Mapping[str, Any]) -> ErrorEvent:
 
 
 def _waiting(common: dict[str, Any], data: Mapping[str, Any]) -> WaitingEvent:
-    pending = data.get("pendingTool") if isinstance(data.get("pendingTool"), Mapping) else {}
+    pending = data.get("pendingTool")
+    if not isinstance(pending, Mapping):
+        pending = {}
     ref = pending.get("taskRefName")
     return WaitingEvent(**common, pending_tool=pending, task_reference_name=str(ref) if ref else None)
 

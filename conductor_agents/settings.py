@@ -285,7 +285,7 @@ class AgentSettings:
 
     def continuation_for(self, agent: Any) -> Continuation:
         """The agent's own :class:`~conductor_agents.Continuation`, or the one these settings give."""
-        own = getattr(agent, "continuation", None)
+        own: Continuation | None = getattr(agent, "continuation", None)
         if own is not None:
             return own
         if not self.continuation_enabled:

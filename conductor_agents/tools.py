@@ -32,8 +32,8 @@ from ._tooldefs.tooldef import (
 )
 from .errors import ConfigurationError, ToolDefinitionError
 
-__all__ = ["ApiTool", "HttpTool", "HumanTool", "McpTool", "ToolArgumentsError", "ToolDef", "ToolRegistry", "WaitForMessageTool",
-           "as_tool", "tool"]
+__all__ = ["ApiTool", "HttpTool", "HumanTool", "McpTool", "ToolArgumentsError", "ToolDef", "ToolRegistry",
+           "WaitForMessageTool", "as_tool", "tool"]
 
 MAX_BATCH_SIZE = 100  # the server's maxBatchSize for pull_workflow_messages
 
@@ -91,17 +91,17 @@ def tool(
         ToolDefinitionError: the function cannot be a tool (missing or unsupported hint,
             ``*args``, bad name, generator...); the message names the function and parameter.
     """
-    options = dict(
-        name=name, description=description, stateful=stateful, timeout_seconds=timeout_seconds,
-        approval_required=approval_required, credentials=credentials, guardrails=guardrails,
-    )
+    def make(f: Any) -> ToolDef:
+        return _make_tool(f, name=name, description=description, stateful=stateful, timeout_seconds=timeout_seconds,
+                          approval_required=approval_required, credentials=credentials, guardrails=guardrails)
+
     if func is None:
-        return lambda f: _make_tool(f, **options)
+        return make
     if not callable(func) and not isinstance(func, (staticmethod, classmethod)):
         raise ToolDefinitionError(
             f"@tool got {func!r}, which is not a function; to set options use @tool(name=...)"
         )
-    return _make_tool(func, **options)
+    return make(func)
 
 
 def as_tool(obj: ToolDef | FuncT) -> ToolDef:
@@ -219,7 +219,7 @@ def _tool_tuple(tools: Iterable[ToolDef]) -> tuple[ToolDef, ...]:
 
 
 @attrs.frozen(repr=False)
-class ToolRegistry(collections.abc.Sequence):
+class ToolRegistry(collections.abc.Sequence[ToolDef]):
     """An immutable, ordered sequence of tools with unique names.
 
     Use it wherever a list of tools goes: ``tools=ToolRegistry.from_instance(obj)`` or
@@ -279,6 +279,12 @@ class ToolRegistry(collections.abc.Sequence):
     def get(self, name: str, default: ToolDef | None = None) -> ToolDef | None:
         """The tool called ``name``, else ``default``."""
         return next((t for t in self._tools if t.name == name), default)
+
+    @overload
+    def __getitem__(self, index: int) -> ToolDef: ...
+
+    @overload
+    def __getitem__(self, index: slice) -> ToolRegistry: ...
 
     def __getitem__(self, index: int | slice) -> ToolDef | ToolRegistry:
         if isinstance(index, slice):

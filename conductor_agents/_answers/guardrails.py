@@ -56,7 +56,8 @@ class GuardrailResult:
     fixed_output: str | None = None
 
 
-def _fail(message: str, field: str, value: Any, kind: type = AgentDefinitionError) -> Exception:
+def _fail(message: str, field: str, value: Any,
+          kind: type[AgentDefinitionError | AgentTypeError] = AgentDefinitionError) -> Exception:
     return kind(f"Guardrail: {message}", field=field, value=value)
 
 

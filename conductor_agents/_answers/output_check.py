@@ -104,7 +104,7 @@ def output_check_worker(agent_name: str, spec: OutputSpec, retries: int, max_tur
     """The worker ToolDef of the answer check of the agent ``agent_name``."""
     return ToolDef(name=output_check_task_name(agent_name), description=f"output_type check of {agent_name}",
                    input_schema={"type": "object", "properties": {}},
-                   func=OutputCheck(spec, retries, max_turns))  # type: ignore[arg-type]
+                   func=OutputCheck(spec, retries, max_turns))
 
 
 def output_check_config(agent_name: str, max_turns: int) -> dict[str, Any]:

@@ -62,10 +62,10 @@ class OutputSpec:
                 field="output_type", value=output_type)
         try:
             schema, convert = _schema.hint_schema(output_type)
-        except _schema._Unsupported as err:
+        except _schema.UnsupportedHintError as err:
             raise AgentDefinitionError(
                 f"Agent.output_type {output_type.__qualname__} cannot be described as JSON: "
-                f"{_schema._hint_name(err.hint)}{err.reason}", field="output_type", value=output_type) from None
+                f"{_schema.hint_name(err.hint)}{err.reason}", field="output_type", value=output_type) from None
         return cls(output_type=output_type, schema=schema, convert=convert or (lambda v: v))
 
     def to_config(self) -> dict[str, Any]:
@@ -83,7 +83,7 @@ class OutputSpec:
             return None, [_as_field(p) for p in problems]
         try:
             return self.convert(checked), []
-        except Exception as err:  # pydantic validators, a class's own __init__ checks
+        except Exception as err:  # noqa: BLE001 - the user's class: pydantic validators, its own __init__ checks
             return None, [f"{type(err).__name__}: {err}"]
 
 

@@ -14,7 +14,7 @@ Pure values and functions; thread-safe.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..errors import MissingSecretError
@@ -29,7 +29,7 @@ _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _MIN_REDACTED_LENGTH = 4
 
 
-def check_credential_names(value: Any, *, what: str, error: type) -> tuple[str, ...]:
+def check_credential_names(value: Any, *, what: str, error: Callable[[str], Exception]) -> tuple[str, ...]:
     """``value`` (names of secrets) as a tuple of unique names, in order.
 
     Raises:
@@ -39,7 +39,7 @@ def check_credential_names(value: Any, *, what: str, error: type) -> tuple[str, 
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
         raise error(f"{what} must be a list of secret names, got {value!r}")
-    names = []
+    names: list[str] = []
     for name in value:
         if not isinstance(name, str) or not _NAME.fullmatch(name):
             raise error(f"{what}: {name!r} is not a secret name (letters, digits and '_', starting with a "

@@ -109,7 +109,8 @@ class RunWatch:
         self.last_sampled = 0.0  # monotonic time of the last request for this run (set by watch())
 
     def __repr__(self) -> str:
-        return f"RunWatch(execution_id={self.execution_id!r}, domain={self.domain!r}, stalled={self._stall is not None})"
+        return (f"RunWatch(execution_id={self.execution_id!r}, domain={self.domain!r}, "
+                f"stalled={self._stall is not None})")
 
     @property
     def stall(self) -> WorkerStallError | None:
@@ -200,7 +201,7 @@ class RunWatchdog:
         self._closed = False
         self.threads_started = 0
         # workflow name -> (when fetched, its running ids); only the watchdog thread touches it
-        self._running: dict[str, tuple[float, frozenset]] = {}
+        self._running: dict[str, tuple[float, frozenset[str]]] = {}
         self._running_refused = False  # the server does not list running ids: sample each run
 
     # -- registration -----------------------------------------------------------------
@@ -362,7 +363,7 @@ class RunWatchdog:
         """Sample every run that is due now, on the caller's thread; how many (tests, fake clock)."""
         sampled = 0
         while True:
-            run, delay = self._next_due()
+            run, _ = self._next_due()
             if run is None:
                 return sampled
             self.sample(run)

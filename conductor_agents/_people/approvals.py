@@ -31,7 +31,7 @@ from __future__ import annotations
 import threading
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.json_check import json_copy
@@ -69,7 +69,7 @@ _SAMPLE_SECONDS = 0.25
 #: A question whose turn's JOIN has not completed by then is decided by the answer stored on the task.
 SETTLE_SECONDS = 3.0
 
-Target = Union[PendingRequest, str, None]
+Target = PendingRequest | str | None
 #: A run as read for an answer: its execution id and its workflow with tasks.
 Run = tuple[str, Mapping[str, Any]]
 
@@ -131,7 +131,9 @@ def approve(api: ConductorApi, execution_id: str, *, reason: str | None = None, 
     reason = optional_text(reason, "reason")
 
     def payload(kind: str) -> dict[str, Any]:
-        out: dict[str, Any] = {"approved": True} if kind == PendingRequest.REVIEW else {"approved": True, DECISION: "approved"}
+        out: dict[str, Any] = {"approved": True}
+        if kind != PendingRequest.REVIEW:
+            out[DECISION] = "approved"
         if reason:
             out["reason"] = reason
         return out

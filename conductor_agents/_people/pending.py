@@ -155,8 +155,9 @@ class PendingRequest:
         inputs = _freeze(task.get("inputData"))
         ref = str(task.get("referenceTaskName") or "")
         started = task.get("startTime") or task.get("scheduledTime")
-        common = dict(execution_id=execution_id, task_id=str(task.get("taskId") or ""), task_reference_name=ref,
-                      since=started / 1000.0 if isinstance(started, (int, float)) and started > 0 else None)
+        common: dict[str, Any] = {
+            "execution_id": execution_id, "task_id": str(task.get("taskId") or ""), "task_reference_name": ref,
+            "since": started / 1000.0 if isinstance(started, (int, float)) and started > 0 else None}
         if is_approval_task(task):
             calls = tuple(_tool_call(c) for c in inputs.get("tool_calls") or () if isinstance(c, Mapping))
             return cls(kind=cls.APPROVAL, tool_calls=calls, **common)
@@ -403,9 +404,9 @@ def approval_decision(tasks: Sequence[Mapping[str, Any]], execution_id: str,
     for task in tasks:
         ref = str(task.get("referenceTaskName") or "")
         seq = int(task.get("seq") or 0)
-        if f"{APPROVAL_MARK}_process" in ref and task.get("status") == "COMPLETED" and seq < before_seq:
-            if latest is None or seq > latest[0]:
-                latest = (seq, task)
+        if f"{APPROVAL_MARK}_process" in ref and task.get("status") == "COMPLETED" and seq < before_seq and (
+                latest is None or seq > latest[0]):
+            latest = (seq, task)
     if latest is None:
         return None
     ref = str(latest[1].get("referenceTaskName") or "").replace("_process", "", 1)

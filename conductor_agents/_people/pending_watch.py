@@ -129,7 +129,7 @@ class PendingMonitor:
                 self._forget(execution_id)  # the listener ended (or the run, when it is not continued)
             return  # else a switch was committed since the runs were looked up: look again next time
         requests: list[PendingRequest] = []
-        for run, status in zip(runs, statuses):
+        for run, status in zip(runs, statuses, strict=True):
             if status is not None and not RunStatus.parse(status.get("status")).is_terminal and \
                     waits_on_person(status):
                 requests.extend(r.known_as(execution_id)

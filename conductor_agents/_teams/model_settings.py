@@ -21,7 +21,8 @@ import attrs
 from .._common.checks import Refusal, a_bool, a_number, an_int, optional
 from ..errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["METADATA_KEY", "MODEL_PATTERN", "ModelSettings", "REASONING_EFFORTS", "apply_model_settings", "recorded_model_settings"]
+__all__ = ["METADATA_KEY", "MODEL_PATTERN", "ModelSettings", "REASONING_EFFORTS", "apply_model_settings",
+           "recorded_model_settings"]
 
 #: Where the settings of a run are recorded in its ``agentConfig.metadata`` (the server keeps the config
 #: in the run's workflow definition: ``workflowDefinition.metadata.agentDef``).
@@ -94,10 +95,7 @@ class ModelSettings:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as recorded in a run's config (None fields left out)."""
-        out: dict[str, Any] = {"subAgents": self.sub_agents}
-        for key, value in self._config_fields().items():
-            out[key] = value
-        return out
+        return {"subAgents": self.sub_agents, **self._config_fields()}
 
     @classmethod
     def from_dict(cls, data: Any) -> ModelSettings | None:
@@ -152,10 +150,8 @@ def _apply(config: dict[str, Any], settings: ModelSettings) -> None:
 
 
 def _agent_tools(config: Mapping[str, Any]) -> list[str]:
-    found: list[str] = []
-    for tool in config.get("tools") or ():
-        if isinstance(tool, Mapping) and tool.get("toolType") == "agent_tool":
-            found.append(str(tool.get("name")))
+    found = [str(tool.get("name")) for tool in config.get("tools") or ()
+             if isinstance(tool, Mapping) and tool.get("toolType") == "agent_tool"]
     for key in _INLINE_AGENTS:
         value = config.get(key)
         for sub in value if isinstance(value, list) else [value]:

@@ -19,7 +19,7 @@ Pure values; thread-safe.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import attrs
@@ -34,7 +34,7 @@ __all__ = ["Termination", "termination_worker"]
 
 _KINDS = ("text_mention", "stop_message", "max_message", "token_usage", "and", "or")
 #: The input key under which the executor hands a token-usage check the run's usage.
-TOKEN_USAGE_INPUT = "token_usage"
+TOKEN_USAGE_INPUT = "token_usage"  # noqa: S105 - an input key, not a secret
 _LIMITS = (("max_total_tokens", "maxTotalTokens", "totalTokens"),
            ("max_prompt_tokens", "maxPromptTokens", "promptTokens"),
            ("max_completion_tokens", "maxCompletionTokens", "completionTokens"))
@@ -42,6 +42,10 @@ _LIMITS = (("max_total_tokens", "maxTotalTokens", "totalTokens"),
 
 _check_limit = optional(an_int(at_least=1, refusal=Refusal(AgentDefinitionError, prefix="Termination.token_usage: ",
                                                             field="termination")))
+
+
+def _to_conditions(value: Iterable[Termination]) -> tuple[Termination, ...]:
+    return tuple(value)
 
 
 def _check_conditions(instance: Termination, attribute: attrs.Attribute[Any], value: tuple[Any, ...]) -> None:
@@ -61,7 +65,8 @@ class Termination:
     text: str | None = None
     case_sensitive: bool = True
     count: int | None = None
-    conditions: tuple[Termination, ...] = attrs.field(default=(), converter=tuple, validator=_check_conditions)
+    conditions: tuple[Termination, ...] = attrs.field(default=(), converter=_to_conditions,
+                                                      validator=_check_conditions)
     max_total_tokens: int | None = attrs.field(default=None, validator=_check_limit, kw_only=True)
     max_prompt_tokens: int | None = attrs.field(default=None, validator=_check_limit, kw_only=True)
     max_completion_tokens: int | None = attrs.field(default=None, validator=_check_limit, kw_only=True)

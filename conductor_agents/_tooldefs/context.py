@@ -38,7 +38,7 @@ class CancelReason:
 class _Signals:
     """The mutable half of a context: its two events and why it was cancelled. Thread-safe."""
 
-    __slots__ = ("cancelled", "stop_requested", "reason", "_lock")
+    __slots__ = ("_lock", "cancelled", "reason", "stop_requested")
 
     def __init__(self) -> None:
         self.cancelled = threading.Event()
@@ -63,6 +63,14 @@ def call_key(workflow_id: str, reference_name: str, iteration: int = 0) -> str:
     if iteration and not reference_name.endswith(f"__{iteration}"):
         key += f"#{iteration}"
     return key
+
+
+def _read_only(value: Mapping[str, Any]) -> Mapping[str, Any]:
+    return types.MappingProxyType(dict(value))
+
+
+def _secret_values(value: SecretValues | Mapping[str, Any]) -> SecretValues:
+    return value if isinstance(value, SecretValues) else SecretValues(value)
 
 
 @attrs.frozen
@@ -96,10 +104,9 @@ class ToolContext:
     reference_name: str = ""
     idempotency_key: str = attrs.field()
     tool_name: str = ""
-    state: Mapping[str, Any] = attrs.field(factory=dict, converter=lambda v: types.MappingProxyType(dict(v)),
-                                           eq=False, repr=False)
+    state: Mapping[str, Any] = attrs.field(factory=dict, converter=_read_only, eq=False, repr=False)
     _secrets: SecretValues = attrs.field(factory=SecretValues, eq=False, repr=False, alias="secrets",
-                                         converter=lambda v: v if isinstance(v, SecretValues) else SecretValues(v))
+                                         converter=_secret_values)
     _signals: _Signals = attrs.field(factory=_Signals, eq=False, repr=False, alias="_signals")
     _updates: StateUpdates = attrs.field(factory=StateUpdates, eq=False, repr=False, alias="_updates")
 

@@ -55,7 +55,7 @@ def check_context(context: Any, *, what: str = "context") -> dict[str, Any]:
     if any(not isinstance(key, str) for key in context):
         raise PayloadError(f"{what} keys must be strings")
     try:
-        copy = json_copy(context)
+        copy: dict[str, Any] = json_copy(context)
     except TypeError as err:
         raise PayloadError(f"{what} is not JSON: {err}") from None
     total = 0
@@ -99,7 +99,7 @@ def state_of_task(input_data: Mapping[str, Any]) -> Mapping[str, Any]:
 class StateUpdates:
     """The updates one tool call makes to its run's context. Thread-safe."""
 
-    __slots__ = ("_updates", "_lock")
+    __slots__ = ("_lock", "_updates")
 
     def __init__(self) -> None:
         self._updates: dict[str, Any] = {}

@@ -13,6 +13,7 @@ Two halves, both pure functions without shared state (thread-safe):
 from __future__ import annotations
 
 import collections.abc
+import contextlib
 import enum
 import functools
 import inspect
@@ -30,8 +31,8 @@ from ..errors import ToolDefinitionError
 from .context import ToolContext
 
 __all__ = [
-    "SignatureSchema", "check_arguments", "check_value", "describe", "hint_schema", "is_valid",
-    "json_copy", "json_type", "parse_docstring", "signature_schema",
+    "SignatureSchema", "UnsupportedHintError", "check_arguments", "check_value", "describe", "hint_schema", "is_valid",
+    "hint_name", "json_copy", "json_type", "parse_docstring", "signature_schema",
 ]
 
 Converter = Callable[[Any], Any]
@@ -118,7 +119,7 @@ def signature_schema(func: Callable[..., Any], *, skip_first: bool) -> Signature
             required.append(param.name)
         if converter is not None:
             converters[param.name] = converter
-    schema = {"type": "object", "properties": properties, "required": required}
+    schema: dict[str, Any] = {"type": "object", "properties": properties, "required": required}
     schema["additionalProperties"] = False
     return SignatureSchema(schema=schema, converters=converters, summary=summary, context_param=context_param)
 
@@ -181,26 +182,24 @@ def _parameter_schema(
         )
     hint, description = _split_annotated(hints[name])
     if param.default is None and not _accepts_none(hint):
-        hint = Optional[hint]
+        hint = Optional[hint]  # noqa: UP045 - a hint built at runtime: `|` refuses some (a string)
     try:
         schema, converter = hint_schema(hint)
-    except _Unsupported as err:
-        detail = "" if err.hint is hint else f" (in {_hint_name(hint)})"
+    except UnsupportedHintError as err:
+        detail = "" if err.hint is hint else f" (in {hint_name(hint)})"
         raise ToolDefinitionError(
             f"{where}: parameter {name!r} has the unsupported type hint "
-            f"{_hint_name(err.hint)}{detail}{err.reason}; supported: {SUPPORTED_HINTS}"
+            f"{hint_name(err.hint)}{detail}{err.reason}; supported: {SUPPORTED_HINTS}"
         ) from None
     if description:
         schema["description"] = description
     if param.default is not inspect.Parameter.empty:
-        try:
+        with contextlib.suppress(TypeError):  # not JSON: the schema simply does not advertise it
             schema["default"] = json_copy(param.default)
-        except TypeError:
-            pass  # not JSON: the schema simply does not advertise it
     return schema, converter
 
 
-class _Unsupported(Exception):
+class UnsupportedHintError(Exception):
     """A hint (possibly nested) that has no JSON-schema equivalent."""
 
     def __init__(self, hint: Any, reason: str = "") -> None:
@@ -209,7 +208,7 @@ class _Unsupported(Exception):
         self.reason = reason
 
 
-def _hint_name(hint: Any) -> str:
+def hint_name(hint: Any) -> str:
     if inspect.isclass(hint) and get_origin(hint) is None:
         return hint.__qualname__
     return _MODULE_PREFIX.sub("", repr(hint))  # "typing.Optional[a.b.C]" -> "Optional[C]"
@@ -224,7 +223,7 @@ def _split_annotated(hint: Any) -> tuple[Any, str | None]:
         texts = [_first_text(a.__metadata__) for a in args if get_origin(a) is typing.Annotated]
         if len(texts) == 1 and texts[0]:
             plain = tuple(a.__origin__ if get_origin(a) is typing.Annotated else a for a in args)
-            return typing.Union[plain], texts[0]
+            return typing.Union[plain], texts[0]  # noqa: UP007 - a Union of a tuple built at runtime
     return hint, None
 
 
@@ -247,7 +246,7 @@ def hint_schema(hint: Any) -> tuple[dict[str, Any], Converter | None]:
     """The JSON schema of a (parameter-less) hint, and a converter when Python wants other values.
 
     Raises:
-        _Unsupported: the hint, or one nested in it, has no JSON-schema equivalent.
+        UnsupportedHintError: the hint, or one nested in it, has no JSON-schema equivalent.
     """
     if hint is Any:
         return {}, None
@@ -277,8 +276,8 @@ def hint_schema(hint: Any) -> tuple[dict[str, Any], Converter | None]:
         try:
             return _structured.structured_schema(hint, hint_schema)
         except _structured.StructuredError as err:
-            raise _Unsupported(hint, f": {err}") from None
-    raise _Unsupported(hint)
+            raise UnsupportedHintError(hint, f": {err}") from None
+    raise UnsupportedHintError(hint)
 
 
 def _to_float(value: Any) -> Any:
@@ -286,7 +285,7 @@ def _to_float(value: Any) -> Any:
 
 
 def _enum_converter(cls: type) -> Converter:
-    return lambda value: cls(value)
+    return cls
 
 
 def _union_schema(args: tuple[Any, ...]) -> tuple[dict[str, Any], Converter | None]:
@@ -309,11 +308,11 @@ def _enum_schema(hint: Any, values: list[Any]) -> dict[str, Any]:
     for value in values:
         kind = json_type(value)
         if kind not in ("string", "integer", "number", "boolean", "null"):
-            raise _Unsupported(hint, f": value {value!r} is not a JSON string, number or boolean")
+            raise UnsupportedHintError(hint, f": value {value!r} is not a JSON string, number or boolean")
         if kind not in types_seen:
             types_seen.append(kind)
     if not values:
-        raise _Unsupported(hint, ": it has no values")
+        raise UnsupportedHintError(hint, ": it has no values")
     kind_field: Any = types_seen[0] if len(types_seen) == 1 else types_seen
     return {"type": kind_field, "enum": values}
 
@@ -322,7 +321,7 @@ def _array_schema(
     hint: Any, base: Any, args: tuple[Any, ...]
 ) -> tuple[dict[str, Any], Converter | None]:
     if base is tuple and args and not (len(args) == 2 and args[1] is Ellipsis):
-        raise _Unsupported(hint, ": only variable-length tuples (tuple[X, ...]) are supported")
+        raise UnsupportedHintError(hint, ": only variable-length tuples (tuple[X, ...]) are supported")
     items, inner = hint_schema(args[0]) if args else ({}, None)
     schema: dict[str, Any] = {"type": "array", "items": items}
     make = tuple if base is tuple else list
@@ -335,7 +334,7 @@ def _array_schema(
 
 def _object_schema(hint: Any, args: tuple[Any, ...]) -> tuple[dict[str, Any], Converter | None]:
     if args and args[0] is not str:
-        raise _Unsupported(hint, ": JSON object keys are strings, so the key type must be str")
+        raise UnsupportedHintError(hint, ": JSON object keys are strings, so the key type must be str")
     values, inner = hint_schema(args[1]) if args else ({}, None)
     schema: dict[str, Any] = {"type": "object"}
     if values:

@@ -86,16 +86,26 @@ _TOOL = Refusal(ToolDefinitionError)
 _check_bool = a_bool(refusal=_TOOL)
 
 
-def _json_object(what: str) -> Callable[[Any], dict[str, Any]]:
-    def convert(value: Any) -> dict[str, Any]:
-        if not isinstance(value, collections.abc.Mapping):
-            raise ToolDefinitionError(f"{what} must be a mapping, got {value!r}")
-        try:
-            return _json_check.json_copy(value)
-        except TypeError as err:
-            raise ToolDefinitionError(f"{what} must be JSON: {err}") from None
+def _json_object(what: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, collections.abc.Mapping):
+        raise ToolDefinitionError(f"{what} must be a mapping, got {value!r}")
+    try:
+        copied: dict[str, Any] = _json_check.json_copy(value)
+    except TypeError as err:
+        raise ToolDefinitionError(f"{what} must be JSON: {err}") from None
+    return copied
 
-    return convert
+
+def _to_input_schema(value: Any) -> dict[str, Any]:
+    return _json_object("input_schema", value)
+
+
+def _to_config(value: Any) -> dict[str, Any]:
+    return _json_object("config", value)
+
+
+def _to_converters(value: Mapping[str, Callable[[Any], Any]]) -> Mapping[str, Callable[[Any], Any]]:
+    return types.MappingProxyType(dict(value))
 
 
 def _check_schema(tool: ToolDef, _: Any, schema: dict[str, Any]) -> None:
@@ -182,6 +192,9 @@ class ToolCheck:
 
     __slots__ = ()
 
+    name: str
+    on_fail: str
+
 
 def _to_guardrails(value: Any) -> tuple[Any, ...]:
     if value is None:
@@ -229,7 +242,7 @@ class ToolDef:
     description: str = attrs.field(default="", validator=_check_str)
     _input_schema: dict[str, Any] = attrs.field(
         factory=_empty_object_schema,
-        converter=_json_object("input_schema"),
+        converter=_to_input_schema,
         validator=_check_schema,
         alias="input_schema",
         repr=False,
@@ -241,7 +254,7 @@ class ToolDef:
     # Not in the repr: an HTTP or MCP tool's headers live here (secrets belong in ${NAME}
     # placeholders, but a literal token must not reach a log through a repr either).
     _config: dict[str, Any] = attrs.field(
-        factory=dict, converter=_json_object("config"), alias="config", hash=False, repr=False
+        factory=dict, converter=_to_config, alias="config", hash=False, repr=False
     )
     timeout_seconds: int = attrs.field(default=0, validator=_check_timeout)
     #: A person must approve each call before it runs (``handle.approve()`` / ``reject(reason)``).
@@ -260,7 +273,7 @@ class ToolDef:
     _kind: str = attrs.field(default=FUNCTION, alias="_kind", repr=False)
     # Per-parameter converters from checked JSON values to hinted Python values (set by @tool).
     _converters: Mapping[str, Callable[[Any], Any]] = attrs.field(
-        factory=dict, converter=lambda c: types.MappingProxyType(dict(c)), alias="_converters",
+        factory=dict, converter=_to_converters, alias="_converters",
         eq=False, repr=False,
     )
     # The parameter that receives the ToolContext (set by @tool), if the function declares one.
@@ -269,12 +282,14 @@ class ToolDef:
     @property
     def input_schema(self) -> dict[str, Any]:
         """The JSON schema of the arguments (a copy)."""
-        return _json_check.json_copy(self._input_schema)
+        copied: dict[str, Any] = _json_check.json_copy(self._input_schema)
+        return copied
 
     @property
     def config(self) -> dict[str, Any]:
         """The tool-type specific configuration sent to the server (a copy)."""
-        return _json_check.json_copy(self._config)
+        copied: dict[str, Any] = _json_check.json_copy(self._config)
+        return copied
 
     @property
     def is_worker(self) -> bool:
@@ -290,7 +305,7 @@ class ToolDef:
 
     def to_config(self) -> dict[str, Any]:
         """The server's ``ToolConfig`` for this tool (camelCase, JSON-ready)."""
-        config = {
+        config: dict[str, Any] = {
             "name": self.name,
             "description": self.description or self.name,
             "inputSchema": self.input_schema,

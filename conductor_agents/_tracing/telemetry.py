@@ -20,6 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from .._version import __version__
 from .carrier import carrier_of, is_traceparent
@@ -56,7 +57,7 @@ def _after_fork_in_child(ref: weakref.ref[Telemetry]) -> None:
 
 
 class _OpenRun:
-    __slots__ = ("span", "agent_name", "owner", "started", "execution_id", "ended")
+    __slots__ = ("agent_name", "ended", "execution_id", "owner", "span", "started")
 
     def __init__(self, span: Any, agent_name: str, owner: Any) -> None:
         self.span = span
@@ -193,7 +194,7 @@ class Telemetry:
             if status == "TERMINATED" and continued(workflow.get("reasonForIncompletion")):
                 status = "CONTINUED"  # a listener's next run took over: its normal end
             self._model_turns(workflow.get("tasks") or (), span)
-        except Exception as err:  # the span still ends; its turns are missing
+        except Exception as err:  # noqa: BLE001 - whatever reading the run raises, the span still ends
             span.set_attribute("conductor_agents.turns_unread", error_type(err))
         attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": run.agent_name}
         if status:
@@ -236,11 +237,12 @@ class Telemetry:
             if given.get("llmProvider"):
                 common["gen_ai.provider.name"] = str(given["llmProvider"])
             status = str(task.get("status") or "")
-            attributes = dict(common)
+            attributes: dict[str, AttributeValue] = dict(common)
+            tokens: dict[str, int] = {}
             for key, field in (("gen_ai.usage.input_tokens", "promptTokens"),
                                ("gen_ai.usage.output_tokens", "completionTokens")):
                 if isinstance(output.get(field), int):
-                    attributes[key] = output[field]
+                    attributes[key] = tokens[key] = output[field]
             if output.get("finishReason"):
                 attributes["gen_ai.response.finish_reasons"] = [str(output["finishReason"]).lower()]
             if output.get("responseId"):
@@ -257,14 +259,14 @@ class Telemetry:
             span.end(end_time=int(task["endTime"]) * 1_000_000)
             self._duration.record(max(0.0, (int(task["endTime"]) - start_ms) / 1000.0), common)
             for kind, key in (("input", "gen_ai.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens")):
-                if key in attributes:
-                    self._tokens.record(attributes[key], {**common, "gen_ai.token.type": kind})
+                if key in tokens:
+                    self._tokens.record(tokens[key], {**common, "gen_ai.token.type": kind})
 
     # -- tools ------------------------------------------------------------------------
 
     def tool_call(self, execution_id: str, tool_name: str, *, call_id: str, attempt: int,
                   read_workflow: Callable[[str], Mapping[str, Any]]) -> _ToolSpan:
-        attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name,
+        attributes: dict[str, AttributeValue] = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": tool_name,
                       "gen_ai.tool.type": "function", "gen_ai.tool.call.id": call_id,
                       "conductor_agents.tool.attempt": attempt, "conductor_agents.execution_id": execution_id}
         parent = self._parent_of(execution_id, read_workflow)
