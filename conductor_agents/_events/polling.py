@@ -198,8 +198,8 @@ def _in_order(keyed: list[_Keyed], workflow: Mapping[str, Any], execution_id: st
     events = [event for _, event in keyed]
     status = str(workflow.get("status") or "")
     ended = _ms(workflow.get("endTime") or workflow.get("updateTime"))
-    common = {"execution_id": execution_id, "id": f"run:{status}", "timestamp": _seconds(ended),
-              "source": SOURCE_POLL}
+    common: dict[str, Any] = {"execution_id": execution_id, "id": f"run:{status}", "timestamp": _seconds(ended),
+                              "source": SOURCE_POLL}
     if status == "COMPLETED":
         output = workflow.get("output")
         events.append(DoneEvent(**common, output=output if isinstance(output, Mapping) else {}))

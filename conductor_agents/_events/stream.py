@@ -146,7 +146,7 @@ class _Reader:
         """The thread's body: deliver events, then the end marker (or the error that ended it)."""
         try:
             ended = self._run()
-        except BaseException as err:
+        except BaseException as err:  # noqa: BLE001 - whatever ends the reader is handed to the consumer
             if not self._stop.is_set():
                 log.debug("event reader of %s failed: %s", self._execution_id, err)
                 self._emit(_Failure(err))
@@ -373,7 +373,8 @@ class _Reader:
         budget = TransientErrors(self._max_transient)
         while not self._stopped():
             try:
-                return self._api.agent_status(self._execution_id, timeout=10.0)
+                status: dict[str, Any] = self._api.agent_status(self._execution_id, timeout=10.0)
+                return status
             except (ServerUnavailableError, HttpError) as err:
                 if not budget.tolerate(err):
                     raise
@@ -501,7 +502,8 @@ class EventStream:
             log.debug("run %s: %s event %s from %s", self.execution_id, item.kind, item.id, item.source)
             if item.ends_run:
                 self.close()
-            return item
+            event: AgentEvent = item
+            return event
 
     def close(self) -> None:
         """Stop reading, close the connection and join the reader thread. Idempotent."""

@@ -6,7 +6,9 @@ for the runtime and the handle alike), check delivery (:mod:`.delivery`), read s
 over (:mod:`.signals`). The serving process retires the older ended links
 (:mod:`.retention`) after writing where the newest is (:mod:`.head`).
 
-May import: :mod:`.._events`, :mod:`.._teams` (a start's model settings), :mod:`.._people`, :mod:`.._tooldefs`, :mod:`.._wire`, :mod:`.._common`, and the public modules
+May import: :mod:`.._events`, :mod:`.._teams` (a start's model settings), :mod:`.._people`, :mod:`.._tooldefs`,
+:mod:`.._wire`, :mod:`.._common`, and the public modules
 :mod:`conductor_agents.agent`, :mod:`~conductor_agents.tools`, :mod:`~conductor_agents.continuation`,
-:mod:`~conductor_agents.events`, :mod:`~conductor_agents.settings`, :mod:`~conductor_agents.result` and :mod:`~conductor_agents.errors`.
+:mod:`~conductor_agents.events`, :mod:`~conductor_agents.settings`, :mod:`~conductor_agents.result` and
+:mod:`~conductor_agents.errors`.
 """

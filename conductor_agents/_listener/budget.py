@@ -98,5 +98,6 @@ class SizeModel:
         beta = DIGEST_COPIES * size.digest / turns
         if beta <= 0:
             return max(0.0, (limit - alpha * turns) / max(alpha, 1.0))
-        reach = (-alpha + (alpha * alpha + 4 * beta * limit) ** 0.5) / (2 * beta)  # alpha t + beta t^2 = limit
+        root: float = (alpha * alpha + 4 * beta * limit) ** 0.5
+        reach = (-alpha + root) / (2 * beta)  # alpha t + beta t^2 = limit
         return max(0.0, reach - turns)

@@ -19,6 +19,7 @@ Every process computes the same record from the same final state; the first one 
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -57,7 +58,8 @@ class CommitRecord:
     turns: int = 0  # model turns of every link up to and including the continued one
     messages: int = 0  # messages pulled by every link up to and including the continued one
     record: str = ""  # the compact record, carried forward
-    tokens: TokenUsage = TokenUsage()  # model tokens of every link up to and including the continued one
+    #: Model tokens of every link up to and including the continued one.
+    tokens: TokenUsage = attrs.field(factory=TokenUsage)
 
     def to_output(self) -> dict[str, Any]:
         """The carry task's output: ``result`` for the model, the rest for the SDK."""
@@ -133,10 +135,8 @@ def _call_text(call: Mapping[str, Any]) -> str:
 
 def _result_text(name: Any, output: Any) -> str:
     if isinstance(output, str):
-        try:
+        with contextlib.suppress(ValueError):
             output = json.loads(output)
-        except ValueError:
-            pass
     envelopes = _envelopes(output)
     if envelopes:  # a wait-for-message result: the messages' payloads are what matters
         return f"{name} -> messages {_dump([e.get('payload') for e in envelopes])}"
@@ -156,7 +156,8 @@ def _items_of_message(message: Mapping[str, Any]) -> list[dict[str, Any]]:
                 output = call.get("output")
                 if output is None:
                     output = message.get("message")
-                items.append({"role": "tool", "name": str(call.get("name")), "text": _result_text(call.get("name"), output)})
+                items.append({"role": "tool", "name": str(call.get("name")),
+                              "text": _result_text(call.get("name"), output)})
         if not items and message.get("message"):
             items.append({"role": "tool", "name": "", "text": str(message.get("message"))})
         return items
@@ -178,9 +179,8 @@ def conversation(last_llm: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         if isinstance(message, Mapping):
             items.extend(_items_of_message(message))
     output = last_llm.get("outputData") or {}
-    for call in output.get("toolCalls") or ():
-        if isinstance(call, Mapping):
-            items.append({"role": "tool_call", "name": str(call.get("name")), "text": _call_text(call)})
+    items.extend({"role": "tool_call", "name": str(call.get("name")), "text": _call_text(call)}
+                 for call in output.get("toolCalls") or () if isinstance(call, Mapping))
     result = output.get("result")
     if isinstance(result, str) and result.strip():
         items.append({"role": "assistant", "name": "", "text": result})
@@ -203,10 +203,8 @@ def _record_lines(record: str, items: Sequence[Mapping[str, Any]], limit: int) -
     omitted = 0
     for line in record.splitlines():
         if line.startswith("(") and line.endswith("earlier items omitted)"):
-            try:
+            with contextlib.suppress(ValueError):
                 omitted += int(line[1:].split()[0])
-            except ValueError:
-                pass
     for item in items:
         text = " ".join(str(item.get("text") or "").split())
         if len(text) > _LINE_CHARS:
@@ -228,11 +226,11 @@ def _record_lines(record: str, items: Sequence[Mapping[str, Any]], limit: int) -
 
 def default_text(carry: CarryOver, record: str) -> str:
     """The text a continued run's model is given by default (see ``docs/concepts.md``)."""
-    parts = [
+    parts = [(
         f"You are continuing an earlier conversation. This listener is on run {carry.runs} (it has taken "
         f"{carry.turns} model turns and received {carry.messages_handled} messages so far); it moved to a "
         "fresh run only to keep the server's records small. Nothing was lost, and your tools are the same."
-    ]
+    )]
     if record:
         parts.append("Earlier in the conversation, in short (oldest first):\n" + record)
     kept = carry.exchanges[len(carry.exchanges) - carry.kept:] if carry.kept else ()

@@ -40,8 +40,8 @@ class ChainedEvents:
         self._timeout = float(timeout)
         self._clock = clock
         self._deadline = clock.monotonic() + self._timeout
-        self._options = dict(observer=observer, clock=clock, poll_interval=poll_interval,
-                             max_transient_errors=max_transient_errors)
+        self._options: dict[str, Any] = {"observer": observer, "clock": clock, "poll_interval": poll_interval,
+                                         "max_transient_errors": max_transient_errors}
         # The current run as last known (or ``start``, the run a handle saw the listener end in): its events,
         # then the next's.
         self._link: Link = start if start is not None else directory.newest(chain)

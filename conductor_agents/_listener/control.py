@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Optional
 
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
@@ -36,7 +35,7 @@ log = logging.getLogger("conductor_agents.handle")
 #: Rounds of a cancel: a switch racing it starts a newer run, a stop racing it brings one back.
 _CANCEL_ROUNDS = 3
 
-RunCallback = Optional[Callable[[str], None]]
+RunCallback = Callable[[str], None] | None
 
 
 def stop_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, on_stop: RunCallback) -> bool:
@@ -56,7 +55,7 @@ def stop_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, on
 def cancel_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, reason: str,
                     on_ended: RunCallback) -> None:
     """End every live run at once (TERMINATED), then the listener's mailbox."""
-    cancelled: set = set()
+    cancelled: set[str] = set()
     for _ in range(_CANCEL_ROUNDS):
         links = [link for link in live_links(api, directory, chain)
                  if link.execution_id not in cancelled or is_running(api, link.execution_id)]

@@ -73,7 +73,9 @@ def find_delivery(workflow: Mapping[str, Any], execution_id: str, message_id: st
     for task in _pull_tasks(workflow):
         output = task.get("outputData") or {}
         messages = output.get("messages") if isinstance(output, Mapping) else None
-        for message in messages or ():
+        if not messages:
+            continue
+        for message in messages:
             if isinstance(message, Mapping) and str(message.get("id")) == message_id:
                 return MessageDelivery(
                     execution_id=execution_id, message_id=message_id,

@@ -1,8 +1,8 @@
 """Finding the current run of a continued listener from any id of it (see :mod:`conductor_agents._listener.chain`).
 
 :class:`ChainDirectory` answers, for an execution id a caller holds, which chain it belongs to
-(once per id and process: one small request) and which link is the newest. The newest link it knows is cached per chain; a
-caller that needs the truth asks :meth:`ChainDirectory.refresh`, which probes the links after it
+(once per id and process: one small request) and which link is the newest. The newest link it knows is cached per
+chain; a caller that needs the truth asks :meth:`ChainDirectory.refresh`, which probes the links after it
 (``GET /workflow/{id}/status``, a few hundred bytes each): about ``2 log2(n)`` for a process that
 last looked ``n`` links ago, plus one read of the listener's head hint (:mod:`.head`) when the link
 after the newest one known is missing.
@@ -94,7 +94,8 @@ class ChainDirectory:
         self._lock = threading.Lock()
         rebuild_after_fork(self)
         self._chains: collections.OrderedDict[str, Chain] = collections.OrderedDict()
-        self._newest: collections.OrderedDict[tuple[str, str], Link] = collections.OrderedDict()  # (run id, agent) -> Link
+        # (run id, agent) -> Link
+        self._newest: collections.OrderedDict[tuple[str | None, str | None], Link] = collections.OrderedDict()
         self._accepted: collections.OrderedDict[str, Link] = collections.OrderedDict()  # message id -> link
         self._ended: collections.OrderedDict[str, None] = collections.OrderedDict()  # mailboxes ended here
 
@@ -264,8 +265,9 @@ class ChainDirectory:
         return low
 
     def lowest_kept(self, chain: Chain, below: int) -> int | None:
-        """The lowest link after ``chain.first`` (from link 0 for a mailbox's chain) and at most ``below`` that retention has not removed
-        (links removed are the lowest ones: a binary search), or None when every one of them is gone.
+        """The lowest link after ``chain.first`` (from link 0 for a mailbox's chain) and at most ``below`` that
+        retention has not removed (links removed are the lowest ones: a binary search), or None when every one of
+        them is gone.
 
         Raises:
             ServerUnavailableError, ServerError: a probe failed.

@@ -4,8 +4,8 @@ For every continued listener this process serves, :class:`ContinuationDriver` ke
 link, and learns of each model turn from the turn task the SDK adds to every link (a ``before_model``
 callback: the serving process runs it, so it costs no polling). At some turns it reads the link's
 size with two small requests (``budget``); once the budget is near, it runs the
-:class:`~conductor_agents._listener.switch.Switch` on a thread of its own (``conductor-agents-continue-<run id>``): the new
-run is started at once (from then on messages go to it) and the old one is ended once it has come
+:class:`~conductor_agents._listener.switch.Switch` on a thread of its own (``conductor-agents-continue-<run id>``):
+the new run is started at once (from then on messages go to it) and the old one is ended once it has come
 to rest (waiting for a message, no tool running). A switch left half done (this process
 closed, or a request failed) is taken up again at the next turn, or by any process that resumes
 the listener.
@@ -76,8 +76,9 @@ class ChainTracker:
         with self._lock:
             watches = list(self._watches.values())
         for watch in watches:
-            if watch.stall is not None:
-                return watch.stall
+            stall: WorkerStallError | None = watch.stall
+            if stall is not None:
+                return stall
         return None
 
     def add_listener(self, listener: Callable[[WorkerStallError], None]) -> None:

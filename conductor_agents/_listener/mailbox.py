@@ -204,7 +204,9 @@ def _forward(api: ConductorApi, directory: ChainDirectory, mailbox_id: str, mess
     forwarded = start
     for envelope in envelopes[start:]:
         _write_mark(api, chain.run_id, str(envelope["id"]))
-        payload = envelope.get("payload") if isinstance(envelope.get("payload"), Mapping) else {}
+        payload = envelope.get("payload")
+        if not isinstance(payload, Mapping):
+            payload = {}
         try:
             send_to_listener(api, directory, mailbox_id, payload, switch_wait=switch_wait, clock=clock,
                              pause=pause, on_accepted=directory.note_accepted)

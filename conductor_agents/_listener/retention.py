@@ -126,13 +126,14 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
     """
     if not chain.continuable:
         return Swept()
-    assert chain.run_id is not None
+    run_id = chain.run_id
+    assert run_id is not None
     if chain.first != 0 and not chain.mailbox:  # served from a later run's id: link 0 is the one callers hold
-        chain = Chain(chain.link(0).execution_id, chain.run_id, chain.agent_name, 0)
-    write_head(api, chain.run_id, head)
+        chain = Chain(chain.link(0).execution_id, run_id, chain.agent_name, 0)
+    write_head(api, run_id, head)
     if keep is None and keep_for is None:
         return Swept()
-    hint = read_head(api, chain.run_id)
+    hint = read_head(api, run_id)
     if hint < head:
         log.warning("listener %s: its head hint reads %d after link %d was written; nothing is retired this time",
                     chain.execution_id, hint, head)
@@ -153,7 +154,7 @@ def sweep(api: ConductorApi, directory: ChainDirectory, chain: Chain, head: int,
             break
         link = chain.link(number)
         subs = all_sub_runs(api, link.execution_id) if with_sub_runs else []
-        if not all([remover.remove(run) for run in subs]):
+        if not all([remover.remove(run) for run in subs]):  # noqa: C419 - remove every one, not up to a failure
             break  # the link lists the sub-runs left: keep it, so the next sweep finds them
         if not remover.remove(link.execution_id):
             break  # removed lowest first: a link left behind stops the sweep (the next one goes on)

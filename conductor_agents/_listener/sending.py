@@ -1,4 +1,5 @@
-"""Sending a message to a listener that may be in the middle of a continuation (see :mod:`conductor_agents._listener.switch`).
+"""Sending a message to a listener that may be in the middle of a continuation (see
+:mod:`conductor_agents._listener.switch`).
 
 A message goes to the newest link this process knows. Once the server accepted it (``200``), one
 small request asks whether a newer link exists; almost always it does not, and the message is in

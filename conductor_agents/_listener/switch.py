@@ -9,8 +9,8 @@ the middle of them (every fact lives on the server):
    the same serving process, idempotency key ``conductor-agents/<run id>/<n+1>/<agent>``): create-once,
    so a repeat gets the same run. It begins with a *carry* task (a prefill tool call the server routes
    to the domain) that nobody polls: the new run takes no model turn until the switch is committed.
-   From now on link n+1 exists, which is what the SDK's senders look at (:mod:`conductor_agents._listener.sending`), and it
-   accepts messages.
+   From now on link n+1 exists, which is what the SDK's senders look at (:mod:`conductor_agents._listener.sending`),
+   and it accepts messages.
 2. **Drain link n.** Link n goes on as usual: a message accepted before step 1 (or pushed by a sender
    that had not looked yet) is pulled and acted on there. The drain ends once link n waits for a
    message, no tool of it runs or waits, and its waiting wait-for-message task has been evaluated
@@ -23,8 +23,8 @@ the middle of them (every fact lives on the server):
    a message accepted after the drain's last evaluation is dropped with it, and the SDK sender that
    pushed it sends it again to link n+1 (it waits for step 4 to know).
 4. **Commit**: read link n's final state (its last model turn, the tasks after it, its variables),
-   build the :class:`~conductor_agents._listener.carryover.CommitRecord` and write it as the carry task's output. The server
-   keeps the first output written (a finished task ignores later updates), so two processes that
+   build the :class:`~conductor_agents._listener.carryover.CommitRecord` and write it as the carry task's output. The
+   server keeps the first output written (a finished task ignores later updates), so two processes that
    commit at once agree on the first one; each reads it back. Link n+1's model then starts, with the
    carried-over conversation in its system prompt.
 
@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -150,7 +150,7 @@ def _seq(task: Mapping[str, Any]) -> int:
         return -1
 
 
-def _is_waiting(tasks: list[Mapping[str, Any]]) -> Mapping[str, Any] | None:
+def _is_waiting(tasks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
     """The waiting wait-for-message task when nothing else of the run is pending, else None."""
     pulls = [t for t in tasks if t.get("taskType") == _PULL and t.get("status") == "IN_PROGRESS"]
     others = [t for t in tasks if t.get("taskType") not in _WAITING_KINDS]

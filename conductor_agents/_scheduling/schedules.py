@@ -4,9 +4,9 @@ The server's scheduler (on by default in 3.32.3; ``/api/scheduler``) starts a *w
 the input and task routing it was given once, when the schedule was made. So a schedule is made in two
 requests: ``POST /agent/deploy`` registers the agent's compiled workflow (what ``start()`` does on every
 start), then ``POST /scheduler/schedules`` names that workflow, the input the server itself would give
-a start (``prompt``, ``context``, ``media``, ``session_id``, ``cwd``), a task domain, and the agent's compiled definition itself: the
-scheduler then starts exactly the agent as it was when the schedule was made (measured on 3.32.3: a run
-started from a schedule runs the definition the schedule carries), whatever later starts of the agent,
+a start (``prompt``, ``context``, ``media``, ``session_id``, ``cwd``), a task domain, and the agent's compiled
+definition itself: the scheduler then starts exactly the agent as it was when the schedule was made (measured on
+3.32.3: a run started from a schedule runs the definition the schedule carries), whatever later starts of the agent,
 which replace the definition the server keeps under its name, did to it. Make the schedule again to
 pick up a changed agent.
 
@@ -150,7 +150,7 @@ class Schedules:
                 "workflowDef": self._api.workflow_def(workflow),
                 "input": {"prompt": prompt, "media": [], "context": dict(context or {}), "session_id": "",
                           "cwd": "."},
-                "taskToDomain": {worker: domain for worker in workers},
+                "taskToDomain": dict.fromkeys(workers, domain),
             },
         }
         if description is not None:

@@ -33,7 +33,7 @@ class TaskPage:
     """A page of a run's task list: the tasks, how many matched in all, the server's ``Date``."""
 
     total: int
-    tasks: list[Any]
+    tasks: list[dict[str, Any]]
     date: str | None = None
 
 
@@ -348,7 +348,7 @@ class ConductorApi:
     def poll_tasks(
         self, task_type: str, *, worker_id: str, domain: str | None, count: int, timeout_ms: int,
         http_timeout: float,
-    ) -> list[Any]:
+    ) -> list[dict[str, Any]]:
         """``GET /tasks/poll/batch/{type}`` (a long poll of up to ``timeout_ms``)."""
         params: dict[str, Any] = {"workerid": worker_id, "count": count, "timeout": timeout_ms}
         if domain:
@@ -394,11 +394,11 @@ class ConductorApi:
             raise ServerError("GET /tasks/queue/all returned a malformed body")
         return result
 
-    def poll_data(self, task_type: str) -> list[Any]:
+    def poll_data(self, task_type: str) -> list[dict[str, Any]]:
         """``GET /tasks/queue/polldata?taskType=`` → one row per (type, domain)."""
         return self.poll_data_sample(task_type)[0]
 
-    def poll_data_sample(self, task_type: str) -> tuple[list[Any], str | None]:
+    def poll_data_sample(self, task_type: str) -> tuple[list[dict[str, Any]], str | None]:
         """:meth:`poll_data` plus the server's ``Date`` header (its clock, for ``lastPollTime`` ages)."""
         result, headers = self.transport.request_with_headers(
             "GET", "/tasks/queue/polldata", params={"taskType": task_type})

@@ -103,6 +103,8 @@ class HttpError(ServerError):
     The API layer maps these to the specific errors (``ExecutionNotFoundError`` ...).
     """
 
+    status: int  # an answer came: its status is never None here
+
     def __init__(self, message: str, *, status: int, server_message: str, method: str, path: str) -> None:
         super().__init__(message, status=status)
         self.server_message = server_message

@@ -74,8 +74,16 @@ class TaskRef:
 
 
 class _InFlight:
-    __slots__ = ("task", "started", "last_extended", "context", "poll_count", "max_attempts", "last_checked",
-                 "body_done")
+    __slots__ = (
+        "body_done",
+        "context",
+        "last_checked",
+        "last_extended",
+        "max_attempts",
+        "poll_count",
+        "started",
+        "task",
+    )
 
     def __init__(self, task: TaskRef, now: float, raw: Mapping[str, Any], tool_name: str) -> None:
         self.task = task
@@ -104,7 +112,8 @@ def _retry_budget(raw: Mapping[str, Any]) -> int:
     for holder in (raw.get("taskDefinition"), (raw.get("workflowTask") or {}).get("taskDefinition"),
                    raw.get("workflowTask")):
         if isinstance(holder, Mapping) and isinstance(holder.get("retryCount"), int):
-            return max(0, holder["retryCount"])
+            count: int = holder["retryCount"]
+            return max(0, count)
     return _DEFAULT_RETRY_COUNT
 
 
@@ -294,7 +303,7 @@ class ToolExecutor:
             return self._retried(task, flight, retry, base)
         except ToolCancelled as cancelled:
             return self._cancelled(task, flight, cancelled, base)
-        except Exception as err:  # the model sees the error and the run goes on
+        except Exception as err:  # noqa: BLE001 - the tool's own code: the model sees the error and the run goes on
             reason = scrub(str(err) if isinstance(err, ToolArgumentsError) else f"{type(err).__name__}: {err}")
             stacktrace = scrub(traceback.format_exc())
             span.failed(err, message=reason, stacktrace=stacktrace)
@@ -311,7 +320,8 @@ class ToolExecutor:
         except ToolOutputError as err:
             reason = scrub(f"tool {task.task_type!r} returned an unusable value: {err}")
             log.warning("%s (task %s)", reason, task.task_id)
-            return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": reason, "outputData": {"error": reason}}
+            return {**base, "status": _TERMINAL_FAILURE, "reasonForIncompletion": reason,
+                    "outputData": {"error": reason}}
         return {**base, "status": "COMPLETED", "outputData": output}
 
     def _token_usage(self, execution_id: str) -> Mapping[str, Any]:
@@ -340,7 +350,8 @@ class ToolExecutor:
         return sum(1 for t in tasks if t.get("taskType") == task.task_type and t.get("status") == "COMPLETED"
                    and t.get("taskId") != task.task_id and (t.get("outputData") or {}).get("passed") is False)
 
-    def _retried(self, task: TaskRef, flight: _InFlight, retry: ToolRetry, base: dict[str, Any]) -> dict[str, Any]:
+    def _retried(self, task: TaskRef, flight: _InFlight, retry: ToolRetry,
+                 base: dict[str, Any]) -> dict[str, Any] | None:
         """Hand the task back for its next delivery, or fail it when its budget is spent."""
         if flight.context.cancelled.is_set():
             return self._cancelled(task, flight, None, base)

@@ -45,7 +45,7 @@ class TaskListener(Protocol):
 
 
 class _Counters:
-    __slots__ = ("executed", "failed", "in_flight", "durations", "pickups")
+    __slots__ = ("durations", "executed", "failed", "in_flight", "pickups")
 
     def __init__(self, window: int) -> None:
         self.executed = 0
@@ -65,9 +65,9 @@ class _PollCountingApi:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._api, name)
 
-    def poll_tasks(self, task_type: str, **kwargs: Any) -> list[Any]:
+    def poll_tasks(self, task_type: str, **kwargs: Any) -> list[dict[str, Any]]:
         try:
-            tasks = self._api.poll_tasks(task_type, **kwargs)
+            tasks: list[dict[str, Any]] = self._api.poll_tasks(task_type, **kwargs)
         except ConductorAgentsError:
             self._observer.poll_failed()
             raise

@@ -241,7 +241,8 @@ class DomainPoller:
             named, self._ring_types = self._ring_types, set()
         if rung and named is None:
             return None
-        only = (named if rung else set()) | self._draining | {t for t in types if t not in self._polled}
+        taken = named if rung and named is not None else set()
+        only = taken | self._draining | {t for t in types if t not in self._polled}
         return only & set(types) or None
 
     def _watched(self) -> bool:
@@ -441,7 +442,7 @@ class DomainPoller:
         task_type = task.get("taskType") or task.get("taskDefName")
         with self._lock:
             per_run = self._executions.get(str(task.get("workflowInstanceId")))
-            if per_run is not None and task_type in per_run:
+            if per_run is not None and isinstance(task_type, str) and task_type in per_run:
                 return per_run[task_type]
             return self._tools.get(str(task_type))
 

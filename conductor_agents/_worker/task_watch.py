@@ -50,7 +50,7 @@ MIN_CALLBACK_SECONDS = 1
 
 def callback_seconds(after_seconds: float) -> int:
     """``callbackAfterSeconds`` for a hand-back: whole seconds, rounded up, at least one."""
-    return max(MIN_CALLBACK_SECONDS, int(math.ceil(after_seconds)))
+    return max(MIN_CALLBACK_SECONDS, math.ceil(after_seconds))
 
 
 def hand_back(api: ConductorApi, *, workflow_id: str, task_id: str, worker_id: str, after_seconds: float = 0.0,

@@ -307,7 +307,8 @@ class WorkerSet:
                     self._api, interval=self._settings.liveness_check_interval_seconds,
                     stall_seconds=self._settings.liveness_stall_seconds, on_ended=self.execution_ended,
                     is_busy=self._is_busy, ring=self._ring, queues_empty=self._queues_empty,
-                    grace={CARRY_TASK: carry_grace_seconds(self._settings.continuation_drain_seconds)}, clock=self._clock,
+                    grace={CARRY_TASK: carry_grace_seconds(self._settings.continuation_drain_seconds)},
+                    clock=self._clock,
                 )
                 if self._closed:
                     self._watchdog.close()

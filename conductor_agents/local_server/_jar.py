@@ -77,8 +77,8 @@ def resolve_server_jar(
     ``cache_dir`` defaults to ``CONDUCTOR_AGENTS_CACHE_DIR``, then
     ``$XDG_CACHE_HOME/conductor-agents``. ``progress`` prints one line of download progress
     (what, where, size) to standard error; Maven's own output goes to
-    ``<cache>/<jar>.maven.log``, kept (and its tail put in the error) only when it failed. ``maven_repo`` is the Maven local repository ``mvn`` should use
-    (default: the one in ``~/.m2/settings.xml``, else ``~/.m2/repository``).
+    ``<cache>/<jar>.maven.log``, kept (and its tail put in the error) only when it failed. ``maven_repo`` is the Maven
+    local repository ``mvn`` should use (default: the one in ``~/.m2/settings.xml``, else ``~/.m2/repository``).
     ``timeout`` bounds the whole download including waiting for another process's.
     ``environ`` replaces ``os.environ`` (for tests). Safe to call from several threads
     and processes at once.
