@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextlib
 import contextvars
 import functools
 import os
@@ -343,7 +344,8 @@ class AsyncEvents:
         if isinstance(item, BaseException):
             self._closed = True
             raise item
-        return item
+        event: AgentEvent = item
+        return event
 
     async def _begin(self) -> None:
         loop = asyncio.get_running_loop()
@@ -352,10 +354,8 @@ class AsyncEvents:
         self._queue = queue
 
         def hand(item: Any) -> None:
-            try:
+            with contextlib.suppress(RuntimeError):  # the loop closed: nobody reads any more
                 loop.call_soon_threadsafe(queue.put_nowait, item)
-            except RuntimeError:  # the loop closed: nobody reads any more
-                pass
 
         def read(events: Any = self._events) -> None:
             try:

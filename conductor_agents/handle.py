@@ -369,7 +369,8 @@ class AgentHandle:
         """This process's tool counts and timings for the run (no request; zeros if it ran nothing here)."""
         if self._observer is None:
             return RunStats(execution_id=self.execution_id, domain=self.run_id)
-        return self._observer.run_stats(self.execution_id, domain=self.run_id)
+        stats: RunStats = self._observer.run_stats(self.execution_id, domain=self.run_id)
+        return stats
 
     # -- acting -----------------------------------------------------------------------
 

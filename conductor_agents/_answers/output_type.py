@@ -27,6 +27,7 @@ from .._common import structured as _structured
 from .._common.answer_text import answer_text
 from .._tooldefs import schema as _schema
 from ..errors import AgentDefinitionError, OutputValidationError
+from ..result import AgentResult
 
 __all__ = ["FAILED_PREFIX", "OutputSpec", "Rejection", "typed_result"]
 
@@ -129,7 +130,7 @@ class Rejection:
     answers: int = 1
 
 
-def typed_result(result: Any, spec: OutputSpec | None, rejection: Rejection | None = None) -> Any:
+def typed_result(result: AgentResult, spec: OutputSpec | None, rejection: Rejection | None = None) -> AgentResult:
     """``result`` (an AgentResult) with its ``output`` an instance of the output type.
 
     A COMPLETED run's answer is checked. A FAILED run whose answer was refused (``rejection``, from

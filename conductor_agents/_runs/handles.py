@@ -87,13 +87,14 @@ class HandleMaker:
 
     def _watch_pending(self, handle: AgentHandle) -> None:
         on_pending = self._on_pending
+        assert on_pending is not None  # the caller checked: only a runtime given on_pending watches
         monitor = self._monitor
         if monitor is None or monitor.pid != os.getpid():  # first use, or first use in a forked child
             with self._lock:
                 monitor = self._monitor
                 if monitor is None or monitor.pid != os.getpid():
                     monitor = self._monitor = PendingMonitor(
-                        self._api, lambda h, r: on_pending(h, r),  # type: ignore[misc]
+                        self._api, on_pending,
                         interval=self._settings.pending_check_interval_seconds,
                         runs_of=lambda execution_id: people_runs(self._api, self._directory, execution_id))
         monitor.watch(handle)

@@ -92,7 +92,8 @@ def running_runs(api: ConductorApi, directory: ChainDirectory, agent_name: str) 
         if known is not None:  # two runs of a listener mid-switch: one row, the newer current
             newest = row if number > known[0] else known[1]
             person = PERSON in (row.waiting_for, known[1].waiting_for)  # the old run may hold a request
-            row, number = attrs.evolve(newest, waiting_for=PERSON if person else newest.waiting_for), max(number, known[0])
+            row = attrs.evolve(newest, waiting_for=PERSON if person else newest.waiting_for)
+            number = max(number, known[0])
         rows[held] = (number, row)
     ordered: list[RunningRun] = [row for _, row in rows.values()]
     ordered.sort(key=lambda r: (r.start_time or 0.0, r.execution_id))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable
-from typing import Any, Optional
+from typing import Any
 
 from .._serving.service import Service
 from .._wire.api import ConductorApi
@@ -24,7 +24,7 @@ __all__ = ["ProcessServing", "check_servable"]
 log = logging.getLogger("conductor_agents.runtime")
 
 #: ``on_adopt(handle)``, or None.
-AdoptHook = Optional[Callable[[Any], Any]]
+AdoptHook = Callable[[Any], Any] | None
 
 
 def check_servable(agent: Any, on_adopt: Any, settings: AgentSettings) -> None:

@@ -178,7 +178,7 @@ class RunTaker:
         return self._workers.serve_chain(reservation, chain, spec, newest, turns_before=turns_before,
                                          pending_from=pending)
 
-    def _reclaim(self, execution_id: str, domain: str) -> None:
+    def _reclaim(self, execution_id: str, domain: str | None) -> None:
         """Hand back the tasks of ``domain`` in run ``execution_id`` and its running sub-runs (sub-agents,
         agent tools: they share its domain) that a dead worker had taken."""
         for run in (execution_id, *running_sub_runs(self._api, execution_id)):

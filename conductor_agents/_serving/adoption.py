@@ -56,7 +56,7 @@ _RESTED_SECONDS = 3600.0
 #: an ``atexit`` hook.
 _EXITING = threading.Event()
 if hasattr(threading, "_register_atexit"):
-    threading._register_atexit(_EXITING.set)  # type: ignore[attr-defined]
+    threading._register_atexit(_EXITING.set)
 
 
 @attrs.frozen
@@ -87,7 +87,7 @@ class Adopter:
         self._held: dict[str, Lease] = {}
         self._runs: dict[str, _RunInfo] = {}
         self._orphan_since: dict[str, float] = {}
-        self._taken: dict[str, set] = {}  # held domain -> the runs of it taken up here
+        self._taken: dict[str, set[str]] = {}  # held domain -> the runs of it taken up here
         # Domains held here whose runs had all ended at the last round (a schedule's domain between two of its
         # runs): lease and when. The next run of such a domain is taken up on the same lease while it is still
         # the domain's newest; a new lease would be a change of owner that did not happen.

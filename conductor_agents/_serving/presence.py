@@ -67,7 +67,7 @@ class PeerView:
     alive: Mapping[str, float]
     #: Processes seen that closed (marked gone), fell silent longer than ``dead_after``, or are processes of
     #: this host that no longer exist.
-    gone: frozenset
+    gone: frozenset[str]
     #: When the read came back (this process's monotonic clock).
     read_at: float
 

@@ -127,11 +127,11 @@ def register(subparsers: Any) -> None:
     stop.add_argument("--wait", action="store_true", help="wait for the run to end")
     _wait_timeout(stop, "with --wait: give up after SECONDS")
 
-    for verb, run, what, detail in (
-            ("pause", _pause, "pause an execution", "Pause the run: it takes no model turn and refuses messages "
-             "(409) until unpaused; tool calls already handed out finish."),
+    for verb, verb_handler, what, detail in (
+            ("pause", _pause, "pause an execution", ("Pause the run: it takes no model turn and refuses messages "
+             "(409) until unpaused; tool calls already handed out finish.")),
             ("unpause", _unpause, "let a paused execution go on", "Let a paused run go on where it stopped.")):
-        add(verb, run, what, detail).add_argument("execution_id", metavar="EXECUTION_ID")
+        add(verb, verb_handler, what, detail).add_argument("execution_id", metavar="EXECUTION_ID")
 
     signalled = add("signal", _signal, "set or clear an execution's standing signal",
                     "Set the run's standing signal: the server puts TEXT before every later model turn of the "
@@ -215,7 +215,7 @@ def _serve(runtime: AgentRuntime, handle: AgentHandle, agent: Agent, args: argpa
         _note("Ctrl-C stops the run gracefully; press it twice to cancel")
     display = ProgressDisplay()
     started = time.monotonic()
-    with _watching(runtime, handle, display, args.quiet, args.timeout):
+    with _Watching(runtime, handle, display, args.quiet, args.timeout):
         result = wait_in_foreground(handle, display, timeout=args.timeout, stop_grace=args.stop_grace)
     return _report(result, args, time.monotonic() - started)
 
@@ -330,7 +330,7 @@ def _wait(args: argparse.Namespace) -> int:
 def _wait_on(runtime: AgentRuntime, handle: AgentHandle, args: argparse.Namespace) -> int:
     display = ProgressDisplay()
     started = time.monotonic()
-    with _watching(runtime, handle, display, args.quiet, args.timeout):
+    with _Watching(runtime, handle, display, args.quiet, args.timeout):
         result = handle.wait(timeout=args.timeout)
     return _report(result, args, time.monotonic() - started)
 
@@ -382,7 +382,7 @@ def _cancel(args: argparse.Namespace) -> int:
 # --- progress and results -------------------------------------------------------------------
 
 
-class _watching:
+class _Watching:
     """Context manager: a :class:`RunWatcher` on ``handle`` for the block (none when quiet).
 
     ``timeout`` None: the block has no deadline, and neither has the event stream.
@@ -402,7 +402,7 @@ class _watching:
             self._watcher = RunWatcher(display, handle.execution_id,
                                        fetch=lambda: api.get_workflow(handle.current_execution_id, include_tasks=True))
 
-    def __enter__(self) -> _watching:
+    def __enter__(self) -> _Watching:
         if self._watcher is not None:
             self._watcher.start()
         return self

@@ -33,18 +33,18 @@ EXIT_CONFLICT = 7
 _EXIT_INTERRUPTED = 130
 
 EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
-    (EXIT_OK, "success; for run/resume/wait/stop --wait: the run COMPLETED; `pending` also when "
-              "nothing waits (it prints nothing, or [] with --json)"),
+    (EXIT_OK, ("success; for run/resume/wait/stop --wait: the run COMPLETED; `pending` also when "
+               "nothing waits (it prints nothing, or [] with --json)")),
     (EXIT_ERROR, "the run ended FAILED, TERMINATED or TIMED_OUT, or another error"),
-    (EXIT_USAGE, "usage or configuration error: bad arguments, a bad CONDUCTOR_* value or server URL, "
-                 "MODULE:AGENT not found; the server cannot call the run's model (no key, no route)"),
-    (EXIT_NOT_FOUND, "unknown execution; it is no longer running (send, pause, unpause, approve, reject, respond); no such schedule; "
-                     "nothing of that kind waits (approve, reject, respond); server verbs: no server "
-                     "running, or no Java"),
+    (EXIT_USAGE, ("usage or configuration error: bad arguments, a bad CONDUCTOR_* value or server URL, "
+                  "MODULE:AGENT not found; the server cannot call the run's model (no key, no route)")),
+    (EXIT_NOT_FOUND, ("unknown execution; it is no longer running (send, pause, unpause, approve, reject, respond); "
+                      "no such schedule; nothing of that kind waits (approve, reject, respond); server verbs: no "
+                      "server running, or no Java")),
     (EXIT_UNREACHABLE, "the Conductor server cannot be reached"),
     (EXIT_TIMED_OUT, "the wait timed out (--timeout); the run goes on on the server"),
-    (EXIT_MESSAGE_LOST, "send --wait-delivered: the message can no longer reach the run (it ended, or "
-                        "the server lost it)"),
+    (EXIT_MESSAGE_LOST, ("send --wait-delivered: the message can no longer reach the run (it ended, or "
+                         "the server lost it)")),
     (EXIT_CONFLICT, "approve, reject, respond: another answer won; the run goes on with that one"),
     (_EXIT_INTERRUPTED, "interrupted (Ctrl-C)"),
 )

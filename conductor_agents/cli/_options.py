@@ -40,8 +40,8 @@ def settings(args: argparse.Namespace, **overrides: Any) -> AgentSettings:
     return AgentSettings.from_env(**overrides)
 
 
-def add_verb(subparsers: Any, name: str, handler: Handler, help_: str, description: str,
-             *parents: argparse.ArgumentParser, epilog: str) -> argparse.ArgumentParser:
+def add_verb(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str, handler: Handler, help_: str,
+             description: str, *parents: argparse.ArgumentParser, epilog: str) -> argparse.ArgumentParser:
     """Add the verb ``name`` (``--server-url`` and then ``parents``' options) that runs ``handler``."""
     parser = subparsers.add_parser(name, help=help_, description=textwrap.fill(description, 88), epilog=epilog,
                                    parents=[server_options(), *parents],
@@ -83,7 +83,8 @@ def on_errors(handler: Handler, *rules: ErrorRule) -> Handler:
             for kinds, code, *message in rules:
                 if isinstance(err, kinds):
                     error(message[0](err) if message else str(err))
-                    return code
+                    exit_code: int = code
+                    return exit_code
             raise  # not reached: every caught type has a rule
 
     return run

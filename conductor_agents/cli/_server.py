@@ -301,9 +301,8 @@ def _stop(args: argparse.Namespace) -> int:
 def _stop_processes(record: _state.ServerRecord, timeout: float) -> list[int]:
     """Stop the recorded process, then its members in order; return the pids that survived."""
     stuck = [] if not record.is_alive() or _proc.terminate(record.pid, timeout) else [record.pid]
-    for member in record.members:
-        if member.is_alive() and not _proc.terminate(member.pid, timeout):
-            stuck.append(member.pid)
+    stuck.extend(member.pid for member in record.members
+                 if member.is_alive() and not _proc.terminate(member.pid, timeout))
     return stuck
 
 
@@ -325,10 +324,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _logs_verb(args: argparse.Namespace) -> int:
     record = _state.load(_state.state_file())
-    if record is not None:
-        path = record.log_path
-    else:
-        path = (args.data_dir or _dirs.default_data_dir()) / "server.log"
+    path = record.log_path if record is not None else (args.data_dir or _dirs.default_data_dir()) / "server.log"
     if not path.is_file():
         error(f"no server log at {path}")
         return EXIT_NOT_FOUND

@@ -54,7 +54,7 @@ def load_agent(spec: str) -> Agent:
             made = obj()
         except TypeError as err:
             raise TargetError(f"{spec} is callable but could not be called without arguments: {err}") from None
-        except Exception as err:  # the user's factory failed: report it on one line
+        except Exception as err:  # noqa: BLE001 - the user's factory failed: report it on one line
             raise TargetImportError(f"{spec}() raised {type(err).__name__}: {err}") from None
         if isinstance(made, Agent):
             return made
@@ -74,7 +74,7 @@ def _import(module_part: str) -> ModuleType:
         if err.name and (module_part == err.name or module_part.startswith(err.name + ".")):
             raise TargetError(f"no module named {module_part!r} (from {cwd})") from None
         raise TargetImportError(f"importing {module_part} failed: {type(err).__name__}: {err}") from None
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - the user's module raised while importing: report it on one line
         raise TargetImportError(f"importing {module_part} failed: {type(err).__name__}: {err}") from None
 
 
@@ -94,7 +94,7 @@ def _import_file(path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - the user's file raised while importing: report it on one line
         sys.modules.pop(name, None)
         raise TargetImportError(f"importing {path} failed: {type(err).__name__}: {err}") from None
     return module

@@ -8,6 +8,7 @@ Redis behind HAProxy; ``resolve_server_jar`` fetches and caches the jar;
 
 from .._common.public import publish as _publish
 from ._cluster import LocalCluster
+from ._command import DEFAULT_JVM_OPTIONS
 from ._jar import (
     DEFAULT_SERVER_VERSION,
     MAVEN_REPOSITORY_ENV,
@@ -17,7 +18,7 @@ from ._jar import (
     server_version,
 )
 from ._java import DEFAULT_JVM_DIRS, MIN_JAVA_VERSION, JavaRuntime, find_java
-from ._server import BACKENDS, DEFAULT_JVM_OPTIONS, LocalServer
+from ._server import BACKENDS, LocalServer
 
 __all__ = [
     # The server

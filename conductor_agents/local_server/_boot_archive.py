@@ -30,7 +30,7 @@ import sys
 import tempfile
 import threading
 import zipfile
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 
 import attrs
@@ -63,6 +63,10 @@ _EXTRACT_TIMEOUT = 300.0
 TrainingCommand = Callable[[Path, Path, Sequence[str], Path, int], Sequence[str]]
 
 
+def _strings(value: Iterable[str]) -> tuple[str, ...]:
+    return tuple(value)
+
+
 @attrs.frozen
 class BootLaunch:
     """How to launch the server: the jar for ``-jar`` and JVM options to add. Immutable, so thread-safe.
@@ -71,7 +75,7 @@ class BootLaunch:
     """
 
     jar: Path = attrs.field(converter=Path)
-    jvm_options: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    jvm_options: tuple[str, ...] = attrs.field(default=(), converter=_strings)
     archive: Path | None = None
 
     @classmethod
@@ -197,12 +201,13 @@ def _launch(app_jar: Path, archive: Path, java: JavaRuntime) -> BootLaunch:
 
 def _jar_key(jar: Path) -> str:
     stat = jar.stat()
-    digest = hashlib.sha1(f"{jar.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    digest = hashlib.sha1(f"{jar.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode(),
+                          usedforsecurity=False).hexdigest()[:12]
     return f"{jar.stem}-{digest}"
 
 
 def _java_key(java: JavaRuntime) -> str:
-    digest = hashlib.sha1(os.path.realpath(java.path).encode()).hexdigest()[:8]
+    digest = hashlib.sha1(os.path.realpath(java.path).encode(), usedforsecurity=False).hexdigest()[:8]
     return f"java-{java.version}-{digest}"
 
 
@@ -259,6 +264,7 @@ def _run(cmd: Sequence[str], log_path: Path, cwd: Path, timeout: float) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-            raise _TrainingError(f"{Path(cmd[0]).name} did not finish within {timeout:.0f} s (see {log_path})")
+            raise _TrainingError(
+                f"{Path(cmd[0]).name} did not finish within {timeout:.0f} s (see {log_path})") from None
     if code != 0:
         raise _TrainingError(f"{' '.join(cmd[:3])} ... exited with code {code} (see {log_path})")

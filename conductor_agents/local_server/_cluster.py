@@ -81,11 +81,11 @@ class LocalCluster:
         self._owned_dir: Path | None = None
         self._node_count = nodes
         self._port = port or None
-        self._node_options: dict[str, Any] = dict(
-            version=version, jar=jar, java=java, env=env, properties=properties, jvm_options=jvm_options,
-            startup_timeout=startup_timeout, stop_timeout=stop_timeout, detached=detached, progress=progress,
-            secrets=secrets,
-        )
+        self._node_options: dict[str, Any] = {
+            "version": version, "jar": jar, "java": java, "env": env, "properties": properties,
+            "jvm_options": jvm_options, "startup_timeout": startup_timeout, "stop_timeout": stop_timeout,
+            "detached": detached, "progress": progress, "secrets": secrets,
+        }
         self._startup_timeout = startup_timeout
         self._stop_timeout = stop_timeout
         self._detached = detached
@@ -301,9 +301,11 @@ def _all_or_nothing(starts: Sequence[Callable[[], Any]], timeout: float) -> None
     if len(starts) == 1:
         starts[0]()
         return
-    with concurrent.futures.ThreadPoolExecutor(len(starts), thread_name_prefix="conductor-agents-cluster-start") as pool:
+    with concurrent.futures.ThreadPoolExecutor(len(starts),
+                                               thread_name_prefix="conductor-agents-cluster-start") as pool:
         futures = [pool.submit(start) for start in starts]
-        done, _ = concurrent.futures.wait(futures, timeout=timeout + 30.0)
+        concurrent.futures.wait(futures, timeout=timeout + 30.0)
     for future in futures:
-        if future.done() and future.exception() is not None:
-            raise future.exception()  # type: ignore[misc]
+        error = future.exception() if future.done() else None
+        if error is not None:
+            raise error

@@ -33,7 +33,7 @@ def unregister(process: Any) -> None:
 
 def _forget_parent_processes() -> None:
     """In a forked child: the parent's processes are not this process's to stop at exit."""
-    global _lock
+    global _lock  # noqa: PLW0603 - the child needs a new lock: a parent's thread may have held the old one
     _lock = threading.Lock()
     _attached.clear()
 
@@ -49,5 +49,5 @@ def stop_all_at_exit() -> None:
     for process in processes:
         try:
             process._stop_at_exit()
-        except Exception:  # keep stopping the others
+        except Exception:  # noqa: BLE001 - logged; keep stopping the others
             _log.exception("could not stop %r at exit", process)

@@ -62,7 +62,7 @@ def download(
     Raises:
         JarDownloadError: HTTP error status, network failure or deadline passed.
     """
-    sha1 = hashlib.sha1()
+    sha1 = hashlib.sha1(usedforsecurity=False)  # the checksum Maven publishes beside the jar
     try:
         with requests.get(url, stream=True, timeout=(_CONNECT_TIMEOUT, _READ_TIMEOUT)) as response:
             if response.status_code == 404:

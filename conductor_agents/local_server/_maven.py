@@ -42,12 +42,13 @@ def default_local_repository(environ: Mapping[str, str]) -> Path:
     home = Path(environ.get("HOME") or str(Path.home()))
     settings = home / ".m2" / "settings.xml"
     try:
-        root = ET.parse(settings).getroot()
+        root = ET.parse(settings).getroot()  # noqa: S314 - the user's own Maven settings, not untrusted input
     except (OSError, ET.ParseError):
         return home / ".m2" / "repository"
     for element in root.iter():
-        if element.tag.rsplit("}", 1)[-1] == "localRepository" and (element.text or "").strip():
-            return Path(element.text.strip().replace("${user.home}", str(home))).expanduser()
+        text = (element.text or "").strip()
+        if element.tag.rsplit("}", 1)[-1] == "localRepository" and text:
+            return Path(text.replace("${user.home}", str(home))).expanduser()
     return home / ".m2" / "repository"
 
 
@@ -162,7 +163,8 @@ def _run(cmd: list[str], *, cwd: Path, log_path: Path, timeout: float) -> int:
     try:
         with open(log_path, "wb") as log_file:
             done = subprocess.run(
-                cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, timeout=timeout
+                cmd, cwd=cwd, stdin=subprocess.DEVNULL, stdout=log_file, stderr=subprocess.STDOUT, timeout=timeout,
+                check=False,  # the exit code is returned to the caller
             )
     except subprocess.TimeoutExpired as err:
         raise JarDownloadError(

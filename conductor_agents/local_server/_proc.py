@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, ClassVar, TextIO
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import LocalServerError
@@ -39,7 +39,7 @@ def _load_prctl() -> Callable[..., int] | None:
     if not sys.platform.startswith("linux"):
         return None
     try:
-        return ctypes.CDLL(None, use_errno=True).prctl  # type: ignore[no-any-return]
+        return ctypes.CDLL(None, use_errno=True).prctl
     except (OSError, AttributeError):
         return None
 
@@ -72,14 +72,14 @@ def spawn(
     Raises:
         LocalServerError: the executable cannot be started.
     """
-    kwargs: dict[str, Any] = dict(
-        stdin=subprocess.DEVNULL,
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        env=dict(env),
-        cwd=cwd,
-        pass_fds=tuple(pass_fds),
-    )
+    kwargs: dict[str, Any] = {
+        "stdin": subprocess.DEVNULL,
+        "stdout": log_file,
+        "stderr": subprocess.STDOUT,
+        "env": dict(env),
+        "cwd": cwd,
+        "pass_fds": tuple(pass_fds),
+    }
     if detached:
         kwargs["start_new_session"] = True
     else:
@@ -111,8 +111,9 @@ class _Spawner:
     _IDLE_CHECK_SECONDS = 1.0
     _lock = threading.Lock()
     _thread: threading.Thread | None = None
-    _requests: queue.Queue[tuple[Callable[[], subprocess.Popen[bytes]], concurrent.futures.Future]] = queue.Queue()
-    _children: list[subprocess.Popen[bytes]] = []
+    _requests: ClassVar[queue.Queue[tuple[Callable[[], subprocess.Popen[bytes]],
+                                          concurrent.futures.Future[subprocess.Popen[bytes]]]]] = queue.Queue()
+    _children: ClassVar[list[subprocess.Popen[bytes]]] = []
 
     @classmethod
     def _after_fork_in_child(cls) -> None:
@@ -125,7 +126,7 @@ class _Spawner:
     @classmethod
     def call(cls, fn: Callable[[], subprocess.Popen[bytes]], timeout: float) -> subprocess.Popen[bytes]:
         """Run ``fn`` (which starts a process) on the spawner thread and return its result."""
-        future: concurrent.futures.Future = concurrent.futures.Future()
+        future: concurrent.futures.Future[subprocess.Popen[bytes]] = concurrent.futures.Future()
         with cls._lock:
             cls._requests.put((fn, future))
             if cls._thread is None:
@@ -134,7 +135,7 @@ class _Spawner:
                 )
                 cls._thread.start()
         try:
-            return future.result(timeout)  # type: ignore[no-any-return]
+            return future.result(timeout)
         except concurrent.futures.TimeoutError as err:
             raise LocalServerError(f"the spawner thread did not start the server in {timeout:.0f} s") from err
 
@@ -154,7 +155,7 @@ class _Spawner:
             if future.set_running_or_notify_cancel():
                 try:
                     child = fn()
-                except BaseException as err:  # handed to the caller, never lost
+                except BaseException as err:  # noqa: BLE001 - handed to the caller, never lost
                     future.set_exception(err)
                 else:
                     with cls._lock:

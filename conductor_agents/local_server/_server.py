@@ -26,7 +26,7 @@ from ._exit_registry import unregister as _unregister
 from ._jar import resolve_server_jar
 from ._java import JavaRuntime, find_java, probe_java
 from ._redis import RedisServer
-from ._server_process import KILL_WAIT_SECONDS, LOG_TAIL_LINES, ExitedDuringStartup, spawn, terminate, wait_healthy
+from ._server_process import KILL_WAIT_SECONDS, LOG_TAIL_LINES, ExitedDuringStartupError, spawn, terminate, wait_healthy
 
 _log = logging.getLogger("conductor_agents.local_server")
 
@@ -361,7 +361,7 @@ class LocalServer:
             launch = self._boot_launch(jar)
             try:
                 self._spawn_and_wait(java, launch, data_dir, port, redis_port)
-            except ExitedDuringStartup:
+            except ExitedDuringStartupError:
                 if launch.archive is None:
                     raise
                 _log.warning("the server exited during a start from its boot archive; starting it from the jar")
@@ -387,7 +387,7 @@ class LocalServer:
         try:
             wait_healthy(self._proc, port, offset, log_path=log_path, timeout=self._startup_timeout,
                          clock=self._clock)
-        except ExitedDuringStartup:
+        except ExitedDuringStartupError:
             self._proc = None
             _unregister(self)
             raise

@@ -22,7 +22,7 @@ from ..errors import LocalServerError
 from . import _http, _logs, _proc
 from ._command import redacted
 
-__all__ = ["KILL_WAIT_SECONDS", "LOG_TAIL_LINES", "ExitedDuringStartup", "spawn", "startup_failure", "terminate",
+__all__ = ["KILL_WAIT_SECONDS", "LOG_TAIL_LINES", "ExitedDuringStartupError", "spawn", "startup_failure", "terminate",
            "wait_healthy"]
 
 _log = logging.getLogger("conductor_agents.local_server")
@@ -33,7 +33,7 @@ _HEALTH_PROBE_TIMEOUT = 2.0
 KILL_WAIT_SECONDS = 10.0
 
 
-class ExitedDuringStartup(LocalServerError):
+class ExitedDuringStartupError(LocalServerError):
     """The server process ended before it was healthy (a start from the jar alone may still work)."""
 
 
@@ -70,7 +70,7 @@ def wait_healthy(proc: subprocess.Popen[bytes], port: int, offset: int, *, log_p
     """Wait until the server ``proc`` answers ``/health`` on ``port``.
 
     Raises:
-        ExitedDuringStartup: the process ended first.
+        ExitedDuringStartupError: the process ended first.
         LocalServerError: another process answers on the port, or no health within ``timeout`` seconds.
     """
     deadline = clock.monotonic() + timeout
@@ -82,7 +82,7 @@ def wait_healthy(proc: subprocess.Popen[bytes], port: int, offset: int, *, log_p
             pass
         else:
             failure = startup_failure(log_path, f"the server exited with code {code} during startup", offset)
-            raise ExitedDuringStartup(str(failure), log_tail=failure.log_tail)
+            raise ExitedDuringStartupError(str(failure), log_tail=failure.log_tail)
         if _http.probe_health(base_url, _HEALTH_PROBE_TIMEOUT):
             if _proc.listens_on(proc.pid, port) is False:
                 raise startup_failure(log_path, f"another process answers on port {port}", offset)

@@ -90,7 +90,8 @@ def _act(payload: Any) -> ToolCall | None:
 def main(argv: list[Any] | None = None) -> int:
     """Serve the scripted model until SIGTERM/SIGINT; write where it is to ``--ready-file`` once listening."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--ready-file", type=Path, required=True, help="where to write the port, model and server environment (JSON) once listening")
+    parser.add_argument("--ready-file", type=Path, required=True,
+                        help="where to write the port, model and server environment (JSON) once listening")
     parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (default: a free one)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s", stream=sys.stderr)

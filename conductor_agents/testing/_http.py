@@ -95,7 +95,7 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _read_body(self) -> bytes:
         if "chunked" in self.headers.get("Transfer-Encoding", "").lower():
-            chunks = []
+            chunks: list[bytes] = []
             while True:
                 size = int(self.rfile.readline().split(b";", 1)[0].strip() or b"0", 16)
                 if size == 0:
@@ -136,7 +136,7 @@ class LoopbackServer(ThreadingHTTPServer):
         self._live_lock = threading.Lock()
         super().__init__(address, _Handler)
 
-    def process_request(self, request: socket.socket, client_address: Any) -> None:
+    def process_request(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
         # Daemon: if the process exits mid-request only that reply is lost, and the
         # Conductor server retries failed LLM calls.
         thread = threading.Thread(
@@ -146,7 +146,7 @@ class LoopbackServer(ThreadingHTTPServer):
             self._live.add(thread)
         thread.start()
 
-    def _serve_one(self, request: socket.socket, client_address: Any) -> None:
+    def _serve_one(self, request: socket.socket | tuple[bytes, socket.socket], client_address: Any) -> None:
         try:
             self.process_request_thread(request, client_address)
         finally:

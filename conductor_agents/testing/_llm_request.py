@@ -129,7 +129,8 @@ def _blocks(items: Sequence[Any]) -> list[tuple[list[Mapping[str, Any]], list[Ma
     return blocks
 
 
-def _pair(calls: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]], every_call: Mapping[str, Mapping[str, Any]]) -> tuple[ToolOutput, ...]:
+def _pair(calls: Sequence[Mapping[str, Any]], outputs: Sequence[Mapping[str, Any]],
+          every_call: Mapping[str, Mapping[str, Any]]) -> tuple[ToolOutput, ...]:
     by_id = {c.get("call_id"): c for c in calls}
     paired = []
     for out in outputs:
@@ -337,7 +338,8 @@ class LLMRequest:
 
     def _calls_by_id(self) -> dict[str, Any]:
         return {
-            i.get("call_id"): i
+            i["call_id"]: i
             for i in self.input
-            if isinstance(i, Mapping) and i.get("type") == "function_call"
+            # only a string id is ever looked up (an output's call_id, as a string)
+            if isinstance(i, Mapping) and i.get("type") == "function_call" and isinstance(i.get("call_id"), str)
         }

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any, Union
+from typing import Any
 
 import attrs
 
@@ -171,10 +171,10 @@ class Failure:
         return _default_failure_body(self.status) if self.body is None else self.body
 
 
-Turn = Union[str, ToolCall, Sequence[ToolCall], Reply, Failure]
+Turn = str | ToolCall | Sequence[ToolCall] | Reply | Failure
 """Anything a script or a policy may answer with; see the module docstring."""
 
-Outcome = Union[Reply, Failure]
+Outcome = Reply | Failure
 
 
 def to_outcome(turn: Any) -> Outcome:

@@ -54,6 +54,7 @@ import re
 import threading
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Protocol
 
 import pytest
 
@@ -65,7 +66,7 @@ from ._scripted_llm import ScriptedLLM
 _SESSION_SERVER_URLS: list[str] = []
 
 #: The name of the secret the session's servers hold (see ``server_secrets``).
-TEST_SECRET_NAME = "CONDUCTOR_AGENTS_TEST_SECRET"
+TEST_SECRET_NAME = "CONDUCTOR_AGENTS_TEST_SECRET"  # noqa: S105 - the secret's name; its value is made below
 _TEST_SECRET_VALUE = os.environ.get(TEST_SECRET_NAME) or f"test-secret-{uuid.uuid4().hex}"
 
 
@@ -155,11 +156,18 @@ def _prepare_boot_archive() -> None:
 
     try:
         LocalServer(progress=False).prepare()
-    except Exception as err:  # the first start will try (and report) again
+    except Exception as err:  # noqa: BLE001 - the first start will try (and report) again
         logging.getLogger("conductor_agents.testing").warning("could not prepare the boot archive: %s", err)
 
 
 TOPOLOGIES = ("single", "cluster")
+
+
+class _Served(Protocol):
+    """What the tests read of a session server or cluster (LocalServer, LocalCluster, an external URL)."""
+
+    @property
+    def url(self) -> str: ...
 TOPOLOGY_MARKER = "both_topologies"
 _TOPOLOGY_ENV = "CONDUCTOR_AGENTS_TEST_TOPOLOGY"
 
@@ -221,15 +229,16 @@ def topology(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-def topology_server(topology: str, request: pytest.FixtureRequest) -> object:
+def topology_server(topology: str, request: pytest.FixtureRequest) -> _Served:
     """The session's server for this test's topology (started on first use)."""
-    return request.getfixturevalue("conductor_cluster" if topology == "cluster" else "conductor_server")
+    served: _Served = request.getfixturevalue("conductor_cluster" if topology == "cluster" else "conductor_server")
+    return served
 
 
 @pytest.fixture
-def agent_settings(topology_server: object) -> AgentSettings:
+def agent_settings(topology_server: _Served) -> AgentSettings:
     """Settings pointing at the server of this test's topology."""
-    return AgentSettings.from_env(environ={}, server_url=getattr(topology_server, "url"))
+    return AgentSettings.from_env(environ={}, server_url=topology_server.url)
 
 
 @pytest.fixture
