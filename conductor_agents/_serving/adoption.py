@@ -31,7 +31,6 @@ import attrs
 
 from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
-from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ServerError
 from .leases import Lease, LeaseBook
 from .presence import PeerView, Presence
@@ -164,7 +163,7 @@ class Adopter:
                     return
                 try:
                     self.run_round(served)
-                except (ServerError, HttpError, OSError) as err:
+                except (ServerError, OSError) as err:
                     log.debug("adoption round for %s failed: %s", served.agent.name, err)
                 except Exception:  # the thread must go on
                     log.exception("adoption round for %s failed", served.agent.name)
@@ -199,7 +198,7 @@ class Adopter:
         for future in futures:
             try:
                 adopted += bool(future.result())
-            except (ServerError, HttpError, OSError) as err:
+            except (ServerError, OSError) as err:
                 log.debug("adopting a run of %s failed: %s", agent.name, err)
         if not agent.is_listener:  # a listener's runs share its domain one after the other: its chain follows them
             adopted += self._take_up_siblings(served, by_domain)
@@ -219,7 +218,7 @@ class Adopter:
                     continue
                 try:
                     handle = self._take_up(execution_id, served.agent)
-                except (ConductorAgentsError, HttpError, OSError) as err:
+                except (ConductorAgentsError, OSError) as err:
                     log.warning("could not take up run %s of domain %s held here (%s)", execution_id, domain, err)
                     continue
                 self._note_taken(domain, execution_id)
@@ -287,7 +286,7 @@ class Adopter:
         self.hold(lease)
         try:
             handle = self._take_up(execution_id, served.agent)
-        except (ConductorAgentsError, HttpError, OSError) as err:
+        except (ConductorAgentsError, OSError) as err:
             log.warning("could not take up run %s on lease %d of domain %s (%s); releasing it", execution_id,
                         lease.epoch, lease.domain, err)
             self._release(lease.domain, lease)
@@ -318,7 +317,7 @@ class Adopter:
             self._held.pop(domain, None)
         try:
             self._book.claim(domain, lease.epoch + 1, None)
-        except (ServerError, HttpError, OSError) as err:
+        except (ServerError, OSError) as err:
             log.warning("could not release run on domain %s (%s): it is adopted once this process is gone",
                         domain, err)
 

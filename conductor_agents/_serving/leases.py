@@ -184,7 +184,7 @@ class LeaseBook:
     def _terminate(self, lease_id: str) -> None:
         try:
             self._api.cancel_agent(lease_id, "lease recorded")
-        except (ServerError, HttpError) as err:  # it only waits on a person: harmless if left running
+        except ServerError as err:  # it only waits on a person: harmless if left running
             log.debug("could not end lease run %s: %s", lease_id, err)
 
     def _remember(self, lease: Lease) -> None:

@@ -32,7 +32,6 @@ from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._liveness.stall import server_time_from_date
 from .._wire.api import ConductorApi
-from .._wire.transport import HttpError
 from ..errors import ServerError
 from .takeover import worker_is_dead_here
 
@@ -163,7 +162,7 @@ class Presence:
         for agent_name in agents:
             try:
                 self._write(agent_name, hour, self.worker_id + GONE_MARK)
-            except (ServerError, HttpError, OSError) as err:
+            except (ServerError, OSError) as err:
                 log.warning("could not mark this process gone for %s (%s): its runs are adopted once its "
                             "presence ages out (%.0fs)", agent_name, err, self.dead_after)
 
@@ -181,7 +180,7 @@ class Presence:
         try:
             self.beacon()
             self._on_read()
-        except (ServerError, HttpError, OSError) as err:
+        except (ServerError, OSError) as err:
             log.debug("presence beacon failed: %s", err)
         except Exception:  # the thread must go on; the fence decides
             log.exception("presence beacon failed")

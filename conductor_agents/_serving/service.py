@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from .._wire.api import ConductorApi
-from .._wire.transport import HttpError
 from ..errors import ServerError, WorkerStartupError
 from .adoption import Adopter, ServedAgent
 from .leases import Lease, LeaseBook
@@ -118,7 +117,7 @@ class Service:
                 self.presence.beacon()
                 if self.presence.holds():
                     return
-            except (ServerError, HttpError, OSError) as err:
+            except (ServerError, OSError) as err:
                 last = err
             if attempt < 2:
                 threading.Event().wait(0.5)

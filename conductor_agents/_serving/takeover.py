@@ -44,11 +44,11 @@ def freshness_window() -> float:
     """Seconds after its last poll a domain still counts as served by a live worker.
 
     A live poller whose queues the watcher reads polls each task type at least once per
-    ``_SAFETY_POLL_SECONDS`` (60 s: between rings it only does that safety poll); without the
+    ``SAFETY_POLL_SECONDS`` (60 s: between rings it only does that safety poll); without the
     watcher it long-polls back to back. So a worker silent for longer than that plus the margin
     has stopped (or can no longer reach the server, which for the run is the same).
     """
-    return _poller._SAFETY_POLL_SECONDS + _MARGIN_SECONDS
+    return _poller.SAFETY_POLL_SECONDS + _MARGIN_SECONDS
 
 
 def _read(path: str) -> str | None:

@@ -17,8 +17,7 @@ from typing import Any
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
-from .._wire.transport import HttpError
-from ..errors import ConfigurationError, ServerError, ServerUnavailableError
+from ..errors import ConfigurationError, ServerError
 from ..tools import ToolDef
 from .executor import ToolExecutor
 
@@ -38,7 +37,7 @@ _MAX_BACKOFF = 5.0
 _RUNG_RETRY_SECONDS = 0.5
 #: While a queue watcher rings this poller, it still polls on its own this often: a missed ring,
 #: and the server's poll data shows the domain served by a live worker (``takeover``).
-_SAFETY_POLL_SECONDS = 60.0
+SAFETY_POLL_SECONDS = 60.0
 # Until a poller's first poll works, its failures are logged at INFO for this long: the call that
 # started the run meets the same server and says what is wrong in one line (no warning before it).
 _QUIET_FIRST_FAILURES_SECONDS = 5.0
@@ -343,7 +342,7 @@ class DomainPoller:
         """Poll each type once: a long poll, or only short ones while the watcher rings us."""
         per_type_ms = max(100, self._long_poll_ms // len(types))
         if short_only:
-            self._next_safety = self._clock.monotonic() + _SAFETY_POLL_SECONDS
+            self._next_safety = self._clock.monotonic() + SAFETY_POLL_SECONDS
         got = 0
         recovered = False
         with self._lock:
@@ -371,7 +370,7 @@ class DomainPoller:
                     timeout_ms=0 if short or keepalive else per_type_ms,
                     http_timeout=per_type_ms / 1000.0 + 10.0,
                 )
-            except (ServerUnavailableError, HttpError, ServerError, ConfigurationError) as err:
+            except (ServerError, ConfigurationError) as err:
                 self.poll_errors += 1
                 self._failing = True
                 backoff = min(self._max_backoff, max(0.2, backoff * 2))

@@ -40,7 +40,7 @@ from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
-from ..errors import AuthenticationError, ConfigurationError, ServerError, ServerUnavailableError
+from ..errors import AuthenticationError, ConfigurationError, ServerError
 from .poller import _ACTIVE_SECONDS, DomainPoller
 
 __all__ = ["QueueWatcher"]
@@ -182,7 +182,7 @@ class QueueWatcher:
                     return
                 backoff = self._unhealthy(backoff, err)
                 continue
-            except (ServerUnavailableError, ServerError) as err:
+            except ServerError as err:
                 backoff = self._unhealthy(backoff, err)
                 continue
             except ConfigurationError as err:  # a server URL without /api: the run's own call says so

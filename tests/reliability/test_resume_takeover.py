@@ -28,7 +28,7 @@ pytestmark = pytest.mark.reliability
 
 @pytest.fixture
 def short_window(monkeypatch):
-    monkeypatch.setattr(_poller, "_SAFETY_POLL_SECONDS", 2.0)
+    monkeypatch.setattr(_poller, "SAFETY_POLL_SECONDS", 2.0)
     monkeypatch.setattr(_takeover, "_MARGIN_SECONDS", 3.0)
     return _takeover.freshness_window()
 

@@ -26,7 +26,7 @@ from .support import tasks_of
 pytestmark = pytest.mark.reliability
 
 WATCHDOG = "conductor-agents-watchdog"
-SAFETY_POLL_SECONDS = 60.0  # an idle poller's own poll, conductor_agents._worker.poller._SAFETY_POLL_SECONDS
+SAFETY_POLL_SECONDS = 60.0  # an idle poller's own poll, conductor_agents._worker.poller.SAFETY_POLL_SECONDS
 
 
 def watchdog_threads() -> int:
