@@ -25,7 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's conductor_agents
 
-from layering import PACKAGE, _modules  # noqa: E402 - needs the path above
+from layering import PACKAGE, _modules
 
 #: Modules that run something when imported (``python -m conductor_agents``): read, never imported.
 NOT_IMPORTED = {"conductor_agents.__main__"}
@@ -126,9 +126,10 @@ def private_imports(module: str, path: Path, tree: ast.AST, modules: dict[str, P
                 yield f"{where}:{node.lineno}: imports {alias.name} from {source}, a module of another package"
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr):
-            source = imported_modules.get(node.value.id)
-            if source is not None and _package_of(source, modules[source]) != package:
-                yield f"{where}:{node.lineno}: reads {node.value.id}.{node.attr} of {source}, a module of another package"
+            owner = imported_modules.get(node.value.id)
+            if owner is not None and _package_of(owner, modules[owner]) != package:
+                yield (f"{where}:{node.lineno}: reads {node.value.id}.{node.attr} of {owner}, "
+                       "a module of another package")
 
 
 def breaches() -> list[str]:
