@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Union
 
 import attrs
 
@@ -171,7 +171,7 @@ class Failure:
         return _default_failure_body(self.status) if self.body is None else self.body
 
 
-Turn = str | ToolCall | Sequence[ToolCall] | Reply | Failure
+Turn = Union[str, ToolCall, Sequence[ToolCall], Reply, Failure]  # noqa: UP007 - public: its value stays a typing.Union
 """Anything a script or a policy may answer with; see the module docstring."""
 
 Outcome = Reply | Failure
