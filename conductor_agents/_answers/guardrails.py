@@ -156,11 +156,12 @@ class Guardrail(ToolCheck):
         """The worker task that runs a function guardrail (None for the server's own checks)."""
         if self.kind != CUSTOM:
             return None
+        assert self.func is not None  # a function guardrail has one (checked when it was made)
         return ToolDef(
             name=self.name,
             description=f"guardrail {self.name}",
             input_schema={"type": "object", "properties": {}},
-            func=_Check(self.func, self.on_fail, self.name),  # type: ignore[arg-type]
+            func=_Check(self.func, self.on_fail, self.name),
         )
 
     def to_config(self, position: str = "output") -> dict[str, Any]:

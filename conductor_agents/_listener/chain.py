@@ -111,7 +111,7 @@ def link_id(agent_name: str, key: str) -> str:
     Java's ``UUID.nameUUIDFromBytes``: the MD5 of the name's UTF-8 bytes with the version (3) and
     the IETF variant bits set.
     """
-    digest = bytearray(hashlib.md5(f"agent:{agent_name}:{key}".encode()).digest())  # noqa: S324 (an id, not a secret)
+    digest = bytearray(hashlib.md5(f"agent:{agent_name}:{key}".encode(), usedforsecurity=False).digest())  # an id
     digest[6] = (digest[6] & 0x0F) | 0x30
     digest[8] = (digest[8] & 0x3F) | 0x80
     return str(uuid.UUID(bytes=bytes(digest)))

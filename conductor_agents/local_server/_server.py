@@ -21,7 +21,7 @@ from ._command import DEFAULT_JVM_OPTIONS, java_command, server_properties, trai
 from ._dirs import run_data_dir
 from ._exit_registry import _attached  # noqa: F401  (tests inspect the registry through this module)
 from ._exit_registry import register as _register
-from ._exit_registry import stop_all_at_exit as _stop_all_at_exit  # noqa: F401
+from ._exit_registry import stop_all_at_exit as _stop_all_at_exit  # noqa: F401  (tests run the exit hook through this module)
 from ._exit_registry import unregister as _unregister
 from ._jar import resolve_server_jar
 from ._java import JavaRuntime, find_java, probe_java

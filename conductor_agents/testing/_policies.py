@@ -25,7 +25,6 @@ OnMessage = Callable[[Any], Any]
 
 _log = logging.getLogger("conductor_agents.testing")
 
-_MISSING = object()
 #: How many answered wait calls a policy remembers (per policy object, all its runs).
 _ANSWERED_LIMIT = 4096
 
@@ -160,11 +159,13 @@ class _ListenerPolicy:
             return _call_key(waits) in self._answered
 
     def _ending_of(self, waits: Sequence[ToolOutput]) -> str | None:
+        key = _batch_key(waits)
         with self._lock:
-            ending = self._endings.pop(_batch_key(waits), _MISSING)
-        if ending is _MISSING:
+            found = key in self._endings
+            ending = self._endings.pop(key, None)
+        if not found:
             return self._plan(waits)[1]
-        return ending  # type: ignore[return-value]
+        return ending
 
     def _plan(self, waits: Sequence[ToolOutput]) -> tuple[list[ToolCall], str | None]:
         """The tool calls a batch asks for and the text it ends the run with (or None)."""
