@@ -8,8 +8,8 @@ import logging as _logging
 from ._answers.guardrails import Guardrail, GuardrailResult
 from ._common.public import publish as _publish
 from ._listener.delivery import MessageDelivery
+from ._listener.running import RunningRun
 from ._people.pending import HumanAnswer, PendingRequest, PendingToolCall
-from ._runs.running import RunningRun
 from ._scheduling import Schedule, Schedules
 from ._teams.gates import Gate
 from ._teams.model_settings import ModelSettings

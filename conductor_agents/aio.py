@@ -4,7 +4,9 @@ and the handle's verbs, for asyncio code (FastAPI, Starlette, a notebook's runni
 The SDK's core is synchronous and threaded (its pollers, tool pool and watchdog are threads either way);
 this face runs each blocking verb on a thread pool of its own, so the event loop never waits on the server.
 The same arguments, results and errors as the synchronous verbs (see :class:`~conductor_agents.AgentRuntime`
-and :class:`~conductor_agents.AgentHandle`); ``events()`` is an async iterator.
+and :class:`~conductor_agents.AgentHandle`); ``events()`` is an async iterator. As in the synchronous face,
+the runtime's verbs on one run by its id are its handle's (:meth:`AsyncAgentRuntime.get_handle`, no request),
+each wrapping the synchronous handle's verb once.
 
 Cancelling an awaiting task gives the loop back at once. The thread under it ends by itself: a
 ``wait()`` is sliced (at most :data:`WAIT_SLICE_SECONDS` a piece), so a cancelled one lets its thread go
@@ -34,8 +36,8 @@ from ._common.checks import an_int
 from ._common.fork import rebuild_after_fork
 from ._common.public import publish as _publish
 from ._listener.delivery import MessageDelivery
+from ._listener.running import RunningRun
 from ._people.pending import HumanAnswer, PendingRequest
-from ._runs.running import RunningRun
 from ._scheduling import Schedule, Schedules
 from ._teams.model_settings import ModelSettings
 from .agent import Agent
@@ -130,18 +132,22 @@ class AsyncAgentRuntime:
                                   model_settings=model_settings)
         return await handle.wait(timeout=timeout)
 
+    def get_handle(self, execution_id: str) -> AsyncAgentHandle:
+        """As :meth:`AgentRuntime.get_handle`: no request, so not awaitable."""
+        return self._handle(self.sync.get_handle(execution_id))
+
     async def send_message(self, execution_id: str, payload: Any) -> str:
-        """As :meth:`AgentRuntime.send_message`."""
-        return await self._pool.run(self.sync.send_message, execution_id, payload)
+        """As :meth:`AgentRuntime.send_message`: :meth:`AsyncAgentHandle.send_message` of :meth:`get_handle`."""
+        return await self.get_handle(execution_id).send_message(payload)
 
     async def signal(self, execution_id: str, text: str) -> None:
-        """As :meth:`AgentRuntime.signal`."""
-        await self._pool.run(self.sync.signal, execution_id, text)
+        """As :meth:`AgentRuntime.signal`: :meth:`AsyncAgentHandle.signal` of :meth:`get_handle`."""
+        await self.get_handle(execution_id).signal(text)
 
     async def wait_delivered(self, execution_id: str, message_id: str,
                              timeout: float | None = None) -> MessageDelivery:
-        """As :meth:`AgentRuntime.wait_delivered`."""
-        return await self._pool.run(self.sync.wait_delivered, execution_id, message_id, timeout=timeout)
+        """As :meth:`AgentRuntime.wait_delivered`: :meth:`AsyncAgentHandle.wait_delivered` of :meth:`get_handle`."""
+        return await self.get_handle(execution_id).wait_delivered(message_id, timeout=timeout)
 
     async def attach(self, execution_id: str) -> AsyncAgentHandle:
         """As :meth:`AgentRuntime.attach`."""
@@ -158,8 +164,8 @@ class AsyncAgentRuntime:
     # -- people in the loop -----------------------------------------------------------
 
     async def pending(self, execution_id: str) -> tuple[PendingRequest, ...]:
-        """As :meth:`AgentRuntime.pending`."""
-        return await self._pool.run(self.sync.pending, execution_id)
+        """As :meth:`AgentRuntime.pending`: :meth:`AsyncAgentHandle.pending` of :meth:`get_handle`."""
+        return await self.get_handle(execution_id).pending()
 
     async def running(self, agent: Agent | str) -> tuple[RunningRun, ...]:
         """As :meth:`AgentRuntime.running`."""
@@ -175,16 +181,16 @@ class AsyncAgentRuntime:
         return await self._pool.run(self.sync.pending_requests, agent)
 
     async def approve(self, execution_id: str, **kwargs: Any) -> HumanAnswer:
-        """As :meth:`AgentRuntime.approve` (``reason``, ``by``, ``request``, ``timeout``)."""
-        return await self._pool.run(self.sync.approve, execution_id, **kwargs)
+        """As :meth:`AgentRuntime.approve` (``reason``, ``by``, ``request``, ``timeout``): the async handle's."""
+        return await self.get_handle(execution_id).approve(**kwargs)
 
     async def reject(self, execution_id: str, reason: str, **kwargs: Any) -> HumanAnswer:
-        """As :meth:`AgentRuntime.reject` (``by``, ``request``, ``timeout``)."""
-        return await self._pool.run(self.sync.reject, execution_id, reason, **kwargs)
+        """As :meth:`AgentRuntime.reject` (``by``, ``request``, ``timeout``): the async handle's."""
+        return await self.get_handle(execution_id).reject(reason, **kwargs)
 
     async def respond(self, execution_id: str, answer: Any, **kwargs: Any) -> HumanAnswer:
-        """As :meth:`AgentRuntime.respond` (``by``, ``request``, ``timeout``)."""
-        return await self._pool.run(self.sync.respond, execution_id, answer, **kwargs)
+        """As :meth:`AgentRuntime.respond` (``by``, ``request``, ``timeout``): the async handle's."""
+        return await self.get_handle(execution_id).respond(answer, **kwargs)
 
     def stats(self) -> RuntimeStats:
         """As :meth:`AgentRuntime.stats` (no request: not awaitable)."""
@@ -216,10 +222,12 @@ class AsyncAgentHandle:
 
     @property
     def run_id(self) -> str | None:
+        """As :attr:`AgentHandle.run_id` (a handle of :meth:`AsyncAgentRuntime.get_handle`: read once, blocking)."""
         return self.sync.run_id
 
     @property
     def agent_name(self) -> str:
+        """As :attr:`AgentHandle.agent_name` (read as :attr:`run_id` is)."""
         return self.sync.agent_name
 
     def __repr__(self) -> str:

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from ._answers.output_check import rejection_of
 from ._answers.output_type import Rejection, typed_result
 from ._common.clock import Clock
 from ._common.transient import TransientErrors
@@ -17,7 +16,7 @@ from ._listener.chained_events import ChainedEvents
 from ._listener.control import cancel_listener, pause_listener, stop_listener, unpause_listener
 from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.directory import Chain, ChainDirectory, Link
-from ._listener.following import current_status, listener_totals
+from ._listener.following import current_status, ended_result, listener_totals, run_identity
 from ._liveness.model_calls import FirstModelTurn, unavailable_model_cancel_reason
 from ._people.pending import HumanAnswer, PendingRequest
 from ._wire.api import ConductorApi
@@ -48,33 +47,21 @@ log = logging.getLogger("conductor_agents.handle")
 class AgentHandle:
     """A run of an agent on the server.
 
-    Returned by :meth:`AgentRuntime.start`, ``resume`` and ``attach``. Thread-safe: any
-    thread may call ``status``, ``send_message``, ``stop`` or ``cancel`` while another
-    waits. The handle does not own the run: dropping it neither stops nor cancels it.
+    Returned by :meth:`AgentRuntime.start`, ``resume``, ``attach`` and ``get_handle`` (no request: it
+    learns what it needs on first use). The verbs on one run live here; the runtime's verbs by execution
+    id call them. Thread-safe: any thread may call ``status``, ``send_message``, ``stop`` or ``cancel``
+    while another waits. The handle does not own the run: dropping it neither stops nor cancels it.
 
     A long-lived listener is continued as fresh runs (``docs/concepts.md``); the handle keeps
     :attr:`execution_id`, the id it was made with, and every call reaches the listener's current
     run (:attr:`current_execution_id`; :attr:`runs` counts them).
     """
 
-    def __init__(
-        self,
-        *,
-        api: ConductorApi,
-        execution_id: str,
-        agent_name: str,
-        run_id: str | None,
-        settings: AgentSettings,
-        clock: Clock,
-        agent: Agent | None = None,
-        liveness: RunWatch | None = None,
-        on_terminal: Any | None = None,
-        on_stop: Any | None = None,
-        workers_attached: bool = False,
-        observer: Any | None = None,  # the runtime's TaskObserver: local events and stats
-        directory: ChainDirectory | None = None,
-        chain: Chain | None = None,
-    ) -> None:
+    def __init__(self, *, api: ConductorApi, execution_id: str, agent_name: str | None, run_id: str | None = None,
+                 settings: AgentSettings, clock: Clock, agent: Agent | None = None, liveness: RunWatch | None = None,
+                 on_terminal: Any | None = None, on_stop: Any | None = None, workers_attached: bool = False,
+                 observer: Any | None = None,  # the runtime's TaskObserver: local events and stats
+                 directory: ChainDirectory | None = None, chain: Chain | None = None) -> None:
         self._api = api
         self._directory = directory if directory is not None else ChainDirectory(api)
         #: Messages and answers: the same code as the runtime's verbs by execution id.
@@ -82,8 +69,8 @@ class AgentHandle:
         self._chain_known = chain
         self._observer = observer
         self.execution_id = execution_id
-        self.agent_name = agent_name
-        self.run_id = run_id
+        #: The agent's name and the run's domain; None for a handle that has not learnt them yet.
+        self._identity: tuple[str, str | None] | None = None if agent_name is None else (agent_name, run_id)
         self.agent = agent
         self._settings = settings
         self._clock = clock
@@ -106,6 +93,26 @@ class AgentHandle:
         self._first_turn = FirstModelTurn(api)
 
     # -- which run ----------------------------------------------------------------------
+
+    @property
+    def agent_name(self) -> str:
+        """The agent's name. A handle of :meth:`AgentRuntime.get_handle` learns it (and :attr:`run_id`) on
+        first read: one request, once."""
+        return self._learnt()[0]
+
+    @property
+    def run_id(self) -> str | None:
+        """The task domain the run is pinned to (a stateful run's), or None. Learnt as :attr:`agent_name`."""
+        return self._learnt()[1]
+
+    def _learnt(self) -> tuple[str, str | None]:
+        identity = self._identity
+        if identity is None:
+            workflow = self._api.get_workflow(self.execution_id)
+            if self._chain_known is None:
+                self._chain_known = self._directory.chain(self.execution_id, record=workflow)
+            identity = self._identity = run_identity(workflow, self._chain_known)
+        return identity
 
     def _chain(self) -> Chain:
         if self._chain_known is None:
@@ -138,9 +145,10 @@ class AgentHandle:
     def __repr__(self) -> str:
         # No request here: before the first status()/wait() the status is not known, and says so.
         status = self._last_status.value if self._last_status else "not-read-yet"
-        parts = [f"execution_id={self.execution_id!r}", f"agent={self.agent_name!r}"]
-        if self.run_id:
-            parts.append(f"run_id={self.run_id!r}")
+        name, run_id = self._identity or ("not-read-yet", None)
+        parts = [f"execution_id={self.execution_id!r}", f"agent={name!r}"]
+        if run_id:
+            parts.append(f"run_id={run_id!r}")
         if self.runs > 1:
             parts.append(f"runs={self.runs}")
         parts.append(f"status={status}")
@@ -149,8 +157,9 @@ class AgentHandle:
 
     def _repr_html_(self) -> str:  # a notebook shows the state without blocking the kernel
         status = self._last_status.value if self._last_status else "not read yet"
-        run = f"<br>run id <code>{self.run_id}</code>" if self.run_id else ""
-        return (f"<b>{self.agent_name}</b> &mdash; {status}<br>execution <code>{self.execution_id}</code>"
+        name, run_id = self._identity or ("not read yet", None)
+        run = f"<br>run id <code>{run_id}</code>" if run_id else ""
+        return (f"<b>{name}</b> &mdash; {status}<br>execution <code>{self.execution_id}</code>"
                 f"{run}")
 
     # -- observing --------------------------------------------------------------------
@@ -288,29 +297,8 @@ class AgentHandle:
         )
 
     def _finish(self, status: AgentStatus, link: Link) -> AgentResult:
-        detail: dict[str, Any] = {}
-        workflow: dict[str, Any] = {}
-        try:
-            detail = self._api.agent_execution(link.execution_id)
-            workflow = self._api.get_workflow(link.execution_id, include_tasks=True) or {}
-        except ConductorAgentsError as err:
-            log.warning("run %s ended but its details could not be read: %s", link.execution_id, err)
-        names = self.agent.team_names if self.agent is not None else ()
-        tasks = workflow.get("tasks") or []
-        result = AgentResult.from_server(status, detail, tasks, agent_names=names, workflow=workflow or None)
-        ended_by = result.ended_by
-        if ended_by == "turn_limit" and self.agent is not None and (
-                self.agent.stop_when is not None or self.agent.termination is not None):
-            ended_by = None  # its stopping rule may have ended the loop after tool calls: cannot tell which
-        result = attrs.evolve(result, execution_id=self.execution_id, current_execution_id=link.execution_id,
-                              runs=status.runs, ended_by=ended_by)
-        if self.agent is not None and self.agent.output_type is not None and result.status is RunStatus.FAILED:
-            self._rejection = rejection_of(tasks, self.agent.name)
-        if status.runs > 1:
-            try:
-                result = attrs.evolve(result, totals=self.totals())
-            except ConductorAgentsError as err:
-                log.warning("listener %s ended but its totals could not be read: %s", self.execution_id, err)
+        result, self._rejection = ended_result(self._api, status, link, execution_id=self.execution_id,
+                                               agent=self.agent, totals=self.totals)
         self._result = result
         self._terminal()
         return result
@@ -367,15 +355,24 @@ class AgentHandle:
 
     def stats(self) -> RunStats:
         """This process's tool counts and timings for the run (no request; zeros if it ran nothing here)."""
+        domain = self._identity[1] if self._identity is not None else None  # no request: as far as known
         if self._observer is None:
-            return RunStats(execution_id=self.execution_id, domain=self.run_id)
-        stats: RunStats = self._observer.run_stats(self.execution_id, domain=self.run_id)
+            return RunStats(execution_id=self.execution_id, domain=domain)
+        stats: RunStats = self._observer.run_stats(self.execution_id, domain=domain)
         return stats
 
     # -- acting -----------------------------------------------------------------------
 
     def send_message(self, payload: Any) -> str:
-        """Push a message into the run's queue (see :meth:`AgentRuntime.send_message`)."""
+        """Push a message into the run's queue (a listener's current run); return the message id.
+
+        A mapping is sent as is, a string as ``{"message": s}``, any other JSON value as ``{"message": value}``.
+
+        Raises:
+            PayloadError: (a TypeError) not JSON-serialisable; nothing is sent. ExecutionNotFoundError: unknown
+                execution (404). MessageQueueDisabledError: the execution exists but the server's queue is off.
+            ExecutionNotRunningError: the execution has ended (409). MessageQueueFullError: its queue is full (429).
+        """
         return self._by_id.send_message(self.execution_id, message_payload(payload), pause=self._pause)
 
     def signal(self, text: str) -> None:

@@ -5,30 +5,26 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import uuid
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from ._common.clock import SYSTEM_CLOCK, Clock
 from ._common.fork import rebuild_after_fork
-from ._listener.by_id import RunsById, check_signal
+from ._common.parts import close_in_order
+from ._listener.by_id import pending_of_agent
 from ._listener.delivery import MessageDelivery
 from ._listener.directory import ChainDirectory
+from ._listener.running import RunningRun, agent_name_of, running_runs
 from ._people.pending import HumanAnswer, PendingRequest
-from ._runs.exit import close_at_exit
-from ._runs.handles import HandleMaker
-from ._runs.running import RunningRun, running_runs
-from ._runs.serving import ProcessServing, check_servable
-from ._runs.start import RunStarter, check_prompt
-from ._runs.take_up import RunTaker
+from ._runs.process import ProcessRuns
+from ._runs.start import check_agent, check_start
 from ._scheduling import Schedules
-from ._serving.takeover import make_worker_id
-from ._teams.model_settings import ModelSettings, apply_model_settings
+from ._serving.at_exit import close_at_exit
+from ._serving.process import ServedAgents, check_servable
+from ._teams.model_settings import ModelSettings
 from ._wire.api import ConductorApi
-from ._wire.payload import message_payload
 from ._wire.transport import Transport
 from ._worker.observer import TaskObserver
-from ._worker.workers import WorkerSet
 from .agent import Agent
 from .errors import AgentTypeError, RuntimeClosedError, WorkerStallError
 from .handle import AgentHandle
@@ -47,21 +43,19 @@ _process_check_lock = threading.Lock()
 class AgentRuntime:
     """Starts agents on a Conductor server and runs their Python tools in this process.
 
-    Thread-safe: one runtime may be shared by every thread of a program (a web app's
-    views, a notebook's cells). It owns its threads: one polling thread per live stateful
-    run (``conductor-agents-poll-<run id>``), one shared poller for non-stateful tools,
-    a bounded tool pool (``conductor-agents-tool_*``), a queue watcher and, while it
-    serves or watches a run, one watchdog (``conductor-agents-watchdog``) that samples
-    every such run: it releases the run's workers when the run ends and, for stateful
-    runs, sets :attr:`AgentHandle.stall`. :meth:`close` stops and joins all of them.
+    Thread-safe: one runtime may be shared by every thread of a program (a web app's views, a notebook's cells). It
+    owns its threads: one polling thread per live stateful run (``conductor-agents-poll-<run id>``), one shared
+    poller for non-stateful tools, a bounded tool pool (``conductor-agents-tool_*``), a queue watcher and, while it
+    serves or watches a run, one watchdog (``conductor-agents-watchdog``) that samples every such run: it releases
+    the run's workers when the run ends and, for stateful runs, sets :attr:`AgentHandle.stall`. :meth:`close` stops
+    and joins all of them.
 
-    Fork-safe: a runtime built before ``fork()`` (gunicorn ``--preload``, multiprocessing,
-    Celery prefork) works in the child as a runtime of the child's own: a new
-    :attr:`worker_id`, connection pool, workers and threads (pollers, pool, watcher and
-    watchdog, started on first use there) and stats from zero. It keeps its settings, and
-    whether it was closed. The runs the parent started stay the parent's: the child does
-    not serve, watch, reclaim or stop them (it may still message, stop or wait on them by
-    execution id, like any process). See ``docs/operations.md``.
+    Fork-safe: a runtime built before ``fork()`` (gunicorn ``--preload``, multiprocessing, Celery prefork) works in
+    the child as a runtime of the child's own: a new :attr:`worker_id`, connection pool, workers and threads
+    (pollers, pool, watcher and watchdog, started on first use there) and stats from zero. It keeps its settings,
+    and whether it was closed. The runs the parent started stay the parent's: the child does not serve, watch,
+    reclaim or stop them (it may still message, stop or wait on them by execution id, like any process). See
+    ``docs/operations.md``.
 
     Args:
         settings: defaults to :meth:`AgentSettings.from_env`.
@@ -76,15 +70,9 @@ class AgentRuntime:
             and ignored.
     """
 
-    def __init__(
-        self,
-        settings: AgentSettings | None = None,
-        *,
-        transport: Transport | None = None,
-        clock: Clock = SYSTEM_CLOCK,
-        on_stall: Callable[[AgentHandle, WorkerStallError], Any] | None = None,
-        on_pending: Callable[[AgentHandle, PendingRequest], Any] | None = None,
-    ) -> None:
+    def __init__(self, settings: AgentSettings | None = None, *, transport: Transport | None = None,
+                 clock: Clock = SYSTEM_CLOCK, on_stall: Callable[[AgentHandle, WorkerStallError], Any] | None = None,
+                 on_pending: Callable[[AgentHandle, PendingRequest], Any] | None = None) -> None:
         if on_stall is not None and not callable(on_stall):
             raise AgentTypeError(f"on_stall must be callable, got {on_stall!r}", field="on_stall", value=on_stall)
         if on_pending is not None and not callable(on_pending):
@@ -103,54 +91,39 @@ class AgentRuntime:
         #: Counts and local events; survives a fork (reset in the child) so handles keep theirs.
         self._observer = TaskObserver(clock=clock)
         self._on_stall, self._on_pending = on_stall, on_pending
-        #: Messages and answers by execution id (shared with every handle's twins of these verbs).
-        self._by_id = RunsById(self._api, self._directory, self.settings, clock)
         self._closed = False
         self._closing = threading.Event()  # set by close(): ends a start's retry pause at once
-        #: The agents serve() was called for, with their hooks: kept across a fork (the child serves them too).
-        self._served: list[tuple[Agent, Callable[[AgentHandle], Any] | None]] = []
+        self._served = ServedAgents()  # kept across a fork: the child serves them too
         self._build_process_parts()
         rebuild_after_fork(self)
 
     def _build_process_parts(self) -> None:
-        """Everything that belongs to one process: the worker id, the lock, the workers and
-        every thread they own (created on first use), and the components that start and take
-        up runs with them. The one place they are made: at construction and again in a forked child."""
-        self._pid = os.getpid()
-        self._lock = threading.Lock()
-        self.worker_id = make_worker_id(uuid.uuid4().hex[:6], pid=self._pid)
-        self._workers = WorkerSet(self._api, self.settings, worker_id=self.worker_id, clock=self._clock,
-                                  observer=self._observer, directory=self._directory)
-        #: Presence, leases, adoption: this process's Service, made on the first serve().
-        self._serving = ProcessServing(self._api, self.settings, self._workers, worker_id=self.worker_id,
-                                       take_up=self._adopt, pause=self._closing.wait)
-        self._handles = HandleMaker(self._api, self._directory, self.settings, clock=self._clock,
-                                    observer=self._observer, workers=lambda: self._workers, new_handle=AgentHandle,
-                                    on_stall=self._on_stall, on_pending=self._on_pending)
-        self._taker = RunTaker(self._api, self._directory, self._workers, self.settings, clock=self._clock,
-                               worker_id=self.worker_id, service=self._serving.get, handle=self._handles.make)
-        self._starter = RunStarter(self._api, self._directory, self._workers, self.settings, taker=self._taker,
-                                   pause=self._closing.wait, handle=self._handles.make)
+        """The parts of this process (:class:`ProcessRuns`): made at construction and again in a forked child."""
+        self._process = ProcessRuns(
+            self._api, self._directory, self.settings, clock=self._clock, observer=self._observer,
+            closing=self._closing, workers_now=lambda: self._process.workers, adopt=self._adopt,
+            on_stall=self._on_stall, on_pending=self._on_pending)
+        self.worker_id = self._process.worker_id
 
     def _after_fork_in_child(self) -> None:
-        """In a forked child (only its forking thread runs): forget the parent's workers, whose
-        threads do not exist here, and build this process's own. Nothing is closed: closing
-        would stop or join what belongs to the parent."""
+        """In a forked child (only its forking thread runs): forget the parent's workers, whose threads do not
+        exist here, and build this process's own. Nothing is closed: that would stop what is the parent's."""
         parent_worker_id = self.worker_id
         closing, self._closing = self._closing, threading.Event()  # its lock may be a parent thread's
         if closing.is_set():
             self._closing.set()
         self._build_process_parts()
-        log.debug("forked: runtime worker %s replaces %s in pid %d", self.worker_id, parent_worker_id, self._pid)
-        if self._served and not self._closed:
-            self._serving.serve_again(lambda: self._served)  # the child serves what the parent served
+        log.debug("forked: runtime worker %s replaces %s in pid %d", self.worker_id, parent_worker_id,
+                  self._process.pid)
+        if self._served.agents() and not self._closed:
+            self._process.serving.serve_again(self._served.agents)  # the child serves what the parent served
 
     def _check_process(self) -> None:
         """A fork the hook did not see (a C-level ``fork()``, e.g. uWSGI without
         ``py-call-osafterfork``): rebuild on first use in the new process."""
-        if self._pid != os.getpid():
+        if self._process.pid != os.getpid():
             with _process_check_lock:
-                if self._pid != os.getpid():
+                if self._process.pid != os.getpid():
                     self._after_fork_in_child()
 
     def __repr__(self) -> str:
@@ -177,21 +150,19 @@ class AgentRuntime:
               model_settings: ModelSettings | None = None) -> AgentHandle:
         """Start a run of ``agent`` and serve its tools from this process.
 
-        ``context`` seeds the run's context: shown to the model before every turn, given to
-        every tool (``ctx.state``), updated by tools (``ctx.update_state``), returned as
-        ``result.context``. ``media`` is a list of URLs (images, documents) attached to the
-        first user message; the *server* downloads them (it refuses loopback addresses).
-        ``model_settings`` (:class:`ModelSettings`) changes the model, temperature, token limit or
-        reasoning effort of this run only, a listener's later runs included (``docs/steering.md``).
+        ``context`` seeds the run's context: shown to the model before every turn, given to every tool
+        (``ctx.state``), updated by tools (``ctx.update_state``), returned as ``result.context``. ``media`` is a
+        list of URLs (images, documents) attached to the first user message; the *server* downloads them (it refuses
+        loopback addresses). ``model_settings`` (:class:`ModelSettings`) changes the model, temperature, token limit
+        or reasoning effort of this run only, a listener's later runs included (``docs/steering.md``).
 
-        A stateful agent gets a fresh run id; its workers poll the domain of that id
-        (started *before* the run, so its first task is never missed). With an
-        ``idempotency_key`` that the server already knows, the existing run is returned
-        and the workers join that run's domain.
+        A stateful agent gets a fresh run id; its workers poll the domain of that id (started *before* the run, so
+        its first task is never missed). With an ``idempotency_key`` that the server already knows, the existing run
+        is returned and the workers join that run's domain.
 
-        Concurrent first starts of an agent the server has never seen (threads of a web app,
-        several processes) all succeed: the server's conflict on creating the agent's
-        definition (no run is created then) is retried with a short backoff.
+        Concurrent first starts of an agent the server has never seen (threads of a web app, several processes) all
+        succeed: the server's conflict on creating the agent's definition (no run is created then) is retried with a
+        short backoff.
 
         Raises:
             RuntimeClosedError, AgentTypeError, ValueError: bad call (no request sent); also
@@ -205,15 +176,9 @@ class AgentRuntime:
                 serves the run; cancel it, or resume it.
         """
         self._check_open()
-        if not isinstance(agent, Agent):
-            raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
-        check_prompt(prompt)
-        if model_settings is not None and not isinstance(model_settings, ModelSettings):
-            raise AgentTypeError(f"model_settings must be a ModelSettings or None, got {model_settings!r}",
-                                 field="model_settings", value=model_settings)
-        apply_model_settings(agent.to_config(), model_settings)  # refused here (an agent tool), before anything
-        return self._starter.start(agent, prompt, idempotency_key=idempotency_key, context=context, media=media,
-                                   model_settings=model_settings)
+        check_start(agent, prompt, model_settings)
+        return self._process.starter.start(agent, prompt, idempotency_key=idempotency_key, context=context,
+                                           media=media, model_settings=model_settings)
 
     def run(self, agent: Agent, prompt: str, *, timeout: float = 600.0,
             idempotency_key: str | None = None, context: Mapping[str, Any] | None = None,
@@ -226,31 +191,34 @@ class AgentRuntime:
                             model_settings=model_settings)
         return handle.wait(timeout=timeout)
 
-    def send_message(self, execution_id: str, payload: Any) -> str:
-        """Push a message into a running execution's queue; return the message id.
+    def get_handle(self, execution_id: str) -> AgentHandle:
+        """A handle on run ``execution_id`` that costs nothing: no request is sent, no worker registered, no
+        watch kept (temporalio's ``get_workflow_handle``). Every verb of a run by its id is the handle's.
 
-        A mapping is sent as is, a string as ``{"message": s}``, any other JSON value as
-        ``{"message": value}``.
+        What it does not know yet, it learns on first need: :attr:`AgentHandle.agent_name` and
+        :attr:`~AgentHandle.run_id` on first read (one request), the listener a run belongs to on the first
+        verb. An unknown id is found out then (ExecutionNotFoundError), not here. :meth:`attach` reads the
+        run at once instead (it raises for an unknown id, and knows the name and run id from the start).
 
         Raises:
-            PayloadError: (a TypeError) not JSON-serialisable; nothing is sent.
-            ExecutionNotFoundError: unknown execution (404).
-            MessageQueueDisabledError: the execution exists but the server's queue is off.
-            ExecutionNotRunningError: the execution has ended (409).
-            MessageQueueFullError: its queue is full (429).
+            RuntimeClosedError: the runtime is closed.
         """
-        body = message_payload(payload)
         self._check_open()
-        return self._by_id.send_message(str(execution_id), body, pause=self._closing.wait)
+        return self._process.handles.make(str(execution_id), None, None, None, workers=False, monitor=False)
+
+    def send_message(self, execution_id: str, payload: Any) -> str:
+        """Push a message into run ``execution_id``'s queue; the message id (see :meth:`AgentHandle.send_message`).
+
+        Raises: as :meth:`AgentHandle.send_message`, and RuntimeClosedError.
+        """
+        return self.get_handle(execution_id).send_message(payload)
 
     def signal(self, execution_id: str, text: str) -> None:
         """Set the standing signal of run ``execution_id`` (see :meth:`AgentHandle.signal`).
 
         Raises: as :meth:`AgentHandle.signal`, and RuntimeClosedError.
         """
-        text = check_signal(text)
-        self._check_open()
-        self._by_id.signal(str(execution_id), text, pause=self._closing.wait)
+        self.get_handle(execution_id).signal(text)
 
     def wait_delivered(self, execution_id: str, message_id: str, timeout: float | None = None) -> MessageDelivery:
         """Block until run ``execution_id`` has pulled message ``message_id`` (see
@@ -258,37 +226,35 @@ class AgentRuntime:
 
         Raises: as :meth:`AgentHandle.wait_delivered`, and RuntimeClosedError.
         """
-        self._check_open()
-        handle = self._handles.make(str(execution_id), "", None, None, workers=False, monitor=False)
-        return handle.wait_delivered(message_id, timeout=timeout)
+        return self.get_handle(execution_id).wait_delivered(message_id, timeout=timeout)
 
     def attach(self, execution_id: str) -> AgentHandle:
         """A handle on an existing run that registers no workers (dashboards, other processes).
+
+        Unlike :meth:`get_handle` it reads the run now (one or two requests): the handle knows its agent's
+        name and run id, and an unknown id raises here.
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
         """
         self._check_open()
-        return self._taker.attach(str(execution_id))
+        return self._process.taker.attach(str(execution_id))
 
     def resume(self, execution_id: str, agent: Agent, *, force: bool = False) -> AgentHandle:
         """Re-attach to a run after a restart and serve its tools from this process.
 
-        Reads the run's domain from the workflow's ``taskToDomain``, registers ``agent``'s
-        workers on it and attaches the liveness monitor. Tasks of that domain that a
-        previous worker had taken and not finished (it died) are handed back to the server,
-        which delivers them again here (``ctx.attempt`` 2, the same ``ctx.idempotency_key``).
-        A run that already ended gives a handle whose ``wait()`` returns at once; no workers
-        start.
+        Reads the run's domain from the workflow's ``taskToDomain``, registers ``agent``'s workers on it and
+        attaches the liveness monitor. Tasks of that domain that a previous worker had taken and not finished (it
+        died) are handed back to the server, which delivers them again here (``ctx.attempt`` 2, the same
+        ``ctx.idempotency_key``). A run that already ended gives a handle whose ``wait()`` returns at once; no
+        workers start.
 
-        A run whose domain another worker still polls is not taken over: two processes
-        polling one domain would split the run's tasks (and its in-memory state) between
-        them. The server's poll data says who polled last and when; a poll within
-        ``takeover.freshness_window()`` (75 s: a live poller polls each task type at least
-        every 60 s) counts as alive, unless that worker is a process of this machine that no
-        longer exists (worker ids name host and pid, see ``takeover.worker_is_dead_here``): a
-        run whose process died on this host is resumed at once. When you know a process on
-        another host is gone, pass ``force=True``.
+        A run whose domain another worker still polls is not taken over: two processes polling one domain would
+        split the run's tasks (and its in-memory state) between them. The server's poll data says who polled last
+        and when; a poll within ``live_workers.freshness_window()`` (75 s: a live poller polls each task type at
+        least every 60 s) counts as alive, unless that worker is a process of this machine that no longer exists
+        (worker ids name host and pid, see ``live_workers.worker_is_dead_here``): a run whose process died on this
+        host is resumed at once. When you know a process on another host is gone, pass ``force=True``.
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
@@ -298,21 +264,19 @@ class AgentRuntime:
                 the server, or a request of the take-over failed; nothing is left serving it.
         """
         self._check_open()
-        if not isinstance(agent, Agent):
-            raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
-        return self._taker.resume(str(execution_id), agent, force=force)
+        check_agent(agent)
+        return self._process.taker.resume(str(execution_id), agent, force=force)
 
     # -- serving an agent: every process of an app shares its runs ------------------------
 
     def serve(self, agent: Agent, *, on_adopt: Callable[[AgentHandle], Any] | None = None) -> None:
         """Serve ``agent`` from this process: its runs started here, and the runs no live process serves.
 
-        After this call the process also *adopts* every running run of ``agent`` whose process is
-        gone: closed (``close()``, SIGTERM under ``conductor-agents serve``, a recycled web worker),
-        killed, or silent for ``liveness_stall_seconds``. Every process that serves the agent shares
-        its runs; an orphan goes to one of them (spread by a hash of its domain), and exactly one
-        process serves a run at any time: taking a run means creating its next *lease* on the
-        server, which only one process can do (see ``docs/operations.md``).
+        After this call the process also *adopts* every running run of ``agent`` whose process is gone: closed
+        (``close()``, SIGTERM under ``conductor-agents serve``, a recycled web worker), killed, or silent for
+        ``liveness_stall_seconds``. Every process that serves the agent shares its runs; an orphan goes to one of
+        them (spread by a hash of its domain), and exactly one process serves a run at any time: taking a run means
+        creating its next *lease* on the server, which only one process can do (see ``docs/operations.md``).
 
         - A graceful close hands its runs over: others adopt them within about two
           ``serve_interval`` (2 s each by default), not after the stall threshold.
@@ -323,13 +287,13 @@ class AgentRuntime:
         - An adopted run is served as :meth:`resume` would: tasks the dead process had taken are
           handed back (``ctx.attempt`` 2), a listener keeps its identity and its budget.
 
-        ``on_adopt(handle)`` is called (on the ``conductor-agents-adopt`` thread) after each run is
-        adopted here: rebuild per-run state there. Tools get the run's ``ctx.execution_id`` and
-        ``ctx.state``; what a tool kept in this process's memory for a run does not move with it.
+        ``on_adopt(handle)`` is called (on the ``conductor-agents-adopt`` thread) after each run is adopted here:
+        rebuild per-run state there. Tools get the run's ``ctx.execution_id`` and ``ctx.state``; what a tool kept in
+        this process's memory for a run does not move with it.
 
-        Calling it again for the same agent name updates the hook. A runtime built before ``fork()``
-        serves in each child as well (gunicorn ``--preload``: the master too). ``close()`` (also run
-        at interpreter exit) hands the runs over.
+        Calling it again for the same agent name updates the hook. A runtime built before ``fork()`` serves in each
+        child as well (gunicorn ``--preload``: the master too). ``close()`` (also run at interpreter exit) hands the
+        runs over.
 
         Raises:
             AgentTypeError: ``agent`` is not an Agent, or ``on_adopt`` is not callable.
@@ -340,24 +304,20 @@ class AgentRuntime:
         """
         self._check_open()
         check_servable(agent, on_adopt, self.settings)
-        with self._lock:
-            self._served = [(a, h) for a, h in self._served if a.name != agent.name] + [(agent, on_adopt)]
-            first = len(self._served) == 1
-        if first:
-            close_at_exit(self, here=lambda runtime: runtime._pid == os.getpid())
-        self._serving.add(agent, on_adopt)
+        if self._served.put(agent, on_adopt):  # the first
+            close_at_exit(self, here=lambda runtime: runtime._process.pid == os.getpid())
+        self._process.serving.add(agent, on_adopt)
 
     def _adopt(self, execution_id: str, agent: Agent) -> AgentHandle:
         """Serve a run whose lease this process just won (the adopter's take-up)."""
         self._check_open()
-        return self._taker.adopt(execution_id, agent)
+        return self._process.taker.adopt(execution_id, agent)
 
     # -- people in the loop, by execution id (any process may answer) -------------------
 
     def pending(self, execution_id: str) -> tuple[PendingRequest, ...]:
         """What run ``execution_id`` waits on from a person (see :meth:`AgentHandle.pending`)."""
-        self._check_open()
-        return self._by_id.pending(str(execution_id))
+        return self.get_handle(execution_id).pending()
 
     def running(self, agent: Agent | str) -> tuple[RunningRun, ...]:
         """The running runs of ``agent`` (an Agent or its name) on the server, whichever process
@@ -371,7 +331,7 @@ class AgentRuntime:
             AgentTypeError: ``agent`` is neither an Agent nor a name.
         """
         self._check_open()
-        return running_runs(self._api, self._directory, _agent_name(agent))
+        return running_runs(self._api, self._directory, agent_name_of(agent))
 
     @property
     def schedules(self) -> Schedules:
@@ -392,25 +352,22 @@ class AgentRuntime:
             AgentTypeError: ``agent`` is neither an Agent nor a name.
         """
         self._check_open()
-        return self._by_id.pending_of_agent(_agent_name(agent))
+        return pending_of_agent(self._api, self._directory, agent_name_of(agent))
 
     def approve(self, execution_id: str, *, reason: str | None = None, by: str | None = None,
                 request: PendingRequest | str | None = None, timeout: float = 30.0) -> HumanAnswer:
         """Approve what run ``execution_id`` waits on (see :meth:`AgentHandle.approve`)."""
-        self._check_open()
-        return self._by_id.approve(str(execution_id), reason=reason, by=by, request=request, timeout=timeout)
+        return self.get_handle(execution_id).approve(reason=reason, by=by, request=request, timeout=timeout)
 
     def reject(self, execution_id: str, reason: str, *, by: str | None = None,
                request: PendingRequest | str | None = None, timeout: float = 30.0) -> HumanAnswer:
         """Reject what run ``execution_id`` waits on (see :meth:`AgentHandle.reject`)."""
-        self._check_open()
-        return self._by_id.reject(str(execution_id), reason, by=by, request=request, timeout=timeout)
+        return self.get_handle(execution_id).reject(reason, by=by, request=request, timeout=timeout)
 
     def respond(self, execution_id: str, answer: Any, *, by: str | None = None,
                 request: PendingRequest | str | None = None, timeout: float = 30.0) -> HumanAnswer:
         """Answer the question run ``execution_id`` asks (see :meth:`AgentHandle.respond`)."""
-        self._check_open()
-        return self._by_id.respond(str(execution_id), answer, by=by, request=request, timeout=timeout)
+        return self.get_handle(execution_id).respond(answer, by=by, request=request, timeout=timeout)
 
     def stats(self) -> RuntimeStats:
         """Counts and timings of the tools this runtime ran, and the runs it serves now.
@@ -418,7 +375,7 @@ class AgentRuntime:
         Cheap: no request is sent. See :class:`conductor_agents.stats.RuntimeStats`.
         """
         self._check_process()
-        return self._observer.runtime_stats(self._workers.pollers())
+        return self._observer.runtime_stats(self._process.workers.pollers())
 
     def close(self) -> None:
         """Stop polling, let running tools finish (``shutdown_grace_seconds``), join every
@@ -426,21 +383,17 @@ class AgentRuntime:
 
         In a forked child it closes the child's own workers and pool, never the parent's."""
         self._check_process()
-        with self._lock:
+        with self._process.lock:
             if self._closed:
                 return
             self._closed = True
         self._closing.set()
-        self._handles.close()
-        self._serving.close()  # stop adopting, stop serving (the workers), then hand over
-        self._observer.close()  # open event streams end with the runtime
-        if self._owns_transport:
-            self._transport.close()
-
-
-def _agent_name(agent: Agent | str) -> str:
-    """The name of ``agent`` (an Agent or its name); AgentTypeError for anything else."""
-    name = agent.name if isinstance(agent, Agent) else agent
-    if not isinstance(name, str) or not name:
-        raise AgentTypeError(f"agent must be an Agent or its name, got {agent!r}", field="agent", value=agent)
-    return name
+        process = self._process
+        close_in_order([  # what this process of the runtime owns, in the order it stops (each a Part)
+            process.handles,  # the pending monitor
+            process.serving.adoption,  # no run is taken up while the workers stop
+            process.workers,  # stop polling, let running tools finish, join every thread
+            process.serving.presence,  # mark this process gone: its runs are handed over
+            self._observer,  # open event streams end with the runtime
+            *([self._transport] if self._owns_transport else []),  # the connection pool it made
+        ], log)

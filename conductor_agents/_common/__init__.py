@@ -3,8 +3,8 @@
 Owns the clock (:mod:`.clock`), fork hooks (:mod:`.fork`), JSON value checks (:mod:`.json_check`), structured
 values (:mod:`.structured`), an answer as the text a check gets (:mod:`.answer_text`), secret redaction
 (:mod:`.secrets`), the task names this SDK gives the server (:mod:`.task_names`), the transient-error budget
-(:mod:`.transient`), the background loop (:mod:`.loops`) and the public face of exported names
-(:mod:`.public`).
+(:mod:`.transient`), the background loop (:mod:`.loops`), the one shape of an owned part, ``close()``
+(:mod:`.parts`), and the public face of exported names (:mod:`.public`).
 
 May import: the standard library, ``attrs`` and :mod:`conductor_agents.errors`; nothing else of the package.
 """

@@ -1,7 +1,7 @@
 """The verbs on a run named by its execution id: send a message, see and answer what it waits on.
 
-:class:`RunsById` is the one implementation behind :meth:`AgentRuntime.send_message`, ``signal``,
-``pending``, ``approve``, ``reject`` and ``respond`` and their :class:`AgentHandle` twins. A
+:class:`RunsById` is the one implementation behind :class:`AgentHandle`'s ``send_message``, ``signal``,
+``pending``, ``approve``, ``reject`` and ``respond`` (the runtime's verbs by execution id are the handle's). A
 continued listener is reached at its current run, whichever id of it the caller holds. People in
 the loop are reached in every run that may hold a request (:func:`people_runs`): while a switch
 drains the old run, that run may wait for a person (the approval of a call the model made in the
@@ -26,7 +26,7 @@ from .following import is_running, live_links
 from .sending import send_to_listener
 from .signals import post_signal
 
-__all__ = ["RunsById", "check_signal", "people_runs"]
+__all__ = ["RunsById", "check_signal", "pending_of_agent", "people_runs"]
 
 
 def check_signal(text: object) -> str:
@@ -66,6 +66,20 @@ def people_runs(api: ConductorApi, directory: ChainDirectory, execution_id: str,
         if (held.run_id, held.agent_name) == (chain.run_id, chain.agent_name):
             runs.insert(0, request.held_in)
     return tuple(runs)
+
+
+def pending_of_agent(api: ConductorApi, directory: ChainDirectory, agent_name: str) -> tuple[PendingRequest, ...]:
+    """What every running run of agent ``agent_name`` waits on, each request named by the id callers
+    hold for its listener (one status read per listener, once per process, and one poll-data read)."""
+    found = approvals.pending_of_agent(api, agent_name)
+    listener_ids: dict[str, str] = {}
+    for request in found:
+        if request.held_in not in listener_ids:
+            try:
+                listener_ids[request.held_in] = directory.anchor(directory.chain(request.held_in)).execution_id
+            except ExecutionNotFoundError:
+                listener_ids[request.held_in] = request.held_in  # ended since: named by its own run
+    return tuple(request.known_as(listener_ids[request.held_in]) for request in found)
 
 
 class RunsById:
@@ -120,43 +134,28 @@ class RunsById:
         listener_id = self._directory.anchor(chain).execution_id
         return tuple(request.known_as(listener_id) for request in found)
 
-    def pending_of_agent(self, agent_name: str) -> tuple[PendingRequest, ...]:
-        """What every running run of agent ``agent_name`` waits on, each request named by the id callers
-        hold for its listener (one status read per listener, once per process, and one poll-data read)."""
-        found = approvals.pending_of_agent(self._api, agent_name)
-        listener_ids: dict[str, str] = {}
-        for request in found:
-            if request.held_in not in listener_ids:
-                try:
-                    listener_ids[request.held_in] = self._directory.anchor(
-                        self._directory.chain(request.held_in)).execution_id
-                except ExecutionNotFoundError:
-                    listener_ids[request.held_in] = request.held_in  # ended since: named by its own run
-        return tuple(request.known_as(listener_ids[request.held_in]) for request in found)
-
     def approve(self, execution_id: str, *, chain: Chain | None = None, reason: str | None,
                 by: str | None, request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
-        chain = self._directory.chain(execution_id) if chain is None else chain
-        *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
-        with self._named(chain) as named:
-            return named(approvals.approve(self._api, current, reason=reason, by=by, request=request,
-                                           timeout=timeout, clock=self._clock, earlier=earlier))
+        return self._answer(approvals.approve, execution_id, chain, request=request, reason=reason, by=by,
+                            timeout=timeout)
 
     def reject(self, execution_id: str, reason: str, *, chain: Chain | None = None, by: str | None,
                request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
-        chain = self._directory.chain(execution_id) if chain is None else chain
-        *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
-        with self._named(chain) as named:
-            return named(approvals.reject(self._api, current, reason, by=by, request=request, timeout=timeout,
-                                          clock=self._clock, earlier=earlier))
+        return self._answer(approvals.reject, execution_id, chain, reason, request=request, by=by, timeout=timeout)
 
     def respond(self, execution_id: str, answer: Any, *, chain: Chain | None = None, by: str | None,
                 request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
+        return self._answer(approvals.respond, execution_id, chain, answer, request=request, by=by, timeout=timeout)
+
+    def _answer(self, verb: Callable[..., HumanAnswer], execution_id: str, chain: Chain | None, *args: Any,
+                request: PendingRequest | str | None, **kwargs: Any) -> HumanAnswer:
+        """``verb`` (:func:`approvals.approve`, ``reject`` or ``respond``) on the run of the listener that
+        holds ``request``, the answer named by the id callers hold."""
         chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
         with self._named(chain) as named:
-            return named(approvals.respond(self._api, current, answer, by=by, request=request, timeout=timeout,
-                                           clock=self._clock, earlier=earlier))
+            return named(verb(self._api, current, *args, request=request, clock=self._clock, earlier=earlier,
+                              **kwargs))
 
     @contextlib.contextmanager
     def _named(self, chain: Chain) -> Iterator[Callable[[HumanAnswer], HumanAnswer]]:

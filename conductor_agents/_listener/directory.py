@@ -21,6 +21,8 @@ from __future__ import annotations
 import collections
 import logging
 import threading
+from collections.abc import Mapping
+from typing import Any
 
 import attrs
 
@@ -105,8 +107,9 @@ class ChainDirectory:
 
     # -- which chain ------------------------------------------------------------------
 
-    def chain(self, execution_id: str) -> Chain:
-        """The chain ``execution_id`` belongs to (one or two requests the first time).
+    def chain(self, execution_id: str, record: Mapping[str, Any] | None = None) -> Chain:
+        """The chain ``execution_id`` belongs to (one or two requests the first time; none when the caller
+        gives ``record``, the run's workflow or status it has just read).
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
@@ -116,7 +119,7 @@ class ChainDirectory:
             if known is not None:
                 self._chains.move_to_end(execution_id)
                 return known
-        chain = self._lookup(execution_id)
+        chain = self._lookup(execution_id, record)
         self.remember(chain)
         return chain
 
@@ -135,10 +138,10 @@ class ChainDirectory:
             if newest is not None:
                 self._advance_locked(chain, newest)
 
-    def _lookup(self, execution_id: str) -> Chain:
+    def _lookup(self, execution_id: str, record: Mapping[str, Any] | None = None) -> Chain:
         # Every run of a listener this SDK started carries its link key; any other run is its own
         # only link (not stateful, not a listener, or started by another SDK): never continued.
-        status = self._api.workflow_status(execution_id)
+        status = record if record is not None else self._api.workflow_status(execution_id)
         box = parse_mailbox_key(status.get("correlationId"))
         if box is not None:
             return Chain(execution_id, box.run_id, box.agent_name, 0, mailbox=True)

@@ -8,21 +8,31 @@ ends TERMINATED too; the listener's outcome is then the previous link's.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
+import attrs
+
+from .._answers.output_check import rejection_of
+from .._answers.output_type import Rejection
 from .._wire.api import ConductorApi
+from .._wire.domains import single_domain
 from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
-from ..result import AgentStatus, ListenerTotals, RunStatus
+from ..result import AgentResult, AgentStatus, ListenerTotals, RunStatus
 from .carryover import add_tokens, pulled_message_ids
 from .chain import is_abandoned, is_continued
 from .directory import Chain, ChainDirectory, Link
 from .switch import read_commit, read_final_state, run_tokens
 
-__all__ = ["current_runs", "current_status", "end_mailbox", "ended_from_outside", "is_running", "listener_totals",
-           "live_links", "newest_link", "run_status", "workflow_running"]
+if TYPE_CHECKING:
+    from ..agent import Agent
+
+__all__ = ["current_runs", "current_status", "end_mailbox", "ended_from_outside", "ended_result", "is_running",
+           "listener_totals", "live_links", "newest_link", "run_identity", "run_status", "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
+_handle_log = logging.getLogger("conductor_agents.handle")  # what a handle's wait() logs
 
 #: The reason a listener's mailbox is ended with.
 MAILBOX_ENDED_REASON = "conductor-agents: the listener ended"
@@ -179,3 +189,45 @@ def end_mailbox(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> N
                     chain.execution_id, err)
         return
     directory.mailbox_ended(chain.execution_id, mark=True)
+
+
+def run_identity(workflow: Mapping[str, Any], chain: Chain) -> tuple[str, str | None]:
+    """The agent name and the task domain (run id; None without one) of the run ``chain`` names, from its
+    ``workflow`` (no request).
+
+    Raises: ResumeError: its tasks go to several domains.
+    """
+    name = chain.agent_name if chain.mailbox else str(workflow.get("workflowName") or "")
+    return name or "", single_domain(workflow, chain.execution_id, required=False)
+
+
+def ended_result(api: ConductorApi, status: AgentStatus, link: Link, *, execution_id: str, agent: Agent | None,
+                 totals: Callable[[], ListenerTotals]) -> tuple[AgentResult, Rejection | None]:
+    """The result of a run that ended in ``link``, named by ``execution_id`` (the id callers hold), and why
+    its answer was refused (a FAILED run of an agent with an ``output_type``), from two reads (and
+    ``totals()`` for a listener of several runs); a read that fails is logged and left out."""
+    detail: dict[str, Any] = {}
+    workflow: dict[str, Any] = {}
+    try:
+        detail = api.agent_execution(link.execution_id)
+        workflow = api.get_workflow(link.execution_id, include_tasks=True) or {}
+    except ConductorAgentsError as err:
+        _handle_log.warning("run %s ended but its details could not be read: %s", link.execution_id, err)
+    names = agent.team_names if agent is not None else ()
+    tasks = workflow.get("tasks") or []
+    result = AgentResult.from_server(status, detail, tasks, agent_names=names, workflow=workflow or None)
+    ended_by = result.ended_by
+    if ended_by == "turn_limit" and agent is not None and (
+            agent.stop_when is not None or agent.termination is not None):
+        ended_by = None  # its stopping rule may have ended the loop after tool calls: cannot tell which
+    result = attrs.evolve(result, execution_id=execution_id, current_execution_id=link.execution_id,
+                          runs=status.runs, ended_by=ended_by)
+    rejection = None
+    if agent is not None and agent.output_type is not None and result.status is RunStatus.FAILED:
+        rejection = rejection_of(tasks, agent.name)
+    if status.runs > 1:
+        try:
+            result = attrs.evolve(result, totals=totals())
+        except ConductorAgentsError as err:
+            _handle_log.warning("listener %s ended but its totals could not be read: %s", execution_id, err)
+    return result, rejection

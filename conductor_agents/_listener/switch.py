@@ -103,14 +103,15 @@ class LinkSpec:
 
 
 def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns_before: int,
-                    traceparent: str | None = None) -> dict[str, Any]:
+                    traceparent: str | None = None, config: dict[str, Any] | None = None) -> dict[str, Any]:
     """The ``POST /agent/start`` body of link ``number`` of the listener on ``run_id`` (the first
-    link included), started with idempotency key ``key``.
+    link included), started with idempotency key ``key``; ``config``: the agent's config with the
+    spec's model settings applied, when the caller compiled it already.
 
     Every link reports each model turn to the serving process (a ``before_model`` callback, task
     :data:`~conductor_agents._common.task_names.TURN_TASK`); links after the first begin with the carry task.
     """
-    config = apply_model_settings(spec.agent.to_config(), spec.model_settings)
+    config = dict(config) if config is not None else apply_model_settings(spec.agent.to_config(), spec.model_settings)
     config["maxTurns"] = max(1, spec.agent.max_turns - turns_before)
     callbacks = [c for c in config.get("callbacks") or () if c.get("position") != "before_model"]
     config["callbacks"] = [*callbacks, {"position": "before_model", "taskName": TURN_TASK}]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._common.clock import Clock
 from .._listener.by_id import people_runs
@@ -24,10 +24,8 @@ from .._worker.observer import TaskObserver
 from .._worker.workers import WorkerSet
 from ..agent import Agent
 from ..errors import WorkerStallError
+from ..handle import AgentHandle
 from ..settings import AgentSettings
-
-if TYPE_CHECKING:
-    from ..handle import AgentHandle
 
 __all__ = ["HandleMaker"]
 
@@ -37,12 +35,10 @@ class HandleMaker:
 
     ``workers`` returns the runtime's workers *now*: a handle made before a fork then reaches the
     child's workers when its run ends or is stopped (they do not serve the parent's run: a no-op).
-    ``new_handle`` is :class:`AgentHandle` itself, given by the runtime: ``handle`` imports this
-    package (its by-id verbs), so this package does not import ``handle``.
     """
 
     def __init__(self, api: ConductorApi, directory: ChainDirectory, settings: AgentSettings, *, clock: Clock,
-                 observer: TaskObserver, workers: Callable[[], WorkerSet], new_handle: Callable[..., AgentHandle],
+                 observer: TaskObserver, workers: Callable[[], WorkerSet],
                  on_stall: Callable[[AgentHandle, WorkerStallError], Any] | None,
                  on_pending: Callable[[AgentHandle, PendingRequest], Any] | None) -> None:
         self._api = api
@@ -51,17 +47,17 @@ class HandleMaker:
         self._clock = clock
         self._observer = observer
         self._workers = workers
-        self._new_handle = new_handle
         self._on_stall = on_stall
         self._on_pending = on_pending
         self._monitor: PendingMonitor | None = None
         self._lock = threading.Lock()
 
-    def make(self, execution_id: str, agent_name: str, run_id: str | None, agent: Agent | None,
+    def make(self, execution_id: str, agent_name: str | None, run_id: str | None, agent: Agent | None,
              *, workers: bool, monitor: bool = True, tracker: Any = None,
              chain: Chain | None = None) -> AgentHandle:
         """A handle on run ``execution_id``; ``workers``: this process serves it; ``monitor``: watch it
-        (liveness, the hooks); ``tracker``: a continued listener's watch, used instead of a new one."""
+        (liveness, the hooks); ``tracker``: a continued listener's watch, used instead of a new one.
+        ``agent_name`` None: the handle learns it (and the run id) on first need. No request."""
         watch: Any = None
         chain = self._directory.known(execution_id) if chain is None else chain
         if monitor and run_id and self._settings.liveness_enabled:
@@ -71,7 +67,7 @@ class HandleMaker:
             companions = current_runs(self._directory, chain) if chain is not None and chain.mailbox else None
             watch = tracker if tracker is not None else self._workers().watch(
                 execution_id, domain=run_id, tree=tree, companions=companions)
-        handle = self._new_handle(
+        handle = AgentHandle(
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
             settings=self._settings, clock=self._clock, agent=agent, liveness=watch,
             on_terminal=self._execution_ended, on_stop=self._stop_requested, workers_attached=workers,

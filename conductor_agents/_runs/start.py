@@ -28,14 +28,36 @@ from .._worker.workers import Reservation, WorkerSet
 from ..agent import Agent
 from ..errors import AgentTypeError, ConductorAgentsError
 from ..settings import AgentSettings
-from .take_up import HandleFactory, RunTaker, released_on_failure
+from .existing import HandleFactory, RunTaker, released_on_failure
 
 if TYPE_CHECKING:
     from ..handle import AgentHandle
 
-__all__ = ["RunStarter", "check_prompt"]
+__all__ = ["RunStarter", "check_agent", "check_prompt", "check_start"]
 
 log = logging.getLogger("conductor_agents.runtime")
+
+
+def check_agent(agent: Any) -> Agent:
+    """``agent`` if it is an Agent.
+
+    Raises: AgentTypeError: it is not.
+    """
+    if not isinstance(agent, Agent):
+        raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
+    return agent
+
+
+def check_start(agent: Any, prompt: Any, model_settings: Any) -> None:
+    """Whether ``start(agent, prompt, model_settings=model_settings)`` may start a run (no request).
+
+    Raises: AgentTypeError, ValueError: as :meth:`AgentRuntime.start`.
+    """
+    check_agent(agent)
+    check_prompt(prompt)
+    if model_settings is not None and not isinstance(model_settings, ModelSettings):
+        raise AgentTypeError(f"model_settings must be a ModelSettings or None, got {model_settings!r}",
+                             field="model_settings", value=model_settings)
 
 
 def check_prompt(prompt: Any) -> str:
@@ -70,7 +92,12 @@ class RunStarter:
     def start(self, agent: Agent, prompt: str, *, idempotency_key: str | None,
               context: Mapping[str, Any] | None, media: Any | None,
               model_settings: ModelSettings | None = None) -> AgentHandle:
-        """Start a run of ``agent`` (arguments checked but these) and serve it (see :meth:`AgentRuntime.start`)."""
+        """Start a run of ``agent`` (arguments checked but these) and serve it (see :meth:`AgentRuntime.start`).
+
+        Raises: as :meth:`AgentRuntime.start`; AgentDefinitionError (``model_settings`` cannot reach an agent
+        tool) before anything is sent.
+        """
+        config = apply_model_settings(agent.to_config(), model_settings)  # compiled once, refused before anything
         run_id = uuid.uuid4().hex if agent.is_stateful else None
         checked_context = check_context(context) if context is not None else None
         spec = None
@@ -83,7 +110,7 @@ class RunStarter:
             if idempotency_key is not None:
                 run_id = run_id_for_key(agent.name, str(idempotency_key))
         body = start_body(agent, prompt, run_id, spec, context=checked_context, idempotency_key=idempotency_key,
-                          model_settings=model_settings)
+                          model_settings=model_settings, config=config)
         if traced.traceparent is not None:
             body[TRACE_START_KEY] = traced.traceparent  # where later runs and other processes find it
         if media is not None:
@@ -149,12 +176,15 @@ class RunStarter:
 
 def start_body(agent: Agent, prompt: str, run_id: str | None, spec: LinkSpec | None, *,
                context: dict[str, Any] | None, idempotency_key: str | None,
-               model_settings: ModelSettings | None = None) -> dict[str, Any]:
-    """The body of ``POST /agent/start``: a continued listener's first link (``spec``), or a plain start."""
+               model_settings: ModelSettings | None = None, config: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The body of ``POST /agent/start``: a continued listener's first link (``spec``), or a plain start;
+    ``config``: the agent's config with ``model_settings`` applied, when the caller compiled it already."""
+    config = apply_model_settings(agent.to_config(), model_settings) if config is None else config
     if spec is not None:
         assert run_id is not None
-        return link_start_body(spec, run_id, link_key(run_id, 0, agent.name), number=0, turns_before=0)
-    body: dict[str, Any] = {"agentConfig": apply_model_settings(agent.to_config(), model_settings), "prompt": prompt}
+        return link_start_body(spec, run_id, link_key(run_id, 0, agent.name), number=0, turns_before=0,
+                               config=config)
+    body: dict[str, Any] = {"agentConfig": config, "prompt": prompt}
     if context is not None:
         body["context"] = context
     if run_id:

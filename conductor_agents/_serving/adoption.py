@@ -33,8 +33,8 @@ from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ServerError
 from .leases import Lease, LeaseBook
+from .live_workers import find_live_poller, worker_is_dead_here
 from .presence import PeerView, Presence
-from .takeover import find_live_poller, worker_is_dead_here
 
 __all__ = ["Adopter", "ServedAgent"]
 
@@ -138,8 +138,9 @@ class Adopter:
         """Start the thread; only the first call does."""
         self._thread.start_once()
 
-    def stop(self) -> None:
-        """Stop the thread, join it (30 s at most), then the pool of its take-ups. Idempotent."""
+    def close(self) -> None:
+        """Stop adopting: stop the thread, join it (30 s at most), then the pool of its take-ups. Idempotent,
+        safe before start."""
         self._thread.stop()
         self._thread.join(30.0)
         with self._lock:

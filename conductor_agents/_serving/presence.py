@@ -33,7 +33,7 @@ from .._common.loops import BackgroundLoop
 from .._liveness.stall import server_time_from_date
 from .._wire.api import ConductorApi
 from ..errors import ServerError
-from .takeover import worker_is_dead_here
+from .live_workers import worker_is_dead_here
 
 __all__ = ["GONE_MARK", "PeerView", "Presence", "presence_task_type"]
 
@@ -107,6 +107,7 @@ class Presence:
         #: (when the read came back, this process's row's age then): the fence's evidence.
         self._own: tuple[float, float] | None = None
         self._fenced = False
+        self._left = False  # close() marked this process gone
         # Daemon: if it dies with the interpreter, only the beacon stops: this process's runs are
         # adopted by others once its row is older than ``dead_after``, as after a crash.
         self._thread = BackgroundLoop.every("presence", interval, self._beat, daemon=True)
@@ -153,12 +154,14 @@ class Presence:
             with self._lock:
                 self._views[agent_name] = view
 
-    def leave(self) -> None:
-        """Mark this process gone (once it no longer serves anything): others adopt its runs now."""
-        self.stop()
+    def close(self) -> None:
+        """Stop the thread, then mark this process gone (once it no longer serves anything): others adopt its
+        runs now. Safe before start (it marks nothing when it serves no agent)."""
+        self._stop()
         hour = int(self._clock.time() // _HOUR)
         with self._lock:
-            agents = list(self._agents)
+            agents = [] if self._left else list(self._agents)
+            self._left = True
         for agent_name in agents:
             try:
                 self._write(agent_name, hour, self.worker_id + GONE_MARK)
@@ -170,7 +173,7 @@ class Presence:
         """Keep the rows fresh on the thread, every ``interval``. Only the first call starts it."""
         self._thread.start_once()
 
-    def stop(self) -> None:
+    def _stop(self) -> None:
         """Stop the thread and join it (15 s at most). Idempotent, safe before start."""
         self._thread.stop()
         self._thread.join(15.0)

@@ -8,8 +8,9 @@
 - ``conductor-agents-adopt`` runs an adoption round after each read;
 - each run this process starts of a served agent takes lease 0 before it starts, and each run it
   adopts the next lease: one owner per run at any time;
-- ``close()`` stops adopting, lets the caller stop serving (its workers), then marks the process
-  gone, so that other processes adopt its runs in their next round.
+- its owner closes :attr:`Service.adopter` (stop adopting), then its workers, then :attr:`Service.presence`
+  (marks the process gone, so that other processes adopt its runs in their next round): each a
+  :class:`~.._common.parts.Part`.
 """
 
 from __future__ import annotations
@@ -98,14 +99,6 @@ class Service:
             return False
         self.adopter.hold(lease)
         return True
-
-    def close(self, stop_serving: Callable[[], None]) -> None:
-        """Stop adopting, ``stop_serving()`` (the caller's workers), then mark this process gone."""
-        self.adopter.stop()
-        try:
-            stop_serving()
-        finally:
-            self.presence.leave()
 
     # -- internals ----------------------------------------------------------------------
 

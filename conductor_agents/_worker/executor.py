@@ -120,7 +120,7 @@ def _retry_budget(raw: Mapping[str, Any]) -> int:
 class ToolExecutor:
     """Executes polled tasks. Thread-safe; owned by one :class:`AgentRuntime`.
 
-    Lifecycle: created running; :meth:`shutdown` stops it (idempotent). Threads:
+    Lifecycle: created running; :meth:`close` stops it (idempotent; a :class:`~.._common.parts.Part`). Threads:
     ``conductor-agents-tool_*`` (the pool) and ``conductor-agents-lease`` (extends the
     lease of long-running tools).
     """
@@ -135,8 +135,10 @@ class ToolExecutor:
         result_retry_seconds: float | None = None,
         on_task_done: Callable[[TaskRef, str, float], None] | None = None,
         task_listener: Any | None = None,  # a conductor_agents._worker.observer.TaskListener
+        grace: float = 30.0,
     ) -> None:
         self._api = api
+        self._grace = grace  # close()'s default: how long running tools may finish
         self._task_listener = task_listener
         self._worker_id = worker_id
         self._clock = clock
@@ -450,8 +452,9 @@ class ToolExecutor:
                 self._idle.wait(min(remaining, 0.5))
         return True
 
-    def shutdown(self, grace: float) -> None:
-        """Stop taking tasks, give running tools ``grace`` seconds, then stop. Idempotent.
+    def close(self, grace: float | None = None) -> None:
+        """Stop taking tasks, give running tools ``grace`` seconds (default: the one it was made with), then
+        stop. Idempotent.
 
         Running tools see ``ctx.cancelled`` set at once (reason ``runtime_closing``). A tool
         still running after the grace period has its task handed back (requeued, the run keeps
@@ -466,7 +469,7 @@ class ToolExecutor:
             flights = list(self._in_flight.values())
         for flight in flights:  # the tools may wrap up within the grace period
             _context.cancel(flight.context, CancelReason.RUNTIME_CLOSING)
-        idle = self.wait_idle(grace)
+        idle = self.wait_idle(self._grace if grace is None else grace)
         if not idle:
             with self._lock:
                 left = [f.task for f in self._in_flight.values()]

@@ -36,7 +36,7 @@ _MAX_BACKOFF = 5.0
 #: (nothing waits, or the server is down for every call) the pause keeps doubling.
 _RUNG_RETRY_SECONDS = 0.5
 #: While a queue watcher rings this poller, it still polls on its own this often: a missed ring,
-#: and the server's poll data shows the domain served by a live worker (``takeover``).
+#: and the server's poll data shows the domain served by a live worker (``_serving.live_workers``).
 SAFETY_POLL_SECONDS = 60.0
 # Until a poller's first poll works, its failures are logged at INFO for this long: the call that
 # started the run meets the same server and says what is wrong in one line (no warning before it).

@@ -177,7 +177,7 @@ class WorkerSet:
             self._executor = ToolExecutor(
                 self._api, threads=self._settings.worker_threads, worker_id=self._worker_id, clock=self._clock,
                 task_listener=self.observer, on_task_done=self._task_done,
-            )
+                grace=self._settings.shutdown_grace_seconds)
         return DomainPoller(
             self.observer.polling_api(self._api), self._executor, domain=domain, worker_id=self._worker_id,
             long_poll_ms=self._settings.worker_long_poll_ms,
@@ -476,5 +476,5 @@ class WorkerSet:
         for watcher in watchers:
             watcher.join(join_timeout)
         if executor is not None:
-            executor.shutdown(self._settings.shutdown_grace_seconds)
+            executor.close()
         tracing.runs_closed(self._worker_id)  # the spans of its runs still going end here (the runs go on)

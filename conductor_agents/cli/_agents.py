@@ -22,7 +22,7 @@ from typing import Any
 
 import attrs
 
-from .._runs.running import waiting_for
+from .._listener.running import waiting_for
 from ..agent import Agent
 from ..errors import (
     ConductorAgentsError,

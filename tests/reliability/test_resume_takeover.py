@@ -14,7 +14,7 @@ import pytest
 
 from conductor_agents import AgentRuntime, ResumeError, RunStatus
 from conductor_agents._worker import poller as _poller
-from conductor_agents._serving import takeover as _takeover
+from conductor_agents._serving import live_workers as _takeover
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener

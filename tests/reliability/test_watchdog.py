@@ -104,7 +104,7 @@ def test_a_hundred_runs_share_one_watchdog_thread_which_ends_after_the_last(
         handles = [runtime.start(agent, "Listen #0.")]
         handles += list(pool.map(lambda i: runtime.start(agent, f"Listen #{i}."), range(1, 100)))
         added = sorted(set(sdk_threads()) - set(before))
-        watchdog = runtime._workers.watchdog
+        watchdog = runtime._process.workers.watchdog
         watched = len(watchdog.watched())
         eventually(lambda: all(h.status().status is RunStatus.RUNNING for h in handles[:3]), timeout=30)
         list(pool.map(lambda h: h.cancel(), handles))
@@ -151,7 +151,7 @@ def test_idle_runs_cost_one_request_each_per_three_intervals(agent_settings, scr
                    timeout=120, message="every listener waiting for a message")
         runs = [(h, run_id) for h in handles for run_id in dict.fromkeys((h.execution_id, h.current_execution_id))]
         assert len(runs) == 2 * n, "each listener has a mailbox beside its run"
-        watches = [runtime._workers.watch(run_id) for _, run_id in runs]  # the watchdog's RunWatch of each
+        watches = [runtime._process.workers.watch(run_id) for _, run_id in runs]  # the watchdog's RunWatch of each
         eventually(lambda: all(w.samples or w.listed for w in watches), timeout=30,
                    message="a first end check of each run (a sample, or the running list)")
 

@@ -129,7 +129,7 @@ def test_tool_returning_a_cyclic_value_fails_its_task_and_frees_the_thread(http)
         assert executor.submit(task, loop)
         eventually(lambda: executor.in_flight_count == 0, timeout=RETURN_WITHIN, message="the pool thread to be free")
     finally:
-        executor.shutdown(grace=1.0)
+        executor.close(grace=1.0)
     [body] = [json.loads(c.request.body) for c in http.calls]
     assert body["status"] == "FAILED_WITH_TERMINAL_ERROR"
     assert "contains itself" in body["reasonForIncompletion"]

@@ -61,7 +61,7 @@ def make_executor(http, clock, gate):
     gate.set()
     for executor in made:
         eventually(lambda: executor.in_flight_count == 0, timeout=GATE_TIMEOUT + 1, message="tools to finish")
-        executor.shutdown(grace=1.0)
+        executor.close(grace=1.0)
 
 
 def posted(http):
@@ -325,7 +325,7 @@ def test_shutdown_hands_still_running_tasks_back(http, make_executor, clock, gat
     executor.submit(raw_task(), blocking_tool(gate, started))
     eventually(lambda: started, timeout=5.0)
     clock.auto_advance = 1.0  # the grace period is measured on the clock: each reading moves it 1 s on
-    executor.shutdown(grace=1.0)
+    executor.close(grace=1.0)
     assert [{**base(), "status": "IN_PROGRESS", "callbackAfterSeconds": 1, "outputData": {},
              "logs": [{"log": "the worker shut down before the tool finished"}]}] == posted(http)
     gate.set()
@@ -339,7 +339,7 @@ def test_shutdown_lets_tools_finish_within_the_grace_period(http, make_executor,
     executor = make_executor()
     executor.submit(raw_task(), blocking_tool(gate, started))
     eventually(lambda: started, timeout=5.0)
-    closer = threading.Thread(target=executor.shutdown, args=(30.0,), name="test-closer")
+    closer = threading.Thread(target=executor.close, args=(30.0,), name="test-closer")
     closer.start()
     gate.set()
     closer.join(timeout=5.0)
@@ -349,8 +349,8 @@ def test_shutdown_lets_tools_finish_within_the_grace_period(http, make_executor,
 def test_no_tasks_accepted_after_shutdown(http, make_executor):
     """After shutdown submit refuses tasks, and a second shutdown does nothing."""
     executor = make_executor()
-    executor.shutdown(grace=1.0)
-    executor.shutdown(grace=1.0)
+    executor.close(grace=1.0)
+    executor.close(grace=1.0)
     assert (False, 0) == (executor.submit(raw_task(), echo), len(http.calls))
 
 

@@ -51,13 +51,13 @@ def runtime():
 
 
 def test_runtime_in_a_child_has_its_own_worker_id_workers_and_lock(runtime) -> None:
-    parent = {"worker_id": runtime.worker_id, "workers": id(runtime._workers), "lock": id(runtime._lock),
+    parent = {"worker_id": runtime.worker_id, "workers": id(runtime._process.workers), "lock": id(runtime._process.lock),
               "observer": id(runtime._observer)}
 
     def check() -> Dict[str, Any]:
-        return {"pid": os.getpid(), "worker_id": runtime.worker_id, "workers": id(runtime._workers),
-                "lock": id(runtime._lock), "observer": id(runtime._observer),
-                "observer_is_the_workers": runtime._workers.observer is runtime._observer,
+        return {"pid": os.getpid(), "worker_id": runtime.worker_id, "workers": id(runtime._process.workers),
+                "lock": id(runtime._process.lock), "observer": id(runtime._observer),
+                "observer_is_the_workers": runtime._process.workers.observer is runtime._observer,
                 "session": id(runtime._transport._session)}
 
     child = in_child(check)
@@ -65,7 +65,7 @@ def test_runtime_in_a_child_has_its_own_worker_id_workers_and_lock(runtime) -> N
     assert child["workers"] != parent["workers"] and child["lock"] != parent["lock"]
     assert child["observer"] == parent["observer"] and child["observer_is_the_workers"]  # reset, not replaced
     assert child["session"] != id(runtime._transport._session)
-    assert runtime.worker_id == parent["worker_id"] and id(runtime._workers) == parent["workers"]
+    assert runtime.worker_id == parent["worker_id"] and id(runtime._process.workers) == parent["workers"]
 
 
 def test_child_stats_start_from_zero(runtime) -> None:
@@ -100,11 +100,11 @@ def test_transport_owns_a_new_session_and_no_token_in_a_child() -> None:
 
 def test_a_fork_the_hook_missed_is_caught_at_the_next_call(runtime) -> None:
     """uWSGI forks below Python: the pid check at each entry rebuilds on first use."""
-    before = runtime.worker_id, runtime._workers
-    runtime._pid = -1  # as seen from a process whose fork hook did not run
+    before = runtime.worker_id, runtime._process.workers
+    runtime._process.pid = -1  # as seen from a process whose fork hook did not run
     runtime._transport._pid = -1
     runtime.stats()
-    assert runtime._pid == os.getpid() and runtime.worker_id != before[0] and runtime._workers is not before[1]
+    assert runtime._process.pid == os.getpid() and runtime.worker_id != before[0] and runtime._process.workers is not before[1]
     session = runtime._transport._session
     runtime._transport._check_process()
     assert runtime._transport._session is not session

@@ -329,7 +329,7 @@ def test_the_executor_scrubs_a_secret_from_a_failure(caplog):
         assert executor.submit(task, leaky)
         assert executor.wait_idle(10)
     finally:
-        executor.shutdown(1.0)
+        executor.close(1.0)
     [posted] = api.posted
     assert "[secret API_TOKEN]" in posted["reasonForIncompletion"]
     assert "tok-0a1b2c3d" not in json.dumps(posted)

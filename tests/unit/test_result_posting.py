@@ -47,7 +47,7 @@ def post(http, clock, abandon, *, auth=False):
         executor._post_result(TASK, RESULT)
     finally:
         executor._abandon = threading.Event()
-        executor.shutdown(grace=0.1)
+        executor.close(grace=0.1)
     last = [c for c in http.calls if c.request.url == TASKS_URL][-1]
     return getattr(last.response, "status_code", None) == 200
 

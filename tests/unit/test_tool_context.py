@@ -217,7 +217,7 @@ def test_closing_cancels_running_tools_and_hands_their_tasks_back(http, make_exe
     executor = make_executor()
     assert executor.submit(raw_task(), waiting_tool(entered, outcome))
     assert entered.wait(5)
-    executor.shutdown(grace=5.0)
+    executor.close(grace=5.0)
     assert outcome == [True]
     [body] = posted(http)
     assert (body["status"], body["callbackAfterSeconds"]) == ("IN_PROGRESS", 1)

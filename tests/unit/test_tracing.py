@@ -188,7 +188,7 @@ def test_the_executor_runs_a_tool_body_inside_its_span(http):
                 assert executor.submit(task, lookup)
                 eventually(lambda: executor.in_flight_count == 0, timeout=5.0, message="the tool to finish")
         finally:
-            executor.shutdown(grace=1.0)
+            executor.close(grace=1.0)
     tools = sorted((s for s in otel.spans() if s.name == "execute_tool lookup"),
                    key=lambda s: s.attributes["gen_ai.tool.call.id"])
     mine = [s for s in otel.spans() if s.name == "mine"]

@@ -2,7 +2,8 @@
 
 :meth:`AgentRuntime.serve` hands each agent to :class:`ProcessServing`; the first one makes the
 process's Service. A forked child serves again, with a Service of its own, the agents its parent
-served; :meth:`ProcessServing.close` stops adopting, stops the workers, then hands the runs over.
+served. Its two parts to close, :attr:`ProcessServing.adoption` and :attr:`ProcessServing.presence`, go
+before and after the workers in the runtime's ``close()``.
 """
 
 from __future__ import annotations
@@ -12,14 +13,16 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._serving.service import Service
+from .._common.fork import rebuild_after_fork
+from .._common.parts import Part
 from .._wire.api import ConductorApi
 from .._worker.workers import WorkerSet
 from ..agent import Agent
 from ..errors import AgentDefinitionError, AgentTypeError, ConfigurationError
 from ..settings import AgentSettings
+from .service import Service
 
-__all__ = ["ProcessServing", "check_servable"]
+__all__ = ["ProcessServing", "ServedAgents", "check_servable"]
 
 log = logging.getLogger("conductor_agents.runtime")
 
@@ -44,6 +47,30 @@ def check_servable(agent: Any, on_adopt: Any, settings: AgentSettings) -> None:
     if not settings.auto_start_workers:
         raise ConfigurationError("serve() needs auto_start_workers: with it off this runtime serves no tools",
                                  variable="CONDUCTOR_AGENT_AUTO_START_WORKERS")
+
+
+class ServedAgents:
+    """The agents ``serve()`` was called for, with their ``on_adopt`` hooks, one per agent name. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._served: list[tuple[Agent, AdoptHook]] = []
+        rebuild_after_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        self._lock = threading.Lock()  # a parent thread may have held it at the fork
+
+    def put(self, agent: Agent, on_adopt: AdoptHook) -> bool:
+        """Serve ``agent`` with ``on_adopt`` (the hook replaces an earlier one of its name); whether it is the
+        first agent served."""
+        with self._lock:
+            self._served = [(a, h) for a, h in self._served if a.name != agent.name] + [(agent, on_adopt)]
+            return len(self._served) == 1
+
+    def agents(self) -> list[tuple[Agent, AdoptHook]]:
+        """The agents served, with their hooks, in the order first served."""
+        with self._lock:
+            return list(self._served)
 
 
 class ProcessServing:
@@ -97,10 +124,28 @@ class ProcessServing:
             except Exception:  # logged; this child serves only what it starts
                 log.exception("forked child %s could not serve %s", self._worker_id, agent.name)
 
+    @property
+    def adoption(self) -> Part:
+        """Adoption as a part to close: first, so that no run is taken up while the workers stop."""
+        return _Closing("adoption", lambda service: service.adopter.close(), self._service)
+
+    @property
+    def presence(self) -> Part:
+        """Presence as a part to close: after the workers, it marks this process gone (the hand-over)."""
+        return _Closing("presence", lambda service: service.presence.close(), self._service)
+
+
+class _Closing:
+    """A part of this process's Service to close; nothing when the process served nothing."""
+
+    def __init__(self, name: str, close: Callable[[Service], None], service: Service | None) -> None:
+        self._name = name
+        self._close = close
+        self._service = service
+
+    def __repr__(self) -> str:
+        return f"<serving part {self._name}>"
+
     def close(self) -> None:
-        """Stop adopting, stop serving (the workers), then hand the runs over; only the workers when this
-        process served nothing."""
         if self._service is not None:
-            self._service.close(self._workers.close)
-        else:
-            self._workers.close()
+            self._close(self._service)

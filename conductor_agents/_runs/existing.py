@@ -17,14 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from .._common.clock import Clock
 from .._listener.directory import Chain, ChainDirectory, Link
-from .._listener.following import current_status
+from .._listener.following import current_status, run_identity
 from .._listener.switch import LinkSpec, pending_switch, read_commit
 from .._liveness.tree import running_sub_runs
+from .._serving.live_workers import find_live_poller, freshness_window
 from .._serving.service import Service
-from .._serving.takeover import find_live_poller, freshness_window
 from .._teams.model_settings import recorded_model_settings
 from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
+from .._wire.domains import single_domain
 from .._worker.workers import Reservation, WorkerSet
 from ..agent import Agent
 from ..errors import ResumeError, WorkerStartupError
@@ -34,7 +35,7 @@ from ..settings import AgentSettings
 if TYPE_CHECKING:
     from ..handle import AgentHandle
 
-__all__ = ["RunTaker", "single_domain"]
+__all__ = ["RunTaker"]
 
 log = logging.getLogger("conductor_agents.runtime")
 
@@ -66,21 +67,21 @@ class RunTaker:
     def attach(self, execution_id: str) -> AgentHandle:
         """A handle on run ``execution_id`` that serves and watches nothing (see :meth:`AgentRuntime.attach`)."""
         workflow = self._api.get_workflow(execution_id)
-        domain = single_domain(workflow, execution_id, required=False)
-        chain = self._directory.chain(execution_id)
+        chain = self._directory.chain(execution_id, record=workflow)
+        name, domain = run_identity(workflow, chain)
         if chain.continuable:
             self._directory.refresh(chain)
-        name = chain.agent_name if chain.mailbox else str(workflow.get("workflowName") or "")
-        return self._handle(execution_id, name or "", domain, None, workers=False, monitor=False)
+        return self._handle(execution_id, name, domain, None, workers=False, monitor=False)
 
     def resume(self, execution_id: str, agent: Agent, *, force: bool) -> AgentHandle:
         """Serve run ``execution_id`` of ``agent`` from this process (see :meth:`AgentRuntime.resume`)."""
         workflow = self._api.get_workflow(execution_id)  # no tasks: the ones to reclaim are read by status
         needs_domain = agent.is_stateful and (bool(agent.worker_tools) or agent.is_listener)
         domain = single_domain(workflow, execution_id, required=needs_domain)
-        chain = self._directory.chain(execution_id) if agent.is_listener else None
+        chain = self._directory.chain(execution_id, record=workflow) if agent.is_listener else None
         if chain is not None and chain.continuable:
-            return self._resume_listener(self._directory.anchor(chain), agent, force=force, how="resume")
+            return self._resume_listener(self._directory.anchor(chain), agent, force=force, how="resume",
+                                         read=workflow)
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
         serve = self._settings.auto_start_workers and bool(agent.worker_tools)
@@ -94,7 +95,7 @@ class RunTaker:
         """Serve a run whose lease this process just won (the adopter's take-up)."""
         workflow = self._api.get_workflow(execution_id)
         domain = single_domain(workflow, execution_id, required=True)
-        chain = self._directory.chain(execution_id) if agent.is_listener else None
+        chain = self._directory.chain(execution_id, record=workflow) if agent.is_listener else None
         if chain is not None and chain.continuable:
             # The adopter may list a later run of the listener (even one whose switch the dead process
             # began and did not finish): serve it as the listener it is, from the id callers hold (its
@@ -102,7 +103,7 @@ class RunTaker:
             # served, and the handle keeps the listener's identity.
             chain = self._directory.anchor(chain)
         if chain is not None and chain.continuable:
-            return self._resume_listener(chain, agent, force=True, lease=False, how="adopt")
+            return self._resume_listener(chain, agent, force=True, lease=False, how="adopt", read=workflow)
         if RunStatus.parse(workflow.get("status")).is_terminal:
             return self._handle(execution_id, agent.name, domain, agent, workers=False, monitor=False)
         return self._take_up_run(execution_id, agent, domain, serve=bool(agent.worker_tools),
@@ -124,9 +125,10 @@ class RunTaker:
         return self._handle(execution_id, agent.name, domain, agent, workers=serve)
 
     def _resume_listener(self, chain: Chain, agent: Agent, *, force: bool, lease: bool = True,
-                         how: str = "resume") -> AgentHandle:
+                         how: str = "resume", read: Mapping[str, Any] | None = None) -> AgentHandle:
         """``resume()`` of a continued listener: serve its current run (and finish a switch a dead
-        process left half done), whichever id of it the caller holds."""
+        process left half done), whichever id of it the caller holds; ``read``: a run of it whose
+        workflow the caller has just read (not read again when it is the current run)."""
         newest = self._directory.refresh(chain)
         link, status = current_status(self._api, self._directory, chain)
         domain = chain.run_id
@@ -139,7 +141,8 @@ class RunTaker:
                 self._refuse_if_served(chain.execution_id, agent, domain)
             if lease:
                 self._lease_for_resume(agent, str(domain), chain.execution_id)
-            workflow = self._api.get_workflow(newest.execution_id)
+            workflow = read if read is not None and read.get("workflowId") == newest.execution_id else \
+                self._api.get_workflow(newest.execution_id)
             prompt = str((workflow.get("input") or {}).get("prompt") or "")
             carrier = tracing.carrier_of(workflow)  # its later runs stay in the trace it was started in
             spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent), trace_parent=carrier,
@@ -259,27 +262,6 @@ def released_on_failure(reservation: Reservation | None, execution_id: str) -> I
             "once the server is reachable.",
             execution_id=execution_id,
         ) from err
-
-
-def single_domain(workflow: Mapping[str, Any], execution_id: str, *, required: bool) -> str | None:
-    """The one domain of a run's ``taskToDomain``; None when it has none."""
-    domains = {str(d) for d in (workflow.get("taskToDomain") or {}).values() if d}
-    if len(domains) > 1:
-        raise ResumeError(
-            f"run {execution_id} routes its tasks to several domains {sorted(domains)}; "
-            "this SDK pins a run to one domain and cannot tell which to serve",
-            execution_id=execution_id,
-        )
-    if not domains:
-        if required:
-            raise ResumeError(
-                f"run {execution_id} has no task domain, but the agent is stateful: it was not "
-                "started as a stateful run (or by another SDK without a run id), so its tasks are "
-                "not pinned to any process",
-                execution_id=execution_id,
-            )
-        return None
-    return domains.pop()
 
 
 def _traced(workflow: Mapping[str, Any], how: str) -> tuple[str | None, str]:

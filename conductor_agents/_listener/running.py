@@ -13,14 +13,15 @@ from typing import Any
 
 import attrs
 
-from .._listener.delivery import PULL_TASK_TYPE
-from .._listener.directory import ChainDirectory
 from .._people.pending import waits_on_person
 from .._wire.api import ConductorApi
-from ..errors import ConductorAgentsError, ExecutionNotFoundError
+from ..agent import Agent
+from ..errors import AgentTypeError, ConductorAgentsError, ExecutionNotFoundError
 from ..result import AgentStatus, RunStatus
+from .delivery import PULL_TASK_TYPE
+from .directory import ChainDirectory
 
-__all__ = ["RunningRun", "running_runs", "waiting_for"]
+__all__ = ["RunningRun", "agent_name_of", "running_runs", "waiting_for"]
 
 PERSON = "person"
 MESSAGE = "message"
@@ -98,3 +99,14 @@ def running_runs(api: ConductorApi, directory: ChainDirectory, agent_name: str) 
     ordered: list[RunningRun] = [row for _, row in rows.values()]
     ordered.sort(key=lambda r: (r.start_time or 0.0, r.execution_id))
     return tuple(ordered)
+
+
+def agent_name_of(agent: Agent | str) -> str:
+    """The name of ``agent`` (an Agent or its name).
+
+    Raises: AgentTypeError: anything else.
+    """
+    name = agent.name if isinstance(agent, Agent) else agent
+    if not isinstance(name, str) or not name:
+        raise AgentTypeError(f"agent must be an Agent or its name, got {agent!r}", field="agent", value=agent)
+    return name

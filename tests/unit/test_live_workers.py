@@ -1,4 +1,4 @@
-"""Unit tests for conductor_agents._serving.takeover: who polled a run's domain lately, on the server's clock."""
+"""Unit tests for conductor_agents._serving.live_workers: who polled a run's domain lately, on the server's clock."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from email.utils import formatdate
 import pytest
 
 from conductor_agents._wire.api import ConductorApi
-from conductor_agents._serving.takeover import find_live_poller, freshness_window
+from conductor_agents._serving.live_workers import find_live_poller, freshness_window
 from conductor_agents._wire.transport import Transport
 from tests.unit.fakes import BASE_URL, FakeClock
 
@@ -73,8 +73,8 @@ import subprocess
 import sys
 import time
 
-from conductor_agents._serving import takeover as _takeover
-from conductor_agents._serving.takeover import make_worker_id, worker_is_dead_here
+from conductor_agents._serving import live_workers as _takeover
+from conductor_agents._serving.live_workers import make_worker_id, worker_is_dead_here
 
 
 @pytest.fixture
