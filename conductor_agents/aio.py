@@ -80,7 +80,9 @@ class _Pool:
         call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
-    def shutdown(self) -> None:
+    def close(self) -> None:
+        """Take no more verbs and drop those not begun (a :class:`~._common.parts.Part`; its threads end once
+        their verb returns: a ``wait()`` within a slice). Idempotent."""
         self._executor.shutdown(wait=False, cancel_futures=True)
 
 
@@ -201,7 +203,7 @@ class AsyncAgentRuntime:
         try:
             await self._pool.run(self.sync.close)
         finally:
-            self._pool.shutdown()
+            self._pool.close()
 
 
 class AsyncAgentHandle:
