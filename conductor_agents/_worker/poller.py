@@ -261,6 +261,14 @@ class DomainPoller:
         """Wait for the thread to end; True when it did."""
         return self._thread.join(timeout)
 
+    def close(self) -> None:
+        """Stop the thread and join it: at most one long poll and 12 s (a :class:`~.._common.parts.Part`; its
+        owner may :meth:`stop` several first, so that they end together). Idempotent, safe before start."""
+        self.stop()
+        bound = self._long_poll_ms / 1000.0 + 12.0
+        if not self.join(bound):
+            log.error("poller thread for domain %s did not stop within %.0fs", self.domain, bound)
+
     @property
     def retired(self) -> bool:
         """True once the poller was told to stop; the owner must not register anything on it then."""

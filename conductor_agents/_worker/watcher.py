@@ -153,6 +153,12 @@ class QueueWatcher:
     def join(self, timeout: float) -> None:
         self._thread.join(timeout)
 
+    def close(self, timeout: float = 15.0) -> None:
+        """Stop the thread and join it, at most ``timeout`` (a :class:`~.._common.parts.Part`). Idempotent,
+        safe before start."""
+        self.stop()
+        self.join(timeout)
+
     @property
     def is_alive(self) -> bool:
         return self._thread.is_alive

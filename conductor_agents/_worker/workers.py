@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.parts import close_in_order
 from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
 from .._listener.chain import is_continued
 from .._listener.directory import Chain, ChainDirectory, Link
@@ -448,7 +449,9 @@ class WorkerSet:
     # -- shutdown ---------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop every poller, let running tools finish, join everything. Idempotent."""
+        """Stop every poller, let running tools finish, join everything: the listeners' switch driver, the
+        watchdog, the pollers and queue watchers (stopped together, then joined in turn), the tool pool, each
+        a :class:`~.._common.parts.Part`. Idempotent, safe before start."""
         with self._lock:
             if self._closed:
                 return
@@ -461,20 +464,9 @@ class WorkerSet:
             self._stopped_watchers = []
             watchdog = self._watchdog
             driver = self._driver
-        if driver is not None:
-            driver.close()
-        if watchdog is not None:
-            watchdog.close()
-        for watcher in watchers:
-            watcher.stop()
-        for poller in pollers:
-            poller.stop()
-        join_timeout = self._settings.worker_long_poll_ms / 1000.0 + 12.0
-        for poller in pollers:
-            if not poller.join(join_timeout):
-                log.error("poller thread for domain %s did not stop within %.0fs", poller.domain, join_timeout)
-        for watcher in watchers:
-            watcher.join(join_timeout)
-        if executor is not None:
-            executor.close()
+        close_in_order([part for part in (driver, watchdog) if part is not None], log)
+        loops: list[QueueWatcher | DomainPoller] = [*watchers, *pollers]
+        for loop in loops:
+            loop.stop()  # all at once: each leaves its long poll meanwhile, then each is joined in turn
+        close_in_order([*pollers, *watchers, *([executor] if executor is not None else [])], log)
         tracing.runs_closed(self._worker_id)  # the spans of its runs still going end here (the runs go on)

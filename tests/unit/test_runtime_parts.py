@@ -19,6 +19,8 @@ from conductor_agents._serving.presence import Presence
 from conductor_agents._wire.api import ConductorApi
 from conductor_agents._wire.transport import Transport
 from conductor_agents._worker.executor import ToolExecutor
+from conductor_agents._worker.poller import DomainPoller
+from conductor_agents._worker.watcher import QueueWatcher
 from tests.unit.fakes import BASE_URL
 
 MODEL = "openai/gpt-4o-mini"
@@ -62,7 +64,7 @@ def test_every_owned_part_has_the_one_shape():
                             RunWatchdog(api, interval=1.0, stall_seconds=5.0, on_ended=lambda e: None),
                             PendingMonitor(api, lambda h, r: None, interval=1.0, runs_of=lambda e: (e,))]
         assert all(isinstance(part, Part) for part in parts)
-        assert all(callable(getattr(cls, "close", None)) for cls in (Adopter, Presence))
+        assert all(callable(getattr(cls, "close", None)) for cls in (Adopter, Presence, DomainPoller, QueueWatcher))
         for part in parts[6:]:  # safe before start, idempotent
             part.close()
             part.close()
