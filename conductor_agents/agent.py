@@ -18,6 +18,7 @@ from ._teams.model_settings import MODEL_PATTERN
 from ._teams.stopping import StopRule
 from ._teams.subagents import Handoff, Strategy, agent_tool, check_plan_execute, merge_worker_tools
 from ._teams.termination import Termination
+from ._tooldefs.tooldef import AGENT_TOOL, HUMAN, PULL_WORKFLOW_MESSAGES
 from .continuation import Continuation
 from .errors import AgentDefinitionError, AgentTypeError, ToolDefinitionError
 from .tools import ToolDef, as_tool
@@ -345,7 +346,7 @@ class Agent:
     def has_sub_runs(self) -> bool:
         """Whether runs start sub-runs on the server: the agent has sub-agents or agent tools."""
         return (bool(self.agents) or bool(self._plan_agents)
-                or any(t.tool_type == "agent_tool" for t in self.tools))
+                or any(t.tool_type == AGENT_TOOL for t in self.tools))
 
     @property
     def agent_names(self) -> tuple[str, ...]:
@@ -366,7 +367,7 @@ class Agent:
     @property
     def needs_message_queue(self) -> bool:
         """Whether a tool reads the run's message queue (a wait-for-message tool)."""
-        return any(t.tool_type == "pull_workflow_messages" for t in self.tools)
+        return any(t.tool_type == PULL_WORKFLOW_MESSAGES for t in self.tools)
 
     @property
     def waits_for_people(self) -> bool:
@@ -374,7 +375,7 @@ class Agent:
         picks the next sub-agent (``strategy="manual"``), or a guardrail (the agent's or a tool's) hands a
         failed check to a person (``on_fail="human"``)."""
         return (self.strategy is Strategy.MANUAL
-                or any(t.approval_required or t.tool_type == "human" for t in self.tools)
+                or any(t.approval_required or t.tool_type == HUMAN for t in self.tools)
                 or any(g.on_fail == "human" for g in self.guardrails)
                 or any(g.on_fail == "human" for t in self.tools for g in t.guardrails))
 
@@ -432,7 +433,7 @@ def _check_team(agent: Agent) -> None:
                 raise AgentDefinitionError(f"Agent.allowed_transitions: no agent is named {name!r}",
                                            field="allowed_transitions", value=name)
     _check_gates(agent)
-    if agent.agents and any(t.tool_type == "pull_workflow_messages" for a in agent.agents for t in a.tools):
+    if agent.agents and any(t.tool_type == PULL_WORKFLOW_MESSAGES for a in agent.agents for t in a.tools):
         raise AgentDefinitionError("Agent.agents: a sub-agent cannot wait for messages (the run's message "
                                    "queue is the parent's)", field="agents", value=agent.agent_names)
 

@@ -19,6 +19,7 @@ from typing import Any
 import attrs
 
 from .._common.checks import Refusal, a_bool, a_number, an_int, optional
+from .._tooldefs.tooldef import AGENT_TOOL
 from ..errors import AgentDefinitionError, AgentTypeError
 
 __all__ = ["METADATA_KEY", "MODEL_PATTERN", "ModelSettings", "REASONING_EFFORTS", "apply_model_settings",
@@ -151,7 +152,7 @@ def _apply(config: dict[str, Any], settings: ModelSettings) -> None:
 
 def _agent_tools(config: Mapping[str, Any]) -> list[str]:
     found = [str(tool.get("name")) for tool in config.get("tools") or ()
-             if isinstance(tool, Mapping) and tool.get("toolType") == "agent_tool"]
+             if isinstance(tool, Mapping) and tool.get("toolType") == AGENT_TOOL]
     for key in _INLINE_AGENTS:
         value = config.get(key)
         for sub in value if isinstance(value, list) else [value]:

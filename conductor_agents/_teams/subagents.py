@@ -62,7 +62,7 @@ import attrs
 
 from .._common.answer_text import answer_text
 from .._common.task_names import handoff_task_name, router_task_name, selection_task_name
-from .._tooldefs.tooldef import AGENT_TOOL, ToolDef
+from .._tooldefs.tooldef import AGENT_TOOL, HUMAN, PULL_WORKFLOW_MESSAGES, ToolDef
 from ..errors import AgentDefinitionError, AgentTypeError
 
 __all__ = ["Handoff", "HandoffContext", "Strategy", "agent_tool", "check_plan_execute", "check_plan_schema",
@@ -429,9 +429,9 @@ def check_plan_execute(agent: Any) -> None:
                                    value=slots[1].name)
     for tool_def in agent.tools:
         check_plan_schema(tool_def.name, tool_def.input_schema, where=where)
-        if tool_def.approval_required or tool_def.tool_type in ("human", "pull_workflow_messages"):
+        if tool_def.approval_required or tool_def.tool_type in (HUMAN, PULL_WORKFLOW_MESSAGES):
             what = ("needs approval" if tool_def.approval_required else
-                    "asks a person" if tool_def.tool_type == "human" else "waits for messages")
+                    "asks a person" if tool_def.tool_type == HUMAN else "waits for messages")
             raise AgentDefinitionError(
                 f"{where}: the tool {tool_def.name!r} {what}; the server (3.32.3) runs a plan's steps with no "
                 "approval, person or message queue, so a plan cannot use it (give it to the planner or fallback)",
