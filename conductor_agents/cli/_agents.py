@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import sys
 import time
 from typing import Any
 
@@ -24,38 +23,27 @@ import attrs
 
 from .._listener.running import waiting_for
 from ..agent import Agent
-from ..errors import (
-    ConductorAgentsError,
-    ConfigurationError,
-    ExecutionNotFoundError,
-    ExecutionNotRunningError,
-    MessageLostError,
-    ServerUnavailableError,
-    WaitTimeoutError,
-    WorkerStallError,
-)
+from ..errors import MessageLostError, WaitTimeoutError
 from ..handle import AgentHandle
 from ..result import AgentResult, AgentStatus
 from ..runtime import AgentRuntime
 from ._foreground import wait_in_foreground
-from ._main import (
-    EXIT_ERROR,
-    EXIT_MESSAGE_LOST,
-    EXIT_NOT_FOUND,
-    EXIT_OK,
-    EXIT_TIMED_OUT,
-    EXIT_UNREACHABLE,
-    EXIT_USAGE,
-    error,
-    exit_codes_help,
+from ._main import EXIT_ERROR, EXIT_MESSAGE_LOST, EXIT_OK, EXIT_TIMED_OUT, EXIT_UNREACHABLE, error
+from ._options import (
+    EXIT_CODES,
+    Handler,
+    add_target,
+    add_verb,
+    guarded,
+    note,
+    parse_message,
+    positive_seconds,
+    settings,
 )
-from ._options import Handler, add_target, add_verb, on_errors, positive_seconds, settings
 from ._progress import ProgressDisplay, RunWatcher
-from ._target import TargetError, TargetImportError, load_agent
+from ._target import load_agent
 
 __all__ = ["EXIT_MESSAGE_LOST", "EXIT_TIMED_OUT", "EXIT_UNREACHABLE", "register"]
-
-EXIT_CODES = exit_codes_help()
 
 _WAIT_TIMEOUT = 600.0
 _STOP_GRACE = 30.0
@@ -69,7 +57,7 @@ def register(subparsers: Any) -> None:
 
     def add(name: str, handler: Handler, help_: str, description: str,
             *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        return add_verb(subparsers, name, _guarded(handler), help_, description, *parents, epilog=EXIT_CODES)
+        return add_verb(subparsers, name, guarded(handler), help_, description, *parents, epilog=EXIT_CODES)
 
     run = add("run", _run, "start an agent and serve its tools until the run ends",
               "Import MODULE:AGENT (an Agent, or a function returning one), start a run with PROMPT and "
@@ -161,33 +149,6 @@ def _foreground_args(parser: argparse.ArgumentParser) -> None:
                              f"(default {_STOP_GRACE:g})")
 
 
-# --- error policy --------------------------------------------------------------------------
-
-
-#: The agent verbs' errors: their exit codes, tried in order.
-_ERRORS = (
-    ((TargetError, ConfigurationError), EXIT_USAGE),
-    (TargetImportError, EXIT_ERROR),
-    ((ExecutionNotFoundError, ExecutionNotRunningError), EXIT_NOT_FOUND),
-    (ServerUnavailableError, EXIT_UNREACHABLE,
-     lambda err: f"{err} (is the Conductor server running? set CONDUCTOR_SERVER_URL or --server-url)"),
-    (WaitTimeoutError, EXIT_TIMED_OUT,
-     lambda err: f"run {err.execution_id} did not end within {err.timeout:g}s; it goes on on the server and is "
-                 f"not cancelled (see `conductor-agents status|wait|resume|stop|cancel`)"),
-    (WorkerStallError, EXIT_ERROR),
-    (ConductorAgentsError, EXIT_ERROR),
-)
-
-
-def _guarded(handler: Handler) -> Handler:
-    """Map the errors of an agent verb to its documented exit code and one line on stderr."""
-    return on_errors(handler, *_ERRORS)
-
-
-def _note(text: str) -> None:
-    print(text, file=sys.stderr, flush=True)
-
-
 # --- verbs that serve tools ----------------------------------------------------------------
 
 
@@ -195,7 +156,7 @@ def _run(args: argparse.Namespace) -> int:
     agent = load_agent(args.target)
     with AgentRuntime(settings(args, auto_start_workers=True)) as runtime:
         handle = runtime.start(agent, args.prompt)
-        _note(f"started {agent.name}: execution {handle.execution_id}")
+        note(f"started {agent.name}: execution {handle.execution_id}")
         return _serve(runtime, handle, agent, args)
 
 
@@ -203,16 +164,16 @@ def _resume(args: argparse.Namespace) -> int:
     agent = load_agent(args.target)
     with AgentRuntime(settings(args, auto_start_workers=True)) as runtime:
         handle = runtime.resume(args.execution_id, agent, force=args.force)
-        _note(f"resumed {agent.name}: execution {handle.execution_id}"
+        note(f"resumed {agent.name}: execution {handle.execution_id}"
               + ("" if handle.workers_attached else " (already ended)"))
         return _serve(runtime, handle, agent, args)
 
 
 def _serve(runtime: AgentRuntime, handle: AgentHandle, agent: Agent, args: argparse.Namespace) -> int:
     if not args.quiet and agent.needs_message_queue:
-        _note(f"send it messages with: conductor-agents send {handle.execution_id} '{{...}}'")
+        note(f"send it messages with: conductor-agents send {handle.execution_id} '{{...}}'")
     if not args.quiet:
-        _note("Ctrl-C stops the run gracefully; press it twice to cancel")
+        note("Ctrl-C stops the run gracefully; press it twice to cancel")
     display = ProgressDisplay()
     started = time.monotonic()
     with _Watching(runtime, handle, display, args.quiet, args.timeout):
@@ -229,13 +190,13 @@ def _start(args: argparse.Namespace) -> int:
         handle = runtime.start(agent, args.prompt, idempotency_key=args.idempotency_key)
     print(handle.execution_id, flush=True)
     if agent.worker_tools:
-        _note(f"started {agent.name}; its tools are not served by this command: serve them with "
+        note(f"started {agent.name}; its tools are not served by this command: serve them with "
               f"`conductor-agents resume {args.target} {handle.execution_id}`")
     return EXIT_OK
 
 
 def _send(args: argparse.Namespace) -> int:
-    payload = _parse_message(args.message, as_text=args.text)
+    payload = parse_message(args.message, as_text=args.text)
     with AgentRuntime(settings(args)) as runtime:
         message_id = runtime.send_message(args.execution_id, payload)
         print(message_id, flush=True)
@@ -252,24 +213,9 @@ def _send(args: argparse.Namespace) -> int:
             return EXIT_TIMED_OUT
     others = delivery.batch_count - 1
     where = "" if delivery.execution_id == args.execution_id else f" (its run {delivery.execution_id})"
-    _note(f"delivered: run {args.execution_id} read it{where}"
+    note(f"delivered: run {args.execution_id} read it{where}"
           + (f" with {others} other message{'s' if others != 1 else ''}" if others else ""))
     return EXIT_OK
-
-
-def _parse_message(text: str, *, as_text: bool) -> Any:
-    """``text`` as JSON when it parses, else as text; text that looks like JSON (an object or a list)
-    but does not parse is sent as text with a warning saying why (``--text`` silences it)."""
-    if as_text:
-        return text
-    try:
-        return json.loads(text)
-    except ValueError as err:
-        if text.lstrip()[:1] in ("{", "["):
-            reason = f"{err.msg} at column {err.colno}" if isinstance(err, json.JSONDecodeError) else str(err)
-            _note(f"conductor-agents: warning: the message looks like JSON but is not ({reason}); "
-                  "it is sent as text, {\"message\": \"...\"} (--text: that is meant)")
-        return text
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -340,10 +286,10 @@ def _stop(args: argparse.Namespace) -> int:
         handle = runtime.attach(args.execution_id)
         status = handle.status()
         if status.is_terminal:
-            _note(f"execution {handle.execution_id} already ended ({status.status.value})")
+            note(f"execution {handle.execution_id} already ended ({status.status.value})")
         else:
             handle.stop()
-            _note(f"stop requested for execution {handle.execution_id}")
+            note(f"stop requested for execution {handle.execution_id}")
         if not args.wait:
             return EXIT_OK
         return _wait_on(runtime, handle, args)
@@ -352,21 +298,21 @@ def _stop(args: argparse.Namespace) -> int:
 def _pause(args: argparse.Namespace) -> int:
     with AgentRuntime(settings(args)) as runtime:
         runtime.attach(args.execution_id).pause()
-    _note(f"paused execution {args.execution_id}")
+    note(f"paused execution {args.execution_id}")
     return EXIT_OK
 
 
 def _unpause(args: argparse.Namespace) -> int:
     with AgentRuntime(settings(args)) as runtime:
         runtime.attach(args.execution_id).unpause()
-    _note(f"unpaused execution {args.execution_id}")
+    note(f"unpaused execution {args.execution_id}")
     return EXIT_OK
 
 
 def _signal(args: argparse.Namespace) -> int:
     with AgentRuntime(settings(args)) as runtime:
         runtime.attach(args.execution_id).signal(args.text)
-    _note(f"set the signal of execution {args.execution_id}" if args.text
+    note(f"set the signal of execution {args.execution_id}" if args.text
           else f"cleared the signal of execution {args.execution_id}")
     return EXIT_OK
 
@@ -375,7 +321,7 @@ def _cancel(args: argparse.Namespace) -> int:
     with AgentRuntime(settings(args)) as runtime:
         handle = runtime.attach(args.execution_id)
         handle.cancel(args.reason)
-    _note(f"cancelled execution {args.execution_id}")
+    note(f"cancelled execution {args.execution_id}")
     return EXIT_OK
 
 
@@ -425,7 +371,7 @@ def _report(result: AgentResult, args: argparse.Namespace, elapsed: float) -> in
                    f"{result.token_usage.total_tokens} tokens")
         if result.error:
             summary += f"; {result.error}"
-        _note(summary)
+        note(summary)
     return EXIT_OK if result.ok else EXIT_ERROR
 
 

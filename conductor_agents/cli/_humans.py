@@ -16,9 +16,8 @@ from typing import Any
 
 from ..errors import AnswerConflictError, NothingPendingError
 from ..runtime import AgentRuntime
-from ._agents import EXIT_CODES, _guarded, _note, _parse_message
 from ._main import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_OK
-from ._options import Handler, add_verb, on_errors, settings
+from ._options import EXIT_CODES, Handler, add_verb, guarded, note, on_errors, parse_message, settings
 
 __all__ = ["EXIT_CONFLICT", "register"]
 
@@ -62,7 +61,7 @@ def register(subparsers: Any) -> None:
 
 def _answers_guarded(handler: Handler) -> Handler:
     """The agent verbs' error policy, plus exit 3 for nothing pending and 7 for a lost race."""
-    return _guarded(on_errors(handler, (NothingPendingError, EXIT_NOT_FOUND), (AnswerConflictError, EXIT_CONFLICT)))
+    return guarded(on_errors(handler, (NothingPendingError, EXIT_NOT_FOUND), (AnswerConflictError, EXIT_CONFLICT)))
 
 
 def _pending(args: argparse.Namespace) -> int:
@@ -72,7 +71,7 @@ def _pending(args: argparse.Namespace) -> int:
         print(json.dumps([r.to_dict() for r in requests], indent=2, default=str))
         return EXIT_OK
     if not requests:
-        _note(f"run {args.execution_id} waits for no person")
+        note(f"run {args.execution_id} waits for no person")
     for request in requests:
         if request.kind == request.APPROVAL:
             calls = ", ".join(f"{c.name}({json.dumps(dict(c.arguments))})" for c in request.tool_calls)
@@ -98,15 +97,15 @@ def _reject(args: argparse.Namespace) -> int:
 
 
 def _respond(args: argparse.Namespace) -> int:
-    value = _parse_message(args.answer, as_text=args.text)
+    value = parse_message(args.answer, as_text=args.text)
     with AgentRuntime(settings(args)) as runtime:
         answer = runtime.respond(args.execution_id, value, by=args.by, request=args.request)
     return _print(args, answer, f"answered {answer.task_reference_name} of run {answer.execution_id}")
 
 
-def _print(args: argparse.Namespace, answer: Any, note: str) -> int:
+def _print(args: argparse.Namespace, answer: Any, summary: str) -> int:
     if args.json:
         print(json.dumps(answer.to_dict(), indent=2, default=str))
     else:
-        _note(note)
+        note(summary)
     return EXIT_OK

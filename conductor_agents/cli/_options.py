@@ -1,5 +1,6 @@
 """What the verb groups that talk to a server share: ``--server-url`` and its settings, adding a verb,
-seconds and ``MODULE:AGENT`` arguments, and turning errors into exit codes.
+seconds and ``MODULE:AGENT`` arguments, turning errors into exit codes (:func:`guarded`), a note on
+standard error (:func:`note`) and a message or answer read from the command line (:func:`parse_message`).
 
 ``_agents``, ``_humans`` and ``_serve`` build every verb with :func:`add_verb`, so each verb has the
 same ``--server-url`` option (one parent parser) and help layout.
@@ -8,21 +9,57 @@ same ``--server-url`` option (one parent parser) and help layout.
 from __future__ import annotations
 
 import argparse
+import json
+import sys
 import textwrap
 from collections.abc import Callable
 from typing import Any
 
+from ..errors import (
+    ConductorAgentsError,
+    ConfigurationError,
+    ExecutionNotFoundError,
+    ExecutionNotRunningError,
+    ServerUnavailableError,
+    WaitTimeoutError,
+    WorkerStallError,
+)
 from ..settings import AgentSettings
-from ._main import error
+from ._main import (
+    EXIT_ERROR,
+    EXIT_NOT_FOUND,
+    EXIT_TIMED_OUT,
+    EXIT_UNREACHABLE,
+    EXIT_USAGE,
+    error,
+    exit_codes_help,
+)
+from ._target import TargetError, TargetImportError
 
-__all__ = ["ErrorRule", "Handler", "add_target", "add_verb", "on_errors", "positive_seconds", "server_options",
-           "settings"]
+__all__ = ["AGENT_ERRORS", "EXIT_CODES", "ErrorRule", "Handler", "add_target", "add_verb", "guarded", "note",
+           "on_errors", "parse_message", "positive_seconds", "server_options", "settings"]
 
 #: A verb's body: the parsed arguments in, the exit code out.
 Handler = Callable[[argparse.Namespace], int]
 #: ``(error type or types, exit code)``, or ``(error type or types, exit code, message)`` where
 #: ``message(err)`` is the line printed (default ``str(err)``).
 ErrorRule = tuple[Any, ...]
+#: The epilog of the verbs that answer with the documented exit codes.
+EXIT_CODES = exit_codes_help()
+
+#: The agent verbs' errors: their exit codes, tried in order.
+AGENT_ERRORS: tuple[ErrorRule, ...] = (
+    ((TargetError, ConfigurationError), EXIT_USAGE),
+    (TargetImportError, EXIT_ERROR),
+    ((ExecutionNotFoundError, ExecutionNotRunningError), EXIT_NOT_FOUND),
+    (ServerUnavailableError, EXIT_UNREACHABLE,
+     lambda err: f"{err} (is the Conductor server running? set CONDUCTOR_SERVER_URL or --server-url)"),
+    (WaitTimeoutError, EXIT_TIMED_OUT,
+     lambda err: f"run {err.execution_id} did not end within {err.timeout:g}s; it goes on on the server and is "
+                 f"not cancelled (see `conductor-agents status|wait|resume|stop|cancel`)"),
+    (WorkerStallError, EXIT_ERROR),
+    (ConductorAgentsError, EXIT_ERROR),
+)
 
 
 def server_options() -> argparse.ArgumentParser:
@@ -88,3 +125,28 @@ def on_errors(handler: Handler, *rules: ErrorRule) -> Handler:
             raise  # not reached: every caught type has a rule
 
     return run
+
+
+def guarded(handler: Handler) -> Handler:
+    """Map the errors of an agent verb to its documented exit code and one line on stderr."""
+    return on_errors(handler, *AGENT_ERRORS)
+
+
+def note(text: str) -> None:
+    """Print ``text`` on standard error (progress and notes; results go to standard output)."""
+    print(text, file=sys.stderr, flush=True)
+
+
+def parse_message(text: str, *, as_text: bool) -> Any:
+    """``text`` as JSON when it parses, else as text; text that looks like JSON (an object or a list)
+    but does not parse is sent as text with a warning saying why (``--text`` silences it)."""
+    if as_text:
+        return text
+    try:
+        return json.loads(text)
+    except ValueError as err:
+        if text.lstrip()[:1] in ("{", "["):
+            reason = f"{err.msg} at column {err.colno}" if isinstance(err, json.JSONDecodeError) else str(err)
+            note(f"conductor-agents: warning: the message looks like JSON but is not ({reason}); "
+                 "it is sent as text, {\"message\": \"...\"} (--text: that is meant)")
+        return text

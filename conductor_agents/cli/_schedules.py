@@ -16,9 +16,8 @@ import attrs
 from .._scheduling import Schedule
 from ..errors import AgentDefinitionError, ScheduleNotFoundError
 from ..runtime import AgentRuntime
-from ._agents import _ERRORS
 from ._main import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, exit_codes_help
-from ._options import add_target, add_verb, on_errors, settings
+from ._options import AGENT_ERRORS, add_target, add_verb, on_errors, settings
 from ._target import load_agent
 
 __all__ = ["register"]
@@ -60,7 +59,7 @@ def register(subparsers: Any) -> None:
 
 def _guarded(handler: Any) -> Any:
     return on_errors(handler, (ScheduleNotFoundError, EXIT_NOT_FOUND), ((ValueError, AgentDefinitionError), EXIT_USAGE),
-                     *_ERRORS)
+                     *AGENT_ERRORS)
 
 
 def _as_dict(schedule: Schedule) -> dict[str, Any]:

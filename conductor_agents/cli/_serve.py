@@ -14,8 +14,7 @@ import threading
 from typing import Any
 
 from ..runtime import AgentRuntime
-from ._agents import EXIT_CODES, _guarded
-from ._options import add_target, add_verb, positive_seconds, settings
+from ._options import EXIT_CODES, add_target, add_verb, guarded, positive_seconds, settings
 from ._target import load_agent
 
 __all__ = ["register"]
@@ -23,7 +22,7 @@ __all__ = ["register"]
 
 def register(subparsers: Any) -> None:
     parser = add_verb(
-        subparsers, "serve", _guarded(_serve),
+        subparsers, "serve", guarded(_serve),
         "serve an agent's runs from this process, adopting orphans, until SIGTERM",
         "Import MODULE:AGENT (a stateful Agent, or a function returning one) and serve its runs from this "
         "process: the runs no live process serves are adopted here (spread over every process that serves "
