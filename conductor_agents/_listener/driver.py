@@ -2,13 +2,13 @@
 
 For every continued listener this process serves, :class:`ContinuationDriver` keeps its current
 link, and learns of each model turn from the turn task the SDK adds to every link (a ``before_model``
-callback: the serving process runs it, so it costs no polling). At some turns it reads the link's
-size with two small requests (``budget``); once the budget is near, it runs the
-:class:`~conductor_agents._listener.switch.Switch` on a thread of its own (``conductor-agents-continue-<run id>``):
-the new run is started at once (from then on messages go to it) and the old one is ended once it has come
-to rest (waiting for a message, no tool running). A switch left half done (this process
-closed, or a request failed) is taken up again at the next turn, or by any process that resumes
-the listener.
+callback: the serving process runs it, so it costs no polling). At some turns it asks the switch rule
+(:mod:`.switch_rule`), reading the link's size with two small requests (:mod:`.budget`) when the rule
+needs it; once a switch is due, it runs the :class:`~conductor_agents._listener.switch.Switch` on a
+thread of its own (``conductor-agents-continue-<run id>``): the new run is started at once (from then on
+messages go to it) and the old one is ended once it has come to rest (waiting for a message, no tool
+running). A switch left half done (this process closed, or a request failed) is taken up again at the
+next turn, or by any process that resumes the listener.
 
 :class:`ChainTracker` is what a handle of a served listener watches: the stall flag of whichever
 links are live, and the current link's id.
@@ -39,6 +39,7 @@ from .following import end_mailbox, ended_from_outside, is_running
 from .mailbox import make_forward_tool
 from .retention import Retirer
 from .switch import LinkSpec, Switch
+from .switch_rule import SwitchVerdict, switch_verdict
 
 __all__ = ["ChainTracker", "ContinuationDriver"]
 
@@ -48,9 +49,6 @@ _ITERATION = re.compile(r"__(\d+)$")
 #: A switch step that failed (the server unreachable, a 5xx) is tried again after these pauses.
 _RETRY_FIRST = 0.5
 _RETRY_MAX = 15.0
-#: Turns are counted from the link's own numbering; the budget is checked again after about half
-#: the turns it had left at the last check (at least every turn near the end).
-_RECHECK_FRACTION = 0.5
 
 
 class ChainTracker:
@@ -345,13 +343,28 @@ class ContinuationDriver:
     # -- deciding ---------------------------------------------------------------------
 
     def _due(self, served: _Served, turn: int) -> bool:
-        continuation = served.spec.continuation
-        if not continuation.enabled or served.disabled:
-            return False
-        if served.spec.agent.max_turns - (served.turns_before + turn) <= 2:
-            return False  # the listener ends by its turn limit before a new run would help
-        if turn >= continuation.max_turns:
-            return True
+        """The switch rule (:func:`.switch_rule.switch_verdict`) at ``turn``, with the reads it needs."""
+        def verdict(turns_left: float | None = None) -> SwitchVerdict:
+            return switch_verdict(served.spec.continuation, turn=turn, turns_before=served.turns_before,
+                                  agent_max_turns=served.spec.agent.max_turns, disabled=served.disabled,
+                                  turns_left=turns_left)
+
+        decided = verdict()
+        if decided.needs_size:
+            size = self._read_size(served, turn)
+            decided = verdict(self._sizes.turns_until(served.agent_key, size, served.spec.continuation.max_bytes))
+            if decided.due:
+                log.debug("listener %s: link %d at turn %d is about %d bytes: continuing it",
+                          served.chain.execution_id, served.current.number, turn,
+                          self._sizes.estimate(served.agent_key, size))
+        if decided.next_check is not None:
+            with self._lock:
+                served.next_check = decided.next_check
+        return decided.due
+
+    def _read_size(self, served: _Served, turn: int) -> RunSize:
+        """The current link's size from two small reads, with the agent's one whole-run measurement when the
+        size model asks for it."""
         link = served.current.execution_id
         tasks = self._api.workflow_tasks(link, start=0, count=1).total
         variables = self._api.workflow_status(link, include_variables=True).get("variables") or {}
@@ -366,19 +379,7 @@ class ContinuationDriver:
             per_task = self._sizes.measured(served.agent_key, size, actual)
             log.debug("listener %s: a run of %s stores %.0f bytes per task", served.chain.execution_id,
                       served.spec.agent.name, per_task or 0)
-        estimate = self._sizes.estimate(served.agent_key, size)
-        left = self._sizes.turns_until(served.agent_key, size, continuation.max_bytes)
-        if left < 2:  # a switch takes a turn or two to come to rest
-            log.debug("listener %s: link %d at turn %d is about %d bytes: continuing it", served.chain.execution_id,
-                      served.current.number, turn, estimate)
-            return True
-        # Read again after half the turns left, but at least as often as the turns so far (messages can
-        # grow at any time: a check at turns 1, 2, 4, 8... never misses more than a doubling).
-        step = max(1, int(min(left * _RECHECK_FRACTION, turn)))
-        with self._lock:
-            served.next_check = min(continuation.max_turns, turn + step)
-        return False
-
+        return size
 
     # -- switching --------------------------------------------------------------------
 
