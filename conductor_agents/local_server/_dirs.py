@@ -36,22 +36,23 @@ def _xdg(environ: Mapping[str, str], variable: str, fallback: str) -> Path:
     return Path(home) / fallback
 
 
+def _app_dir(environ: Mapping[str, str] | None, override: str, variable: str, fallback: str) -> Path:
+    """``$override`` when set, else the XDG directory ``$variable`` (default ``~/fallback``) + ``conductor-agents``."""
+    env = _environ(environ)
+    value = env.get(override, "")
+    if value:
+        return Path(value).expanduser()
+    return _xdg(env, variable, fallback) / _APP
+
+
 def cache_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return the directory that caches downloaded server jars."""
-    env = _environ(environ)
-    override = env.get(CACHE_DIR_ENV, "")
-    if override:
-        return Path(override).expanduser()
-    return _xdg(env, "XDG_CACHE_HOME", ".cache") / _APP
+    return _app_dir(environ, CACHE_DIR_ENV, "XDG_CACHE_HOME", ".cache")
 
 
 def state_dir(environ: Mapping[str, str] | None = None) -> Path:
     """Return the directory holding the CLI's record of its detached server."""
-    env = _environ(environ)
-    override = env.get(STATE_DIR_ENV, "")
-    if override:
-        return Path(override).expanduser()
-    return _xdg(env, "XDG_STATE_HOME", ".local/state") / _APP
+    return _app_dir(environ, STATE_DIR_ENV, "XDG_STATE_HOME", ".local/state")
 
 
 def default_data_dir(environ: Mapping[str, str] | None = None) -> Path:

@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Union
 
+import attrs
+
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, JarDownloadError
 from . import _dirs, _http, _maven
@@ -109,53 +111,54 @@ def resolve_server_jar(
         if target.is_file():  # another process finished while we waited for the lock
             return target
         _remove_leftovers(cache, target.name)
-        _fetch(target, chosen, env, maven_repo, progress, deadline, clock)
+        _fetch(_Download(target, chosen, env, maven_repo, progress, deadline, clock))
     _log.info("server jar %s ready at %s", chosen, target)
     return target
 
 
-def _fetch(
-    target: Path,
-    version: str,
-    env: Mapping[str, str],
-    maven_repo: PathLike | None,
-    progress: bool,
-    deadline: float,
-    clock: Clock,
-) -> None:
-    path_var = env.get("PATH", "")
+@attrs.frozen
+class _Download:
+    """One download of the jar ``version`` into ``target`` (its directory exists), bounded by ``deadline``."""
+
+    target: Path
+    version: str
+    env: Mapping[str, str]
+    maven_repo: PathLike | None
+    progress: bool
+    deadline: float
+    clock: Clock
+
+    def seconds_left(self) -> float:
+        return max(1.0, self.deadline - self.clock.monotonic())
+
+
+def _fetch(download: _Download) -> None:
+    path_var = download.env.get("PATH", "")
     mvn = shutil.which("mvn", path=path_var) if path_var else None
-    base_url = env.get(MAVEN_REPOSITORY_ENV, "").strip()
+    base_url = download.env.get(MAVEN_REPOSITORY_ENV, "").strip()
     if mvn:
         try:
-            _fetch_with_mvn(mvn, target, version, env, maven_repo, progress, deadline, clock)
+            _fetch_with_mvn(mvn, download)
             return
         except JarDownloadError as err:
             if not base_url:
                 raise
             _log.warning("mvn failed (%s); downloading from %s instead", err, MAVEN_REPOSITORY_ENV)
     if base_url:
-        _fetch_with_https(base_url, target, version, progress, deadline, clock)
+        _fetch_with_https(base_url, download)
         return
     raise JarDownloadError(
-        f"cannot download the Conductor server jar {version}: Maven (mvn) is not on PATH and "
+        f"cannot download the Conductor server jar {download.version}: Maven (mvn) is not on PATH and "
         f"{MAVEN_REPOSITORY_ENV} is not set. Either install Maven, or set {MAVEN_REPOSITORY_ENV} "
         f"to the base URL of Maven Central or your mirror, or set {SERVER_JAR_ENV} to the path "
         "of a conductor-server boot jar."
     )
 
 
-def _fetch_with_mvn(
-    mvn: str,
-    target: Path,
-    version: str,
-    env: Mapping[str, str],
-    maven_repo: PathLike | None,
-    progress: bool,
-    deadline: float,
-    clock: Clock,
-) -> None:
-    local_repo = Path(maven_repo) if maven_repo is not None else _maven.default_local_repository(env)
+def _fetch_with_mvn(mvn: str, download: _Download) -> None:
+    target, version = download.target, download.version
+    local_repo = (Path(download.maven_repo) if download.maven_repo is not None
+                  else _maven.default_local_repository(download.env))
     work = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
     try:
         copied = _maven.copy_with_mvn(
@@ -164,9 +167,9 @@ def _fetch_with_mvn(
             work,
             local_repository=local_repo,
             log_path=target.parent / f"{target.name}.maven.log",
-            progress=sys.stderr if progress else None,
-            timeout=max(1.0, deadline - clock.monotonic()),
-            clock=clock,
+            progress=sys.stderr if download.progress else None,
+            timeout=download.seconds_left(),
+            clock=download.clock,
         )
         actual = sha1_of(copied)
         expected = _maven.published_sha1(local_repo, version)
@@ -180,23 +183,21 @@ def _fetch_with_mvn(
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _fetch_with_https(
-    base_url: str, target: Path, version: str, progress: bool, deadline: float, clock: Clock
-) -> None:
+def _fetch_with_https(base_url: str, download: _Download) -> None:
+    target = download.target
     if not base_url.startswith(("https://", "http://")):
         raise ConfigurationError(
             f"{MAVEN_REPOSITORY_ENV} must be an http(s) URL, got {base_url!r}", variable=MAVEN_REPOSITORY_ENV
         )
-    url = f"{base_url.rstrip('/')}/{_maven.repository_path(version)}"
+    url = f"{base_url.rstrip('/')}/{_maven.repository_path(download.version)}"
     expected = _http.fetch_sha1(url + ".sha1")
     fd, name = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".part", dir=target.parent)
     os.close(fd)
     part = Path(name)
     try:
-        stream = sys.stderr if progress else None
-        actual = _http.download(
-            url, part, label=f"{target.name} into {target.parent}", deadline=deadline, progress=stream, clock=clock
-        )
+        stream = sys.stderr if download.progress else None
+        actual = _http.download(url, part, label=f"{target.name} into {target.parent}", deadline=download.deadline,
+                                progress=stream, clock=download.clock)
         _verify(part, target.name, expected, actual)
         os.replace(part, target)
     finally:
