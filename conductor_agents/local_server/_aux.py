@@ -24,7 +24,6 @@ from . import _exit_registry, _logs, _proc
 _log = logging.getLogger("conductor_agents.local_server")
 
 _READY_POLL_SECONDS = 0.1
-_KILL_WAIT_SECONDS = 10.0
 _LOG_TAIL_LINES = 30
 
 
@@ -126,33 +125,16 @@ class AuxProcess:
         proc = self._proc
         if proc is None:
             return
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                _log.warning("%s pid %d ignored SIGTERM for %.0f s; killing it", self.role, proc.pid, timeout)
-                proc.kill()
-                try:
-                    proc.wait(_KILL_WAIT_SECONDS)
-                except subprocess.TimeoutExpired as err:
-                    raise LocalServerError(f"{self.role} pid {proc.pid} survived SIGKILL") from err
+        _proc.stop_child(proc, timeout, role=self.role)
         self._proc = None
         _exit_registry.unregister(self)
 
     def _wait_ready(self, proc: subprocess.Popen[bytes], offset: int) -> None:
-        deadline = self._clock.monotonic() + self._startup_timeout
-        while True:
-            try:
-                code = proc.wait(timeout=_READY_POLL_SECONDS)  # doubles as the poll interval
-            except subprocess.TimeoutExpired:
-                pass
-            else:
-                raise self._failure(f"{self.role} exited with code {code} during startup", offset)
-            if self._ready():
-                return
-            if self._clock.monotonic() >= deadline:
-                raise self._failure(f"{self.role} was not ready within {self._startup_timeout:.0f} s", offset)
+        _proc.wait_ready(proc, self._ready, timeout=self._startup_timeout, poll=_READY_POLL_SECONDS, clock=self._clock,
+                         exited=lambda code: self._failure(f"{self.role} exited with code {code} during startup",
+                                                           offset),
+                         late=lambda: self._failure(f"{self.role} was not ready within {self._startup_timeout:.0f} s",
+                                                    offset))
 
     def _failure(self, message: str, offset: int) -> LocalServerError:
         tail = _logs.tail_lines(self.log_path, _LOG_TAIL_LINES, offset)

@@ -31,7 +31,7 @@ _log = logging.getLogger("conductor_agents.local_server")
 _PR_SET_PDEATHSIG = 1
 _SPAWN_TIMEOUT = 60.0
 _POLL_SECONDS = 0.1
-_KILL_WAIT_SECONDS = 10.0
+KILL_WAIT_SECONDS = 10.0
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -208,7 +208,7 @@ def terminate(pid: int, timeout: float, clock: Clock = SYSTEM_CLOCK) -> bool:
 
     For processes that are not our children (we cannot ``wait`` for them).
     """
-    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, _KILL_WAIT_SECONDS)):
+    for sig, wait in ((signal.SIGTERM, timeout), (signal.SIGKILL, KILL_WAIT_SECONDS)):
         try:
             os.kill(pid, sig)
         except ProcessLookupError:
@@ -223,6 +223,49 @@ def terminate(pid: int, timeout: float, clock: Clock = SYSTEM_CLOCK) -> bool:
         if sig == signal.SIGTERM:
             _log.warning("process %d ignored SIGTERM for %.0f s; killing it", pid, timeout)
     return not is_alive(pid)
+
+
+def stop_child(proc: subprocess.Popen[bytes], timeout: float, *, role: str) -> None:
+    """Stop our child ``proc`` (named ``role`` in messages): SIGTERM, then SIGKILL after ``timeout`` seconds.
+
+    Raises:
+        LocalServerError: it survived SIGKILL.
+    """
+    if proc.poll() is not None:
+        return
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+        return
+    except subprocess.TimeoutExpired:
+        _log.warning("%s pid %d ignored SIGTERM for %.0f s; killing it", role, proc.pid, timeout)
+    proc.kill()
+    try:
+        proc.wait(KILL_WAIT_SECONDS)
+    except subprocess.TimeoutExpired as err:
+        raise LocalServerError(f"{role} pid {proc.pid} survived SIGKILL") from err
+
+
+def wait_ready(proc: subprocess.Popen[bytes], ready: Callable[[], bool], *, timeout: float, poll: float,
+               clock: Clock, exited: Callable[[int], BaseException], late: Callable[[], BaseException]) -> None:
+    """Wait until ``ready()`` says yes while our child ``proc`` runs, looking every ``poll`` seconds.
+
+    Raises:
+        ``exited(code)``: the process ended first; ``late()``: not ready within ``timeout`` seconds; and
+        whatever ``ready`` raises.
+    """
+    deadline = clock.monotonic() + timeout
+    while True:
+        try:
+            code = proc.wait(timeout=poll)  # doubles as the poll interval
+        except subprocess.TimeoutExpired:
+            pass
+        else:
+            raise exited(code)
+        if ready():
+            return
+        if clock.monotonic() >= deadline:
+            raise late()
 
 
 # --- ports ---------------------------------------------------------------------------

@@ -30,7 +30,7 @@ _log = logging.getLogger("conductor_agents.local_server")
 LOG_TAIL_LINES = 40
 _HEALTH_POLL_SECONDS = 0.25
 _HEALTH_PROBE_TIMEOUT = 2.0
-KILL_WAIT_SECONDS = 10.0
+KILL_WAIT_SECONDS = _proc.KILL_WAIT_SECONDS
 
 
 class ExitedDuringStartupError(LocalServerError):
@@ -73,23 +73,22 @@ def wait_healthy(proc: subprocess.Popen[bytes], port: int, offset: int, *, log_p
         ExitedDuringStartupError: the process ended first.
         LocalServerError: another process answers on the port, or no health within ``timeout`` seconds.
     """
-    deadline = clock.monotonic() + timeout
     base_url = f"http://127.0.0.1:{port}"
-    while True:
-        try:
-            code = proc.wait(timeout=_HEALTH_POLL_SECONDS)  # doubles as the poll interval
-        except subprocess.TimeoutExpired:
-            pass
-        else:
-            failure = startup_failure(log_path, f"the server exited with code {code} during startup", offset)
-            raise ExitedDuringStartupError(str(failure), log_tail=failure.log_tail)
-        if _http.probe_health(base_url, _HEALTH_PROBE_TIMEOUT):
-            if _proc.listens_on(proc.pid, port) is False:
-                raise startup_failure(log_path, f"another process answers on port {port}", offset)
-            if proc.poll() is None:
-                return
-        if clock.monotonic() >= deadline:
-            raise startup_failure(log_path, f"the server was not healthy within {timeout:.0f} s", offset)
+
+    def healthy() -> bool:
+        if not _http.probe_health(base_url, _HEALTH_PROBE_TIMEOUT):
+            return False
+        if _proc.listens_on(proc.pid, port) is False:
+            raise startup_failure(log_path, f"another process answers on port {port}", offset)
+        return proc.poll() is None
+
+    def exited(code: int) -> ExitedDuringStartupError:
+        failure = startup_failure(log_path, f"the server exited with code {code} during startup", offset)
+        return ExitedDuringStartupError(str(failure), log_tail=failure.log_tail)
+
+    _proc.wait_ready(proc, healthy, timeout=timeout, poll=_HEALTH_POLL_SECONDS, clock=clock, exited=exited,
+                     late=lambda: startup_failure(log_path, f"the server was not healthy within {timeout:.0f} s",
+                                                  offset))
 
 
 def startup_failure(log_path: Path | None, message: str, offset: int) -> LocalServerError:
@@ -105,19 +104,7 @@ def terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
     Raises:
         LocalServerError: it survived SIGKILL.
     """
-    if proc.poll() is not None:
-        return
-    proc.terminate()
-    try:
-        proc.wait(timeout)
-        return
-    except subprocess.TimeoutExpired:
-        _log.warning("server pid %d ignored SIGTERM for %.0f s; killing it", proc.pid, timeout)
-    proc.kill()
-    try:
-        proc.wait(KILL_WAIT_SECONDS)
-    except subprocess.TimeoutExpired as err:
-        raise LocalServerError(f"server pid {proc.pid} survived SIGKILL") from err
+    _proc.stop_child(proc, timeout, role="server")
 
 
 def _lock_data_dir(data_dir: Path) -> int:
