@@ -218,8 +218,7 @@ class ConductorApi:
         if statuses:
             params["status"] = list(statuses)
         with _not_found_is_unknown_execution(execution_id):
-            result, headers = self.transport.request_with_headers(
-                "GET", f"/workflow/{_seg(execution_id)}/tasks", params=params)
+            result, headers = self.transport.get_with_headers(f"/workflow/{_seg(execution_id)}/tasks", params=params)
         if not isinstance(result, dict) or not isinstance(result.get("results"), list):
             raise ServerError(f"GET /workflow/{execution_id}/tasks returned a malformed body")
         total = result.get("totalHits")
@@ -400,6 +399,5 @@ class ConductorApi:
 
     def poll_data_sample(self, task_type: str) -> tuple[list[dict[str, Any]], str | None]:
         """:meth:`poll_data` plus the server's ``Date`` header (its clock, for ``lastPollTime`` ages)."""
-        result, headers = self.transport.request_with_headers(
-            "GET", "/tasks/queue/polldata", params={"taskType": task_type})
+        result, headers = self.transport.get_with_headers("/tasks/queue/polldata", params={"taskType": task_type})
         return (result if isinstance(result, list) else []), headers.get("Date")

@@ -289,21 +289,6 @@ class Transport:
     ) -> Any:
         """Send one request; return the decoded JSON body, the text body, or None (204/empty).
 
-        Raises: as :meth:`request_with_headers`.
-        """
-        return self.request_with_headers(method, path, params=params, json_body=json_body, timeout=timeout)[0]
-
-    def request_with_headers(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, Any] | None = None,
-        json_body: Any = None,
-        timeout: Timeout | None = None,
-    ) -> tuple[Any, Mapping[str, str]]:
-        """Send one request; return the decoded body and the response headers.
-
         Raises:
             ServerUnavailableError: no connection, or it broke or timed out.
             AuthenticationError: 401/403 even after refreshing the token.
@@ -311,7 +296,15 @@ class Transport:
             HttpError: any other status >= 400.
         """
         response = self._exchange(method, path, params=params, json_body=json_body, timeout=timeout)
-        return self._decode(response, method, path), response.headers
+        return self._decode(response, method, path)
+
+    def get_with_headers(self, path: str, *, params: Mapping[str, Any] | None = None) -> tuple[Any, Mapping[str, str]]:
+        """``GET path``: the decoded body and the response headers (for the server's ``Date``).
+
+        Raises: as :meth:`request`.
+        """
+        response = self._exchange("GET", path, params=params)
+        return self._decode(response, "GET", path), response.headers
 
     def get_json(
         self,
@@ -323,7 +316,7 @@ class Transport:
         """``GET path`` for a small JSON answer: as :meth:`request`, on the direct pool when it may.
 
         For the requests a process sends all the time whatever it does (polls, queue sizes).
-        Raises: as :meth:`request_with_headers`.
+        Raises: as :meth:`request`.
         """
         direct = self._direct
         if direct is None or (requests.Session.send, HTTPAdapter.send) != _REQUESTS_SENDS:
