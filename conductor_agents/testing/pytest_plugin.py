@@ -86,6 +86,33 @@ class _ExternalServer:
     def __init__(self, url: str) -> None:
         self.url = url.rstrip("/")
 
+    def start(self) -> None:
+        """Nothing to start: it runs already."""
+
+    def stop(self) -> None:
+        """Nothing to stop: it is not ours."""
+
+
+class _SessionServer(Protocol):
+    @property
+    def url(self) -> str: ...
+
+    def start(self) -> object: ...
+
+    def stop(self) -> None: ...
+
+
+def _for_the_session(server: _SessionServer) -> Iterator[object]:
+    """Start ``server`` (a LocalServer, a LocalCluster or an external server), count its URL among the session's
+    (the runs left on it are ended after the session), and stop it once the session is done."""
+    server.start()
+    _SESSION_SERVER_URLS.append(server.url)
+    try:
+        yield server
+    finally:
+        _SESSION_SERVER_URLS.remove(server.url)
+        server.stop()
+
 
 @pytest.fixture(scope="session")
 def scripted_llm() -> Iterator[ScriptedLLM]:
@@ -104,25 +131,14 @@ def conductor_server(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPat
     """A real Conductor server for the session, wired to ``scripted_llm``."""
     external = os.environ.get("CONDUCTOR_AGENTS_TEST_SERVER_URL")
     if external:
-        _SESSION_SERVER_URLS.append(external.rstrip("/"))
-        try:
-            yield _ExternalServer(external)
-        finally:
-            _SESSION_SERVER_URLS.remove(external.rstrip("/"))
+        yield from _for_the_session(_ExternalServer(external))
         return
     from ..local_server import LocalServer
 
-    data_dir = tmp_path_factory.mktemp("conductor-server")
     # A generous startup bound: on a small machine shared with other servers the JVM alone can take minutes.
-    server = LocalServer(data_dir, env=_test_server_env(scripted_llm), startup_timeout=600.0,
-                         secrets=_session_secrets())
-    server.start()
-    _SESSION_SERVER_URLS.append(server.url)
-    try:
-        yield server
-    finally:
-        _SESSION_SERVER_URLS.remove(server.url)
-        server.stop()
+    yield from _for_the_session(LocalServer(tmp_path_factory.mktemp("conductor-server"),
+                                            env=_test_server_env(scripted_llm), startup_timeout=600.0,
+                                            secrets=_session_secrets()))
 
 
 #: The fixtures through which a test gets a local server (all of them need ``scripted_llm``).
@@ -211,15 +227,9 @@ def conductor_cluster(scripted_llm: ScriptedLLM, tmp_path_factory: pytest.TempPa
     from ..local_server import LocalCluster
 
     # Two JVMs start at once: on a small shared machine that can take minutes.
-    cluster = LocalCluster(tmp_path_factory.mktemp("conductor-cluster"), nodes=2, env=_test_server_env(scripted_llm),
-                           startup_timeout=600.0, secrets=_session_secrets())
-    cluster.start()
-    _SESSION_SERVER_URLS.append(cluster.url)
-    try:
-        yield cluster
-    finally:
-        _SESSION_SERVER_URLS.remove(cluster.url)
-        cluster.stop()
+    yield from _for_the_session(LocalCluster(tmp_path_factory.mktemp("conductor-cluster"), nodes=2,
+                                             env=_test_server_env(scripted_llm), startup_timeout=600.0,
+                                             secrets=_session_secrets()))
 
 
 @pytest.fixture
