@@ -59,6 +59,13 @@ def register(subparsers: Any) -> None:
             *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
         return add_verb(subparsers, name, guarded(handler), help_, description, *parents, epilog=EXIT_CODES)
 
+    def add_on_run(name: str, handler: Handler, help_: str, description: str,
+                   *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        """A verb that acts on the run EXECUTION_ID (its first argument)."""
+        verb = add(name, handler, help_, description, *parents)
+        verb.add_argument("execution_id", metavar="EXECUTION_ID")
+        return verb
+
     run = add("run", _run, "start an agent and serve its tools until the run ends",
               "Import MODULE:AGENT (an Agent, or a function returning one), start a run with PROMPT and "
               "serve its tools from this process, printing progress, until the run ends. Ctrl-C stops "
@@ -85,11 +92,10 @@ def register(subparsers: Any) -> None:
                              "(that process is known to be dead)")
     _foreground_args(resume)
 
-    send = add("send", _send, "send a message to a running execution",
-               "Push MESSAGE into the run's message queue and print the message id. MESSAGE is parsed as "
-               "JSON (an object is sent as is, another value as {\"message\": value}); anything that is "
-               "not JSON is sent as text, {\"message\": \"...\"}.")
-    send.add_argument("execution_id", metavar="EXECUTION_ID")
+    send = add_on_run("send", _send, "send a message to a running execution",
+                      "Push MESSAGE into the run's message queue and print the message id. MESSAGE is parsed as "
+                      "JSON (an object is sent as is, another value as {\"message\": value}); anything that is "
+                      "not JSON is sent as text, {\"message\": \"...\"}.")
     send.add_argument("message", metavar="MESSAGE", help="JSON or text")
     send.add_argument("--text", action="store_true", help="send MESSAGE as text even if it parses as JSON")
     send.add_argument("--wait-delivered", action="store_true",
@@ -97,21 +103,18 @@ def register(subparsers: Any) -> None:
                            "can no longer arrive")
     _wait_timeout(send, "with --wait-delivered: give up after SECONDS")
 
-    status = add("status", _status, "print an execution's status",
-                 "Print the run's status (exit 0 whatever it is, 3 when the execution is unknown).")
-    status.add_argument("execution_id", metavar="EXECUTION_ID")
+    status = add_on_run("status", _status, "print an execution's status",
+                        "Print the run's status (exit 0 whatever it is, 3 when the execution is unknown).")
     status.add_argument("--json", action="store_true", help="print JSON")
 
-    wait = add("wait", _wait, "wait for an execution to end, with progress",
-               "Wait until the run ends and print its output; the exit code says how it ended. "
-               "Ctrl-C stops waiting (the run goes on).", follow)
-    wait.add_argument("execution_id", metavar="EXECUTION_ID")
+    wait = add_on_run("wait", _wait, "wait for an execution to end, with progress",
+                      "Wait until the run ends and print its output; the exit code says how it ended. "
+                      "Ctrl-C stops waiting (the run goes on).", follow)
     _wait_timeout(wait, "give up waiting after SECONDS")
 
-    stop = add("stop", _stop, "ask an execution to finish gracefully",
-               "Ask the run to stop: it ends after its current turn, COMPLETED (a run blocked on "
-               "wait-for-message gets a stop signal). With --wait, wait for it to end.", follow)
-    stop.add_argument("execution_id", metavar="EXECUTION_ID")
+    stop = add_on_run("stop", _stop, "ask an execution to finish gracefully",
+                      "Ask the run to stop: it ends after its current turn, COMPLETED (a run blocked on "
+                      "wait-for-message gets a stop signal). With --wait, wait for it to end.", follow)
     stop.add_argument("--wait", action="store_true", help="wait for the run to end")
     _wait_timeout(stop, "with --wait: give up after SECONDS")
 
@@ -119,18 +122,16 @@ def register(subparsers: Any) -> None:
             ("pause", _pause, "pause an execution", ("Pause the run: it takes no model turn and refuses messages "
              "(409) until unpaused; tool calls already handed out finish.")),
             ("unpause", _unpause, "let a paused execution go on", "Let a paused run go on where it stopped.")):
-        add(verb, verb_handler, what, detail).add_argument("execution_id", metavar="EXECUTION_ID")
+        add_on_run(verb, verb_handler, what, detail)
 
-    signalled = add("signal", _signal, "set or clear an execution's standing signal",
-                    "Set the run's standing signal: the server puts TEXT before every later model turn of the "
-                    "agent, also in a listener's later runs, until the next signal replaces it. An empty TEXT "
-                    "('') clears it (see docs/steering.md).")
-    signalled.add_argument("execution_id", metavar="EXECUTION_ID")
+    signalled = add_on_run("signal", _signal, "set or clear an execution's standing signal",
+                           "Set the run's standing signal: the server puts TEXT before every later model turn of the "
+                           "agent, also in a listener's later runs, until the next signal replaces it. An empty TEXT "
+                           "('') clears it (see docs/steering.md).")
     signalled.add_argument("text", metavar="TEXT", help="the signal; '' clears it")
 
-    cancel = add("cancel", _cancel, "terminate an execution at once",
-                 "Terminate the run now (TERMINATED). A tool already running is not interrupted.")
-    cancel.add_argument("execution_id", metavar="EXECUTION_ID")
+    cancel = add_on_run("cancel", _cancel, "terminate an execution at once",
+                        "Terminate the run now (TERMINATED). A tool already running is not interrupted.")
     cancel.add_argument("--reason", default="cancelled from the command line", help="recorded on the run")
 
 
