@@ -28,6 +28,7 @@ from ..errors import ConfigurationError, LocalServerError
 from ._balancer import Balancer
 from ._dirs import run_data_dir
 from ._java import JavaRuntime
+from ._node_options import NodeOptions
 from ._redis import RedisServer
 from ._server import LocalServer, PathLike
 
@@ -81,14 +82,11 @@ class LocalCluster:
         self._owned_dir: Path | None = None
         self._node_count = nodes
         self._port = port or None
-        self._node_options: dict[str, Any] = {
-            "version": version, "jar": jar, "java": java, "env": env, "properties": properties,
-            "jvm_options": jvm_options, "startup_timeout": startup_timeout, "stop_timeout": stop_timeout,
-            "detached": detached, "progress": progress, "secrets": secrets,
-        }
-        self._startup_timeout = startup_timeout
-        self._stop_timeout = stop_timeout
-        self._detached = detached
+        #: What every node is started with (checked here: a bad value fails now, not at start).
+        self._node_options = NodeOptions(version=version, jar=jar, java=java, env=env, properties=properties,
+                                         jvm_options=jvm_options, startup_timeout=startup_timeout,
+                                         stop_timeout=stop_timeout, detached=detached, progress=progress,
+                                         secrets=secrets)
         self._lock = threading.RLock()
         self._redis: RedisServer | None = None
         self._nodes: list[LocalServer] = []
@@ -253,8 +251,9 @@ class LocalCluster:
         if self._redis is not None:
             return
         data_dir = self._prepare_data_dir()
-        self._redis = RedisServer(data_dir / "redis", log_path=data_dir / "redis.log", detached=self._detached)
-        self._balancer = Balancer(data_dir, port=self._port, detached=self._detached)
+        detached = self._node_options.detached
+        self._redis = RedisServer(data_dir / "redis", log_path=data_dir / "redis.log", detached=detached)
+        self._balancer = Balancer(data_dir, port=self._port, detached=detached)
 
     def _start_all(self) -> None:
         assert self._redis is not None and self._balancer is not None
@@ -263,10 +262,11 @@ class LocalCluster:
         self._redis.start()
         if not self._nodes:
             self._nodes = [
-                LocalServer(data_dir / f"node-{i}", backend="redis", redis_port=self._redis.port, **self._node_options)
+                LocalServer(data_dir / f"node-{i}", backend="redis", redis_port=self._redis.port,
+                            **self._node_options.as_kwargs())
                 for i in range(1, self._node_count + 1)
             ]
-        _all_or_nothing([node.start for node in self._nodes], self._startup_timeout)
+        _all_or_nothing([node.start for node in self._nodes], self._node_options.startup_timeout)
         self._balancer.start([node.port for node in self._nodes if node.port is not None])
 
     def _stop_all(self, *, remove_owned_dir: bool) -> None:

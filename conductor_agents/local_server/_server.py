@@ -11,7 +11,6 @@ import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
-from typing import Union
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, LocalServerError
@@ -23,10 +22,13 @@ from ._exit_registry import _attached  # noqa: F401  (tests inspect the registry
 from ._exit_registry import register as _register
 from ._exit_registry import stop_all_at_exit as _stop_all_at_exit  # noqa: F401  (tests run the exit hook through this module)
 from ._exit_registry import unregister as _unregister
-from ._jar import resolve_server_jar
+from ._jar import PathLike, resolve_server_jar
 from ._java import JavaRuntime, find_java, probe_java
+from ._node_options import NodeOptions
 from ._redis import RedisServer
 from ._server_process import KILL_WAIT_SECONDS, LOG_TAIL_LINES, ExitedDuringStartupError, spawn, terminate, wait_healthy
+
+__all__ = ["BACKENDS", "DEFAULT_JVM_OPTIONS", "LocalServer", "PathLike"]
 
 _log = logging.getLogger("conductor_agents.local_server")
 
@@ -36,10 +38,7 @@ BACKENDS: tuple[str, ...] = ("sqlite", "redis")
 #: The least time the first start gives the making of the boot archive (a training start, then the
 #: JVM writing the archive: 1-2 minutes on 2 busy cores); past it the server starts from the jar.
 _BOOT_ARCHIVE_TIMEOUT = 900.0
-_RESERVED_PROPERTIES = frozenset({"server.port"})
 _JAR_VERSION_RE = re.compile(r"conductor-server-(.+)-boot\.jar$")
-
-PathLike = Union[str, "os.PathLike[str]"]
 
 
 class LocalServer:
@@ -118,15 +117,9 @@ class LocalServer:
         """
         if port is not None and (not isinstance(port, int) or not 0 <= port <= 65535):
             raise ConfigurationError(f"port must be an int in 0..65535, got {port!r}")
-        for name, value in (("startup_timeout", startup_timeout), ("stop_timeout", stop_timeout)):
-            if not value > 0:
-                raise ConfigurationError(f"{name} must be positive, got {value!r}")
-        reserved = _RESERVED_PROPERTIES.intersection(properties or {})
-        if reserved:
-            raise ConfigurationError(f"set the port with port=, not with properties {sorted(reserved)}")
-        if any(not isinstance(k, str) or not isinstance(v, str) for k, v in (env or {}).items()):
-            raise ConfigurationError("env must map str to str")
-        self._secret_env = _secret_environment(secrets)
+        self._options = NodeOptions(version=version, jar=jar, java=java, env=env, properties=properties,
+                                    jvm_options=jvm_options, startup_timeout=startup_timeout, stop_timeout=stop_timeout,
+                                    detached=detached, progress=progress, secrets=secrets)
         if detached and data_dir is None:
             raise ConfigurationError("a detached server needs an explicit data_dir")
         if backend not in BACKENDS:
@@ -139,17 +132,8 @@ class LocalServer:
         self._launch: BootLaunch | None = None
         self._redis: RedisServer | None = None
         self._given_dir = Path(data_dir).expanduser().resolve() if data_dir is not None else None
-        self._version = version
-        self._jar = Path(jar) if jar is not None else None
-        self._java = java
-        self._env: dict[str, str] = dict(env or {})
-        self._properties = {str(k): str(v) for k, v in (properties or {}).items()}
-        self._jvm_options = tuple(DEFAULT_JVM_OPTIONS if jvm_options is None else jvm_options)
-        self._startup_timeout = float(startup_timeout)
-        self._stop_timeout = float(stop_timeout)
+        self._java = java  # a path or None until resolved (once: restarts reuse it)
         self._given_log = Path(log_path).expanduser().resolve() if log_path is not None else None
-        self._detached = detached
-        self._progress = progress
         self._clock = clock
         self._lock = threading.RLock()
         self._proc: subprocess.Popen[bytes] | None = None
@@ -224,7 +208,7 @@ class LocalServer:
             JavaNotFoundError, JarDownloadError: no usable Java or jar.
         """
         with self._lock:
-            jar = self._jar if self._jar is not None else resolve_server_jar(self._version, progress=self._progress)
+            jar = self._server_jar()
             self._java_path()
             self._boot_launch(jar)
         return self
@@ -332,7 +316,7 @@ class LocalServer:
     @property
     def detached(self) -> bool:
         """True when the server is meant to outlive this process."""
-        return self._detached
+        return self._options.detached
 
     def log_tail(self, n: int = LOG_TAIL_LINES) -> str:
         """Return the last ``n`` lines of the server log ("" when there is none)."""
@@ -345,11 +329,16 @@ class LocalServer:
 
     # --- internals (called with self._lock held) ---------------------------------------
 
+    def _server_jar(self) -> Path:
+        options = self._options
+        return options.jar if options.jar is not None else resolve_server_jar(options.version,
+                                                                              progress=options.progress)
+
     def _start(self) -> None:
-        jar = self._jar if self._jar is not None else resolve_server_jar(self._version, progress=self._progress)
+        jar = self._server_jar()
         java = self._java_path()
         match = _JAR_VERSION_RE.search(jar.name)
-        self._running_version = self._version or (match.group(1) if match else None)
+        self._running_version = self._options.version or (match.group(1) if match else None)
         data_dir = self._prepare_data_dir()
         try:
             redis_port = self._start_own_redis(data_dir)
@@ -380,12 +369,12 @@ class LocalServer:
         cmd = self._command(java, launch, data_dir, port, redis_port)
         _log.info("starting Conductor server %s on port %d (data %s)", self._running_version, port, data_dir)
         began = self._clock.monotonic()
-        self._proc, offset = spawn(cmd, log_path=log_path, env={**os.environ, **self._env, **self._secret_env},
-                                   data_dir=data_dir, detached=self._detached)
-        if not self._detached:
+        env = {**os.environ, **self._options.env, **self._options.secret_env}
+        self._proc, offset = spawn(cmd, log_path=log_path, env=env, data_dir=data_dir, detached=self._options.detached)
+        if not self._options.detached:
             _register(self)
         try:
-            wait_healthy(self._proc, port, offset, log_path=log_path, timeout=self._startup_timeout,
+            wait_healthy(self._proc, port, offset, log_path=log_path, timeout=self._options.startup_timeout,
                          clock=self._clock)
         except ExitedDuringStartupError:
             self._proc = None
@@ -410,8 +399,8 @@ class LocalServer:
             return BootLaunch.plain(jar)
         if self._launch is None or self._launch.archive is None or not self._launch.archive.is_file():
             self._launch = _boot_archive.prepare_launch(
-                jar, runtime, training_command, timeout=max(self._startup_timeout, _BOOT_ARCHIVE_TIMEOUT),
-                progress=self._progress, clock=self._clock)
+                jar, runtime, training_command, timeout=max(self._options.startup_timeout, _BOOT_ARCHIVE_TIMEOUT),
+                progress=self._options.progress, clock=self._clock)
         return self._launch
 
     def _java_runtime(self) -> JavaRuntime | None:
@@ -444,7 +433,7 @@ class LocalServer:
             return self._redis_port
         if self._redis is None:
             self._redis = RedisServer(
-                data_dir / "redis", log_path=data_dir / "redis.log", detached=self._detached, clock=self._clock
+                data_dir / "redis", log_path=data_dir / "redis.log", detached=self._options.detached, clock=self._clock
             )
         if self._redis.pid is None:  # still running after kill()
             self._redis.start()
@@ -452,14 +441,14 @@ class LocalServer:
 
     def _command(self, java: Path, launch: BootLaunch, data_dir: Path, port: int,
                  redis_port: int | None) -> list[str]:
-        props = {**server_properties(data_dir, redis_port), **self._properties}
-        return java_command(java, launch.jar, [*self._jvm_options, *launch.jvm_options], props, port)
+        props = {**server_properties(data_dir, redis_port), **self._options.properties}
+        return java_command(java, launch.jar, [*self._options.jvm_options, *launch.jvm_options], props, port)
 
     def _stop(self, *, remove_owned_dir: bool) -> None:
         proc = self._proc
         if proc is not None:
             _log.info("stopping Conductor server (pid %d)", proc.pid)
-            terminate(proc, self._stop_timeout)
+            terminate(proc, self._options.stop_timeout)
             self._proc = None
             _unregister(self)
         if self._redis is not None:
@@ -470,7 +459,7 @@ class LocalServer:
 
     def _stop_at_exit(self) -> None:
         """Stop from the atexit hook without waiting forever for a thread inside start()."""
-        if self._lock.acquire(timeout=self._stop_timeout):
+        if self._lock.acquire(timeout=self._options.stop_timeout):
             try:
                 self._stop(remove_owned_dir=True)
             finally:
@@ -478,22 +467,4 @@ class LocalServer:
             return
         proc = self._proc
         if proc is not None:
-            terminate(proc, self._stop_timeout)
-
-
-def _secret_environment(secrets: Mapping[str, str] | None) -> dict[str, str]:
-    """``secrets`` as the server's environment (its env-backed secrets store).
-
-    Raises:
-        ConfigurationError: a name is not a secret name or a value is not a non-empty str (the
-            message names the secret, never its value).
-    """
-    from .._common.secrets import SECRET_ENV_PREFIX, check_credential_names
-
-    out: dict[str, str] = {}
-    for name, value in (secrets or {}).items():
-        check_credential_names([name], what="secrets", error=ConfigurationError)
-        if not isinstance(value, str) or not value:
-            raise ConfigurationError(f"secret {name!r} must have a non-empty str value", variable=name)
-        out[f"{SECRET_ENV_PREFIX}{name}"] = value
-    return out
+            terminate(proc, self._options.stop_timeout)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conductor_agents.errors import ConfigurationError, LocalServerError
-from conductor_agents.local_server import LocalCluster, LocalServer
+from conductor_agents.local_server import DEFAULT_JVM_OPTIONS, LocalCluster, LocalServer
 from conductor_agents.local_server._aux import find_binary
 from conductor_agents.local_server._balancer import haproxy_config
 from conductor_agents.local_server._redis import redis_server_properties
@@ -26,6 +26,30 @@ def test_cluster_arguments_are_checked():
         LocalCluster(detached=True)
     with pytest.raises(LocalServerError):
         LocalCluster().url  # never started: no port yet
+
+
+@pytest.mark.parametrize("options, message", [
+    ({"startup_timeout": 0}, "startup_timeout must be positive"),
+    ({"stop_timeout": -1.0}, "stop_timeout must be positive"),
+    ({"properties": {"server.port": 1}}, "set the port with port="),
+    ({"env": {"A": 1}}, "env must map str to str"),
+    ({"secrets": {"bad name": "v"}}, "bad name"),
+])
+def test_server_and_cluster_check_the_node_options_they_share_when_made(options, message):
+    """One check for both: a cluster refuses a bad node option when it is made, not when a node starts."""
+    for make in (LocalServer, LocalCluster):
+        with pytest.raises(ConfigurationError, match=message):
+            make(**options)
+
+
+def test_a_cluster_hands_its_nodes_the_options_it_was_given(tmp_path):
+    cluster = LocalCluster(tmp_path, version="3.32.3", env={"K": "v"}, properties={"a.b": 1}, jvm_options=["-Xmx2g"],
+                           startup_timeout=5, stop_timeout=3, progress=False, secrets={"TOKEN": "s3cret-value"})
+    node = LocalServer(tmp_path / "node-1", backend="redis", redis_port=6379, **cluster._node_options.as_kwargs())
+    assert node._options == cluster._node_options
+    assert node._options.properties == {"a.b": "1"} and node._options.jvm_options == ("-Xmx2g",)
+    assert node._options.startup_timeout == 5.0 and node._options.secret_env == {"CONDUCTOR_SECRET_TOKEN": "s3cret-value"}
+    assert LocalServer(tmp_path)._options.jvm_options == DEFAULT_JVM_OPTIONS
 
 
 def test_a_missing_binary_names_its_package(monkeypatch):

@@ -293,7 +293,8 @@ def test_redaction_replaces_values_longest_first():
 def test_local_server_secrets_become_the_servers_environment_and_stay_hidden(tmp_path):
     """secrets= go to CONDUCTOR_SECRET_<name>; bad names or values are refused without echoing them."""
     server = LocalServer(tmp_path, secrets={"API_TOKEN": "tok-9f8e7d6c"})
-    assert server._secret_env == {"CONDUCTOR_SECRET_API_TOKEN": "tok-9f8e7d6c"}
+    assert server._options.secret_env == {"CONDUCTOR_SECRET_API_TOKEN": "tok-9f8e7d6c"}
+    assert "tok-9f8e7d6c" not in repr(server._options)
     assert "tok-9f8e7d6c" not in repr(server)
     with pytest.raises(ConfigurationError):
         LocalServer(tmp_path, secrets={"bad name": "v"})
