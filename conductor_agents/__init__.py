@@ -4,8 +4,10 @@ The public names are re-exported here; everything else lives in private modules.
 """
 
 import logging as _logging
+from typing import TYPE_CHECKING as _TYPE_CHECKING
 
 from ._answers.guardrails import Guardrail, GuardrailResult
+from ._common.public import lazy_attributes as _lazy_attributes
 from ._common.public import publish as _publish
 from ._listener.delivery import MessageDelivery
 from ._listener.running import RunningRun
@@ -161,13 +163,10 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> object:
-    # LocalServer is imported lazily: most programs talk to a remote server and never need it.
-    if name == "LocalServer":
-        from .local_server import LocalServer
-
-        return LocalServer
-    raise AttributeError(f"module 'conductor_agents' has no attribute {name!r}")
+# LocalServer is imported on first use: most programs talk to a remote server and never need it.
+__getattr__ = _lazy_attributes(__name__, LocalServer="conductor_agents.local_server")
+if _TYPE_CHECKING:  # type checkers see the class itself
+    from .local_server import LocalServer
 
 
 # Reprs, tracebacks and pickles say conductor_agents.Agent, not the private module it is written in.

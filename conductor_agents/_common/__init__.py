@@ -4,7 +4,8 @@ Owns the clock (:mod:`.clock`), fork hooks (:mod:`.fork`), JSON value checks (:m
 values (:mod:`.structured`), an answer as the text a check gets (:mod:`.answer_text`), secret redaction
 (:mod:`.secrets`), the task names this SDK gives the server (:mod:`.task_names`), the transient-error budget
 (:mod:`.transient`), the background loop (:mod:`.loops`), the one shape of an owned part, ``close()``
-(:mod:`.parts`), and the public face of exported names (:mod:`.public`).
+(:mod:`.parts`), and the public face of exported names, those a public package imports on first use included
+(:mod:`.public`).
 
 May import: the standard library, ``attrs`` and :mod:`conductor_agents.errors`; nothing else of the package.
 """

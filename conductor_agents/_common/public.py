@@ -4,19 +4,21 @@ A public package calls :func:`publish` once, after its imports, so reprs, traceb
 pickles say ``conductor_agents.WorkerStallError``, never the private file the class is written in
 (httpx does the same in its ``__init__``). Before a class moves, its own annotations are resolved in the
 module that wrote them, so ``typing.get_type_hints`` (and ``attrs.resolve_types``, and the schema of a
-tool whose parameter is one of these classes) still finds every name after the move.
+tool whose parameter is one of these classes) still finds every name after the move. The names a package
+imports only on first use get its ``__getattr__`` from :func:`lazy_attributes`.
 """
 
 from __future__ import annotations
 
+import importlib
 import inspect
 import sys
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
-__all__ = ["publish"]
+__all__ = ["lazy_attributes", "publish"]
 
 
 def publish(namespace: Mapping[str, Any], home: str, *, elsewhere: Mapping[str, str] | None = None) -> None:
@@ -52,3 +54,18 @@ def _resolve_own_annotations(cls: type) -> None:
     except Exception:  # noqa: BLE001 - unresolvable today already: leave the strings
         return
     cls.__annotations__ = {name: hints.get(name, value) for name, value in own.items()}
+
+
+def lazy_attributes(module: str, **homes: str) -> Callable[[str], object]:
+    """The ``__getattr__`` (PEP 562) of the public module ``module``: each name of ``homes`` imported from the
+    module named there on first use (for what most programs never need: ``LocalServer``, ``LocalCluster``);
+    any other name raises :class:`AttributeError` as a module does. The package imports each such name under
+    ``TYPE_CHECKING`` as well, so type checkers see the class, not ``object``."""
+
+    def attribute(name: str) -> object:
+        home = homes.get(name)
+        if home is None:
+            raise AttributeError(f"module {module!r} has no attribute {name!r}")
+        return getattr(importlib.import_module(home), name)
+
+    return attribute

@@ -3,6 +3,9 @@
 See ``docs/testing.md``.
 """
 
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+
+from conductor_agents._common.public import lazy_attributes as _lazy_attributes
 from conductor_agents._common.public import publish as _publish
 from conductor_agents.testing._errors import ScriptedLLMStateError, ScriptedLLMTimeoutError, ScriptError
 from conductor_agents.testing._llm_request import LLMRequest, ToolOutput
@@ -41,10 +44,7 @@ __all__ = [
 _publish(globals(), __name__)
 
 
-def __getattr__(name: str) -> object:
-    # LocalCluster lives in local_server (processes, ports); imported on first use only.
-    if name == "LocalCluster":
-        from conductor_agents.local_server import LocalCluster
-
-        return LocalCluster
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+# LocalCluster lives in local_server (processes, ports); imported on first use only.
+__getattr__ = _lazy_attributes(__name__, LocalCluster="conductor_agents.local_server")
+if _TYPE_CHECKING:  # type checkers see the class itself
+    from conductor_agents.local_server import LocalCluster
