@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from ._common.checks import an_int
+from ._common.checks import A_TIMEOUT, an_int
 from ._common.fork import rebuild_after_fork
 from ._common.public import publish as _publish
 from ._listener.delivery import MessageDelivery
@@ -245,9 +245,7 @@ class AsyncAgentHandle:
 
     async def wait(self, timeout: float | None = None) -> AgentResult:
         """As :meth:`AgentHandle.wait`; its thread blocks for a slice at a time (see the module)."""
-        limit = self._wait_timeout if timeout is None else float(timeout)
-        if limit <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        limit = self._wait_timeout if timeout is None else float(A_TIMEOUT.check("timeout", timeout))
         deadline = time.monotonic() + limit
         while True:
             remaining = deadline - time.monotonic()

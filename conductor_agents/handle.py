@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from ._answers.output_type import Rejection, typed_result
+from ._common.checks import A_TIMEOUT
 from ._common.clock import Clock
 from ._common.transient import TransientErrors
 from ._listener.by_id import RunsById, check_signal
@@ -220,9 +221,7 @@ class AgentHandle:
         """
         if self._result is not None:
             return self._typed(self._result)
-        limit = self._settings.wait_timeout_seconds if timeout is None else float(timeout)
-        if limit <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        limit = self._settings.wait_timeout_seconds if timeout is None else float(A_TIMEOUT.check("timeout", timeout))
         deadline = self._clock.monotonic() + limit
         return self._typed(self._wait_loop(deadline, limit))
 
@@ -401,9 +400,7 @@ class AgentHandle:
             ValueError: ``message_id`` is blank or ``timeout`` is not positive.
             ExecutionNotFoundError, ServerUnavailableError, ServerError: as :meth:`wait`.
         """
-        limit = self._settings.wait_timeout_seconds if timeout is None else float(timeout)
-        if limit <= 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        limit = self._settings.wait_timeout_seconds if timeout is None else float(A_TIMEOUT.check("timeout", timeout))
         if not isinstance(message_id, str) or not message_id.strip():
             raise ValueError(f"message_id must be a message id returned by send_message, got {message_id!r}")
         return wait_for_delivery(

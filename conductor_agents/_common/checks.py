@@ -21,7 +21,7 @@ import attrs
 
 from ..errors import AgentDefinitionError, AgentTypeError, ConfigurationError
 
-__all__ = ["Check", "Refusal", "VALUE_ERROR", "a_bool", "a_number", "an_int", "optional"]
+__all__ = ["A_TIMEOUT", "Check", "Refusal", "VALUE_ERROR", "a_bool", "a_number", "an_int", "optional"]
 
 T = TypeVar("T")
 
@@ -196,3 +196,7 @@ def a_bool(*, refusal: Refusal = VALUE_ERROR) -> Check:
 def optional(check: Check) -> Check:
     """``None``, or a value ``check`` accepts; refused as ``check`` refuses (its message adds "or None")."""
     return _Optional(check.refusal, check)
+
+
+#: A timeout in seconds that a call is given: a number > 0 (``math.inf``: no deadline); a ValueError otherwise.
+A_TIMEOUT = a_number(above=0)

@@ -43,6 +43,7 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+from .._common.checks import A_TIMEOUT
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._common.transient import TransientErrors
@@ -432,8 +433,7 @@ class EventStream:
     def __init__(self, api: Any, execution_id: str, *, timeout: float, observer: Any = None,
                  clock: Clock = SYSTEM_CLOCK, poll_interval: float = 0.5, max_transient_errors: int = 3,
                  idle_check_seconds: float = 1.0) -> None:
-        if not timeout > 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        A_TIMEOUT.check("timeout", timeout)
         self.execution_id = execution_id
         self._timeout = float(timeout)
         self._clock = clock

@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from .._common.checks import A_TIMEOUT
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.task_names import INTERNAL_TASK_TYPES
 from .._events.stream import EventStream
@@ -32,8 +33,7 @@ class ChainedEvents:
     def __init__(self, api: Any, directory: ChainDirectory, chain: Chain, *, timeout: float, observer: Any = None,
                  clock: Clock = SYSTEM_CLOCK, poll_interval: float = 0.5, max_transient_errors: int = 3,
                  start: Link | None = None) -> None:
-        if not timeout > 0:
-            raise ValueError(f"timeout must be > 0, got {timeout!r}")
+        A_TIMEOUT.check("timeout", timeout)
         self._api = api
         self._directory = directory
         self._chain = chain

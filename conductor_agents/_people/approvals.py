@@ -33,6 +33,7 @@ import uuid
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .._common.checks import A_TIMEOUT
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.json_check import json_copy
 from .._wire.api import ConductorApi
@@ -223,8 +224,7 @@ def required_reason(reason: Any) -> str:
 def _answer(api: ConductorApi, execution_id: str, kinds: tuple[str, ...], payload: Callable[[str], dict[str, Any]], *,
             by: str | None, request: Target, timeout: float, clock: Clock,
             pause: Callable[[float], Any] | None, earlier: Sequence[str] = ()) -> HumanAnswer:
-    if not timeout > 0:
-        raise ValueError(f"timeout must be > 0, got {timeout!r}")
+    A_TIMEOUT.check("timeout", timeout)
     by = optional_text(by, "by")
     wait = pause if pause is not None else threading.Event().wait
     runs = _read_runs(api, execution_id, earlier)

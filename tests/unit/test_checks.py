@@ -21,6 +21,8 @@ from conductor_agents import (
     WaitForMessageTool,
 )
 from conductor_agents._common import checks
+from conductor_agents._events.stream import EventStream
+from conductor_agents._listener.chained_events import ChainedEvents
 from conductor_agents._common.checks import Refusal, a_bool, a_number, an_int, optional
 from conductor_agents.testing import Failure, ScriptError, Usage
 
@@ -194,7 +196,8 @@ class TestRefusal:
 
     def test_the_module_exports(self):
         """The validators and Refusal are the module's public names."""
-        assert {"Check", "Refusal", "VALUE_ERROR", "a_bool", "a_number", "an_int", "optional"} == set(checks.__all__)
+        assert {"A_TIMEOUT", "Check", "Refusal", "VALUE_ERROR", "a_bool", "a_number", "an_int", "optional"} == set(
+            checks.__all__)
 
 
 def _pool(max_threads):
@@ -213,6 +216,35 @@ def _script_book():
     from conductor_agents.testing._scripts import ScriptBook
 
     return ScriptBook()
+
+
+def _handle():
+    """A handle that costs nothing: its timeout checks come before any request."""
+    from conductor_agents import AgentRuntime
+
+    return AgentRuntime(AgentSettings(server_url="http://127.0.0.1:9/api")).get_handle("run-1")
+
+
+def _async_wait(timeout):
+    import asyncio
+
+    from conductor_agents.aio import AsyncAgentRuntime
+
+    async def wait():
+        async with AsyncAgentRuntime(AgentSettings(server_url="http://127.0.0.1:9/api")) as runtime:
+            await runtime.get_handle("run-1").wait(timeout)
+
+    asyncio.run(wait())
+
+
+def _approve(timeout):
+    from conductor_agents._people import approvals
+
+    return approvals.approve(None, "run-1", reason=None, by=None, request=None, timeout=timeout)
+
+
+def _events(cls, *args):
+    return cls(None, *args, timeout=-1)
 
 
 #: Each call site: the call with a bad value, the exception it raises, its message, and its field/variable.
@@ -258,6 +290,15 @@ SITES = [
     ("usage", lambda: Usage(input_tokens=-1), ScriptError, "input_tokens must be an int >= 0 or None, got -1", None),
     ("failure-status", lambda: Failure(status=200), ScriptError, "status must be an int from 400 to 599, got 200",
      None),
+    ("wait-timeout", lambda: _handle().wait(timeout=0), ValueError, "timeout must be a number > 0, got 0", None),
+    ("wait-delivered-timeout", lambda: _handle().wait_delivered("m-1", timeout=True), ValueError,
+     "timeout must be a number > 0 (not a bool), got True", None),
+    ("async-wait-timeout", lambda: _async_wait(math.nan), ValueError, "timeout must be a number > 0, got nan", None),
+    ("approve-timeout", lambda: _approve(-2.5), ValueError, "timeout must be a number > 0, got -2.5", None),
+    ("stream-timeout", lambda: _events(EventStream, "run-1"), ValueError, "timeout must be a number > 0, got -1",
+     None),
+    ("chained-events-timeout", lambda: _events(ChainedEvents, None, None), ValueError,
+     "timeout must be a number > 0, got -1", None),
 ]
 
 
