@@ -54,6 +54,45 @@ def test_close_in_order_closes_every_part_and_raises_the_first_error_at_the_end(
     assert 2 == sum("closing" in r.getMessage() for r in caplog.records)
 
 
+def test_a_ctrl_c_while_closing_a_part_propagates_at_once_and_closes_nothing_after_it(caplog):
+    closed: list[str] = []
+    parts = [Recorder("a", closed), Recorder("b", closed, KeyboardInterrupt()), Recorder("c", closed)]
+    with pytest.raises(KeyboardInterrupt):
+        close_in_order(parts, log)
+    assert ["a", "b"] == closed
+    with pytest.raises(SystemExit):
+        close_in_order([Recorder("d", closed, SystemExit(3)), Recorder("e", closed)], log)
+    assert ["a", "b", "d"] == closed
+    assert not [r for r in caplog.records if "closing" in r.getMessage()]
+
+
+class Loop(Recorder):
+    """A poller or queue watcher: stopped (all together) before it is closed."""
+
+    def stop(self) -> None:
+        self.closed.append(f"stop {self.name}")
+
+
+def test_workers_close_every_part_when_the_switch_driver_fails_to_close(monkeypatch):
+    from conductor_agents._tracing import hooks
+    from conductor_agents._worker.workers import WorkerSet
+
+    closed: list[str] = []
+    monkeypatch.setattr(hooks, "runs_closed", lambda owner: closed.append(f"spans of {owner}"))
+    workers = WorkerSet(ConductorApi(Transport(BASE_URL)), AgentSettings(server_url=BASE_URL), worker_id="w")
+    workers._driver = Recorder("driver", closed, RuntimeError("driver failed"))  # type: ignore[assignment]
+    workers._watchdog = Recorder("watchdog", closed, ValueError("watchdog failed"))  # type: ignore[assignment]
+    workers._pollers["d1"] = Loop("poller", closed)  # type: ignore[assignment]
+    workers._watcher = Loop("watcher", closed)  # type: ignore[assignment]
+    workers._executor = Recorder("tool pool", closed)  # type: ignore[assignment]
+    with pytest.raises(RuntimeError, match="driver failed"):
+        workers.close()
+    assert ["driver", "watchdog", "stop watcher", "stop poller", "poller", "watcher", "tool pool",
+            "spans of w"] == closed
+    workers.close()  # idempotent
+    assert 8 == len(closed)
+
+
 def test_every_owned_part_has_the_one_shape():
     api = ConductorApi(Transport(BASE_URL))
     executor = ToolExecutor(api, threads=1, worker_id="w", grace=0.5)
