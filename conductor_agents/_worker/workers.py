@@ -15,7 +15,7 @@ import threading
 from typing import Any
 
 from .._common.clock import SYSTEM_CLOCK, Clock
-from .._common.parts import close_in_order
+from .._common.parts import Part, Step, close_in_order
 from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
 from .._listener.chain import is_continued
 from .._listener.directory import Chain, ChainDirectory, Link
@@ -451,7 +451,8 @@ class WorkerSet:
     def close(self) -> None:
         """Stop every poller, let running tools finish, join everything: the listeners' switch driver, the
         watchdog, the pollers and queue watchers (stopped together, then joined in turn), the tool pool, each
-        a :class:`~.._common.parts.Part`. Idempotent, safe before start."""
+        a :class:`~.._common.parts.Part` of one list: each is closed even when one before it failed.
+        Idempotent, safe before start."""
         with self._lock:
             if self._closed:
                 return
@@ -464,9 +465,17 @@ class WorkerSet:
             self._stopped_watchers = []
             watchdog = self._watchdog
             driver = self._driver
-        close_in_order([part for part in (driver, watchdog) if part is not None], log)
         loops: list[QueueWatcher | DomainPoller] = [*watchers, *pollers]
-        for loop in loops:
-            loop.stop()  # all at once: each leaves its long poll meanwhile, then each is joined in turn
-        close_in_order([*pollers, *watchers, *([executor] if executor is not None else [])], log)
-        tracing.runs_closed(self._worker_id)  # the spans of its runs still going end here (the runs go on)
+
+        def stop_loops() -> None:
+            for loop in loops:
+                loop.stop()
+
+        parts: list[Part] = [
+            *(part for part in (driver, watchdog) if part is not None),
+            # all at once: each leaves its long poll meanwhile, then each is joined in turn
+            Step("stop every loop", stop_loops),
+            *pollers, *watchers, *([executor] if executor is not None else []),
+            # the spans of its runs still going end here (the runs go on)
+            Step("end the runs' spans", lambda: tracing.runs_closed(self._worker_id))]
+        close_in_order(parts, log)
