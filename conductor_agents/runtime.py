@@ -108,6 +108,7 @@ class AgentRuntime:
     def _after_fork_in_child(self) -> None:
         """In a forked child (only its forking thread runs): forget the parent's workers, whose threads do not
         exist here, and build this process's own. Nothing is closed: that would stop what is the parent's."""
+        self._served.forked()  # first: the rebuild below reads it, and its lock may be a parent thread's
         parent_worker_id = self.worker_id
         closing, self._closing = self._closing, threading.Event()  # its lock may be a parent thread's
         if closing.is_set():

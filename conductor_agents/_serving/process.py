@@ -13,7 +13,6 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._common.fork import rebuild_after_fork
 from .._common.parts import Part
 from .._wire.api import ConductorApi
 from .._worker.workers import WorkerSet
@@ -50,27 +49,32 @@ def check_servable(agent: Any, on_adopt: Any, settings: AgentSettings) -> None:
 
 
 class ServedAgents:
-    """The agents ``serve()`` was called for, with their ``on_adopt`` hooks, one per agent name. Thread-safe."""
+    """The agents ``serve()`` was called for, with their ``on_adopt`` hooks, one per agent name. Thread-safe.
+
+    Fork: the owner calls :meth:`forked` first thing in a child (a parent thread may have held the lock at
+    the fork); :meth:`agents` takes no lock (it reads an immutable tuple, replaced whole under the lock).
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._served: list[tuple[Agent, AdoptHook]] = []
-        rebuild_after_fork(self)
+        self._served: tuple[tuple[Agent, AdoptHook], ...] = ()
+        self._any = False
 
-    def _after_fork_in_child(self) -> None:
-        self._lock = threading.Lock()  # a parent thread may have held it at the fork
+    def forked(self) -> None:
+        """In a forked child, before anything else uses this: a lock of the child's own."""
+        self._lock = threading.Lock()
 
     def put(self, agent: Agent, on_adopt: AdoptHook) -> bool:
         """Serve ``agent`` with ``on_adopt`` (the hook replaces an earlier one of its name); whether it is the
-        first agent served."""
+        first agent ever served (True once)."""
         with self._lock:
-            self._served = [(a, h) for a, h in self._served if a.name != agent.name] + [(agent, on_adopt)]
-            return len(self._served) == 1
+            self._served = (*((a, h) for a, h in self._served if a.name != agent.name), (agent, on_adopt))
+            first, self._any = not self._any, True
+            return first
 
     def agents(self) -> list[tuple[Agent, AdoptHook]]:
-        """The agents served, with their hooks, in the order first served."""
-        with self._lock:
-            return list(self._served)
+        """The agents served, with their hooks, in the order first served. Takes no lock."""
+        return list(self._served)
 
 
 class ProcessServing:

@@ -182,3 +182,36 @@ def test_a_scripted_llm_refuses_scripting_in_a_child_and_keeps_serving_the_paren
         answer = requests.post(f"{llm.base_url}/responses", json={"model": model.split("/", 1)[1], "input": "hi"},
                                timeout=10)
         assert answer.status_code == 200 and llm.requests_for(model)
+
+
+def test_a_missed_fork_rebuilds_even_while_a_parent_thread_held_the_served_agents_lock(runtime) -> None:
+    """The runtime's rebuild gives its served agents a lock of their own first: one a parent thread held at
+    a C-level fork (no hook ran) never blocks the child."""
+    import threading
+
+    from conductor_agents import Agent
+
+    served = runtime._served
+    held = served._lock
+    held.acquire()  # as by a parent thread at the fork: it does not exist in the child, nor ever releases
+    try:
+        runtime._process.pid = -1  # as seen from a process whose fork hook did not run
+        call = threading.Thread(target=runtime.stats, daemon=True)
+        call.start()
+        call.join(5.0)
+        assert not call.is_alive(), "the child's rebuild waited on the parent's lock"
+        assert served._lock is not held
+        assert served.put(Agent(name="a", model="openai/gpt-4o-mini", stateful=True), None)
+    finally:
+        held.release()
+
+
+def test_served_agents_are_first_served_once_however_often_the_only_agent_is_served_again() -> None:
+    from conductor_agents import Agent
+    from conductor_agents._serving.process import ServedAgents
+
+    served = ServedAgents()
+    one = Agent(name="a", model="openai/gpt-4o-mini", stateful=True)
+    hooks = [lambda h: None, lambda h: None]
+    assert [True, False, False] == [served.put(one, None), served.put(one, hooks[0]), served.put(one, hooks[1])]
+    assert [(one, hooks[1])] == served.agents()
