@@ -13,7 +13,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from .._common.parts import Part
+from .._common.parts import Part, Step
 from .._wire.api import ConductorApi
 from .._worker.workers import WorkerSet
 from ..agent import Agent
@@ -130,26 +130,18 @@ class ProcessServing:
 
     @property
     def adoption(self) -> Part:
-        """Adoption as a part to close: first, so that no run is taken up while the workers stop."""
-        return _Closing("adoption", lambda service: service.adopter.close(), self._service)
+        """Adoption as a part to close: first, so that no run is taken up while the workers stop. The Service
+        is looked up when the part is closed (one a concurrent first ``serve()`` made is closed too)."""
+        return Step("adoption", lambda: self._close(lambda service: service.adopter.close()))
 
     @property
     def presence(self) -> Part:
         """Presence as a part to close: after the workers, it marks this process gone (the hand-over)."""
-        return _Closing("presence", lambda service: service.presence.close(), self._service)
+        return Step("presence", lambda: self._close(lambda service: service.presence.close()))
 
-
-class _Closing:
-    """A part of this process's Service to close; nothing when the process served nothing."""
-
-    def __init__(self, name: str, close: Callable[[Service], None], service: Service | None) -> None:
-        self._name = name
-        self._close = close
-        self._service = service
-
-    def __repr__(self) -> str:
-        return f"<serving part {self._name}>"
-
-    def close(self) -> None:
-        if self._service is not None:
-            self._close(self._service)
+    def _close(self, close: Callable[[Service], None]) -> None:
+        """``close(service)``, if this process has a Service by now."""
+        with self._lock:
+            service = self._service
+        if service is not None:
+            close(service)

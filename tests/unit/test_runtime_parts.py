@@ -154,6 +154,20 @@ def test_a_part_that_fails_to_close_does_not_keep_the_next_ones_open():
     assert ["pending monitor", "adoption", "workers", "presence", "observer", "transport"] == closed
 
 
+def test_the_serving_parts_close_the_service_a_concurrent_first_serve_made_after_the_list_was_built():
+    closed: list[str] = []
+    with AgentRuntime(AgentSettings(server_url=BASE_URL)) as runtime:
+        serving = runtime._process.serving
+        adoption, presence = serving.adoption, serving.presence  # the close list is built: no Service yet
+        adoption.close()
+        assert [] == closed
+        serving._service = FakeService(closed)  # type: ignore[assignment]  # a serve() in between made it
+        adoption.close()
+        presence.close()
+        assert ["adoption", "presence"] == closed
+        serving._service = None
+
+
 def test_a_runtime_given_its_transport_does_not_close_it():
     transport = Transport(BASE_URL)
     closes: list[str] = []
