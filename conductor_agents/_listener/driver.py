@@ -123,7 +123,7 @@ class _Served:
         self.switch: Switch | None = None  # a switch under way (steps 2-4 left)
         self.thread: BackgroundLoop | None = None
         self.disabled = False
-        self.agent_key = f"{spec.agent.name}:{hash(json.dumps(spec.agent.to_config(), sort_keys=True, default=str))}"
+        self.agent_key = spec.key()  # compiled once, by the start, when it is one
 
 
 class ContinuationDriver:

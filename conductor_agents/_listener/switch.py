@@ -35,6 +35,7 @@ the listener's.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -100,6 +101,18 @@ class LinkSpec:
     model_settings: ModelSettings | None = None
     #: The W3C traceparent of the listener's traced run its later runs' spans are children of (tracing on).
     trace_parent: str | None = None
+    #: :func:`agent_key` of the agent, when the caller compiled its config already (else made from it).
+    agent_key: str | None = None
+
+    def key(self) -> str:
+        """:func:`agent_key` of the spec's agent: the one given, or made (the agent compiled) now."""
+        return self.agent_key if self.agent_key is not None else agent_key(self.agent.name, self.agent.to_config())
+
+
+def agent_key(name: str, config: Mapping[str, Any]) -> str:
+    """What the run sizes of agent ``name`` compiled to ``config`` (its ``to_config()``, without per-run
+    model settings) are learned under: the same agent, the same key."""
+    return f"{name}:{hash(json.dumps(config, sort_keys=True, default=str))}"
 
 
 def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns_before: int,

@@ -153,11 +153,11 @@ class RunTaker:
             with released_on_failure(reservation, chain.execution_id):
                 reservation.commit(newest.execution_id, domain=domain)
                 self._workers.confirm_polling(reservation)
-                tracker = self.serve_chain(reservation, chain, spec, newest=newest)
+                half_done = pending_switch(self._api, chain, newest)
+                tracker = self._serve_from(reservation, chain, spec, newest, half_done)
             # The mailbox's forward too, and the old run of a switch the dead process left half done: a tool
             # it had taken there and not answered is delivered again here (at least once, as after any crash),
             # else that run never comes to rest and the message behind the tool is never acted on.
-            half_done = pending_switch(self._api, chain, newest)
             for live in {newest.execution_id, link.execution_id} | ({chain.execution_id} if chain.mailbox else set()) \
                     | ({half_done.execution_id} if half_done is not None else set()):
                 self._reclaim(live, domain)
@@ -170,7 +170,11 @@ class RunTaker:
         """Serve the continued listener ``chain`` on ``reservation`` from its newest link, finishing a switch
         left half done; the chain's tracker."""
         newest = newest if newest is not None else self._directory.refresh(chain)
-        pending = pending_switch(self._api, chain, newest)
+        return self._serve_from(reservation, chain, spec, newest, pending_switch(self._api, chain, newest))
+
+    def _serve_from(self, reservation: Reservation, chain: Chain, spec: LinkSpec, newest: Link,
+                    pending: Link | None) -> Any:
+        """:meth:`serve_chain` from ``newest``, the switch to it from ``pending`` left half done (or None)."""
         turns_before = 0
         if pending is None and newest.number > chain.first:
             record, _ = read_commit(self._api, newest)

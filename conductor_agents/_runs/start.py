@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 from .._listener.chain import link_key, run_id_for_key
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._listener.mailbox import Mailboxes
-from .._listener.switch import LinkSpec, link_start_body
+from .._listener.switch import LinkSpec, agent_key, link_start_body
 from .._teams.model_settings import ModelSettings, apply_model_settings
 from .._tooldefs.run_state import check_context, check_media
 from .._tracing import hooks as tracing
@@ -97,14 +97,16 @@ class RunStarter:
         Raises: as :meth:`AgentRuntime.start`; AgentDefinitionError (``model_settings`` cannot reach an agent
         tool) before anything is sent.
         """
-        config = apply_model_settings(agent.to_config(), model_settings)  # compiled once, refused before anything
+        compiled = agent.to_config()  # once
+        key = agent_key(agent.name, compiled) if agent.is_listener else None  # before the settings change it
+        config = apply_model_settings(compiled, model_settings)  # refused before anything is sent
         run_id = uuid.uuid4().hex if agent.is_stateful else None
         checked_context = check_context(context) if context is not None else None
         spec = None
         traced = tracing.begin_run(agent.name, owner=self._workers.worker_id)  # a child of the caller's current span
         if agent.is_listener:
             spec = LinkSpec(agent, prompt, self._settings.continuation_for(agent), context=checked_context or {},
-                            model_settings=model_settings, trace_parent=traced.traceparent)
+                            model_settings=model_settings, trace_parent=traced.traceparent, agent_key=key)
             # A listener's first run carries the SDK's key (its chain's name: see _chain); the caller's
             # idempotency key picks the run id, so the same key still gives the same run.
             if idempotency_key is not None:
