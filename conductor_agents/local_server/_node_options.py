@@ -3,8 +3,10 @@
 
 Both constructors keep their keyword arguments (``version``, ``jar``, ``java``, ``env``, ``properties``,
 ``jvm_options``, ``startup_timeout``, ``stop_timeout``, ``detached``, ``progress``, ``secrets``) and build
-one :class:`NodeOptions` from them; a cluster hands the same value to each of its nodes
-(:meth:`NodeOptions.as_kwargs`), so its arguments are checked when it is made, not when a node is.
+one :class:`NodeOptions` from them. A cluster builds its value when it is made, so its arguments are
+checked then, not when a node starts; it makes each node with that value's arguments
+(:meth:`NodeOptions.as_kwargs`), which the node builds into a value of its own again (checked values: they
+pass).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 import attrs
 
+from .._common.checks import Refusal, a_number
 from ..errors import ConfigurationError
 from ._command import DEFAULT_JVM_OPTIONS
 from ._jar import PathLike
@@ -26,18 +29,16 @@ __all__ = ["NodeOptions", "secret_environment"]
 _RESERVED_PROPERTIES = frozenset({"server.port"})
 
 
-def _positive(name: str, value: Any) -> float:
-    if not value > 0:
-        raise ConfigurationError(f"{name} must be positive, got {value!r}")
-    return float(value)
+#: A number of seconds > 0; a ConfigurationError naming the option otherwise.
+_SECONDS = a_number(above=0, refusal=Refusal(ConfigurationError))
 
 
 def _startup_seconds(value: Any) -> float:
-    return _positive("startup_timeout", value)
+    return float(_SECONDS.check("startup_timeout", value))
 
 
 def _stop_seconds(value: Any) -> float:
-    return _positive("stop_timeout", value)
+    return float(_SECONDS.check("stop_timeout", value))
 
 
 def _environment(env: Mapping[str, str] | None) -> dict[str, str]:
@@ -58,8 +59,7 @@ def _jvm_options(options: Sequence[str] | None) -> tuple[str, ...]:
 
 
 def _secrets(secrets: Mapping[str, str] | None) -> dict[str, str]:
-    secret_environment(secrets)  # checks them
-    return dict(secrets or {})
+    return dict(secrets or {})  # checked once, by secret_env
 
 
 def _optional_path(value: PathLike | None) -> Path | None:
@@ -87,15 +87,16 @@ class NodeOptions:
     detached: bool = False
     progress: bool = True
     secrets: dict[str, str] = attrs.field(factory=dict, converter=_secrets, repr=False)
+    #: The secrets as the server's environment (its env-backed secrets store): checked and built once, here.
+    secret_env: dict[str, str] = attrs.field(init=False, repr=False, eq=False)
 
-    @property
-    def secret_env(self) -> dict[str, str]:
-        """The secrets as the server's environment (its env-backed secrets store)."""
+    @secret_env.default
+    def _secret_env(self) -> dict[str, str]:
         return secret_environment(self.secrets)
 
     def as_kwargs(self) -> dict[str, Any]:
         """These options as the keyword arguments of :class:`~conductor_agents.LocalServer`."""
-        return attrs.asdict(self, recurse=False)
+        return attrs.asdict(self, recurse=False, filter=lambda attribute, value: attribute.init)
 
 
 def secret_environment(secrets: Mapping[str, str] | None) -> dict[str, str]:

@@ -29,8 +29,10 @@ def test_cluster_arguments_are_checked():
 
 
 @pytest.mark.parametrize("options, message", [
-    ({"startup_timeout": 0}, "startup_timeout must be positive"),
-    ({"stop_timeout": -1.0}, "stop_timeout must be positive"),
+    ({"startup_timeout": 0}, "^startup_timeout must be a number > 0, got 0$"),
+    ({"stop_timeout": -1.0}, "^stop_timeout must be a number > 0, got -1.0$"),
+    ({"startup_timeout": "5"}, "^startup_timeout must be a number > 0, got '5'$"),
+    ({"stop_timeout": True}, r"^stop_timeout must be a number > 0 \(not a bool\), got True$"),
     ({"properties": {"server.port": 1}}, "set the port with port="),
     ({"env": {"A": 1}}, "env must map str to str"),
     ({"secrets": {"bad name": "v"}}, "bad name"),
@@ -50,6 +52,18 @@ def test_a_cluster_hands_its_nodes_the_options_it_was_given(tmp_path):
     assert node._options.properties == {"a.b": "1"} and node._options.jvm_options == ("-Xmx2g",)
     assert node._options.startup_timeout == 5.0 and node._options.secret_env == {"CONDUCTOR_SECRET_TOKEN": "s3cret-value"}
     assert LocalServer(tmp_path)._options.jvm_options == DEFAULT_JVM_OPTIONS
+
+
+def test_node_options_check_and_build_the_secrets_environment_once(monkeypatch):
+    from conductor_agents.local_server import _node_options
+
+    built: list[object] = []
+    real = _node_options.secret_environment
+    monkeypatch.setattr(_node_options, "secret_environment", lambda secrets: built.append(secrets) or real(secrets))
+    options = _node_options.NodeOptions(secrets={"TOKEN": "s3cret-value"})
+    assert options.secret_env is options.secret_env == {"CONDUCTOR_SECRET_TOKEN": "s3cret-value"}
+    assert 1 == len(built)
+    assert "secret_env" not in options.as_kwargs() and "s3cret" not in repr(options)
 
 
 def test_a_missing_binary_names_its_package(monkeypatch):
