@@ -464,3 +464,13 @@ def _check_gates(agent: Agent) -> None:
         raise AgentDefinitionError(
             f"Agent {agent.name!r}: the last stage {agent.agents[last].name!r} has a gate, but no stage follows it "
             "(the server never runs a gate after the last stage)", field="gate", value=agent.agents[last].name)
+
+
+def check_agent(agent: Any) -> Agent:
+    """``agent`` if it is an Agent (what every runtime call given an agent checks first).
+
+    Raises: AgentTypeError: it is not.
+    """
+    if not isinstance(agent, Agent):
+        raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
+    return agent

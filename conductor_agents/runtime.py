@@ -17,7 +17,7 @@ from ._listener.directory import ChainDirectory
 from ._listener.running import RunningRun, agent_name_of, running_runs
 from ._people.pending import HumanAnswer, PendingRequest
 from ._runs.process import ProcessRuns
-from ._runs.start import check_agent, check_start
+from ._runs.start import check_start
 from ._scheduling import Schedules
 from ._serving.at_exit import close_at_exit
 from ._serving.process import ServedAgents, check_servable
@@ -25,7 +25,7 @@ from ._teams.model_settings import ModelSettings
 from ._wire.api import ConductorApi
 from ._wire.transport import Transport
 from ._worker.observer import TaskObserver
-from .agent import Agent
+from .agent import Agent, check_agent
 from .errors import AgentTypeError, RuntimeClosedError, WorkerStallError
 from .handle import AgentHandle
 from .result import AgentResult

@@ -25,7 +25,7 @@ from .._tracing.carrier import START_KEY as TRACE_START_KEY
 from .._wire.api import ConductorApi
 from .._wire.starting import start_run
 from .._worker.workers import Reservation, WorkerSet
-from ..agent import Agent
+from ..agent import Agent, check_agent
 from ..errors import AgentTypeError, ConductorAgentsError
 from ..settings import AgentSettings
 from .existing import HandleFactory, RunTaker, released_on_failure
@@ -33,19 +33,9 @@ from .existing import HandleFactory, RunTaker, released_on_failure
 if TYPE_CHECKING:
     from ..handle import AgentHandle
 
-__all__ = ["RunStarter", "check_agent", "check_prompt", "check_start"]
+__all__ = ["RunStarter", "check_prompt", "check_start"]
 
 log = logging.getLogger("conductor_agents.runtime")
-
-
-def check_agent(agent: Any) -> Agent:
-    """``agent`` if it is an Agent.
-
-    Raises: AgentTypeError: it is not.
-    """
-    if not isinstance(agent, Agent):
-        raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
-    return agent
 
 
 def check_start(agent: Any, prompt: Any, model_settings: Any) -> None:

@@ -16,7 +16,7 @@ from typing import Any
 from .._common.parts import Part, Step
 from .._wire.api import ConductorApi
 from .._worker.workers import WorkerSet
-from ..agent import Agent
+from ..agent import Agent, check_agent
 from ..errors import AgentDefinitionError, AgentTypeError, ConfigurationError
 from ..settings import AgentSettings
 from .service import Service
@@ -34,8 +34,7 @@ def check_servable(agent: Any, on_adopt: Any, settings: AgentSettings) -> None:
 
     Raises: as :meth:`AgentRuntime.serve` (AgentTypeError, AgentDefinitionError, ConfigurationError).
     """
-    if not isinstance(agent, Agent):
-        raise AgentTypeError(f"agent must be an Agent, got {agent!r}", field="agent", value=agent)
+    check_agent(agent)
     if on_adopt is not None and not callable(on_adopt):
         raise AgentTypeError(f"on_adopt must be callable, got {on_adopt!r}", field="on_adopt", value=on_adopt)
     if not agent.is_stateful:
