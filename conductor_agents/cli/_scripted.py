@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 import attrs
 
+from .._common.clock import SYSTEM_CLOCK
 from ..errors import LocalServerError
 from ..local_server import _proc
 
@@ -25,6 +25,7 @@ __all__ = ["ScriptedModel", "start_scripted_model"]
 
 _MODULE = "conductor_agents.testing._dev_model"
 _READY_TIMEOUT = 30.0
+_READY_POLL = 0.1
 _STOP_TIMEOUT = 5.0
 
 
@@ -56,18 +57,27 @@ def start_scripted_model(data_dir: Path, *, detached: bool) -> ScriptedModel:
     with open(log_path, "a", encoding="utf-8") as log:
         proc = _proc.spawn([sys.executable, "-m", _MODULE, "--ready-file", str(ready)], env=dict(os.environ),
                            log_file=log, cwd=data_dir, detached=detached)
-    pause = threading.Event()  # never set: its wait() is the poll interval
-    for _ in range(int(_READY_TIMEOUT / 0.1)):
+    found: list[dict[str, Any]] = []
+
+    def ready_now() -> bool:
         info = _read(ready)
         if info is not None:
-            return ScriptedModel(pid=proc.pid, log_path=log_path, model=str(info["model"]),
-                                 server_env={str(k): str(v) for k, v in dict(info["server_env"]).items()})
-        if proc.poll() is not None:
-            break
-        pause.wait(0.1)
-    if proc.poll() is None:
-        _proc.terminate(proc.pid, _STOP_TIMEOUT)
-    raise LocalServerError(f"the scripted model did not start (log: {log_path})")
+            found.append(info)
+        return info is not None
+
+    def failed(*_: Any) -> LocalServerError:
+        return LocalServerError(f"the scripted model did not start (log: {log_path})")
+
+    try:
+        _proc.wait_ready(proc, ready_now, timeout=_READY_TIMEOUT, poll=_READY_POLL, clock=SYSTEM_CLOCK,
+                         exited=failed, late=failed)
+    except BaseException:
+        if proc.poll() is None:
+            _proc.terminate(proc.pid, _STOP_TIMEOUT)
+        raise
+    info = found[0]
+    return ScriptedModel(pid=proc.pid, log_path=log_path, model=str(info["model"]),
+                         server_env={str(k): str(v) for k, v in dict(info["server_env"]).items()})
 
 
 def _read(ready: Path) -> dict[str, Any] | None:

@@ -26,7 +26,7 @@ from ._jar import PathLike, resolve_server_jar
 from ._java import JavaRuntime, find_java, probe_java
 from ._node_options import NodeOptions
 from ._redis import RedisServer
-from ._server_process import KILL_WAIT_SECONDS, LOG_TAIL_LINES, ExitedDuringStartupError, spawn, terminate, wait_healthy
+from ._server_process import LOG_TAIL_LINES, ExitedDuringStartupError, spawn, wait_healthy
 
 __all__ = ["BACKENDS", "DEFAULT_JVM_OPTIONS", "LocalServer", "PathLike"]
 
@@ -224,7 +224,7 @@ class LocalServer:
             if proc is not None:
                 _log.info("killing Conductor server (pid %d)", proc.pid)
                 proc.kill()
-                proc.wait(KILL_WAIT_SECONDS)
+                proc.wait(_proc.KILL_WAIT_SECONDS)
                 self._proc = None
                 _unregister(self)
 
@@ -448,7 +448,7 @@ class LocalServer:
         proc = self._proc
         if proc is not None:
             _log.info("stopping Conductor server (pid %d)", proc.pid)
-            terminate(proc, self._options.stop_timeout)
+            _proc.stop_child(proc, self._options.stop_timeout, role="server")
             self._proc = None
             _unregister(self)
         if self._redis is not None:
@@ -467,4 +467,4 @@ class LocalServer:
             return
         proc = self._proc
         if proc is not None:
-            terminate(proc, self._options.stop_timeout)
+            _proc.stop_child(proc, self._options.stop_timeout, role="server")

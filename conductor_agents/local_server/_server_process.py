@@ -22,15 +22,13 @@ from ..errors import LocalServerError
 from . import _http, _logs, _proc
 from ._command import redacted
 
-__all__ = ["KILL_WAIT_SECONDS", "LOG_TAIL_LINES", "ExitedDuringStartupError", "spawn", "startup_failure", "terminate",
-           "wait_healthy"]
+__all__ = ["LOG_TAIL_LINES", "ExitedDuringStartupError", "spawn", "startup_failure", "wait_healthy"]
 
 _log = logging.getLogger("conductor_agents.local_server")
 
 LOG_TAIL_LINES = 40
 _HEALTH_POLL_SECONDS = 0.25
 _HEALTH_PROBE_TIMEOUT = 2.0
-KILL_WAIT_SECONDS = _proc.KILL_WAIT_SECONDS
 
 
 class ExitedDuringStartupError(LocalServerError):
@@ -96,15 +94,6 @@ def startup_failure(log_path: Path | None, message: str, offset: int) -> LocalSe
     # First line: what happened and where the log is (the CLI prints only that line).
     tail = _logs.tail_lines(log_path, LOG_TAIL_LINES, offset) if log_path is not None else ""
     return LocalServerError(f"{message} (log: {log_path}); last lines:\n{tail}", log_tail=tail)
-
-
-def terminate(proc: subprocess.Popen[bytes], timeout: float) -> None:
-    """Stop the server ``proc``: SIGTERM, then SIGKILL after ``timeout`` seconds.
-
-    Raises:
-        LocalServerError: it survived SIGKILL.
-    """
-    _proc.stop_child(proc, timeout, role="server")
 
 
 def _lock_data_dir(data_dir: Path) -> int:
