@@ -32,6 +32,7 @@ from ._main import EXIT_ERROR, EXIT_MESSAGE_LOST, EXIT_OK, EXIT_TIMED_OUT, EXIT_
 from ._options import (
     EXIT_CODES,
     Handler,
+    add_on_run,
     add_target,
     add_verb,
     guarded,
@@ -59,12 +60,9 @@ def register(subparsers: Any) -> None:
             *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
         return add_verb(subparsers, name, guarded(handler), help_, description, *parents, epilog=EXIT_CODES)
 
-    def add_on_run(name: str, handler: Handler, help_: str, description: str,
-                   *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        """A verb that acts on the run EXECUTION_ID (its first argument)."""
-        verb = add(name, handler, help_, description, *parents)
-        verb.add_argument("execution_id", metavar="EXECUTION_ID")
-        return verb
+    def on_run(name: str, handler: Handler, help_: str, description: str,
+               *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+        return add_on_run(subparsers, name, guarded(handler), help_, description, *parents)
 
     run = add("run", _run, "start an agent and serve its tools until the run ends",
               "Import MODULE:AGENT (an Agent, or a function returning one), start a run with PROMPT and "
@@ -92,7 +90,7 @@ def register(subparsers: Any) -> None:
                              "(that process is known to be dead)")
     _foreground_args(resume)
 
-    send = add_on_run("send", _send, "send a message to a running execution",
+    send = on_run("send", _send, "send a message to a running execution",
                       "Push MESSAGE into the run's message queue and print the message id. MESSAGE is parsed as "
                       "JSON (an object is sent as is, another value as {\"message\": value}); anything that is "
                       "not JSON is sent as text, {\"message\": \"...\"}.")
@@ -103,16 +101,16 @@ def register(subparsers: Any) -> None:
                            "can no longer arrive")
     _wait_timeout(send, "with --wait-delivered: give up after SECONDS")
 
-    status = add_on_run("status", _status, "print an execution's status",
+    status = on_run("status", _status, "print an execution's status",
                         "Print the run's status (exit 0 whatever it is, 3 when the execution is unknown).")
     status.add_argument("--json", action="store_true", help="print JSON")
 
-    wait = add_on_run("wait", _wait, "wait for an execution to end, with progress",
+    wait = on_run("wait", _wait, "wait for an execution to end, with progress",
                       "Wait until the run ends and print its output; the exit code says how it ended. "
                       "Ctrl-C stops waiting (the run goes on).", follow)
     _wait_timeout(wait, "give up waiting after SECONDS")
 
-    stop = add_on_run("stop", _stop, "ask an execution to finish gracefully",
+    stop = on_run("stop", _stop, "ask an execution to finish gracefully",
                       "Ask the run to stop: it ends after its current turn, COMPLETED (a run blocked on "
                       "wait-for-message gets a stop signal). With --wait, wait for it to end.", follow)
     stop.add_argument("--wait", action="store_true", help="wait for the run to end")
@@ -122,15 +120,15 @@ def register(subparsers: Any) -> None:
             ("pause", _pause, "pause an execution", ("Pause the run: it takes no model turn and refuses messages "
              "(409) until unpaused; tool calls already handed out finish.")),
             ("unpause", _unpause, "let a paused execution go on", "Let a paused run go on where it stopped.")):
-        add_on_run(verb, verb_handler, what, detail)
+        on_run(verb, verb_handler, what, detail)
 
-    signalled = add_on_run("signal", _signal, "set or clear an execution's standing signal",
+    signalled = on_run("signal", _signal, "set or clear an execution's standing signal",
                            "Set the run's standing signal: the server puts TEXT before every later model turn of the "
                            "agent, also in a listener's later runs, until the next signal replaces it. An empty TEXT "
                            "('') clears it (see docs/steering.md).")
     signalled.add_argument("text", metavar="TEXT", help="the signal; '' clears it")
 
-    cancel = add_on_run("cancel", _cancel, "terminate an execution at once",
+    cancel = on_run("cancel", _cancel, "terminate an execution at once",
                         "Terminate the run now (TERMINATED). A tool already running is not interrupted.")
     cancel.add_argument("--reason", default="cancelled from the command line", help="recorded on the run")
 

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import AnswerConflictError, NothingPendingError
 from ..runtime import AgentRuntime
 from ._main import EXIT_CONFLICT, EXIT_NOT_FOUND, EXIT_OK
-from ._options import EXIT_CODES, Handler, add_verb, guarded, note, on_errors, parse_message, settings
+from ._options import Handler, add_on_run, guarded, note, on_errors, parse_message, settings
 
 __all__ = ["EXIT_CONFLICT", "register"]
 
@@ -32,10 +32,7 @@ def register(subparsers: Any) -> None:
 
     def add(name: str, handler: Handler, help_: str, description: str,
             *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
-        parser = add_verb(subparsers, name, _answers_guarded(handler), help_, description, *parents,
-                          epilog=EXIT_CODES)
-        parser.add_argument("execution_id", metavar="EXECUTION_ID")
-        return parser
+        return add_on_run(subparsers, name, _answers_guarded(handler), help_, description, *parents)
 
     pending = add("pending", _pending, "print what a run waits for from a person",
                   "Print the tool calls the run waits to have approved and the questions it waits to have "

@@ -36,8 +36,8 @@ from ._main import (
 )
 from ._target import TargetError, TargetImportError
 
-__all__ = ["AGENT_ERRORS", "EXIT_CODES", "ErrorRule", "Handler", "add_target", "add_verb", "guarded", "note",
-           "on_errors", "parse_message", "positive_seconds", "server_options", "settings"]
+__all__ = ["AGENT_ERRORS", "EXIT_CODES", "ErrorRule", "Handler", "add_on_run", "add_target", "add_verb", "guarded",
+           "note", "on_errors", "parse_message", "positive_seconds", "server_options", "settings"]
 
 #: A verb's body: the parsed arguments in, the exit code out.
 Handler = Callable[[argparse.Namespace], int]
@@ -84,6 +84,15 @@ def add_verb(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], na
                                    parents=[server_options(), *parents],
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.set_defaults(handler=handler)
+    return parser
+
+
+def add_on_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str, handler: Handler,
+               help_: str, description: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the verb ``name`` (as :func:`add_verb`, the exit codes its epilog) that acts on the run
+    EXECUTION_ID, its first argument."""
+    parser = add_verb(subparsers, name, handler, help_, description, *parents, epilog=EXIT_CODES)
+    parser.add_argument("execution_id", metavar="EXECUTION_ID")
     return parser
 
 

@@ -16,8 +16,8 @@ import attrs
 from .._scheduling import Schedule
 from ..errors import AgentDefinitionError, ScheduleNotFoundError
 from ..runtime import AgentRuntime
-from ._main import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE, exit_codes_help
-from ._options import AGENT_ERRORS, add_target, add_verb, on_errors, settings
+from ._main import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
+from ._options import AGENT_ERRORS, EXIT_CODES, add_target, add_verb, on_errors, settings
 from ._target import load_agent
 
 __all__ = ["register"]
@@ -31,7 +31,7 @@ def register(subparsers: Any) -> None:
                     "run is served by the processes running `conductor-agents serve MODULE:AGENT`.")
     actions = parser.add_subparsers(dest="action", metavar="ACTION")
     actions.required = True
-    epilog = exit_codes_help()
+    epilog = EXIT_CODES
 
     create = add_verb(actions, "create", _guarded(_create), "create (or replace) a schedule",
                       "Have the server start MODULE:AGENT (a stateful agent) with PROMPT on CRON: six fields, "

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import argparse
 import signal
-import sys
 import threading
 from typing import Any
 
 from ..runtime import AgentRuntime
-from ._options import EXIT_CODES, add_target, add_verb, guarded, positive_seconds, settings
+from ._options import EXIT_CODES, add_target, add_verb, guarded, note, positive_seconds, settings
 from ._target import load_agent
 
 __all__ = ["register"]
@@ -41,11 +40,10 @@ def _serve(args: argparse.Namespace) -> int:
         with AgentRuntime(settings(args, auto_start_workers=True)) as runtime:
             adopted = []
             runtime.serve(agent, on_adopt=lambda handle: adopted.append(handle.execution_id))
-            print(f"serving {agent.name} as {runtime.worker_id}; SIGTERM or Ctrl-C hands its runs over",
-                  file=sys.stderr, flush=True)
+            note(f"serving {agent.name} as {runtime.worker_id}; SIGTERM or Ctrl-C hands its runs over")
             stop.wait(args.timeout)
-            print(f"handing over ({len(adopted)} runs adopted here) ...", file=sys.stderr, flush=True)
-        print("handed over", file=sys.stderr, flush=True)
+            note(f"handing over ({len(adopted)} runs adopted here) ...")
+        note("handed over")
         return 0
     finally:
         for sig, handler in previous.items():

@@ -17,8 +17,8 @@ from typing import Any
 import attrs
 
 from ..runtime import AgentRuntime
-from ._main import EXIT_OK, exit_codes_help
-from ._options import add_verb, guarded, positive_seconds, settings
+from ._main import EXIT_OK
+from ._options import EXIT_CODES, add_on_run, add_verb, guarded, positive_seconds, settings
 from ._progress import describe_event
 
 __all__ = ["register"]
@@ -31,15 +31,14 @@ def register(subparsers: Any) -> None:
     listing = add_verb(subparsers, "list", guarded(_list), "list the running runs of an agent",
                        "Print the running runs of the agent named AGENT (its Agent.name), oldest first: execution "
                        "id, status, what the run waits for (a message, a person, or nothing: it is working) and "
-                       "since when it runs. Exit 0 also when none runs.", epilog=exit_codes_help())
+                       "since when it runs. Exit 0 also when none runs.", epilog=EXIT_CODES)
     listing.add_argument("agent", metavar="AGENT", help="the agent's name (Agent.name)")
     listing.add_argument("--json", action="store_true", help="print a JSON list")
 
-    events = add_verb(subparsers, "events", guarded(_events), "follow a run's events until it ends",
-                      "Print the run's events, oldest first, and follow them until the run ends (a continued "
-                      "listener is followed from run to run); the history of a run that already ended comes at "
-                      "once. Ctrl-C stops following (the run goes on).", epilog=exit_codes_help())
-    events.add_argument("execution_id", metavar="EXECUTION_ID")
+    events = add_on_run(subparsers, "events", guarded(_events), "follow a run's events until it ends",
+                        "Print the run's events, oldest first, and follow them until the run ends (a continued "
+                        "listener is followed from run to run); the history of a run that already ended comes at "
+                        "once. Ctrl-C stops following (the run goes on).")
     events.add_argument("--json", action="store_true", help="one JSON object per event and line (JSON Lines)")
     events.add_argument("--timeout", type=positive_seconds, default=_EVENTS_TIMEOUT, metavar="SECONDS",
                         help=f"stop following after SECONDS (default {_EVENTS_TIMEOUT:g}); exit 5, the run goes on")
