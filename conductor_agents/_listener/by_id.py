@@ -85,8 +85,8 @@ def pending_of_agent(api: ConductorApi, directory: ChainDirectory, agent_name: s
 class RunsById:
     """Messages and answers for runs named by execution id. Thread-safe (its directory is).
 
-    ``chain``, where a verb takes it, is the chain the caller already knows ``execution_id`` by
-    (a handle's); without it the directory looks it up (once per id and process).
+    ``chain``, where a verb takes it, is the chain the caller already knows ``execution_id`` by (a handle's,
+    from the directory: ``directory.chain(execution_id)``).
     """
 
     def __init__(self, api: ConductorApi, directory: ChainDirectory, settings: AgentSettings, clock: Clock) -> None:
@@ -101,15 +101,13 @@ class RunsById:
                                 switch_wait=self._settings.switch_wait_seconds, clock=self._clock, pause=pause,
                                 on_accepted=self._directory.note_accepted)
 
-    def signal(self, execution_id: str, text: str, *, chain: Chain | None = None,
-               pause: Callable[[float], Any]) -> None:
+    def signal(self, execution_id: str, text: str, *, chain: Chain, pause: Callable[[float], Any]) -> None:
         """Set the standing signal of the listener ``execution_id`` names: its current run, and the run
         before while a switch drains it (the switch carries the signal over too: see :mod:`.signals`).
 
         Raises:
             ExecutionNotRunningError: no run of it is running.
         """
-        chain = self._directory.chain(execution_id) if chain is None else chain
         posted: set[str] = set()
         reached = False
         for _ in range(3):  # a switch that began meanwhile copies the old run's signal: reach its new run too
@@ -124,9 +122,8 @@ class RunsById:
             raise ExecutionNotRunningError(f"execution {execution_id!r} is not running; a signal cannot reach it",
                                            execution_id=execution_id)
 
-    def pending(self, execution_id: str, *, chain: Chain | None = None) -> tuple[PendingRequest, ...]:
+    def pending(self, execution_id: str, *, chain: Chain) -> tuple[PendingRequest, ...]:
         """What the listener ``execution_id`` names waits on, each request named by the listener's id."""
-        chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain)
         found = approvals.pending(self._api, current, earlier=earlier)
         if not found or not chain.continuable:
@@ -134,24 +131,23 @@ class RunsById:
         listener_id = self._directory.anchor(chain).execution_id
         return tuple(request.known_as(listener_id) for request in found)
 
-    def approve(self, execution_id: str, *, chain: Chain | None = None, reason: str | None,
+    def approve(self, execution_id: str, *, chain: Chain, reason: str | None,
                 by: str | None, request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
         return self._answer(approvals.approve, execution_id, chain, request=request, reason=reason, by=by,
                             timeout=timeout)
 
-    def reject(self, execution_id: str, reason: str, *, chain: Chain | None = None, by: str | None,
+    def reject(self, execution_id: str, reason: str, *, chain: Chain, by: str | None,
                request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
         return self._answer(approvals.reject, execution_id, chain, reason, request=request, by=by, timeout=timeout)
 
-    def respond(self, execution_id: str, answer: Any, *, chain: Chain | None = None, by: str | None,
+    def respond(self, execution_id: str, answer: Any, *, chain: Chain, by: str | None,
                 request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
         return self._answer(approvals.respond, execution_id, chain, answer, request=request, by=by, timeout=timeout)
 
-    def _answer(self, verb: Callable[..., HumanAnswer], execution_id: str, chain: Chain | None, *args: Any,
+    def _answer(self, verb: Callable[..., HumanAnswer], execution_id: str, chain: Chain, *args: Any,
                 request: PendingRequest | str | None, **kwargs: Any) -> HumanAnswer:
         """``verb`` (:func:`approvals.approve`, ``reject`` or ``respond``) on the run of the listener that
         holds ``request``, the answer named by the id callers hold."""
-        chain = self._directory.chain(execution_id) if chain is None else chain
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain, request=request)
         with self._named(chain) as named:
             return named(verb(self._api, current, *args, request=request, clock=self._clock, earlier=earlier,
