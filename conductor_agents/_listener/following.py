@@ -32,7 +32,6 @@ __all__ = ["current_runs", "current_status", "end_mailbox", "ended_from_outside"
            "listener_totals", "live_links", "newest_link", "run_identity", "run_status", "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
-_handle_log = logging.getLogger("conductor_agents.handle")  # what a handle's wait() logs
 
 #: The reason a listener's mailbox is ended with.
 MAILBOX_ENDED_REASON = "conductor-agents: the listener ended"
@@ -212,7 +211,7 @@ def ended_result(api: ConductorApi, status: AgentStatus, link: Link, *, executio
         detail = api.agent_execution(link.execution_id)
         workflow = api.get_workflow(link.execution_id, include_tasks=True) or {}
     except ConductorAgentsError as err:
-        _handle_log.warning("run %s ended but its details could not be read: %s", link.execution_id, err)
+        log.warning("run %s ended but its details could not be read: %s", link.execution_id, err)
     names = agent.team_names if agent is not None else ()
     tasks = workflow.get("tasks") or []
     result = AgentResult.from_server(status, detail, tasks, agent_names=names, workflow=workflow or None)
@@ -229,5 +228,5 @@ def ended_result(api: ConductorApi, status: AgentStatus, link: Link, *, executio
         try:
             result = attrs.evolve(result, totals=totals())
         except ConductorAgentsError as err:
-            _handle_log.warning("listener %s ended but its totals could not be read: %s", execution_id, err)
+            log.warning("listener %s ended but its totals could not be read: %s", execution_id, err)
     return result, rejection

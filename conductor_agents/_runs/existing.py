@@ -1,11 +1,11 @@
-"""Taking up a run that exists on the server: resume, adoption, reclaim, leases.
+"""Taking up a run that exists on the server: attach, resume, adoption, reclaim, leases.
 
-:class:`RunTaker` serves from this process a run that another process (or this one, before a
-restart) started: it reads the run's domain, refuses a run another live process still serves,
-takes the run's next lease when its agent is served, registers the agent's workers, finishes a
-continued listener's switch left half done, and hands back the tasks a dead worker had taken.
-The runtime builds one per process (a forked child builds its own) and calls it; it calls back
-only through the handle factory it was given.
+:class:`RunTaker` gives a handle on any run that serves and watches nothing (``attach``), and serves
+from this process a run that another process (or this one, before a restart) started: it reads the
+run's domain, refuses a run another live process still serves, takes the run's next lease when its
+agent is served, registers the agent's workers, finishes a continued listener's switch left half done,
+and hands back the tasks a dead worker had taken. The runtime builds one per process (a forked child
+builds its own) and calls it; it calls back only through the handle factory it was given.
 """
 
 from __future__ import annotations

@@ -52,7 +52,7 @@ class ProcessRuns:
         self.workers = WorkerSet(api, settings, worker_id=self.worker_id, clock=clock, observer=observer,
                                  directory=directory)
         #: Presence, leases, adoption: this process's Service, made on the first serve().
-        self.serving = ProcessServing(api, settings, self.workers, worker_id=self.worker_id, take_up=adopt,
+        self.serving = ProcessServing(api, settings, self.workers, worker_id=self.worker_id, adopt=adopt,
                                       pause=closing.wait)
         self.handles = HandleMaker(api, directory, settings, clock=clock, observer=observer, workers=workers_now,
                                    on_stall=on_stall, on_pending=on_pending)

@@ -74,12 +74,12 @@ class Adopter:
     """The ``conductor-agents-adopt`` thread of one process. Thread-safe."""
 
     def __init__(self, api: ConductorApi, book: LeaseBook, presence: Presence, *, worker_id: str,
-                 take_up: Callable[[str, Any], Any], serving_here: Callable[[str], bool]) -> None:
+                 adopt: Callable[[str, Any], Any], serving_here: Callable[[str], bool]) -> None:
         self._api = api
         self._book = book
         self._presence = presence
         self._worker_id = worker_id
-        self._take_up = take_up
+        self._adopt = adopt
         self._serving_here = serving_here
         self._lock = threading.Lock()
         self._agents: dict[str, ServedAgent] = {}
@@ -218,7 +218,7 @@ class Adopter:
                 if execution_id in taken or self._stopping():
                     continue
                 try:
-                    handle = self._take_up(execution_id, served.agent)
+                    handle = self._adopt(execution_id, served.agent)
                 except (ConductorAgentsError, OSError) as err:
                     log.warning("could not take up run %s of domain %s held here (%s)", execution_id, domain, err)
                     continue
@@ -286,7 +286,7 @@ class Adopter:
         that fails releases the lease."""
         self.hold(lease)
         try:
-            handle = self._take_up(execution_id, served.agent)
+            handle = self._adopt(execution_id, served.agent)
         except (ConductorAgentsError, OSError) as err:
             log.warning("could not take up run %s on lease %d of domain %s (%s); releasing it", execution_id,
                         lease.epoch, lease.domain, err)

@@ -79,17 +79,17 @@ class ServedAgents:
 class ProcessServing:
     """The :class:`Service` of one process of a runtime, made on the first :meth:`add`. Thread-safe.
 
-    ``take_up(execution_id, agent)`` serves a run whose lease this process won; ``pause`` waits
+    ``adopt(execution_id, agent)`` serves a run whose lease this process won; ``pause`` waits
     between retries and returns at once when the runtime closes.
     """
 
     def __init__(self, api: ConductorApi, settings: AgentSettings, workers: WorkerSet, *, worker_id: str,
-                 take_up: Callable[[str, Agent], Any], pause: Callable[[float], bool]) -> None:
+                 adopt: Callable[[str, Agent], Any], pause: Callable[[float], bool]) -> None:
         self._api = api
         self._settings = settings
         self._workers = workers
         self._worker_id = worker_id
-        self._take_up = take_up
+        self._adopt = adopt
         self._pause = pause
         self._lock = threading.Lock()
         self._service: Service | None = None
@@ -110,7 +110,7 @@ class ProcessServing:
             if self._service is None:
                 self._service = Service(
                     self._api, worker_id=self._worker_id, dead_after=self._settings.liveness_stall_seconds,
-                    take_up=self._take_up, serving_here=self._workers.serves_domain, let_go=self._workers.let_go,
+                    adopt=self._adopt, serving_here=self._workers.serves_domain, let_go=self._workers.let_go,
                     pause=self._pause)
             return self._service
 

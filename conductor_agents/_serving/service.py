@@ -40,7 +40,7 @@ class Service:
     """Presence, leases and the adopter of one process. Thread-safe."""
 
     def __init__(self, api: ConductorApi, *, worker_id: str, dead_after: float,
-                 take_up: Callable[[str, Any], Any], serving_here: Callable[[str], bool],
+                 adopt: Callable[[str, Any], Any], serving_here: Callable[[str], bool],
                  let_go: Callable[[str], None], pause: Callable[[float], bool]) -> None:
         self.worker_id = worker_id
         self._let_go = let_go
@@ -49,7 +49,7 @@ class Service:
         self.book = LeaseBook(api, pause=pause)
         self.presence = Presence(api, worker_id, dead_after=dead_after, interval=serve_interval(dead_after),
                                  on_fenced=self._fenced, on_read=self._after_read)
-        self.adopter = Adopter(api, self.book, self.presence, worker_id=worker_id, take_up=take_up,
+        self.adopter = Adopter(api, self.book, self.presence, worker_id=worker_id, adopt=adopt,
                                serving_here=serving_here)
 
     def add(self, agent: Any, on_adopt: Callable[[Any], Any] | None) -> None:

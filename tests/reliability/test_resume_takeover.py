@@ -14,7 +14,7 @@ import pytest
 
 from conductor_agents import AgentRuntime, ResumeError, RunStatus
 from conductor_agents._worker import poller as _poller
-from conductor_agents._serving import live_workers as _takeover
+from conductor_agents._serving import live_workers
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener
@@ -29,8 +29,8 @@ pytestmark = pytest.mark.reliability
 @pytest.fixture
 def short_window(monkeypatch):
     monkeypatch.setattr(_poller, "SAFETY_POLL_SECONDS", 2.0)
-    monkeypatch.setattr(_takeover, "_MARGIN_SECONDS", 3.0)
-    return _takeover.freshness_window()
+    monkeypatch.setattr(live_workers, "_MARGIN_SECONDS", 3.0)
+    return live_workers.freshness_window()
 
 
 def test_resume_is_refused_while_another_worker_polls_then_allowed(agent_settings, scripted_llm, unique_name,
@@ -110,7 +110,7 @@ def test_resume_right_after_the_serving_process_was_killed_on_this_host_needs_no
                        message="the child acted and waits again")
             child.kill()  # SIGKILL, reaped
             last = last_poll_ms(base, "act", _domain(base, execution_id))
-            assert last and time.time() - last / 1000.0 < _takeover.freshness_window()  # still "fresh"
+            assert last and time.time() - last / 1000.0 < live_workers.freshness_window()  # still "fresh"
             started = time.monotonic()
             handle = runtime.resume(execution_id, child_listener(name, model, FileActionTools(log)))
             took = time.monotonic() - started

@@ -68,7 +68,7 @@ class _Presence:
 def _adopter(book: _Book, api: _Api, alive: "tuple[str, ...]") -> "tuple[Adopter, list[str]]":
     taken: "list[str]" = []
     adopter = Adopter(api, book, _Presence(alive), worker_id=ME,  # type: ignore[arg-type]
-                      take_up=lambda execution_id, agent: taken.append(execution_id),
+                      adopt=lambda execution_id, agent: taken.append(execution_id),
                       serving_here=lambda domain: False)
     return adopter, taken
 

@@ -73,7 +73,7 @@ import subprocess
 import sys
 import time
 
-from conductor_agents._serving import live_workers as _takeover
+from conductor_agents._serving import live_workers
 from conductor_agents._serving.live_workers import make_worker_id, worker_is_dead_here
 
 
@@ -120,7 +120,7 @@ def test_a_reused_pid_is_told_by_its_start_time():
     assert not worker_is_dead_here(f"{host}-{pid}-x{nonce}.{started}.{tag}")  # this process, as another id
     parent = os.getppid()  # alive, but started at another time than the id says
     assert worker_is_dead_here(f"{host}-{parent}-{nonce}.{int(started) + 12345}.{tag}")
-    assert not worker_is_dead_here(f"{host}-{parent}-{nonce}.{_takeover._proc_stat(parent)[1]}.{tag}")
+    assert not worker_is_dead_here(f"{host}-{parent}-{nonce}.{live_workers._proc_stat(parent)[1]}.{tag}")
 
 
 @pytest.mark.parametrize("worker", [
@@ -132,7 +132,7 @@ def test_a_reused_pid_is_told_by_its_start_time():
 ])
 def test_a_dead_pid_is_only_believed_for_this_machine(dead_child, worker):
     pid, _ = dead_child
-    if _takeover._machine_tag() == "ffffff":  # pragma: no cover - one machine in 16 million
+    if live_workers._machine_tag() == "ffffff":  # pragma: no cover - one machine in 16 million
         pytest.skip("this machine's tag is the test's")
     assert not worker_is_dead_here(worker.format(pid=pid, host=socket.gethostname()))
 
