@@ -15,6 +15,7 @@ May import: the standard library, ``attrs`` and :mod:`conductor_agents.errors`.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, TypeVar
 
 import attrs
@@ -106,8 +107,9 @@ def _bounds_text(kind: str, above: float | None, at_least: float | None, at_most
     return " ".join([kind, " and ".join(parts)]) if parts else kind
 
 
-def _out_of_bounds(value: float, above: float | None, at_least: float | None, at_most: float | None) -> bool:
-    # Written as "not within" so that NaN, which compares false with everything, is out of any bound.
+def _out_of_bounds(value: Any, above: float | None, at_least: float | None, at_most: float | None) -> bool:
+    # ``value``: any real number (a Fraction, a NumPy number). Written as "not within" so that NaN, which
+    # compares false with everything, is out of any bound.
     return ((above is not None and not value > above) or (at_least is not None and not value >= at_least)
             or (at_most is not None and not value <= at_most))
 
@@ -135,6 +137,7 @@ class _ANumber(Check):
     above: float | None = None
     at_least: float | None = None
     at_most: float | None = None
+    real: bool = False
 
     def refuses_bools(self) -> bool:
         return True
@@ -144,7 +147,7 @@ class _ANumber(Check):
         return _bounds_text("a number", self.above, self.at_least, self.at_most)
 
     def problem(self, value: Any) -> str | None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real if self.real else (int, float)):
             return _WRONG_TYPE
         return _OUT_OF_BOUNDS if _out_of_bounds(value, self.above, self.at_least, self.at_most) else None
 
@@ -180,12 +183,14 @@ def an_int(*, at_least: int | None = None, at_most: int | None = None, refusal: 
 
 
 def a_number(*, above: float | None = None, at_least: float | None = None, at_most: float | None = None,
-             refusal: Refusal = VALUE_ERROR) -> Check:
+             real: bool = False, refusal: Refusal = VALUE_ERROR) -> Check:
     """An ``int`` or ``float`` (not a ``bool``) within the bounds given; NaN is outside any bound.
 
-    ``above`` is exclusive, ``at_least`` and ``at_most`` inclusive.
+    ``above`` is exclusive, ``at_least`` and ``at_most`` inclusive. ``real``: any :class:`numbers.Real` (a
+    ``fractions.Fraction``, a NumPy integer), for a value the caller turns into a ``float`` itself; without it
+    only ``int`` and ``float``, for a value sent as it is (JSON has no other numbers). Never a ``str``.
     """
-    return _ANumber(refusal, above, at_least, at_most)
+    return _ANumber(refusal, above, at_least, at_most, real)
 
 
 def a_bool(*, refusal: Refusal = VALUE_ERROR) -> Check:
@@ -198,5 +203,6 @@ def optional(check: Check) -> Check:
     return _Optional(check.refusal, check)
 
 
-#: A timeout in seconds that a call is given: a number > 0 (``math.inf``: no deadline); a ValueError otherwise.
-A_TIMEOUT = a_number(above=0)
+#: A timeout in seconds that a call is given: a real number > 0 (``math.inf``: no deadline; a ``Fraction`` or a
+#: NumPy number too: the call takes its ``float()``); a ValueError otherwise.
+A_TIMEOUT = a_number(above=0, real=True)

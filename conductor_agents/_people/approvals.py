@@ -224,7 +224,7 @@ def required_reason(reason: Any) -> str:
 def _answer(api: ConductorApi, execution_id: str, kinds: tuple[str, ...], payload: Callable[[str], dict[str, Any]], *,
             by: str | None, request: Target, timeout: float, clock: Clock,
             pause: Callable[[float], Any] | None, earlier: Sequence[str] = ()) -> HumanAnswer:
-    A_TIMEOUT.check("timeout", timeout)
+    timeout = float(A_TIMEOUT.check("timeout", timeout))
     by = optional_text(by, "by")
     wait = pause if pause is not None else threading.Event().wait
     runs = _read_runs(api, execution_id, earlier)

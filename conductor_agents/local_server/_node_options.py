@@ -30,7 +30,7 @@ _RESERVED_PROPERTIES = frozenset({"server.port"})
 
 
 #: A number of seconds > 0; a ConfigurationError naming the option otherwise.
-_SECONDS = a_number(above=0, refusal=Refusal(ConfigurationError))
+_SECONDS = a_number(above=0, real=True, refusal=Refusal(ConfigurationError))
 
 
 def _startup_seconds(value: Any) -> float:

@@ -1,6 +1,7 @@
 """Unit tests for the argument checks written once (conductor_agents._common.checks), one class per validator."""
 
 import math
+import numbers
 
 import attrs
 import pytest
@@ -310,3 +311,55 @@ def test_every_call_site_refuses_in_the_one_shape(call, error, message, field):
     assert (error, message) == (type(info.value), str(info.value))
     if field is not None:
         assert field == (info.value.variable if error is ConfigurationError else info.value.field)
+
+
+class Count:
+    """An integer that is not an ``int``: a :class:`numbers.Integral` as NumPy's are (registered, no subclass)."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __gt__(self, other: float) -> bool:
+        return self.n > other
+
+    def __ge__(self, other: float) -> bool:
+        return self.n >= other
+
+    def __le__(self, other: float) -> bool:
+        return self.n <= other
+
+    def __float__(self) -> float:
+        return float(self.n)
+
+    def __repr__(self) -> str:
+        return f"Count({self.n})"
+
+
+numbers.Integral.register(Count)
+
+
+def test_a_timeout_is_any_real_number_but_a_bool_or_a_string():
+    """wait(timeout=numpy.int64(5)) or a Fraction worked through float(timeout): A_TIMEOUT takes any
+    numbers.Real; its bound still holds, and a bool or a string is still refused."""
+    from fractions import Fraction
+
+    assert Fraction(1, 2) == checks.A_TIMEOUT.check("timeout", Fraction(1, 2))
+    five = Count(5)
+    assert five is checks.A_TIMEOUT.check("timeout", five)
+    for refused, shown in [(Fraction(0), "Fraction(0, 1)"), (Count(-1), "Count(-1)"), ("5", "'5'")]:
+        with pytest.raises(ValueError) as error:
+            checks.A_TIMEOUT.check("timeout", refused)
+        assert f"timeout must be a number > 0, got {shown}" == str(error.value)
+    with pytest.raises(ValueError) as error:
+        checks.A_TIMEOUT.check("timeout", True)
+    assert "timeout must be a number > 0 (not a bool), got True" == str(error.value)
+
+
+def test_a_number_sent_as_it_is_stays_an_int_or_a_float():
+    """Without ``real`` (an agent's temperature goes to the server as JSON): a Fraction is refused."""
+    from fractions import Fraction
+
+    with pytest.raises(ValueError, match="got Fraction"):
+        a_number(at_least=0).check("temperature", Fraction(1, 2))
+    with pytest.raises(AgentTypeError, match="^Agent.temperature must be a number >= 0 or None, got Fraction"):
+        Agent(name="a", model="openai/gpt-4o-mini", temperature=Fraction(1, 2))

@@ -145,6 +145,22 @@ def test_non_positive_timeout_is_value_error(http, timeout):
     assert 0 == len(http.calls)
 
 
+def test_a_fraction_or_an_integral_timeout_is_a_number_of_seconds(http):
+    """Any numbers.Real is a timeout (a NumPy integer, a Fraction): the wait takes its float()."""
+    from fractions import Fraction
+
+    from tests.unit.test_checks import Count
+
+    statuses(http, RUNNING)
+    handle, clock = make_handle()
+    with pytest.raises(WaitTimeoutError) as info:
+        handle.wait(timeout=Fraction(1, 2))
+    assert (0.5, 0.5) == (info.value.timeout, clock.elapsed)
+    with pytest.raises(WaitTimeoutError) as info:
+        handle.wait(timeout=Count(1))
+    assert 1.0 == info.value.timeout
+
+
 def test_wait_again_after_timeout_returns_the_result(http):
     """After a WaitTimeoutError, wait() may be called again and returns once the run ends."""
     statuses(http, RUNNING, RUNNING, COMPLETED)
