@@ -28,30 +28,17 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from layering import PACKAGE, _modules
+from layering import PACKAGE, _modules, absolute, package_of
 
 #: Modules that run something when imported (``python -m conductor_agents``): read, never imported.
 NOT_IMPORTED = {"conductor_agents.__main__"}
-
-
-def _package_of(module: str, path: Path) -> str:
-    return module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
-
-
-def _absolute(node: ast.ImportFrom, package: str) -> str:
-    """The module an ``ImportFrom`` reads from, as an absolute name."""
-    if not node.level:
-        return node.module or ""
-    base = package.split(".")
-    base = base[: len(base) - (node.level - 1)]
-    return ".".join(base + ([node.module] if node.module else []))
 
 
 def _bindings(tree: ast.AST, package: str) -> Iterator[tuple[str, str, str | None]]:
     """``(local name, module, attribute or None)`` for every import anywhere in the module."""
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom):
-            source = _absolute(node, package)
+            source = absolute(node, package)
             for alias in node.names:
                 yield alias.asname or alias.name, source, alias.name
         elif isinstance(node, ast.Import):
@@ -91,7 +78,7 @@ def _resolve(node: ast.expr, names: dict[str, Any]) -> Any:
 
 
 def redundant_excepts(module: str, path: Path, tree: ast.AST) -> Iterator[str]:
-    names = _namespace(module, tree, _package_of(module, path))
+    names = _namespace(module, tree, package_of(module, path))
     for node in ast.walk(tree):
         if not isinstance(node, ast.ExceptHandler) or not isinstance(node.type, ast.Tuple):
             continue
@@ -115,22 +102,22 @@ def _private(name: str) -> bool:
 
 
 def private_imports(module: str, path: Path, tree: ast.AST, modules: dict[str, Path]) -> Iterator[str]:
-    package = _package_of(module, path)
+    package = package_of(module, path)
     where = path.relative_to(PACKAGE.parent)
     imported_modules: dict[str, str] = {}  # local name -> a module of the package it names
     for node in ast.walk(tree):
         if not isinstance(node, ast.ImportFrom):
             continue
-        source = _absolute(node, package)
+        source = absolute(node, package)
         for alias in node.names:
             if f"{source}.{alias.name}" in modules:  # a submodule: private modules are fine
                 imported_modules[alias.asname or alias.name] = f"{source}.{alias.name}"
-            elif source in modules and _private(alias.name) and _package_of(source, modules[source]) != package:
+            elif source in modules and _private(alias.name) and package_of(source, modules[source]) != package:
                 yield f"{where}:{node.lineno}: imports {alias.name} from {source}, a module of another package"
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and _private(node.attr):
             owner = imported_modules.get(node.value.id)
-            if owner is not None and _package_of(owner, modules[owner]) != package:
+            if owner is not None and package_of(owner, modules[owner]) != package:
                 yield (f"{where}:{node.lineno}: reads {node.value.id}.{node.attr} of {owner}, "
                        "a module of another package")
 

@@ -56,9 +56,23 @@ def _is_type_checking(node: ast.If) -> bool:
         isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
 
 
+def package_of(module: str, path: Path) -> str:
+    """The package ``module`` (at ``path``) is in: itself for a package's ``__init__.py``."""
+    return module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+
+
+def absolute(node: ast.ImportFrom, package: str) -> str:
+    """The module an ``ImportFrom`` in ``package`` reads from, as an absolute name."""
+    if not node.level:
+        return node.module or ""
+    base = package.split(".")
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
 def _imports(module: str, path: Path) -> "Set[str]":
     """The modules of the package that ``module`` imports, at any depth of its code."""
-    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    package = package_of(module, path)
     found: "Set[str]" = set()
     names = {m for m, _ in _modules()}
 
@@ -69,12 +83,7 @@ def _imports(module: str, path: Path) -> "Set[str]":
                     visit(other)
                 continue
             if isinstance(child, ast.ImportFrom):
-                if child.level:
-                    base = package.split(".")
-                    base = base[: len(base) - (child.level - 1)] if child.level > 1 else base
-                    target = ".".join(base + ([child.module] if child.module else []))
-                else:
-                    target = child.module or ""
+                target = absolute(child, package)
                 for alias in child.names:
                     candidate = f"{target}.{alias.name}"
                     found.add(candidate if candidate in names else target)
