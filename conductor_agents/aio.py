@@ -3,6 +3,9 @@ and the handle's verbs, for asyncio code (FastAPI, Starlette, a notebook's runni
 
 The SDK's core is synchronous and threaded (its pollers, tool pool and watchdog are threads either way);
 this face runs each blocking verb on a thread pool of its own, so the event loop never waits on the server.
+One exception: a handle of :meth:`AsyncAgentRuntime.get_handle` (no request, so not awaitable) reads its run
+once, blocking, on the first access to ``agent_name`` or ``run_id``; a coroutine that needs those at once
+takes its handle with ``await runtime.attach(id)``, which reads the run on the pool.
 The same arguments, results and errors as the synchronous verbs (see :class:`~conductor_agents.AgentRuntime`
 and :class:`~conductor_agents.AgentHandle`); ``events()`` is an async iterator. As in the synchronous face,
 the runtime's verbs on one run by its id are its handle's (:meth:`AsyncAgentRuntime.get_handle`, no request),
@@ -135,7 +138,8 @@ class AsyncAgentRuntime:
         return await handle.wait(timeout=timeout)
 
     def get_handle(self, execution_id: str) -> AsyncAgentHandle:
-        """As :meth:`AgentRuntime.get_handle`: no request, so not awaitable."""
+        """As :meth:`AgentRuntime.get_handle`: no request, so not awaitable. Its ``agent_name`` and ``run_id``
+        read the run once, blocking, on first access: use ``await attach(execution_id)`` to have them at once."""
         return self._handle(self.sync.get_handle(execution_id))
 
     async def send_message(self, execution_id: str, payload: Any) -> str:
