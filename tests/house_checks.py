@@ -28,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from layering import PACKAGE, _modules, absolute, package_of
+from layering import PACKAGE, _modules, absolute, package_of, report
 
 #: Modules that run something when imported (``python -m conductor_agents``): read, never imported.
 NOT_IMPORTED = {"conductor_agents.__main__"}
@@ -134,11 +134,7 @@ def breaches() -> list[str]:
 
 
 def main() -> int:
-    found = breaches()
-    for line in found:
-        print(line)
-    print(f"house checks: {'ok' if not found else f'{len(found)} breaches'}")
-    return 1 if found else 0
+    return report(breaches(), "house checks")
 
 
 if __name__ == "__main__":

@@ -166,12 +166,16 @@ def breaches() -> "List[str]":
     return out
 
 
-def main() -> int:
-    found = breaches()
+def report(found: "List[str]", title: str) -> int:
+    """Print each breach and a closing line; the exit status (1 when anything was found)."""
     for line in found:
         print(line)
-    print(f"house rules: {'ok' if not found else f'{len(found)} breaches'}")
+    print(f"{title}: {'ok' if not found else f'{len(found)} breaches'}")
     return 1 if found else 0
+
+
+def main() -> int:
+    return report(breaches(), "house rules")
 
 
 if __name__ == "__main__":

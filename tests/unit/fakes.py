@@ -102,3 +102,18 @@ class FakeWatch:
 def status_body(execution_id: str, status: str, **extra: Any) -> dict:
     """A ``GET /agent/{id}/status`` body."""
     return {"executionId": execution_id, "status": status, **extra}
+
+
+def count_compiles(monkeypatch: Any) -> list[str]:
+    """The names of the agents whose ``Agent.to_config()`` is called from now on (the test's monkeypatch)."""
+    from conductor_agents import Agent
+
+    compiled: list[str] = []
+    real = Agent.to_config
+
+    def to_config(self: Agent) -> dict[str, Any]:
+        compiled.append(self.name)
+        return real(self)
+
+    monkeypatch.setattr(Agent, "to_config", to_config)
+    return compiled

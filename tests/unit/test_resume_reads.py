@@ -15,7 +15,7 @@ from conductor_agents._listener.directory import Chain, Link
 from conductor_agents._runs import existing
 from conductor_agents._wire.api import TaskPage
 from conductor_agents.result import AgentStatus, RunStatus
-from tests.unit.fakes import BASE_URL
+from tests.unit.fakes import BASE_URL, count_compiles
 
 CHAIN = Chain("run-0", "dom-1", "listener", 0)
 NEWEST = CHAIN.link(1)
@@ -98,14 +98,7 @@ def test_a_served_listener_takes_the_agent_key_its_start_compiled(monkeypatch: p
 
     agent = Agent(name="listener", model="openai/gpt-4o-mini", stateful=True, tools=[WaitForMessageTool.create()])
     key = agent_key(agent.name, agent.to_config())
-    compiled: list[str] = []
-    real = Agent.to_config
-
-    def to_config(self: Agent) -> dict[str, Any]:
-        compiled.append(self.name)
-        return real(self)
-
-    monkeypatch.setattr(Agent, "to_config", to_config)
+    compiled = count_compiles(monkeypatch)
     spec = LinkSpec(agent, "p", Continuation(), agent_key=key)
     assert key == _Served(CHAIN, spec, NEWEST, 0, None, None).agent_key  # type: ignore[arg-type]
     assert [] == compiled

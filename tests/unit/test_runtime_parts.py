@@ -21,7 +21,7 @@ from conductor_agents._wire.transport import Transport
 from conductor_agents._worker.executor import ToolExecutor
 from conductor_agents._worker.poller import DomainPoller
 from conductor_agents._worker.watcher import QueueWatcher
-from tests.unit.fakes import BASE_URL
+from tests.unit.fakes import BASE_URL, count_compiles
 
 MODEL = "openai/gpt-4o-mini"
 log = logging.getLogger("tests.parts")
@@ -191,14 +191,7 @@ def test_resume_reads_the_run_once(http):
 
 def test_start_compiles_the_agent_once(http, monkeypatch):
     http.add("POST", f"{BASE_URL}/agent/start", json={"executionId": "run-1"})
-    compiled: list[str] = []
-    real = Agent.to_config
-
-    def to_config(self: Agent) -> dict[str, Any]:
-        compiled.append(self.name)
-        return real(self)
-
-    monkeypatch.setattr(Agent, "to_config", to_config)
+    compiled = count_compiles(monkeypatch)
     agent = Agent(name="helper", model=MODEL, instructions="Help.")
     with AgentRuntime(AgentSettings(server_url=BASE_URL)) as runtime:
         handle = runtime.start(agent, "hi")
