@@ -3,8 +3,8 @@
 A verb group is a module with ``register(subparsers)``; it adds its parsers and sets
 ``handler`` (``args -> exit code``) on each. Add new groups to ``VERB_GROUPS``.
 
-Exit codes (:data:`EXIT_CODE_TABLE` is the one list; ``--help``, README.md and docs/cli.md show it,
-and a test holds them to it): 0 ok, 1 error (or the run ended FAILED/TERMINATED/TIMED_OUT), 2 usage
+Exit codes (:data:`EXIT_CODE_TABLE` is the one list; the top-level ``--help`` (each verb's points to it),
+README.md and docs/cli.md show it, and a test holds them to it): 0 ok, 1 error (or the run ended FAILED/TERMINATED/TIMED_OUT), 2 usage
 or configuration (also: the server cannot call the model), 3 not found / not running / nothing to answer, 4 server
 unreachable, 5 wait timed out, 6 a message can no longer be delivered (send --wait-delivered), 7 another answer won
 (approve/reject/respond), 130 interrupted. Errors are one line on standard error, never a traceback.
@@ -38,9 +38,9 @@ EXIT_CODE_TABLE: tuple[tuple[int, str], ...] = (
     (EXIT_ERROR, "the run ended FAILED, TERMINATED or TIMED_OUT, or another error"),
     (EXIT_USAGE, ("usage or configuration error: bad arguments, a bad CONDUCTOR_* value or server URL, "
                   "MODULE:AGENT not found; the server cannot call the run's model (no key, no route)")),
-    (EXIT_NOT_FOUND, ("unknown execution; it is no longer running (send, pause, unpause, approve, reject, respond); "
-                      "no such schedule; nothing of that kind waits (approve, reject, respond); server verbs: no "
-                      "server running, or no Java")),
+    (EXIT_NOT_FOUND, ("unknown execution; it is no longer running (send, pause, unpause, signal, approve, reject, "
+                      "respond); no such schedule; nothing of that kind waits (approve, reject, respond); server "
+                      "verbs: no server running, or no Java")),
     (EXIT_UNREACHABLE, "the Conductor server cannot be reached"),
     (EXIT_TIMED_OUT, "the wait timed out (--timeout); the run goes on on the server"),
     (EXIT_MESSAGE_LOST, ("send --wait-delivered: the message can no longer reach the run (it ended, or "
@@ -76,7 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=exit_codes_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    parser.add_argument("-V", "--version", action="version", version=f"%(prog)s {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0, help="log more (-vv: debug)")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
