@@ -32,7 +32,6 @@ from ._main import (
     EXIT_UNREACHABLE,
     EXIT_USAGE,
     error,
-    exit_codes_help,
 )
 from ._target import TargetError, TargetImportError
 
@@ -44,8 +43,8 @@ Handler = Callable[[argparse.Namespace], int]
 #: ``(error type or types, exit code)``, or ``(error type or types, exit code, message)`` where
 #: ``message(err)`` is the line printed (default ``str(err)``).
 ErrorRule = tuple[Any, ...]
-#: The epilog of the verbs that answer with the documented exit codes.
-EXIT_CODES = exit_codes_help()
+#: The epilog of the verbs: where the exit codes are (the table is in the top-level ``--help`` only).
+EXIT_CODES = "exit codes: see conductor-agents --help"
 
 #: The agent verbs' errors: their exit codes, tried in order.
 AGENT_ERRORS: tuple[ErrorRule, ...] = (
@@ -89,7 +88,7 @@ def add_verb(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], na
 
 def add_on_run(subparsers: argparse._SubParsersAction[argparse.ArgumentParser], name: str, handler: Handler,
                help_: str, description: str, *parents: argparse.ArgumentParser) -> argparse.ArgumentParser:
-    """Add the verb ``name`` (as :func:`add_verb`, the exit codes its epilog) that acts on the run
+    """Add the verb ``name`` (as :func:`add_verb`, :data:`EXIT_CODES` its epilog) that acts on the run
     EXECUTION_ID, its first argument."""
     parser = add_verb(subparsers, name, handler, help_, description, *parents, epilog=EXIT_CODES)
     parser.add_argument("execution_id", metavar="EXECUTION_ID")

@@ -346,11 +346,14 @@ def test_usage_errors_exit_2(cli: Cli, target: str, args: List[str], message: st
 
 
 def test_help_documents_exit_codes(cli: Cli) -> None:
-    result = cli("wait", "--help")
+    result = cli("--help")
     assert result.returncode == 0
     for code in ("0    success", "3    unknown execution", "4    the Conductor server cannot be reached",
                  "5    the wait timed out", "6    send --wait-delivered", "7    approve, reject, respond"):
         assert code in result.stdout
+    verb = cli("wait", "--help")
+    assert verb.returncode == 0 and "exit codes: see conductor-agents --help" in verb.stdout
+    assert "5    the wait timed out" not in verb.stdout
 
 
 class InProcessTools:
