@@ -3,11 +3,12 @@
 A verb group is a module with ``register(subparsers)``; it adds its parsers and sets
 ``handler`` (``args -> exit code``) on each. Add new groups to ``VERB_GROUPS``.
 
-Exit codes (:data:`EXIT_CODE_TABLE` is the one list; the top-level ``--help`` (each verb's points to it),
-README.md and docs/cli.md show it, and a test holds them to it): 0 ok, 1 error (or the run ended FAILED/TERMINATED/TIMED_OUT), 2 usage
-or configuration (also: the server cannot call the model), 3 not found / not running / nothing to answer, 4 server
-unreachable, 5 wait timed out, 6 a message can no longer be delivered (send --wait-delivered), 7 another answer won
-(approve/reject/respond), 130 interrupted. Errors are one line on standard error, never a traceback.
+Exit codes (:data:`EXIT_CODE_TABLE` is the one list; the top-level ``--help`` (each verb's points to it), README.md
+and docs/cli.md show it, and a test holds them to it): 0 ok, 1 error (or the run ended
+FAILED/TERMINATED/TIMED_OUT), 2 usage or configuration (also: the server cannot call the model), 3 not found / not
+running / nothing to answer, 4 server unreachable, 5 wait timed out, 6 a message can no longer be delivered (send
+--wait-delivered), 7 another answer won (approve/reject/respond), 130 interrupted. Errors are one line on standard
+error, never a traceback.
 """
 
 from __future__ import annotations

@@ -18,11 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 CODES = {code for code, _ in EXIT_CODE_TABLE}
 
 
-def help_codes(*verb: str) -> Set[int]:
+def help_text(*verb: str) -> str:
     result = subprocess.run([sys.executable, "-m", "conductor_agents", *verb, "--help"], capture_output=True,
                             text=True, timeout=60, cwd=ROOT)
     assert result.returncode == 0, result.stderr
-    section = result.stdout.split("exit codes:", 1)[1]
+    return result.stdout
+
+
+def help_codes(*verb: str) -> Set[int]:
+    section = help_text(*verb).split("exit codes:", 1)[1]
     return {int(code) for code in re.findall(r"^  (\d+) ", section, flags=re.M)}
 
 
@@ -43,11 +47,9 @@ def test_help_lists_every_code() -> None:
                                   ["schedule", "create"]])
 def test_a_verbs_help_points_to_the_table_instead_of_repeating_it(verb) -> None:
     """The 20-line table is in the top-level ``--help`` only (issue 41, point 6)."""
-    result = subprocess.run([sys.executable, "-m", "conductor_agents", *verb, "--help"], capture_output=True,
-                            text=True, timeout=60, cwd=ROOT)
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.rstrip().endswith("exit codes: see conductor-agents --help")
-    assert not re.search(r"^  130 ", result.stdout, flags=re.M)
+    text = help_text(*verb)
+    assert text.rstrip().endswith("exit codes: see conductor-agents --help")
+    assert not re.search(r"^  130 ", text, flags=re.M)
 
 
 def test_code_3_names_every_verb_that_exits_3_for_an_ended_run() -> None:
