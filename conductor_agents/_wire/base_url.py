@@ -9,13 +9,15 @@ in ``/api`` (there a 404 is a missing endpoint, which callers handle).
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit
+import re
+from urllib.parse import urlsplit, urlunsplit
 
 from ..errors import ConfigurationError
 
-__all__ = ["missing_api_prefix"]
+__all__ = ["api_url", "missing_api_prefix"]
 
 _SPRING_NO_ROUTE = "No static resource"
+_VERSION = re.compile(r"v\d+", re.IGNORECASE)
 
 
 def missing_api_prefix(base_url: str, method: str, path: str, *, status: int, server_message: str = "",
@@ -31,4 +33,22 @@ def missing_api_prefix(base_url: str, method: str, path: str, *, status: int, se
         return None
     return ConfigurationError(
         f"the server URL {base_url} is not the Conductor API ({method} {path} answered {answer}): "
-        f"the API is under /api, set CONDUCTOR_SERVER_URL (or --server-url) to {base_url.rstrip('/')}/api")
+        f"the API is under /api, set CONDUCTOR_SERVER_URL (or --server-url) to {api_url(base_url)}")
+
+
+def api_url(base_url: str) -> str:
+    """The URL of the API that ``base_url`` most likely meant.
+
+    ``/api`` after what ``base_url`` has, except that a version (``/v1``) is dropped first and a path that
+    already has ``/api`` (``/api/v1``) is cut back to it: the API is ``/api``, with no version after it.
+    """
+    parts = urlsplit(base_url)
+    segments = [segment for segment in parts.path.split("/") if segment]
+    lowered = [segment.lower() for segment in segments]
+    if "api" in lowered:
+        segments = segments[: len(segments) - lowered[::-1].index("api")]
+    else:
+        if segments and _VERSION.fullmatch(segments[-1]):
+            segments.pop()
+        segments.append("api")
+    return urlunsplit((parts.scheme, parts.netloc, "/" + "/".join(segments), "", ""))

@@ -11,6 +11,7 @@ import re
 import pytest
 
 from conductor_agents import Agent, AgentRuntime, AgentSettings, ConfigurationError
+from conductor_agents._wire.base_url import api_url
 from conductor_agents._wire.transport import HttpError
 
 ROOT = "http://conductor.test:8080"
@@ -51,3 +52,27 @@ def test_a_404_under_api_stays_an_http_error(http):
     agent = Agent(name="greeter", model="openai/gpt-4o-mini", instructions="Say hello.")
     with runtime(ROOT + "/api") as rt, pytest.raises(HttpError):
         rt.start(agent, "hi")
+
+
+@pytest.mark.parametrize("url, meant", [
+    (ROOT, f"{ROOT}/api"),
+    (ROOT + "/", f"{ROOT}/api"),
+    (ROOT + "/api/v1", f"{ROOT}/api"),
+    (ROOT + "/api/v1/", f"{ROOT}/api"),
+    (ROOT + "/v1", f"{ROOT}/api"),
+    (ROOT + "/v1/", f"{ROOT}/api"),
+    ("http://proxy.test/conductor", "http://proxy.test/conductor/api"),
+    ("http://proxy.test/conductor/v2", "http://proxy.test/conductor/api"),
+])
+def test_the_url_suggested_is_the_api_not_the_url_with_api_appended(url, meant):
+    """``/api/v1`` was told to become ``/api/v1/api`` (issue 41, point 6): the suggestion is the API's URL."""
+    assert api_url(url) == meant
+
+
+@pytest.mark.parametrize("path", ["/api/v1", "/api/v1/", "/v1"])
+def test_the_error_for_a_versioned_url_suggests_the_api(http, path):
+    http.add(http.POST, re.compile(ROOT + "/.*"), status=404, json=NO_ROUTE)
+    agent = Agent(name="greeter", model="openai/gpt-4o-mini", instructions="Say hello.")
+    with runtime(ROOT + path) as rt, pytest.raises(ConfigurationError) as caught:
+        rt.start(agent, "hi")
+    assert str(caught.value).endswith(f"set CONDUCTOR_SERVER_URL (or --server-url) to {ROOT}/api")
