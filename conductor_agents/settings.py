@@ -38,19 +38,25 @@ def _parse_bool(raw: str) -> bool:
     raise ValueError("expected one of true/false, 1/0, yes/no, on/off")
 
 
-def _parse_positive_int(raw: str) -> int:
-    value = int(raw.strip())
-    if value < 1:
-        raise ValueError("expected an integer >= 1")
+def _whole_number(raw: str, minimum: int, *, also: str = "") -> int:
+    """``raw`` as a whole number >= ``minimum``; ``also`` names what else the variable takes, for the message."""
+    expected = ValueError(f"expected a whole number >= {minimum}{also}")  # from_env shows the value itself
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise expected from None
+    if value < minimum:
+        raise expected
     return value
+
+
+def _parse_positive_int(raw: str) -> int:
+    return _whole_number(raw, 1)
 
 
 def _parse_int_at_least(minimum: int) -> Callable[[str], int]:
     def parse(raw: str) -> int:
-        value = int(raw.strip())
-        if value < minimum:
-            raise ValueError(f"expected an integer >= {minimum}")
-        return value
+        return _whole_number(raw, minimum)
 
     return parse
 
@@ -58,10 +64,7 @@ def _parse_int_at_least(minimum: int) -> Callable[[str], int]:
 def _parse_keep_runs(raw: str) -> int | None:
     if raw.strip().lower() in ("all", "none"):
         return None  # keep every run
-    value = int(raw.strip())
-    if value < 0:
-        raise ValueError("expected an integer >= 0, or 'all' to keep every run")
-    return value
+    return _whole_number(raw, 0, also=", or 'all' to keep every run")
 
 
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)\s*([smhd]?)$")
@@ -80,9 +83,13 @@ def _parse_duration(raw: str) -> timedelta | None:
 
 
 def _parse_positive_float(raw: str) -> float:
-    value = float(raw.strip())
-    if not value > 0 or value != value or value == float("inf"):
-        raise ValueError("expected a number > 0")
+    expected = ValueError("expected a number > 0")
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise expected from None
+    if not value > 0 or value == float("inf"):  # NaN is not > 0
+        raise expected
     return value
 
 

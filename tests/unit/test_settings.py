@@ -276,3 +276,20 @@ def test_keep_for_takes_a_duration_and_reaches_the_continuation(raw, expected):
     assert (settings.continuation_for(agent).keep_for, settings.continuation_for(agent).keep_runs) == (expected, 2)
     with pytest.raises(ConfigurationError, match="keep_for"):
         AgentSettings(keep_for=5)
+
+
+@pytest.mark.parametrize("name, raw, expected", [
+    ("CONDUCTOR_AGENT_WORKER_THREADS", "x", "expected a whole number >= 1"),
+    ("CONDUCTOR_AGENT_WORKER_THREADS", "2.5", "expected a whole number >= 1"),
+    ("CONDUCTOR_AGENT_WORKER_THREADS", "0", "expected a whole number >= 1"),
+    ("CONDUCTOR_AGENT_WORKER_POLL_INTERVAL", "fast", "expected a whole number >= 1"),
+    ("CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS", "many", "expected a whole number >= 2"),
+    ("CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES", "1MB", "expected a whole number >= 100000"),
+    ("CONDUCTOR_AGENT_KEEP_RUNS", "some", "expected a whole number >= 0, or 'all' to keep every run"),
+    ("CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS", "soon", "expected a number > 0"),
+])
+def test_a_value_that_is_not_a_number_says_what_is_expected(name, raw, expected):
+    """Not Python's ``invalid literal for int() with base 10: 'x'`` (issue 41, point 6): what the variable takes."""
+    with pytest.raises(ConfigurationError) as info:
+        AgentSettings.from_env({name: raw})
+    assert str(info.value) == f"environment variable {name}={raw!r} is invalid: {expected}"
