@@ -59,7 +59,9 @@ def load_agent(spec: str) -> Agent:
         if isinstance(made, Agent):
             return made
         raise TargetError(f"{spec}() returned {type(made).__name__}, not an Agent")
-    raise TargetError(f"{spec} is a {type(obj).__name__}, not an Agent or a function returning one")
+    kind = type(obj).__name__
+    raise TargetError(f"{spec} is {'an' if kind[:1].lower() in 'aeiou' else 'a'} {kind}, not an Agent or a function "
+                      "returning one")
 
 
 def _import(module_part: str) -> ModuleType:

@@ -1,5 +1,5 @@
-"""The command line's small promises (issue 41, point 6): ``-V``, the verb list of docs/cli.md, Ctrl-C while
-it starts."""
+"""The command line's small promises (issue 41, point 6): ``-V``, the verb list of docs/cli.md, the words of an
+error, Ctrl-C while it starts."""
 
 from __future__ import annotations
 
@@ -7,8 +7,11 @@ import argparse
 import re
 from pathlib import Path
 
+import pytest
+
 from conductor_agents import __version__
 from conductor_agents.cli._main import build_parser, main
+from conductor_agents.cli._target import TargetError, load_agent
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -47,3 +50,16 @@ def test_docs_cli_lists_exactly_the_verbs_of_the_parser() -> None:
     """docs/cli.md missed nine verbs (issue 41, point 6): its list and the parser now hold the same verbs."""
     assert documented_verbs() == parser_verbs()
     assert {"serve", "pending", "list", "events", "schedule"} <= set(parser_verbs())
+
+
+def test_a_target_that_is_not_an_agent_is_named_with_the_right_article(tmp_path: Path) -> None:
+    """``MODULE:AGENT`` naming a number said "is a int" (issue 41, point 6)."""
+    module = tmp_path / "not_agents.py"
+    module.write_text("count = 42\nname = 'support'\nitems = [1]\n")
+    said = {}
+    for attr in ("count", "name", "items"):
+        with pytest.raises(TargetError) as error:
+            load_agent(f"{module}:{attr}")
+        said[attr] = str(error.value)
+    assert said == {attr: f"{module}:{attr} is {kind}, not an Agent or a function returning one"
+                    for attr, kind in (("count", "an int"), ("name", "a str"), ("items", "a list"))}
