@@ -99,6 +99,21 @@ class AsyncAgentRuntime:
 
     def __init__(self, settings: AgentSettings | None = None, *, runtime: AgentRuntime | None = None,
                  max_threads: int = DEFAULT_MAX_THREADS, **kwargs: Any) -> None:
+        """Make an async runtime: over a new :class:`AgentRuntime`, or over ``runtime``.
+
+        Args:
+            settings: as :class:`AgentRuntime` (default :meth:`AgentSettings.from_env`).
+            runtime: an :class:`AgentRuntime` to wrap instead of making one (closing this closes it);
+                not with ``settings`` or ``kwargs``.
+            max_threads: the threads of its pool, which runs the blocking verbs (32); verbs beyond
+                that wait their turn.
+            **kwargs: the other arguments of :class:`AgentRuntime` (``on_stall``, ``on_pending``,
+                ``transport``, ``clock``).
+
+        Raises:
+            ValueError: ``runtime`` with ``settings`` or ``kwargs``, or ``max_threads`` < 1.
+            ConfigurationError, AgentTypeError: as :class:`AgentRuntime`.
+        """
         if runtime is not None and (settings is not None or kwargs):
             raise ValueError("pass either runtime= or the settings to make one, not both")
         self._pool = _Pool(max_threads)

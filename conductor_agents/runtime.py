@@ -73,6 +73,23 @@ class AgentRuntime:
     def __init__(self, settings: AgentSettings | None = None, *, transport: Transport | None = None,
                  clock: Clock = SYSTEM_CLOCK, on_stall: Callable[[AgentHandle, WorkerStallError], Any] | None = None,
                  on_pending: Callable[[AgentHandle, PendingRequest], Any] | None = None) -> None:
+        """Make a runtime that talks to the server ``settings.server_url`` names.
+
+        Args:
+            settings: the server, workers and liveness (:class:`AgentSettings`); default
+                :meth:`AgentSettings.from_env`, read from ``CONDUCTOR_*`` variables.
+            transport: the HTTP transport to use instead of one of its own (tests, a shared connection
+                pool); the caller owns it: :meth:`close` does not close it.
+            clock: the clock that waits, liveness and back-off read (tests pass a fake one).
+            on_stall: ``on_stall(handle, error)``, called on the watchdog thread once each time a run
+                started or resumed here stalls (:class:`WorkerStallError`); keep it short.
+            on_pending: ``on_pending(handle, request)``, called on the ``conductor-agents-pending`` thread
+                once for each :class:`PendingRequest` of a run started or resumed here; keep it short.
+
+        Raises:
+            ConfigurationError: ``settings`` was not given and a ``CONDUCTOR_*`` variable is malformed.
+            AgentTypeError: ``on_stall`` or ``on_pending`` is not callable.
+        """
         if on_stall is not None and not callable(on_stall):
             raise AgentTypeError(f"on_stall must be callable, got {on_stall!r}", field="on_stall", value=on_stall)
         if on_pending is not None and not callable(on_pending):

@@ -262,3 +262,16 @@ class TestPublish:
         publish(namespace, "fake_public_home", elsewhere={"helper": "other_home"})
         assert "fake_public_home" == private.Priced.__module__
         assert "other_home" == private.helper.__module__
+
+
+@pytest.mark.parametrize("cls", [conductor_agents.AgentRuntime, conductor_agents.AsyncAgentRuntime])
+def test_a_runtimes_init_says_what_each_argument_is(cls):
+    """``help(AgentRuntime.__init__)`` and an IDE's hint said "Initialize self" (issue 41, point 6)."""
+    doc = inspect.getdoc(cls.__init__)
+    assert doc is not None and "Initialize self" not in doc
+    arguments = doc.split("Args:", 1)[1].split("Raises:", 1)[0]
+    for name, parameter in inspect.signature(cls.__init__).parameters.items():
+        if name != "self":
+            shown = f"**{name}" if parameter.kind is parameter.VAR_KEYWORD else name
+            assert f"\n    {shown}: " in arguments, name
+    assert "Initialize self" not in pydoc.render_doc(cls.__init__)
