@@ -204,9 +204,14 @@ class AgentHandle:
         (:attr:`stall`) is checked before each poll, and a stall wakes the wait at once.
         Safe to call again after it returned or raised.
 
+        ``timeout`` is in seconds, default ``wait_timeout_seconds`` (600). ``math.inf`` waits with no
+        deadline: the way to serve a long-lived listener from Python (its tools run in this process while
+        ``wait()`` waits) until it is stopped or ends. ``0`` is refused; :meth:`status` looks once.
+
         With an agent ``output_type``, a COMPLETED run's ``output`` is an instance of it.
 
         Raises:
+            ValueError: ``timeout`` is not a number of seconds > 0 (``math.inf`` included).
             WaitTimeoutError: the deadline passed (default 600 s); the run goes on.
             WorkerStallError: a task of this run's domain is not being polled.
             ModelUnavailableError: the run's first model turn failed because the server cannot call

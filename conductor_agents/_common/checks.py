@@ -203,6 +203,14 @@ def optional(check: Check) -> Check:
     return _Optional(check.refusal, check)
 
 
+@attrs.frozen
+class _ATimeout(_ANumber):
+    @property
+    def expected(self) -> str:
+        return "a number of seconds > 0 (math.inf: no deadline)"
+
+
 #: A timeout in seconds that a call is given: a real number > 0 (``math.inf``: no deadline; a ``Fraction`` or a
-#: NumPy number too: the call takes its ``float()``); a ValueError otherwise.
-A_TIMEOUT = a_number(above=0, real=True)
+#: NumPy number too: the call takes its ``float()``); a ValueError otherwise, which names ``math.inf``: 0 is no
+#: "look once" (``status()`` is that), and a caller who meant "no deadline" learns how to say it.
+A_TIMEOUT: Check = _ATimeout(VALUE_ERROR, above=0, real=True)

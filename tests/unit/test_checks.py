@@ -27,6 +27,8 @@ from conductor_agents._listener.chained_events import ChainedEvents
 from conductor_agents._common.checks import Refusal, a_bool, a_number, an_int, optional
 from conductor_agents.testing import Failure, ScriptError, Usage
 
+#: What every timeout is refused as: it names math.inf, the way to wait with no deadline (issue 41, point 6).
+T = "timeout must be a number of seconds > 0 (math.inf: no deadline)"
 AGENT = Refusal(AgentDefinitionError, type_error=AgentTypeError, prefix="Agent.")
 
 
@@ -291,15 +293,15 @@ SITES = [
     ("usage", lambda: Usage(input_tokens=-1), ScriptError, "input_tokens must be an int >= 0 or None, got -1", None),
     ("failure-status", lambda: Failure(status=200), ScriptError, "status must be an int from 400 to 599, got 200",
      None),
-    ("wait-timeout", lambda: _handle().wait(timeout=0), ValueError, "timeout must be a number > 0, got 0", None),
+    ("wait-timeout", lambda: _handle().wait(timeout=0), ValueError, T + ", got 0", None),
     ("wait-delivered-timeout", lambda: _handle().wait_delivered("m-1", timeout=True), ValueError,
-     "timeout must be a number > 0 (not a bool), got True", None),
-    ("async-wait-timeout", lambda: _async_wait(math.nan), ValueError, "timeout must be a number > 0, got nan", None),
-    ("approve-timeout", lambda: _approve(-2.5), ValueError, "timeout must be a number > 0, got -2.5", None),
-    ("stream-timeout", lambda: _events(EventStream, "run-1"), ValueError, "timeout must be a number > 0, got -1",
+     T + " (not a bool), got True", None),
+    ("async-wait-timeout", lambda: _async_wait(math.nan), ValueError, T + ", got nan", None),
+    ("approve-timeout", lambda: _approve(-2.5), ValueError, T + ", got -2.5", None),
+    ("stream-timeout", lambda: _events(EventStream, "run-1"), ValueError, T + ", got -1",
      None),
     ("chained-events-timeout", lambda: _events(ChainedEvents, None, None), ValueError,
-     "timeout must be a number > 0, got -1", None),
+     T + ", got -1", None),
 ]
 
 
@@ -349,10 +351,10 @@ def test_a_timeout_is_any_real_number_but_a_bool_or_a_string():
     for refused, shown in [(Fraction(0), "Fraction(0, 1)"), (Count(-1), "Count(-1)"), ("5", "'5'")]:
         with pytest.raises(ValueError) as error:
             checks.A_TIMEOUT.check("timeout", refused)
-        assert f"timeout must be a number > 0, got {shown}" == str(error.value)
+        assert f"{T}, got {shown}" == str(error.value)
     with pytest.raises(ValueError) as error:
         checks.A_TIMEOUT.check("timeout", True)
-    assert "timeout must be a number > 0 (not a bool), got True" == str(error.value)
+    assert f"{T} (not a bool), got True" == str(error.value)
 
 
 def test_a_number_sent_as_it_is_stays_an_int_or_a_float():
