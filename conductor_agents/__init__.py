@@ -3,6 +3,11 @@
 The public names are re-exported here; everything else lives in private modules.
 """
 
+# First of all: a Ctrl-C while the command line imports the package is exit 130, not a traceback.
+from ._common.early_interrupt import hold as _hold_early_interrupt
+
+_hold_early_interrupt()
+
 import logging as _logging
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 

@@ -20,6 +20,7 @@ import sys
 import textwrap
 from collections.abc import Callable, Sequence
 
+from .._common.early_interrupt import release as release_early_interrupt
 from .._version import __version__
 from ..errors import ConductorAgentsError, JavaNotFoundError
 
@@ -93,14 +94,19 @@ def error(message: str) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code."""
-    parser = build_parser()
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code.
+
+    Ctrl-C at any point is exit 130 and an empty line (before this runs: see ``_common.early_interrupt``).
+    """
+    restore_logging: Callable[[], None] = lambda: None  # noqa: E731 - until logging is configured
     try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:  # --help, --version and usage errors (2)
-        return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
-    restore_logging = _configure_logging(args.verbose)
-    try:
+        release_early_interrupt()  # from here on, Ctrl-C is the KeyboardInterrupt caught below
+        parser = build_parser()
+        try:
+            args = parser.parse_args(argv)
+        except SystemExit as exit_:  # --help, --version and usage errors (2)
+            return exit_.code if isinstance(exit_.code, int) else EXIT_USAGE
+        restore_logging = _configure_logging(args.verbose)
         return int(args.handler(args))
     except JavaNotFoundError as err:
         error(str(err))

@@ -4,12 +4,19 @@ error, Ctrl-C while it starts."""
 from __future__ import annotations
 
 import argparse
+import os
 import re
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from conductor_agents import __version__
+from conductor_agents._common import early_interrupt
+from conductor_agents._common.early_interrupt import launched_as_cli
+from conductor_agents.cli import _main
 from conductor_agents.cli._main import build_parser, main
 from conductor_agents.cli._target import TargetError, load_agent
 
@@ -63,3 +70,76 @@ def test_a_target_that_is_not_an_agent_is_named_with_the_right_article(tmp_path:
         said[attr] = str(error.value)
     assert said == {attr: f"{module}:{attr} is {kind}, not an Agent or a function returning one"
                     for attr, kind in (("count", "an int"), ("name", "a str"), ("items", "a list"))}
+
+
+#: A ``sitecustomize`` that sends this process SIGINT while the package is half imported (when its
+#: ``runtime`` module is looked for): the moment a Ctrl-C in the first 0.3 s of ``run`` lands, every time.
+INTERRUPT_WHILE_IMPORTING = '''
+import os, signal, sys
+
+class InterruptOnce:
+    def find_spec(self, name, path=None, target=None):
+        if name == "conductor_agents.runtime":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, InterruptOnce())
+'''
+#: What pip writes as the ``conductor-agents`` console script.
+CONSOLE_SCRIPT = '''import sys
+from conductor_agents.cli import main
+if __name__ == "__main__":
+    sys.argv[0] = sys.argv[0].removesuffix(".exe")
+    sys.exit(main())
+'''
+
+
+@pytest.mark.parametrize("launch", ["python -m", "console script"])
+def test_ctrl_c_while_the_package_is_imported_is_exit_130_without_a_traceback(tmp_path: Path, launch: str) -> None:
+    """Ctrl-C in the first 0.3 s of ``run`` printed a KeyboardInterrupt traceback (issue 41, point 6): it lands
+    while the package is imported, before ``main`` catches it; the package holds it for the command line."""
+    (tmp_path / "sitecustomize.py").write_text(INTERRUPT_WHILE_IMPORTING)
+    script = tmp_path / "conductor-agents"
+    script.write_text(CONSOLE_SCRIPT)
+    command = ["-m", "conductor_agents"] if launch == "python -m" else [str(script)]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    result = subprocess.run([sys.executable, *command, "run", "agents.py:support", "Start."], capture_output=True,
+                            text=True, timeout=60, cwd=tmp_path, env=env)
+    assert (result.returncode, result.stderr, result.stdout) == (130, "\n", "")
+
+
+def test_ctrl_c_before_a_verb_runs_is_exit_130_without_a_traceback(monkeypatch, capsys) -> None:
+    """A Ctrl-C while ``main`` builds its parser (it imports the verb groups) is caught as well."""
+    def interrupted() -> argparse.ArgumentParser:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(_main, "build_parser", interrupted)
+    try:
+        code: object = main(["status", "some-id"])
+    except KeyboardInterrupt:
+        code = "KeyboardInterrupt escaped"
+    assert code == 130
+    assert capsys.readouterr().err == "\n"
+
+
+@pytest.mark.parametrize("argv0, orig_argv, cli", [
+    ("/venv/bin/conductor-agents", ["/venv/bin/python", "/venv/bin/conductor-agents", "run"], True),
+    ("C:\\venv\\Scripts\\conductor-agents.exe", ["python", "conductor-agents.exe"], True),
+    ("-m", ["python", "-X", "importtime", "-m", "conductor_agents", "run"], True),
+    ("-m", ["python", "-mconductor_agents", "run"], True),
+    ("-m", ["python", "-m", "conductor_agents.local_server"], False),
+    ("-m", ["python", "-m", "pytest"], False),
+    ("/venv/bin/pytest", ["python", "/venv/bin/pytest"], False),
+    ("-c", ["python", "-c", "import conductor_agents"], False),
+    ("app.py", ["python", "app.py", "-m", "conductor_agents"], False),
+])
+def test_only_the_command_line_holds_ctrl_c(argv0: str, orig_argv: list[str], cli: bool) -> None:
+    """A program that imports the package keeps Python's Ctrl-C; only ``conductor-agents`` and ``python -m
+    conductor_agents`` exit 130 while it starts."""
+    assert launched_as_cli(argv0, orig_argv) is cli
+
+
+def test_importing_the_package_leaves_ctrl_c_as_it_was() -> None:
+    """In this process (pytest, not the command line), Ctrl-C is still Python's KeyboardInterrupt."""
+    assert signal.getsignal(signal.SIGINT) is not early_interrupt._exit_interrupted
