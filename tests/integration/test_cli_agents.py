@@ -328,12 +328,15 @@ def test_server_url_without_api_exits_2_naming_the_fix(cli: Cli, target: str) ->
         assert result.stderr.count("\n") == 1, result.stderr
         assert result.stderr.startswith(f"conductor-agents: error: the server URL {root} is not the Conductor API")
         assert f"{root}/api" in result.stderr
+    versioned = cli("status", "some-id", "--server-url", f"{root}/api/v1")  # issue 41: not .../api/v1/api
+    assert versioned.returncode == 2, versioned.stderr
+    assert versioned.stderr.rstrip().endswith(f"set CONDUCTOR_SERVER_URL (or --server-url) to {root}/api")
 
 
 @pytest.mark.parametrize("args, message", [
     (["run", "no_such_module:agent", "hi"], "no module named"),
     (["run", "agent_mod.py:missing", "hi"], "has no attribute"),
-    (["run", "agent_mod.py:not_an_agent", "hi"], "not an Agent"),
+    (["run", "agent_mod.py:not_an_agent", "hi"], "is an int, not an Agent"),
     (["run", "agent_mod.py", "hi"], "expected MODULE:AGENT"),
     (["wait", "some-id", "--timeout", "-1"], "seconds > 0"),
     (["status", "some-id", "--server-url", "localhost"], "http(s) URL"),
