@@ -50,13 +50,14 @@ class ConfigurationError(ConductorAgentsError, ValueError):
 
 
 class ModelUnavailableError(ConfigurationError):
-    """The server cannot call the run's model: it has no route to the provider, or the provider refused its key.
+    """The server cannot call the run's model: no route to the provider, a key it refused, or no such model.
 
     Raised by ``wait()`` (and ``run()``) when the run's first model turn fails so, at the first failed
     attempt instead of after the server's retries (about a minute); the run is cancelled, since it could
     not have gone on. Keys are the *server's* business: ``variable`` names the environment variable the
-    server reads for the provider (``OPENAI_API_KEY``...). ``cause`` is ``"no_route"`` or
-    ``"rejected_key"``; ``detail`` what the server said, shortened (never a key).
+    server reads for the provider (``OPENAI_API_KEY``...). ``cause`` is ``"no_route"``,
+    ``"rejected_key"`` or ``"unknown_model"`` (the provider has no model of that name); ``detail`` what the server
+    said, shortened (never a key).
     """
 
     def __init__(self, message: str, *, execution_id: str, model: str, cause: str, detail: str,

@@ -43,6 +43,7 @@ PROVIDER_KEY_VARIABLES = {
 
 NO_ROUTE = "no_route"
 REJECTED_KEY = "rejected_key"
+UNKNOWN_MODEL = "unknown_model"
 
 _CALL_FAILED = re.compile(r"API call failed: (?P<what>.*?)(?: \u2014 caused by: (?P<root>.*))?\Z", re.S)
 _STATUS = re.compile(r"failed with status (?P<status>\d{3})")
@@ -56,8 +57,9 @@ _DETAIL_LIMIT = 120
 def classify_model_failure(reason: Any) -> tuple[str, str] | None:
     """``(cause, detail)`` when a model task's failure ``reason`` says the call cannot succeed, else None.
 
-    ``cause`` is ``"no_route"`` (the provider's host cannot be reached: refused, unknown, unreachable)
-    or ``"rejected_key"`` (the provider answered 401 or 403); ``detail`` is a short text for a person
+    ``cause`` is ``"no_route"`` (the provider's host cannot be reached: refused, unknown, unreachable),
+    ``"rejected_key"`` (the provider answered 401 or 403) or ``"unknown_model"`` (it answered 404: it has no
+    model of that name, or none this key may use); ``detail`` is a short text for a person
     (never the provider's answer body, which may echo part of a key). Anything else (a 429, a 5xx, a
     timeout) may pass: None.
     """
@@ -69,7 +71,9 @@ def classify_model_failure(reason: Any) -> tuple[str, str] | None:
     status = _STATUS.search(what)
     if status is not None:
         code = int(status.group("status"))
-        return (REJECTED_KEY, f"the provider answered HTTP {code}") if code in (401, 403) else None
+        if code in (401, 403):
+            return REJECTED_KEY, f"the provider answered HTTP {code}"
+        return (UNKNOWN_MODEL, "the provider answered HTTP 404") if code == 404 else None
     text = f"{what} {root}".lower()
     if any(word in text for word in _NO_ROUTE_WORDS):
         detail = what if not root or root in what else f"{what}: {root}"
@@ -99,8 +103,9 @@ def model_failure_error(execution_id: str, model: str, cause: str, detail: str) 
     """The one-line error for a run whose model the server cannot call: the cause, then the fix."""
     provider = model.split("/", 1)[0] if "/" in model else ""
     variable = PROVIDER_KEY_VARIABLES.get(provider, f"{provider.upper()}_API_KEY" if provider else None)
-    why = ("no route from the server to its provider" if cause == NO_ROUTE
-           else "its provider refused the server's key")
+    why = {NO_ROUTE: "no route from the server to its provider",
+           UNKNOWN_MODEL: "its provider has no such model (or none the server's key may use)"}.get(
+        cause, "its provider refused the server's key")
     key = variable or "the provider's key"
     message = (f"the server cannot call the model {model or '(unknown)'}: {why} ({detail}). Models are called "
                f"by the server: give it {key} in its own environment and a route to the provider (`conductor-agents "

@@ -140,10 +140,11 @@ class ScriptBook:
         model = request.model
         policy: Policy | None = None
         used = 0
+        scripted: list[str] = []
         with self._cond:
             script = self._scripts.get(model)
             if script is None:
-                pass
+                scripted = sorted(self._scripts)
             elif script.failures:
                 return script.failures.popleft()
             elif script.turns:
@@ -155,7 +156,7 @@ class ScriptBook:
                     script.exhausted = True
                 used = script.used
         if script is None:
-            return self._anomaly("unknown_model", model, f"scripted-llm: no script for model {model!r}", request)
+            return self._unknown_model(model, scripted, request)
         if policy is None:
             text = f"scripted-llm: the script for model {model!r} is exhausted (all {used} turns used)"
             return self._anomaly("exhausted", model, text, request)
@@ -172,6 +173,17 @@ class ScriptBook:
         except ScriptError as err:
             text = f"scripted-llm: the policy for model {request.model!r} returned a bad turn: {err}"
             return self._anomaly("policy_error", request.model, text, request)
+
+    def _unknown_model(self, model: str, scripted: list[str], request: LLMRequest) -> Failure:
+        """A model nobody scripted: refused as a provider refuses a model it does not have (HTTP 404,
+        ``model_not_found``), naming the models this fake scripts; and an anomaly."""
+        names = ", ".join(f"openai/{name}" for name in scripted[:10]) or "none yet"
+        more = f" and {len(scripted) - 10} more" if len(scripted) > 10 else ""
+        text = (f"scripted-llm: no script for model {model!r}; the models scripted here are {names}{more} "
+                "(register one with ScriptedLLM.script())")
+        self.add_anomaly(Anomaly(kind="unknown_model", model=model, message=text, request=request))
+        return Failure(status=404, body={"error": {"message": text, "type": "invalid_request_error", "param": "model",
+                                                   "code": "model_not_found"}})
 
     def _anomaly(self, kind: str, model: str, message: str, request: LLMRequest | None) -> Reply:
         self.add_anomaly(Anomaly(kind=kind, model=model, message=message, request=request))

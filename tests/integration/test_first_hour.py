@@ -171,6 +171,23 @@ def test_a_model_the_server_cannot_call_fails_at_once_with_the_fix(scripted_llm,
     assert "OPENAI_API_KEY" in errors[0] and "CONDUCTOR_AGENT_MODEL" in errors[0]
 
 
+def test_a_model_nobody_scripted_is_refused_by_name(scripted_llm, agent_runtime, unique_name) -> None:
+    """Offline, a model the scripted fake has no script for is refused as a provider refuses a model it does not
+    have (404): run() raises ModelUnavailableError at the first attempt (was: COMPLETED with the text
+    "scripted-llm: no script for model ..."), and the fake's anomaly names the models it scripts."""
+    from conductor_agents import ModelUnavailableError
+
+    scripted_llm.script(["unused"])  # at least one model is scripted: the refusal names it (or the first ten)
+    model = f"openai/{unique_name('nobody-scripted')}"
+    agent = Agent(name=unique_name("unscripted"), model=model, max_turns=2, tools=[_note()])
+    with pytest.raises(ModelUnavailableError) as caught:
+        agent_runtime.run(agent, "go", timeout=60)
+    assert caught.value.cause == "unknown_model" and caught.value.model == model
+    assert "has no such model" in str(caught.value)
+    [anomaly] = scripted_llm.anomalies_for(model)
+    assert anomaly.kind == "unknown_model" and "the models scripted here are openai/" in anomaly.message
+
+
 def _cli(agent_settings, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "CONDUCTOR_SERVER_URL": agent_settings.server_url}
     return subprocess.run([sys.executable, "-m", "conductor_agents", *args], env=env, capture_output=True, text=True,

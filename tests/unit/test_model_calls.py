@@ -19,12 +19,15 @@ UNKNOWN_HOST = ("Task execution failed: Anthropic Messages API call failed: api.
                 "api.anthropic.com")
 REJECTED = ('Task execution failed: OpenAI Responses API call failed: Responses API failed with status 401: '
             '{"error": {"message": "Incorrect API key provided: sk-abc***xyz"}}')
+NO_SUCH_MODEL = ('Task execution failed: OpenAI Responses API call failed: Responses API failed with status 404: '
+                 '{"error": {"message": "The model gpt-9 does not exist", "code": "model_not_found"}}')
 
 
 @pytest.mark.parametrize("reason, cause, detail", [
     (REFUSED, "no_route", "Failed to connect to /127.0.0.1:45791: Connection refused"),
     (UNKNOWN_HOST, "no_route", "unknown host api.anthropic.com"),
     (REJECTED, "rejected_key", "the provider answered HTTP 401"),
+    (NO_SUCH_MODEL, "unknown_model", "the provider answered HTTP 404"),
 ])
 def test_hopeless_model_calls_are_classified(reason: str, cause: str, detail: str) -> None:
     """No route and a refused key are the set-up's fault; the detail never carries the provider's body."""
@@ -51,6 +54,14 @@ def test_the_error_names_the_cause_and_the_fix_on_one_line() -> None:
                  "--scripted-model", "run-1 was cancelled"):
         assert part in text
     assert (err.variable, err.cause, err.execution_id) == ("OPENAI_API_KEY", "rejected_key", "run-1")
+
+
+def test_a_model_the_provider_does_not_have_says_so() -> None:
+    """HTTP 404: the model's name is wrong (or the key may not use it); choosing another model is the fix."""
+    err = model_failure_error("run-1", "openai/gpt-9", *classify_model_failure(NO_SUCH_MODEL))
+    text = str(err)
+    assert "has no such model" in text and "CONDUCTOR_AGENT_MODEL" in text and "does not exist" not in text
+    assert err.cause == "unknown_model"
 
 
 def _run_error(message: str) -> ErrorEvent:

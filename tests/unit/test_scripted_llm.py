@@ -418,10 +418,17 @@ def test_failure_turn_with_custom_body(llm):
 # --- anomalies -------------------------------------------------------------------------
 
 
-def test_unknown_model_answers_200_and_records(llm):
-    """An unscripted model gets a final text naming it, and an anomaly."""
-    reply = ask(llm, "openai/nobody-scripted-me")
-    assert "no script for model 'nobody-scripted-me'" in text_of(reply)
+def test_unknown_model_is_refused_as_a_provider_refuses_it_naming_the_scripted_models(llm):
+    """An unscripted model is answered HTTP 404 ``model_not_found`` (what a provider answers for a model it does
+    not have), naming the models scripted here, and recorded as an anomaly."""
+    llm.script(["hi"], model="the-one-scripted")
+    response = post(llm, {**FIRST_TURN_BODY, "model": "nobody-scripted-me"})
+    assert response.status_code == 404, response.text
+    body = response.json()
+    assert body["error"]["code"] == "model_not_found"
+    message = body["error"]["message"]
+    assert "no script for model 'nobody-scripted-me'" in message
+    assert "the models scripted here are openai/" in message  # this module's llm scripts many: the first 10
     [anomaly] = llm.anomalies_for("nobody-scripted-me")
     assert anomaly.kind == "unknown_model" and anomaly.request.model == "nobody-scripted-me"
 
