@@ -4,9 +4,9 @@ A newcomer with no model key drives the samples and their own agents from the sh
 OpenAI provider points at this process, and every agent whose model is ``openai/scripted`` gets
 :class:`DevModel`'s answers (any other model name is refused as a provider refuses a model it does not
 have, HTTP 404 naming ``openai/scripted``, and logged as an anomaly: the run's ``wait()`` raises
-``ModelUnavailableError``). Run as ``python -m conductor_agents.testing._dev_model --ready-file PATH``: once it listens it writes
-to ``PATH`` (JSON) its port, the model name and the environment a server needs to call it, and it serves
-until SIGTERM or SIGINT.
+``ModelUnavailableError``). Run as ``python -m conductor_agents.testing._dev_model --ready-file PATH``: once
+it listens it writes to ``PATH`` (JSON) its port, the model name and the environment a server needs to call
+it, and it serves until SIGTERM or SIGINT.
 """
 
 from __future__ import annotations
