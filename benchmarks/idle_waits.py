@@ -13,9 +13,9 @@ Standalone: raw REST with ``requests`` on one ``LocalServer`` (SQLite, the SDK's
 First a warm-up (20 runs of each kind, 10 woken, all terminated, 20 s of rest). Per repeat, the order of the kinds
 rotating, per kind: a window of ``--seconds`` on the empty server (its baseline), then N runs started, left to
 settle, a window of ``--seconds`` with nothing else happening (the server JVM's
-utime+stime from /proc, per thread group too; the waits' ``pollCount`` on 10 runs before and after = how often
-the server evaluates each; the decider queue's size), then ``--wakes`` wake-ups one at a time among those N waiting
-runs, each timed from the wake call to the ``after`` task of that run being SCHEDULED (read back by polling
+utime+stime from /proc, per thread group too; the waits' ``pollCount`` on ``--sample`` runs (10) before and after =
+how often the server evaluates each; the decider queue's size), then ``--wakes`` wake-ups one at a time among those
+N waiting runs, each timed from the wake call to the ``after`` task of that run being SCHEDULED (read back by polling
 ``GET /workflow/{id}`` every 10 ms), then every run terminated. Medians over the repeats are printed; the raw
 figures go to ``--out`` (JSON). Nothing here asserts anything; a shared machine inflates CPU figures.
 
@@ -88,6 +88,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--repeats", type=int, default=2, help="repeats, the kinds' order rotating (2)")
     p.add_argument("--wakes", type=int, default=10, help="wake-ups per kind per repeat (10)")
     p.add_argument("--settle", type=float, default=8.0, help="seconds after the runs wait, before a window (8)")
+    p.add_argument("--sample", type=int, default=10, help="runs whose pollCounts are read around a window (10)")
     p.add_argument("--kinds", default=None, help=f"flat: {','.join(KINDS)}; fork: {','.join(FORK_KINDS)} (all)")
     p.add_argument("--shape", choices=("flat", "fork"), default="flat",
                    help="flat: [wait, after]; fork: [FORK_JOIN_DYNAMIC (the wait), JOIN, after] (flat)")
@@ -373,7 +374,7 @@ def measure_kind(api: Api, pid: int, kind: str, args: argparse.Namespace, base: 
         parker.start()
     started_s = time.monotonic() - t0
     try:
-        sample = ids[:10]
+        sample = ids[:args.sample]
         fast = _join_fast_phase(api, pid, sample, args, base) if fork and parker is None else None
         time.sleep(args.settle)
         q0, pc0, p0 = api.queues(), _poll_counts(api, sample, refs), time.monotonic()
