@@ -17,9 +17,10 @@ from typing import Any
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
-from ..errors import ConfigurationError, ServerError
+from ..errors import ConductorAgentsError, ConfigurationError, ServerError
 from ..tools import ToolDef
 from .executor import ToolExecutor
+from .task_watch import hand_back
 
 __all__ = ["DomainPoller"]
 
@@ -409,8 +410,8 @@ class DomainPoller:
                     self._polled_cond.notify_all()
             for task in tasks:
                 tool_def = self._tools_for(task)
-                if tool_def is None:  # cannot happen unless the server sent a foreign type
-                    log.error("polled task of unknown type %s; ignoring", task.get("taskType"))
+                if tool_def is None:
+                    self._hand_back_unserved(task)
                     continue
                 self._executor.submit(task, tool_def)
         if recovered:  # after the round: every task it took counts as polled on the server now
@@ -444,6 +445,20 @@ class DomainPoller:
                 self._on_recovered(self)
             except Exception:
                 log.exception("the recovery listener of the poller for domain %s failed", self.domain)
+
+    def _hand_back_unserved(self, task: Mapping[str, Any]) -> None:
+        """A task polled for a type this poller no longer serves: the run whose tools it served left it between the
+        poll and its answer (a listener's switch moving its tools from one run to the next was seen doing it, the
+        soak's turn task left polled and never run). Handed back to its queue for the next delivery, here once
+        the tools are back or in another process: a polled task left alone waits for its response timeout."""
+        log.warning("polled a task of type %s (run %s) that this process no longer serves; handing it back",
+                    task.get("taskType"), task.get("workflowInstanceId"))
+        try:
+            hand_back(self._api, workflow_id=str(task.get("workflowInstanceId")), task_id=str(task.get("taskId")),
+                      worker_id=self._worker_id, note="polled by a process that no longer served its type")
+        except ConductorAgentsError as err:
+            log.warning("handing back task %s failed (%s); it is delivered again after its response timeout",
+                        task.get("taskId"), err)
 
     def _tools_for(self, task: Mapping[str, Any]) -> ToolDef | None:
         task_type = task.get("taskType") or task.get("taskDefName")

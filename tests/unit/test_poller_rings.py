@@ -115,3 +115,24 @@ def test_a_poll_that_filled_its_count_drains_the_type_next_round():
     poller = _watched(_Serving([4]))
     poller._poll_round(("act",), 0.0, short_only=True, rung=True)
     assert poller._draining == {"act"}
+
+
+class _Updates(_Serving):
+    def __init__(self, batches):
+        super().__init__(batches)
+        self.updates = []
+
+    def update_task(self, result):
+        self.updates.append(result)
+
+
+def test_a_task_polled_for_a_type_no_longer_served_is_handed_back_not_left_polled():
+    """A listener's switch moved its tools off the poller between a poll and its answer (seen in the soak: the new
+    run's turn task was polled, "ignored", and the listener waited for good): the task goes back to its queue."""
+    api = _Updates([1])
+    poller = _watched(api)
+    poller._tools = {}  # the run whose tools this was left in the meantime
+    poller._poll_round(("act",), 0.0, short_only=True, rung=True)
+    [update] = api.updates
+    assert (update["taskId"], update["workflowInstanceId"], update["status"]) == ("t0", "run", "IN_PROGRESS")
+    assert update["callbackAfterSeconds"] >= 1 and update["workerId"] == "w"
