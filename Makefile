@@ -13,7 +13,7 @@ else
 PYTEST_PARALLEL := -n $(PYTEST_WORKERS) --dist loadgroup
 endif
 
-.PHONY: install server-deps cluster-deps layering lint test test-fast unit demo clean bench bench-share
+.PHONY: install server-deps cluster-deps layering lint test test-fast unit demo clean bench bench-share soak
 
 # setuptools says "Editable installation." in a box on every editable install (a warning only for
 # information, InformationOnly, seen with setuptools 84): not ours to show, so it is filtered by its message.
@@ -111,3 +111,10 @@ bench: server-deps $(PEER_VENV)/.installed-0.4.4 bench-share
 
 bench-share: server-deps $(PEER2_VENV)/.installed-2.0.0
 	$(PY) benchmarks/server_share.py $(SHARE_ARGS)
+
+# The soak (benchmarks/soak.py): listeners, senders, a person and faults drawn from a seed for a while,
+# then an invariant checker; not part of make test. SOAK_ARGS="--minutes 60 --topology cluster --seed 7"
+# (the cluster needs cluster-deps, which server-deps installs). Results: benchmarks/results-soak-*.json.
+SOAK_ARGS ?= --minutes 10 --topology sqlite --seed 1
+soak: server-deps
+	$(PY) benchmarks/soak.py $(SOAK_ARGS)
