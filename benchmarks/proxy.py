@@ -8,8 +8,11 @@ streaming: the scenarios it is used for open no event streams).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
+import socket
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Dict, Optional, Tuple
 from urllib.parse import urlsplit
@@ -133,3 +136,103 @@ class CountingProxy:
             self._server.server_close()
         if self._thread is not None:
             self._thread.join(5)
+
+
+class FaultyProxy:
+    """A loopback TCP relay to ``upstream`` whose connections can be cut or slowed (the soak's network faults).
+
+    :meth:`cut` closes every relayed connection and refuses new ones (accepted, then closed at once) for a
+    while; :meth:`slow` delays every chunk relayed, either way, for a while. Clients use :attr:`url`.
+    Thread-safe; two threads per relayed connection.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        parts = urlsplit(upstream)
+        self._host = parts.hostname or "127.0.0.1"
+        self._port = parts.port or 80
+        self._prefix = parts.path.rstrip("/")
+        self._lock = threading.Lock()
+        self._pairs: set[tuple[socket.socket, socket.socket]] = set()
+        self._refuse_until = 0.0
+        self._slow_until = 0.0
+        self._slow_by = 0.0
+        self._stop = threading.Event()
+        self._listener: socket.socket | None = None
+
+    @property
+    def url(self) -> str:
+        assert self._listener is not None
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}{self._prefix}"
+
+    def start(self) -> FaultyProxy:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.5)
+        threading.Thread(target=self._accept, name="soak-proxy-accept", daemon=True).start()
+        return self
+
+    def cut(self, seconds: float) -> int:
+        """Close every relayed connection and refuse new ones for ``seconds``; how many were cut."""
+        with self._lock:
+            self._refuse_until = time.monotonic() + seconds
+            pairs, self._pairs = list(self._pairs), set()
+        for pair in pairs:
+            _close(*pair)
+        return len(pairs)
+
+    def slow(self, seconds: float, delay: float) -> None:
+        """Delay every chunk relayed by ``delay`` s for the next ``seconds``."""
+        with self._lock:
+            self._slow_until, self._slow_by = time.monotonic() + seconds, delay
+
+    def stop(self) -> None:
+        self._stop.set()
+        self.cut(0.0)
+        if self._listener is not None:
+            self._listener.close()
+
+    def _accept(self) -> None:
+        assert self._listener is not None
+        while not self._stop.is_set():
+            try:
+                client, _ = self._listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            if time.monotonic() < self._refuse_until:
+                client.close()
+                continue
+            try:
+                upstream = socket.create_connection((self._host, self._port), timeout=10)
+            except OSError:
+                client.close()
+                continue
+            for sock in (client, upstream):
+                sock.settimeout(None)
+            pair = (client, upstream)
+            with self._lock:
+                self._pairs.add(pair)
+            for src, dst in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(src, dst, pair), name="soak-proxy-pump", daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, pair: tuple[socket.socket, socket.socket]) -> None:
+        with contextlib.suppress(OSError):  # a cut, or either side closed
+            while True:
+                data = src.recv(65536)
+                if not data:
+                    break
+                with self._lock:
+                    delay = self._slow_by if time.monotonic() < self._slow_until else 0.0
+                if delay:
+                    time.sleep(delay)
+                dst.sendall(data)
+        with self._lock:
+            self._pairs.discard(pair)
+        _close(*pair)
+
+
+def _close(*socks: socket.socket) -> None:
+    for sock in socks:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
+        sock.close()

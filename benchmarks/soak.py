@@ -13,10 +13,12 @@ approval (approved here through the SDK), and paused and unpaused now and then. 
 this process holds; each message carries its sender, the sender's sequence number and a unique id, and
 the listeners' recording tool journals each message it acts on (fsync'ed). A fault schedule drawn from
 ``--seed`` (printed at the start: same seed, same schedule) SIGKILLs and restarts serving processes,
-recycles them gracefully (SIGTERM, a new process) and restarts the server (the SQLite node on its data
-directory and port; a cluster node, or Redis). After ``--minutes`` the senders and faults stop, every
-serving process is up again, and the soak drains (at most ``--drain`` s) before ``soak_check.check``
-reads the journals, the senders' logs, the approvals, the pauses, the faults and the server's view.
+recycles them gracefully (SIGTERM, a new process), restarts the server (the SQLite node on its data
+directory and port; a cluster node, or Redis), and cuts or slows the serving processes' connections (they
+reach the server through ``proxy.FaultyProxy``); ``--faults`` picks some kinds only. After ``--minutes``
+the senders and faults stop, every serving process is up again, and the soak drains (at most ``--drain``
+s) before ``soak_check.check`` reads the journals, the senders' logs, the approvals, the pauses, the
+faults and the server's view (each listener's status and newest lease, sampled twice).
 
 Results: ``--out`` (default ``benchmarks/results-soak-<topology>.json``) and a printed summary. Everything
 runs on loopback; every process started here is killed at the end (also on Ctrl-C or an error); the
@@ -48,6 +50,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import soak_check  # noqa: E402
+from proxy import FaultyProxy  # noqa: E402
 from soak_child import KINDS, JsonLines, population  # noqa: E402
 
 from conductor_agents import AgentRuntime, AgentSettings  # noqa: E402
@@ -63,8 +66,9 @@ from conductor_agents.testing import ScriptedLLM, ToolCall, listener_policy  # n
 
 #: Fault kinds per topology, with their weights in the schedule.
 FAULT_WEIGHTS = {
-    "sqlite": {"kill_serve": 3, "recycle_serve": 2, "restart_server": 1},
-    "cluster": {"kill_serve": 3, "recycle_serve": 2, "restart_node": 1, "restart_redis": 1},
+    "sqlite": {"kill_serve": 3, "recycle_serve": 2, "restart_server": 1, "cut_connections": 2, "slow_connections": 1},
+    "cluster": {"kill_serve": 3, "recycle_serve": 2, "restart_node": 1, "restart_redis": 1, "cut_connections": 2,
+                "slow_connections": 1},
 }
 #: Seconds a server may take to start on a busy 2-core machine.
 STARTUP_TIMEOUT = 900.0
@@ -187,6 +191,7 @@ class Soak:
         self.stop = threading.Event()  # the traffic and the faults stop
         self.llm = ScriptedLLM()
         self.server: Any = None
+        self.proxy: FaultyProxy | None = None
         self.data_dir = tempfile.mkdtemp(prefix=f"soak-{args.topology}-server-")
         self.runtime: AgentRuntime | None = None
         self.serving: list[Child] = []
@@ -215,13 +220,14 @@ class Soak:
         else:
             self.server = LocalServer(self.data_dir, env=env, startup_timeout=STARTUP_TIMEOUT)
         self.server.start()
+        self.proxy = FaultyProxy(self.url).start()  # the serving processes' way to the server
         tools = {"gate": "record_gated"}
         self.models = {kind: self.llm.script(policy=listener_policy(acting(tools.get(kind, "record"))))
                        for kind in KINDS}
         settings = AgentSettings.from_env(environ={}, server_url=self.url, http_timeout_seconds=60.0,
                                           auto_start_workers=False)
         self.runtime = AgentRuntime(settings)
-        self.serve_cfg = {"server_url": self.url, "models": self.models, "tag": self.tag,
+        self.serve_cfg = {"server_url": self.proxy.url, "models": self.models, "tag": self.tag,
                           "continue_every": self.args.continue_every, "stall_seconds": self.args.stall_seconds,
                           "max_seconds": self.args.minutes * 60 + self.args.drain + 3600}
 
@@ -485,6 +491,8 @@ class Soak:
         for child in self.children:
             child.close_stdin()
             child.kill()
+        if self.proxy is not None:
+            self.proxy.stop()
         if self.runtime is not None:
             with contextlib.suppress(Exception):
                 self.runtime.close()
@@ -521,10 +529,24 @@ def _restart_redis(soak: Soak, item: dict[str, Any]) -> str:
     return "redis restarted"
 
 
+def _cut_connections(soak: Soak, item: dict[str, Any]) -> str:
+    assert soak.proxy is not None
+    cut = soak.proxy.cut(item["down_s"])
+    return f"{cut} connections of the serving processes cut, new ones refused for {item['down_s']}s"
+
+
+def _slow_connections(soak: Soak, item: dict[str, Any]) -> str:
+    assert soak.proxy is not None
+    delay = round(item["down_s"] / 4, 2)
+    soak.proxy.slow(30.0, delay)
+    return f"the serving processes' connections slowed by {delay}s per chunk for 30s"
+
+
 #: What each fault kind does (a new kind: a function here and a weight in FAULT_WEIGHTS).
 FAULTS: dict[str, Callable[[Soak, dict[str, Any]], str]] = {
     "kill_serve": _kill_serve, "recycle_serve": _recycle_serve, "restart_server": _restart_server,
-    "restart_node": _restart_node, "restart_redis": _restart_redis,
+    "restart_node": _restart_node, "restart_redis": _restart_redis, "cut_connections": _cut_connections,
+    "slow_connections": _slow_connections,
 }
 
 
@@ -699,8 +721,13 @@ def print_summary(result: dict[str, Any]) -> None:
         print(f"soak's own errors (first 5 of {len(result['soak_errors'])}): {result['soak_errors'][:5]}")
 
 
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupt)  # a SIGTERM cleans up as Ctrl-C does (every process killed)
     out = args.out or os.path.join(HERE, f"results-soak-{args.topology}.json")
     workdir = tempfile.mkdtemp(prefix=f"soak-{args.topology}-{args.seed}-")
     result = run(args, workdir)
