@@ -681,7 +681,8 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         for example in never[:10]:
             evidence["delivery"][example["uid"]] = soak.delivery(example["to"], ids.get(example["uid"]))
         result.update(
-            traffic_s=round(t_traffic_end - t_traffic, 1), wedge_bound_s=wedge_bound, listeners=soak.listeners,
+            traffic_s=round(t_traffic_end - t_traffic, 1), wedge_bound_s=wedge_bound, check_end=end,
+            listeners=soak.listeners,
             faults=soak.faults, pauses=soak.pauses, approvals=len(soak.approvals), soak_errors=soak.errors[:50],
             faults_by_kind=_count(f["kind"] for f in soak.faults), server_view=server, check=checked,
             evidence=evidence, ended=_now())
@@ -734,7 +735,7 @@ def main(argv: list[str]) -> int:
     with open(out, "w") as fh:
         json.dump(result, fh, indent=1, default=str)
     print_summary(result)
-    print(f"wrote {out}; journals and logs in {workdir}")
+    print(f"wrote {out}; journals and logs in {workdir} (check again: python benchmarks/soak_check.py {out} {workdir})")
     return 1 if result["check"]["violations"] else 0
 
 

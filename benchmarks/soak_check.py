@@ -77,7 +77,8 @@ def check(*, sends: Sequence[Record], journal: Sequence[Record], approvals: Sequ
 
     _never_acted(accepted, acts, faults, listeners, add, violations, documented)
     _order(accepted, acts, add, violations)
-    _wedged(accepted, acts, pauses, faults, end, wedge_bound, add, violations)
+    lost = {e["uid"] for e in documented.get("lost_at_server_restart", [])}
+    _wedged(accepted, acts, lost, pauses, faults, end, wedge_bound, add, violations)
     _approvals(accepted, acts, approvals, listeners, set(gated_kinds), add, violations)
     _server_view(server or {}, listeners, wedge_bound, add, violations)
 
@@ -143,21 +144,22 @@ def _paused(pauses: Sequence[Record], to: str, t0: float, t1: float) -> float:
     return sum(max(0.0, min(t1, float(p["t1"])) - max(t0, float(p["t0"]))) for p in pauses if p["to"] == to)
 
 
-def _wedged(accepted: Mapping[str, Record], acts: Mapping[str, list[Record]], pauses: Sequence[Record],
-            faults: Sequence[Record], end: float, bound: float, add: Add, violations: Found) -> None:
+def _wedged(accepted: Mapping[str, Record], acts: Mapping[str, list[Record]], lost: set[str],
+            pauses: Sequence[Record], faults: Sequence[Record], end: float, bound: float, add: Add,
+            violations: Found) -> None:
     """A listener that made no progress for longer than ``bound`` (its paused time and the server's restarts
-    left out) while a
-    message accepted for it waited. Progress: any message of that listener acted on."""
+    left out) while a message accepted for it waited. Progress: any message of that listener acted on.
+    A message never acted on (reported on its own) waits only if its listener acted on nothing accepted
+    after it, until the end; one a restart lost (``lost``) does not wait."""
     waiting: dict[str, list[tuple[float, float]]] = {}
     progress: dict[str, list[float]] = {}
     down = _union([(f["t0"], f.get("t1", f["t0"])) for f in faults if f.get("kind") in SERVER_DOWN_FAULTS])
     for uid, sent in accepted.items():
-        # A message never acted on waits until the listener acts on one accepted after it (it left the
-        # queue then: lost, reported on its own), or until the end.
-        later = [lines[0]["t"] for other, lines in acts.items()
-                 if other in accepted and accepted[other]["to"] == sent["to"] and accepted[other]["t"] > sent["t"]]
-        done = acts[uid][0]["t"] if uid in acts else min(later, default=end)
-        waiting.setdefault(sent["to"], []).append((sent["t"], max(sent["t"], done)))
+        if uid in acts:
+            waiting.setdefault(sent["to"], []).append((sent["t"], max(sent["t"], acts[uid][0]["t"])))
+        elif uid not in lost and not any(accepted[other]["to"] == sent["to"] and accepted[other]["t"] > sent["t"]
+                                         for other in acts if other in accepted):
+            waiting.setdefault(sent["to"], []).append((sent["t"], max(sent["t"], end)))
     for uid, lines in acts.items():
         if uid in accepted:
             progress.setdefault(accepted[uid]["to"], []).append(lines[0]["t"])
@@ -227,3 +229,38 @@ def summary_lines(result: Mapping[str, Any]) -> list[str]:
         kinds = result.get(section) or {}
         lines.append(f"{section}: " + (", ".join(f"{k} {v['count']}" for k, v in kinds.items()) or "none"))
     return lines
+
+
+def recheck(result: Mapping[str, Any], workdir: str) -> dict[str, Any]:
+    """:func:`check` again over a finished soak: its result (``--out``) and its work directory's files."""
+    import glob
+    import json
+    import os
+
+    def lines(pattern: str) -> list[dict[str, Any]]:
+        out = []
+        for path in sorted(glob.glob(os.path.join(workdir, pattern))):
+            with open(path, encoding="utf-8") as fh:
+                for line in fh:
+                    try:
+                        out.append(json.loads(line))
+                    except ValueError:
+                        continue  # a line cut by a SIGKILL (never reported as done)
+        return out
+
+    events = lines("events.jsonl")
+    return check(sends=lines("sends-*.jsonl"), journal=lines("journal-*.jsonl"),
+                 approvals=[e for e in events if e.get("event") == "approval"],
+                 pauses=[e for e in events if e.get("event") == "pause"],
+                 faults=[e for e in events if e.get("event") == "fault"], listeners=result["listeners"],
+                 server=result.get("server_view"), end=float(result["check_end"]),
+                 wedge_bound=float(result["wedge_bound_s"]))
+
+
+if __name__ == "__main__":
+    import json
+    import sys
+
+    with open(sys.argv[1], encoding="utf-8") as fh:
+        again = recheck(json.load(fh), sys.argv[2])
+    print(json.dumps(again, indent=1))

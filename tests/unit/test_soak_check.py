@@ -124,9 +124,15 @@ def test_a_listener_without_progress_for_longer_than_the_bound_is_wedged_its_pau
                      [acted("u1", A, 12.0), acted("u2", A, 510.0)])) == {}
 
 
-def test_a_message_never_acted_on_wedges_its_listener_until_the_end():
+def test_a_message_never_acted_on_wedges_its_listener_until_the_end_unless_later_ones_were_acted_on():
     result = run([sent("u1", A, 1, 10.0)], [], end=500.0)
     assert kinds(result) == {"accepted_never_acted_on": 1, "listener_wedged": 1}
+    # Lost (a violation of its own), but the listener went on with a later message: not wedged.
+    result = run([sent("u1", A, 1, 10.0), sent("u2", A, 2, 300.0)], [acted("u2", A, 301.0)], end=500.0)
+    assert kinds(result) == {"accepted_never_acted_on": 1}
+    # Lost at a restart, nothing else sent to it: documented, and the listener is not wedged.
+    result = run([sent("u1", A, 1, 10.0)], [], end=500.0, faults=[{"kind": "restart_server", "t0": 11.0, "t1": 20.0}])
+    assert kinds(result) == {} and kinds(result, "documented") == {"lost_at_server_restart": 1}
 
 
 def test_approvals_lost_given_twice_or_missing():
