@@ -685,11 +685,35 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
             listeners=soak.listeners,
             faults=soak.faults, pauses=soak.pauses, approvals=len(soak.approvals), soak_errors=soak.errors[:50],
             faults_by_kind=_count(f["kind"] for f in soak.faults), server_view=server, check=checked,
+            sdk_warnings=sdk_warnings(workdir), approvals_given=soak.approvals,
             evidence=evidence, ended=_now())
         return result
     finally:
         approving.set()
         soak.close()
+
+
+def sdk_warnings(workdir: str, examples: int = 3) -> dict[str, Any]:
+    """The serving processes' WARNING and ERROR lines of the SDK, by message (ids and numbers masked)."""
+    import re
+
+    masks = [(re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}"), "<id>"),
+             (re.compile(r"\b[0-9a-f]{32}\b"), "<domain>"), (re.compile(r"\d+(\.\d+)?"), "<n>")]
+    out: dict[str, Any] = {}
+    for path in sorted(glob.glob(os.path.join(workdir, "serve-*.log"))):
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if " conductor_agents" not in line or not (" WARNING " in line or " ERROR " in line):
+                    continue
+                text = line.split(" WARNING ", 1)[-1].split(" ERROR ", 1)[-1].strip()
+                key = text
+                for pattern, mask in masks:
+                    key = pattern.sub(mask, key)
+                entry = out.setdefault(key[:160], {"count": 0, "examples": []})
+                entry["count"] += 1
+                if len(entry["examples"]) < examples:
+                    entry["examples"].append(f"{os.path.basename(path)}: {line.strip()[:500]}")
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]["count"]))
 
 
 def _count(items: Any) -> dict[str, int]:

@@ -194,12 +194,17 @@ def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
 def _approvals(accepted: Mapping[str, Record], acts: Mapping[str, list[Record]], approvals: Sequence[Record],
                listeners: Mapping[str, Record], gated: set[str], add: Add, violations: Found) -> None:
     """Every approval given is applied once: its call acted on (not lost), no call approved twice, and no
-    call of a listener whose tool needs approval acted on without one."""
+    call of a listener whose tool needs approval acted on without one (an approval whose answer was lost,
+    ``uncertain:...``, may have been applied: it counts as one only there)."""
     given: dict[str, list[Record]] = {}
+    maybe: set[str] = set()
     for a in approvals:
-        if a.get("outcome") == "approved":
-            for uid in a.get("uids") or ():
+        outcome = str(a.get("outcome"))
+        for uid in a.get("uids") or ():
+            if outcome == "approved":
                 given.setdefault(uid, []).append(a)
+            elif outcome.startswith("uncertain"):
+                maybe.add(uid)
     for uid, answers in sorted(given.items()):
         if uid not in acts:
             add(violations, "approval_lost", {"uid": uid, "approvals": answers})
@@ -207,7 +212,8 @@ def _approvals(accepted: Mapping[str, Record], acts: Mapping[str, list[Record]],
             add(violations, "approved_twice", {"uid": uid, "approvals": answers})
     for uid, lines in sorted(acts.items()):
         sent = accepted.get(uid)
-        if sent is not None and (listeners.get(sent["to"]) or {}).get("kind") in gated and uid not in given:
+        if sent is not None and (listeners.get(sent["to"]) or {}).get("kind") in gated and uid not in given \
+                and uid not in maybe:
             add(violations, "acted_on_without_approval", {"uid": uid, "to": sent["to"], "journal": list(lines)})
 
 

@@ -144,6 +144,9 @@ def test_approvals_lost_given_twice_or_missing():
                              "acted_on_without_approval": 1}
     assert result["violations"]["approval_lost"]["examples"][0]["uid"] == "g1"
     assert result["violations"]["acted_on_without_approval"]["examples"][0]["uid"] == "g3"
+    # An approval whose answer was lost (it may have been applied) excuses the action, and is not lost itself.
+    result = run(sends[2:], journal[1:], approvals=[approved("g3", outcome="uncertain:ServerUnavailableError")])
+    assert kinds(result) == {}
 
 
 def test_the_servers_view_ended_listeners_and_unserved_runs():
