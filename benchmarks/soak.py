@@ -14,11 +14,12 @@ this process holds; each message carries its sender, the sender's sequence numbe
 the listeners' recording tool journals each message it acts on (fsync'ed). A fault schedule drawn from
 ``--seed`` (printed at the start: same seed, same schedule) SIGKILLs and restarts serving processes,
 recycles them gracefully (SIGTERM, a new process), restarts the server (the SQLite node on its data
-directory and port; a cluster node, or Redis), and cuts or slows the serving processes' connections (they
-reach the server through ``proxy.FaultyProxy``); ``--faults`` picks some kinds only. After ``--minutes``
-the senders and faults stop, every serving process is up again, and the soak drains (at most ``--drain``
-s) before ``soak_check.check`` reads the journals, the senders' logs, the approvals, the pauses, the
-faults and the server's view (each listener's status and newest lease, sampled twice).
+directory and port; a cluster node, or Redis), freezes it (SIGSTOP, then SIGCONT: a slow server), and cuts
+or slows the serving processes' connections (they reach the server through ``proxy.FaultyProxy``);
+``--faults`` picks some kinds only. After ``--minutes`` the senders and faults stop, every serving process
+is up again, and the soak drains (at most ``--drain`` s) before ``soak_check.check`` reads the journals,
+the senders' logs, the approvals, the pauses, the faults and the server's view (each listener's status
+and newest lease, sampled twice).
 
 Results: ``--out`` (default ``benchmarks/results-soak-<topology>.json``) and a printed summary. Everything
 runs on loopback; every process started here is killed at the end (also on Ctrl-C or an error); the
@@ -56,19 +57,17 @@ from soak_child import KINDS, JsonLines, population  # noqa: E402
 from conductor_agents import AgentRuntime, AgentSettings  # noqa: E402
 from conductor_agents.errors import (  # noqa: E402
     AnswerConflictError,
-    ExecutionNotFoundError,
     ExecutionNotRunningError,
-    MessageQueueFullError,
     NothingPendingError,
-    RunPausedError,
 )
 from conductor_agents.testing import ScriptedLLM, ToolCall, listener_policy  # noqa: E402
 
 #: Fault kinds per topology, with their weights in the schedule.
 FAULT_WEIGHTS = {
-    "sqlite": {"kill_serve": 3, "recycle_serve": 2, "restart_server": 1, "cut_connections": 2, "slow_connections": 1},
+    "sqlite": {"kill_serve": 3, "recycle_serve": 2, "restart_server": 1, "cut_connections": 2, "slow_connections": 1,
+               "freeze_server": 1},
     "cluster": {"kill_serve": 3, "recycle_serve": 2, "restart_node": 1, "restart_redis": 1, "cut_connections": 2,
-                "slow_connections": 1},
+                "slow_connections": 1, "freeze_server": 1},
 }
 #: Seconds a server may take to start on a busy 2-core machine.
 STARTUP_TIMEOUT = 900.0
@@ -355,8 +354,6 @@ class Soak:
             try:
                 handle.pause()
                 self.stop.wait(item["hold_s"])
-            except (ExecutionNotRunningError, ExecutionNotFoundError, RunPausedError, MessageQueueFullError) as err:
-                self.errors.append(f"pause({eid}): {type(err).__name__}: {err}"[:300])
             except Exception as err:  # noqa: BLE001 - recorded, the soak goes on
                 self.errors.append(f"pause({eid}): {type(err).__name__}: {err}"[:300])
             finally:
@@ -542,11 +539,24 @@ def _slow_connections(soak: Soak, item: dict[str, Any]) -> str:
     return f"the serving processes' connections slowed by {delay}s per chunk for 30s"
 
 
+def _freeze_server(soak: Soak, item: dict[str, Any]) -> str:
+    """A slow server: its JVM (a cluster's node ``index``) stopped with SIGSTOP for ``2 x down_s`` s, then SIGCONT."""
+    nodes = list(getattr(soak.server, "nodes", None) or [soak.server])
+    pid = int(nodes[item["index"] % len(nodes)].pid)
+    seconds = 2 * item["down_s"]
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        time.sleep(seconds)
+    finally:
+        os.kill(pid, signal.SIGCONT)
+    return f"server process {pid} frozen (SIGSTOP) for {seconds}s"
+
+
 #: What each fault kind does (a new kind: a function here and a weight in FAULT_WEIGHTS).
 FAULTS: dict[str, Callable[[Soak, dict[str, Any]], str]] = {
     "kill_serve": _kill_serve, "recycle_serve": _recycle_serve, "restart_server": _restart_server,
     "restart_node": _restart_node, "restart_redis": _restart_redis, "cut_connections": _cut_connections,
-    "slow_connections": _slow_connections,
+    "slow_connections": _slow_connections, "freeze_server": _freeze_server,
 }
 
 
@@ -632,8 +642,9 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
                    "interval": args.interval, "seconds": seconds, "log": os.path.join(workdir, "sends-sdk.jsonl")}
         sender = Child("send", sdk_cfg, os.path.join(workdir, "sender-sdk.log"))
         soak.children.append(sender)
-        jobs = [(soak.rest_sender, (seconds,)), (soak.run_faults, (plan, traffic_began)),
-                (soak.pauser, (pauses, traffic_began)), (soak.approver, (approving,))]
+        jobs: list[tuple[Callable[..., None], tuple[Any, ...]]] = [
+            (soak.rest_sender, (seconds,)), (soak.run_faults, (plan, traffic_began)),
+            (soak.pauser, (pauses, traffic_began)), (soak.approver, (approving,))]
         for target, job_args in jobs:
             thread = threading.Thread(target=target, args=job_args, name=f"soak-{target.__name__}", daemon=True)
             thread.start()

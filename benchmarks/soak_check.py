@@ -32,8 +32,9 @@ Add = Callable[[Found, str, dict[str, Any]], None]
 
 #: The kinds of fault that restart the server's in-memory message queue (a SQLite node's restart).
 QUEUE_LOSING_FAULTS = ("restart_server",)
-#: The kinds of fault during which the whole server is down (left out of a listener's time without progress).
-SERVER_DOWN_FAULTS = ("restart_server", "restart_redis")
+#: The kinds of fault during which the server is down or frozen (left out of a listener's time without
+#: progress; a cluster's frozen node counts too, though its peer still answers).
+SERVER_DOWN_FAULTS = ("restart_server", "restart_redis", "freeze_server")
 #: Examples kept per kind in the result.
 EXAMPLES = 10
 

@@ -69,19 +69,19 @@ class Recorder:
     def __init__(self, journal: JsonLines) -> None:
         self.journal = journal
 
-    def _record(self, ctx: ToolContext, name: str, to: str, uid: str, sender: str, seq: int) -> dict:
+    def _record(self, ctx: ToolContext, name: str, to: str, uid: str, sender: str, seq: int) -> dict[str, Any]:
         self.journal.write({"to": to, "uid": uid, "sender": sender, "seq": seq, "pid": os.getpid(),
                             "t": time.time(), "exec": ctx.execution_id, "run": ctx.run_id,
                             "key": ctx.idempotency_key, "attempt": ctx.attempt, "tool": name})
         return {"done": uid}
 
     @tool
-    def record(self, ctx: ToolContext, to: str, uid: str, sender: str, seq: int) -> dict:
+    def record(self, ctx: ToolContext, to: str, uid: str, sender: str, seq: int) -> dict[str, Any]:
         """Act on a message: record it."""
         return self._record(ctx, "record", to, uid, sender, seq)
 
     @tool(approval_required=True)
-    def record_gated(self, ctx: ToolContext, to: str, uid: str, sender: str, seq: int) -> dict:
+    def record_gated(self, ctx: ToolContext, to: str, uid: str, sender: str, seq: int) -> dict[str, Any]:
         """Act on a message once a person approved it: record it."""
         return self._record(ctx, "record_gated", to, uid, sender, seq)
 
