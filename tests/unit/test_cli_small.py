@@ -77,6 +77,10 @@ def test_a_target_that_is_not_an_agent_is_named_with_the_right_article(tmp_path:
 INTERRUPT_WHILE_IMPORTING = '''
 import os, signal, sys
 
+# As a terminal launches it: Ctrl-C is Python's KeyboardInterrupt. A child inherits an ignored SIGINT, and a
+# test process may have one (in a full run under xdist, CI saw this test's child ignore the SIGINT).
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 class InterruptOnce:
     def find_spec(self, name, path=None, target=None):
         if name == "conductor_agents.runtime":
