@@ -43,6 +43,26 @@ def server_unavailable(kind: str) -> Optional[str]:
     return None
 
 
+def redis_used_memory(port: Optional[int]) -> Optional[int]:
+    """Redis's ``used_memory`` (bytes) from ``INFO memory`` on the loopback ``port``; None without a port."""
+    if port is None:
+        return None
+    import socket
+
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+        sock.sendall(b"INFO memory\r\n")
+        data = b""
+        while b"used_memory:" not in data or not data.endswith(b"\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+    for line in data.decode(errors="replace").splitlines():
+        if line.startswith("used_memory:"):
+            return int(line.split(":", 1)[1])
+    return None
+
+
 def percentiles(values: List[float]) -> Dict[str, Optional[float]]:
     """p50/p95/p99 (nearest rank) of ``values``; None when empty."""
     if not values:

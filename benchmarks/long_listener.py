@@ -36,7 +36,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
-from _harness import Bench, percentiles  # noqa: E402
+from _harness import Bench, percentiles, redis_used_memory  # noqa: E402
 
 from conductor_agents._listener.chain import parse_link_key, parse_mailbox_key  # noqa: E402
 from conductor_agents._listener.directory import Chain  # noqa: E402
@@ -74,23 +74,7 @@ def cpu_seconds(pids: List[int]) -> float:
 def store_bytes(bench: Bench) -> Optional[int]:
     """The server's store: the SQLite files of the node, or Redis's used memory for the cluster."""
     if bench.server_kind == "cluster":
-        redis = getattr(bench.server, "redis", None)
-        port = getattr(redis, "port", None)
-        if port is None:
-            return None
-        import socket
-        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-            sock.sendall(b"INFO memory\r\n")
-            data = b""
-            while b"used_memory:" not in data or not data.endswith(b"\r\n"):
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
-        for line in data.decode(errors="replace").splitlines():
-            if line.startswith("used_memory:"):
-                return int(line.split(":", 1)[1])
-        return None
+        return redis_used_memory(getattr(getattr(bench.server, "redis", None), "port", None))
     data_dir = getattr(bench.server, "data_dir", None) or os.path.join(bench.workdir, "server")
     total = 0
     for root, _, files in os.walk(str(data_dir)):

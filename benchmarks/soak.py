@@ -51,6 +51,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import soak_check  # noqa: E402
+from _harness import redis_used_memory  # noqa: E402
 from proxy import FaultyProxy  # noqa: E402
 from soak_child import KINDS, JsonLines, population  # noqa: E402
 
@@ -477,7 +478,7 @@ class Soak:
         """The server's store: its SQLite files (bytes) or Redis's used memory, and how many runs it holds."""
         out: dict[str, Any] = {"runs": _run_count(self.url)}
         if self.args.topology == "cluster":
-            out["redis_used_memory"] = _redis_memory(getattr(getattr(self.server, "redis", None), "port", None))
+            out["redis_used_memory"] = redis_used_memory(getattr(getattr(self.server, "redis", None), "port", None))
         else:
             out["sqlite_bytes"] = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in
                                       os.walk(self.data_dir) for f in files if ".db" in f)
@@ -577,25 +578,6 @@ def _get(url: str, **params: Any) -> Any:
 def _run_count(url: str) -> int | None:
     found = _get(f"{url}/workflow/search", start=0, size=1, query="", freeText="*")
     return int(found["totalHits"]) if isinstance(found, dict) and "totalHits" in found else None
-
-
-def _redis_memory(port: int | None) -> int | None:
-    if port is None:
-        return None
-    import socket
-
-    with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
-        sock.sendall(b"INFO memory\r\n")
-        data = b""
-        while b"used_memory:" not in data or not data.endswith(b"\r\n"):
-            chunk = sock.recv(65536)
-            if not chunk:
-                break
-            data += chunk
-    for line in data.decode(errors="replace").splitlines():
-        if line.startswith("used_memory:"):
-            return int(line.split(":", 1)[1])
-    return None
 
 
 def _read_lines(paths: list[str]) -> list[dict[str, Any]]:
