@@ -18,6 +18,7 @@ from ._listener.control import cancel_listener, pause_listener, stop_listener, u
 from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.directory import Chain, ChainDirectory, Link
 from ._listener.following import current_status, ended_result, listener_totals, run_identity
+from ._listener.naming import held_stall, rename
 from ._liveness.model_calls import FirstModelTurn, unavailable_model_cancel_reason
 from ._people.pending import HumanAnswer, PendingRequest
 from ._wire.api import ConductorApi
@@ -288,8 +289,7 @@ class AgentHandle:
             self.cancel(unavailable_model_cancel_reason(problem.detail))
         except ConductorAgentsError as err:
             log.warning("could not cancel %s after its model failed: %s", self.execution_id, err)
-        problem.execution_id = self.execution_id
-        raise problem
+        raise rename(problem, self.execution_id)
 
     def _raise_if_stalled(self) -> None:
         stall = self.stall
@@ -325,9 +325,11 @@ class AgentHandle:
         Set (without anyone waiting) when a task routed to this run's domain has waited
         unpolled longer than ``liveness_stall_seconds``; cleared when a later sample finds
         it polled, or the run ended. Always None for :meth:`AgentRuntime.attach` handles and
-        when liveness is disabled. :meth:`wait` raises a copy of it.
+        when liveness is disabled. :meth:`wait` raises a copy of it. A continued listener's names the
+        handle's :attr:`execution_id`, and the run it is in after it.
         """
-        return self._liveness.stall if self._liveness is not None else None
+        stall = self._liveness.stall if self._liveness is not None else None
+        return None if stall is None else held_stall(stall, self.execution_id)
 
     def _stalled(self, error: WorkerStallError) -> None:
         self._wake.set()  # a wait() in progress raises now rather than after its next poll

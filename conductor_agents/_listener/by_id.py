@@ -23,6 +23,7 @@ from ..errors import AgentTypeError, AnswerConflictError, ExecutionNotFoundError
 from ..settings import AgentSettings
 from .directory import Chain, ChainDirectory
 from .following import is_running, live_links
+from .naming import names_errors
 from .sending import send_to_listener
 from .signals import post_signal
 
@@ -101,6 +102,7 @@ class RunsById:
                                 switch_wait=self._settings.switch_wait_seconds, clock=self._clock, pause=pause,
                                 on_accepted=self._directory.note_accepted)
 
+    @names_errors
     def signal(self, execution_id: str, text: str, *, chain: Chain, pause: Callable[[float], Any]) -> None:
         """Set the standing signal of the listener ``execution_id`` names: its current run, and the run
         before while a switch drains it (the switch carries the signal over too: see :mod:`.signals`).
@@ -122,6 +124,7 @@ class RunsById:
             raise ExecutionNotRunningError(f"execution {execution_id!r} is not running; a signal cannot reach it",
                                            execution_id=execution_id)
 
+    @names_errors
     def pending(self, execution_id: str, *, chain: Chain) -> tuple[PendingRequest, ...]:
         """What the listener ``execution_id`` names waits on, each request named by the listener's id."""
         *earlier, current = people_runs(self._api, self._directory, execution_id, chain)
@@ -144,6 +147,7 @@ class RunsById:
                 request: PendingRequest | str | None, timeout: float) -> HumanAnswer:
         return self._answer(approvals.respond, execution_id, chain, answer, request=request, by=by, timeout=timeout)
 
+    @names_errors
     def _answer(self, verb: Callable[..., HumanAnswer], execution_id: str, chain: Chain, *args: Any,
                 request: PendingRequest | str | None, **kwargs: Any) -> HumanAnswer:
         """``verb`` (:func:`approvals.approve`, ``reject`` or ``respond``) on the run of the listener that

@@ -19,6 +19,7 @@ from ..events import AgentEvent, ContinuedEvent, ErrorEvent
 from ..result import AgentStatus
 from .chain import is_abandoned, is_continued
 from .directory import Chain, ChainDirectory, Link
+from .naming import named_for
 
 __all__ = ["ChainedEvents"]
 
@@ -27,7 +28,8 @@ class ChainedEvents:
     """An iterator of a listener's events until its last run ends. One thread iterates; :meth:`close`
     may be called from any thread.
 
-    Raises (from ``next()``): as :class:`~conductor_agents._events.stream.EventStream`; the timeout covers every run.
+    Raises (from ``next()``): as :class:`~conductor_agents._events.stream.EventStream`; the timeout covers every run,
+    and errors name the id the caller holds (``chain``'s), not a run's.
     """
 
     def __init__(self, api: Any, directory: ChainDirectory, chain: Chain, *, timeout: float, observer: Any = None,
@@ -51,11 +53,15 @@ class ChainedEvents:
     def _open(self, link: Link) -> EventStream:
         remaining = self._deadline - self._clock.monotonic()
         if remaining <= 0:
-            raise WaitTimeoutError(
-                f"run {self._chain.execution_id} did not end within {self._timeout:g}s of events(); it goes on "
-                "on the server (call events() again to keep watching)",
-                execution_id=self._chain.execution_id, timeout=self._timeout)
+            raise self._timed_out()
         return EventStream(self._api, link.execution_id, timeout=remaining, **self._options)
+
+    def _timed_out(self) -> WaitTimeoutError:
+        # Also for a run's stream that timed out: its deadline is this one, its id a run's, its timeout what was left.
+        return WaitTimeoutError(
+            f"run {self._chain.execution_id} did not end within {self._timeout:g}s of events(); it goes on "
+            "on the server (call events() again to keep watching)",
+            execution_id=self._chain.execution_id, timeout=self._timeout)
 
     @property
     def execution_id(self) -> str:
@@ -76,12 +82,18 @@ class ChainedEvents:
         return self
 
     def __next__(self) -> AgentEvent:
+        with named_for(self._chain):
+            return self._next()
+
+    def _next(self) -> AgentEvent:
         while True:
             stream = self._stream
             if stream is None or self._closed:
                 raise StopIteration
             try:
                 event = next(stream)
+            except WaitTimeoutError:
+                raise self._timed_out() from None
             except ExecutionNotFoundError:
                 # Retention removed this run while it was being read (a reader more than ``keep_runs``
                 # runs behind): go on with the first run still held; the rest of this one is gone.

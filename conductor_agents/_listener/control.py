@@ -27,6 +27,7 @@ from ..errors import ExecutionNotRunningError
 from ..result import RunStatus
 from .directory import Chain, ChainDirectory
 from .following import end_mailbox, is_running, live_links, newest_link, run_status
+from .naming import names_errors
 
 __all__ = ["cancel_listener", "pause_listener", "stop_listener", "unpause_listener"]
 
@@ -38,6 +39,7 @@ _CANCEL_ROUNDS = 3
 RunCallback = Callable[[str], None] | None
 
 
+@names_errors
 def stop_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, on_stop: RunCallback) -> bool:
     """Ask the newest run to finish after its current turn; whether a running run was asked."""
     link = newest_link(directory, chain)
@@ -52,6 +54,7 @@ def stop_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, on
     return True
 
 
+@names_errors
 def cancel_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, reason: str,
                     on_ended: RunCallback) -> None:
     """End every live run at once (TERMINATED), then the listener's mailbox."""
@@ -73,6 +76,7 @@ def cancel_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, 
     end_mailbox(api, directory, chain)  # later pushes to the listener's id answer 409
 
 
+@names_errors
 def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> None:
     """Pause the mailbox and every live run.
 
@@ -92,6 +96,7 @@ def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain) -
                 raise
 
 
+@names_errors
 def unpause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> None:
     """Unpause every live run that is paused, then the mailbox; runs not paused are left as they are.
 

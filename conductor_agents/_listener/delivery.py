@@ -39,6 +39,7 @@ from .._wire.transport import HttpError
 from ..errors import ExecutionNotFoundError, MessageLostError, ServerUnavailableError, WaitTimeoutError
 from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
+from .naming import names_errors, run_name
 from .switch import read_commit
 
 __all__ = ["MessageDelivery", "DeliveryCheck", "wait_for_delivery"]
@@ -112,17 +113,17 @@ class DeliveryCheck:
         status = str(workflow.get("status") or "")
         if status in _TERMINAL_RUN:
             raise MessageLostError(
-                f"message {self.message_id} was not delivered: run {self.execution_id} ended {status} "
-                "without pulling it (a run's queue is deleted when it ends)",
+                f"message {self.message_id} was not delivered: {run_name(self._reported_as, self.execution_id)} "
+                f"ended {status} without pulling it (a run's queue is deleted when it ends)",
                 execution_id=self._reported_as, message_id=self.message_id,
                 reason=MessageLostError.RUN_ENDED, run_status=status,
             )
         if self._suspect:  # the second sample in a row without it: confirmed
             raise MessageLostError(
-                f"message {self.message_id} is no longer on the server: run {self.execution_id} waited "
-                "for messages and found its queue empty after the message was accepted, and no task "
-                "pulled it. The server lost it (on a SQLite server the message queue is in memory and "
-                "a server restart empties it); send it again",
+                f"message {self.message_id} is no longer on the server: "
+                f"{run_name(self._reported_as, self.execution_id)} waited for messages and found its queue empty "
+                "after the message was accepted, and no task pulled it. The server lost it (on a SQLite server "
+                "the message queue is in memory and a server restart empties it); send it again",
                 execution_id=self._reported_as, message_id=self.message_id,
                 reason=MessageLostError.NOT_IN_QUEUE, run_status=status or None,
             )
@@ -193,7 +194,8 @@ def _continued_verdict(api: ConductorApi, chain: Chain, link: Link, message_id: 
         if open_:
             return None
         raise MessageLostError(
-            f"message {message_id} was not delivered: run {link.execution_id} ended without pulling it",
+            f"message {message_id} was not delivered: {run_name(chain.execution_id, link.execution_id)} ended "
+            "without pulling it",
             execution_id=chain.execution_id, message_id=message_id, reason=MessageLostError.RUN_ENDED,
             run_status="TERMINATED")
     if message_id in {str(p.get("id")) for p in record.pending}:
@@ -205,13 +207,14 @@ def _continued_verdict(api: ConductorApi, chain: Chain, link: Link, message_id: 
         return found or MessageDelivery(execution_id=link.execution_id, message_id=message_id,
                                         task_reference_name="", task_id="")
     raise MessageLostError(
-        f"message {message_id} was not delivered: run {link.execution_id} was continued as "
-        f"{successor.execution_id} before it pulled the message (a run's queue is deleted when it ends); send it "
-        "again (send_message does that itself for the messages it sends)",
+        f"message {message_id} was not delivered: {run_name(chain.execution_id, link.execution_id)} was "
+        f"continued as {successor.execution_id} before it pulled the message (a run's queue is deleted when it "
+        "ends); send it again (send_message does that itself for the messages it sends)",
         execution_id=chain.execution_id, message_id=message_id, reason=MessageLostError.RUN_ENDED,
         run_status="TERMINATED")
 
 
+@names_errors
 def wait_for_delivery(
     api: ConductorApi,
     directory: ChainDirectory,
@@ -248,7 +251,7 @@ def wait_for_delivery(
                     return verdict
             except (MessageLostError, ExecutionNotFoundError):
                 pass  # not pulled by the earlier run (or it was retired): look in the newest
-    check = DeliveryCheck(link.execution_id, message_id, reported_as=chain.execution_id if chain.mailbox else None)
+    check = DeliveryCheck(link.execution_id, message_id, reported_as=chain.execution_id)
     deadline = clock.monotonic() + timeout
     budget = TransientErrors(max_transient_errors)
     while True:
@@ -275,8 +278,9 @@ def wait_for_delivery(
         remaining = deadline - clock.monotonic()
         if remaining <= 0:
             raise WaitTimeoutError(
-                f"message {message_id} was not pulled by run {link.execution_id} within {timeout:g}s; it may "
-                "still arrive (the run has not waited for messages since, or not long enough to tell)",
+                f"message {message_id} was not pulled by "
+                f"{run_name(chain.execution_id, link.execution_id, current=True)} within {timeout:g}s; it may still "
+                "arrive (the run has not waited for messages since, or not long enough to tell)",
                 execution_id=chain.execution_id, timeout=timeout,
             )
         pause(min(interval, remaining))

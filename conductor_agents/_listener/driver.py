@@ -89,6 +89,7 @@ class ChainTracker:
     def link_added(self, link: Link, watch: Any) -> None:
         with self._lock:
             if watch is not None and link.execution_id not in self._watches:
+                watch.listener_id = self.chain.execution_id  # its stall is logged by the id callers hold
                 self._watches[link.execution_id] = watch
                 listeners = list(self._listeners)
             else:

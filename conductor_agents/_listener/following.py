@@ -23,6 +23,7 @@ from ..result import AgentResult, AgentStatus, ListenerTotals, RunStatus
 from .carryover import add_tokens, pulled_message_ids
 from .chain import is_abandoned, is_continued
 from .directory import Chain, ChainDirectory, Link
+from .naming import names_errors, run_name
 from .switch import read_commit, read_final_state, run_tokens
 
 if TYPE_CHECKING:
@@ -37,6 +38,7 @@ log = logging.getLogger("conductor_agents.continuation")
 MAILBOX_ENDED_REASON = "conductor-agents: the listener ended"
 
 
+@names_errors
 def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *,
                    timeout: float | None = None) -> tuple[Link, AgentStatus]:
     """The link the listener is in now (or ended in) and its status (one request when nothing moved)."""
@@ -125,6 +127,7 @@ def run_status(api: ConductorApi, execution_id: str) -> RunStatus:
         return RunStatus.TERMINATED
 
 
+@names_errors
 def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> ListenerTotals:
     """The listener's runs, turns, messages and tokens over all its runs, and its compact history.
 
@@ -211,7 +214,7 @@ def ended_result(api: ConductorApi, status: AgentStatus, link: Link, *, executio
         detail = api.agent_execution(link.execution_id)
         workflow = api.get_workflow(link.execution_id, include_tasks=True) or {}
     except ConductorAgentsError as err:
-        log.warning("run %s ended but its details could not be read: %s", link.execution_id, err)
+        log.warning("%s ended but its details could not be read: %s", run_name(execution_id, link.execution_id), err)
     names = agent.team_names if agent is not None else ()
     tasks = workflow.get("tasks") or []
     result = AgentResult.from_server(status, detail, tasks, agent_names=names, workflow=workflow or None)

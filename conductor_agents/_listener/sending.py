@@ -28,6 +28,7 @@ from ..errors import ExecutionNotFoundError, ExecutionNotRunningError
 from ..result import RunStatus
 from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
+from .naming import named_for
 from .switch import read_commit, read_final_state
 
 __all__ = ["send_to_listener"]
@@ -62,35 +63,36 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
     chain = directory.chain(execution_id)
     if not chain.continuable:
         return api.push_message(execution_id, body)
-    link = directory.newest(chain)
-    for _ in range(_MAX_ATTEMPTS):
-        try:
-            message_id = api.push_message(link.execution_id, body)
-        except (ExecutionNotRunningError, ExecutionNotFoundError) as err:
-            if isinstance(err, ExecutionNotFoundError) and chain.held(link.number):
-                raise
-            newer = directory.refresh(chain)  # continued, or retired since this process last looked
-            if newer.number <= link.number:
-                if isinstance(err, ExecutionNotRunningError) and link.execution_id != execution_id:
-                    raise ExecutionNotRunningError(  # the listener ended: say so by the id the caller holds
-                        f"listener {execution_id} has ended (its run {link.execution_id} is not running); it "
-                        "cannot receive messages", execution_id=execution_id) from err
-                raise
-            link = newer
-            continue
-        on_accepted(message_id, link)
-        if not directory.exists(chain, link.number + 1):
-            return message_id
-        # Link ``link`` is being (or was) continued: did the message reach it?
-        reached = _fate(api, chain, link, message_id, switch_wait, clock, pause)
-        if reached is not False:
-            return message_id
-        log.info("message %s was dropped with run %s's queue at a continuation; sending it again",
-                 message_id, link.execution_id)
-        link = directory.refresh(chain)
-    raise ExecutionNotRunningError(
-        f"listener {execution_id} was continued {_MAX_ATTEMPTS} times while one message was being sent; "
-        "it was not delivered", execution_id=execution_id)
+    with named_for(chain):  # a run's error (full queue, paused) names the id the caller holds
+        link = directory.newest(chain)
+        for _ in range(_MAX_ATTEMPTS):
+            try:
+                message_id = api.push_message(link.execution_id, body)
+            except (ExecutionNotRunningError, ExecutionNotFoundError) as err:
+                if isinstance(err, ExecutionNotFoundError) and chain.held(link.number):
+                    raise
+                newer = directory.refresh(chain)  # continued, or retired since this process last looked
+                if newer.number <= link.number:
+                    if isinstance(err, ExecutionNotRunningError) and link.execution_id != execution_id:
+                        raise ExecutionNotRunningError(  # the listener ended: say so by the id the caller holds
+                            f"listener {execution_id} has ended (its run {link.execution_id} is not running); it "
+                            "cannot receive messages", execution_id=execution_id) from err
+                    raise
+                link = newer
+                continue
+            on_accepted(message_id, link)
+            if not directory.exists(chain, link.number + 1):
+                return message_id
+            # Link ``link`` is being (or was) continued: did the message reach it?
+            reached = _fate(api, chain, link, message_id, switch_wait, clock, pause)
+            if reached is not False:
+                return message_id
+            log.info("message %s was dropped with run %s's queue at a continuation; sending it again",
+                     message_id, link.execution_id)
+            link = directory.refresh(chain)
+        raise ExecutionNotRunningError(
+            f"listener {execution_id} was continued {_MAX_ATTEMPTS} times while one message was being sent; "
+            "it was not delivered", execution_id=execution_id)
 
 
 def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout: float, clock: Clock,

@@ -22,7 +22,7 @@ import attrs
 
 from ..errors import WorkerStallError
 
-__all__ = ["Stall", "find_stall", "server_time_from_date", "stall_error"]
+__all__ = ["Stall", "find_stall", "run_words", "server_time_from_date", "stall_error"]
 
 _WAITING = frozenset({"SCHEDULED", "IN_PROGRESS"})
 
@@ -92,6 +92,14 @@ def find_stall(
     for stale in set(first_seen) - live_ids:
         del first_seen[stale]
     return worst
+
+
+def run_words(execution_id: str, listener_id: str | None) -> str:
+    """How a log line names run ``execution_id``: by the id callers hold first when it is a run of the continued
+    listener ``listener_id`` (``listener <id> (its run <run id>)``), else ``run <id>``."""
+    if listener_id and listener_id != execution_id:
+        return f"listener {listener_id} (its run {execution_id})"
+    return f"run {execution_id}"
 
 
 def stall_error(execution_id: str, stall: Stall) -> WorkerStallError:

@@ -9,8 +9,7 @@ whose queue message the server leased away is made due again):
 - **Liveness.** For a stateful run started or resumed here (liveness on), the sample is the
   run's task list; :func:`~conductor_agents._liveness.stall.find_stall` turns a task of the run's
   domain that nobody polled for too long into a :class:`WorkerStallError` on the run's
-  :class:`RunWatch` (``handle.stall``), wakes the handles waiting on it and calls the
-  runtime's ``on_stall`` listener.
+  :class:`RunWatch` (``handle.stall``), wakes the handles waiting on it and calls the runtime's ``on_stall`` listener.
 
 A full tool pool is not a dead worker: a pool that is full stops this process's pollers, so
 the run's next task waits unpolled. The watchdog holds off while this process serves the
@@ -58,7 +57,7 @@ from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, WorkerStallError
 from ..result import RunStatus
 from .nudges import Nudges
-from .stall import Stall, find_stall, server_time_from_date, stall_error
+from .stall import Stall, find_stall, run_words, server_time_from_date, stall_error
 from .tree import running_sub_runs
 
 __all__ = ["Companions", "RunWatch", "RunWatchdog"]
@@ -93,6 +92,7 @@ class RunWatch:
         self.tree = False  # the run has sub-runs (sub-agents, agent tools) on its domain: sample theirs too
         self.served_domain: str | None = None  # the domain this process polls for the run's tools
         self.companions: Companions | None = None  # runs sampled with it (a mailbox's listener run)
+        self.listener_id: str | None = None  # a continued listener's run: the id callers hold (its log names it)
         self._stall: WorkerStallError | None = None
         self._listeners: list[StallListener] = []
         self._lock = threading.Lock()
@@ -155,7 +155,7 @@ class RunWatchdog:
         ring: told a domain that has a task waiting unpolled (a ring its poller may have missed).
         queues_empty: whether the queue watcher read every queue this process polls on
             ``domain`` empty just now (the run is idle: no sample needed for liveness).
-        idle_sample_seconds: an idle run is still sampled this often (end of run); default
+        idle_sample_seconds: an idle run is still sampled this often (end of run), by default
             ``IDLE_SAMPLE_INTERVALS`` intervals.
         grace: extra seconds a task of a given type may wait unpolled (a continued listener's new
             run waits for its switch to be committed: its carry task is never polled).
@@ -468,8 +468,8 @@ class RunWatchdog:
         newly = run._set_stall(stall)
         if newly is not None:
             error, listeners = newly
-            log.warning("run %s: task %s (domain %s) has not been polled for %.1fs",
-                        run.execution_id, error.task_reference_name, error.domain, error.waited_seconds)
+            log.warning("%s: task %s (domain %s) has not been polled for %.1fs", run_words(run.execution_id,
+                        run.listener_id), error.task_reference_name, error.domain, error.waited_seconds)
             for listener in listeners:
                 self._tell(listener, error)
 

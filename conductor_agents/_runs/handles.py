@@ -17,6 +17,7 @@ from .._common.clock import Clock
 from .._listener.by_id import people_runs
 from .._listener.directory import Chain, ChainDirectory
 from .._listener.following import current_runs
+from .._listener.naming import held_stall
 from .._people.pending import PendingRequest
 from .._people.pending_watch import PendingMonitor
 from .._wire.api import ConductorApi
@@ -76,7 +77,7 @@ class HandleMaker:
         )
         on_stall = self._on_stall
         if watch is not None and on_stall is not None:
-            watch.add_listener(lambda error: on_stall(handle, error))
+            watch.add_listener(lambda error: on_stall(handle, held_stall(error, handle.execution_id)))
         if monitor and self._on_pending is not None and agent is not None and agent.waits_for_people:
             self._watch_pending(handle)
         return handle

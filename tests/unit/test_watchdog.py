@@ -146,6 +146,18 @@ def test_a_task_unpolled_past_the_threshold_stalls_the_run(no_thread):
                                             watch.stall.domain, watch.stall.waited_seconds)
 
 
+def test_a_listeners_run_that_stalls_is_logged_by_the_id_callers_hold(no_thread, caplog):
+    """The warning named a continued listener's run only, an id the caller never held (issue 41, point 4)."""
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, running(task("late", age=45)))
+    watch = watchdog.watch(EXEC, domain=DOMAIN)
+    watch.listener_id = "mailbox-1"  # as the listener's tracker sets it
+    with caplog.at_level(logging.WARNING, logger="conductor_agents.liveness"):
+        tick(watchdog, clock)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"listener mailbox-1 (its run {EXEC}): task late (domain {DOMAIN}) has not been polled for 45.5s"]
+
+
 def test_a_paused_run_is_never_stalled_and_its_stall_clears(no_thread):
     """A paused run schedules nothing and its waiting tasks wait for the unpause: no stall, and a stall
     flagged before the pause clears; after the unpause the rule applies again."""
