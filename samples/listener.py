@@ -68,12 +68,12 @@ def run_scenario(settings: AgentSettings, model: str) -> int:
     agent = build_agent(model, tools)
     with AgentRuntime(settings) as runtime:
         handle = runtime.start(agent, "Start listening.")
-        print(f"started {handle!r}")
+        print(f"started {agent.name}: execution {handle.execution_id}")  # the one id to hold (send, status, stop)
 
         message_id = runtime.send_message(handle.execution_id, {"action": "generate-report"})
         print("sent {'action': 'generate-report'}")
         delivery = handle.wait_delivered(message_id, timeout=60)  # MessageLostError if it can never arrive
-        print(f"delivered: run {delivery.execution_id} read it")
+        print(f"delivered: run {handle.execution_id} read it ({delivery.task_reference_name})")
         deadline = time.monotonic() + 60
         while not tools.reports and time.monotonic() < deadline:
             time.sleep(0.1)

@@ -21,6 +21,7 @@ from typing import Any
 
 import attrs
 
+from .._common.answer_text import answer_text
 from .._listener.running import waiting_for
 from ..agent import Agent
 from ..errors import MessageLostError, WaitTimeoutError
@@ -236,14 +237,23 @@ def _status(args: argparse.Namespace) -> int:
         rows.append(("run id", handle.run_id))
     if waiting_for == "person" and status.pending_tool and status.pending_tool.get("taskRefName"):
         rows.append(("pending", str(status.pending_tool.get("taskRefName"))))  # what `--request` takes
-    output = (status.output or {}).get("result")
+    output = _answer(status)
     if output is not None:
-        rows.append(("output", str(output)))
+        rows.append(("output", output))
     if status.reason:
         rows.append(("reason", status.reason))
     for key, value in rows:
         print(f"{key:<10} {value}")
     return EXIT_OK
+
+
+def _answer(status: AgentStatus) -> str | None:
+    """The run's answer as text, as ``wait`` prints it; None after a turn of tool calls (then the server's
+    ``result`` is its placeholder for the calls, no answer: ``wait --json`` says ``"output": null``)."""
+    raw = status.output or {}
+    if raw.get("finishReason") == "TOOL_CALLS" or raw.get("result") is None:
+        return None
+    return answer_text(raw.get("result"))
 
 
 def _waiting_for(runtime: AgentRuntime, status: AgentStatus) -> str | None:

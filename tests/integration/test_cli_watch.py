@@ -10,7 +10,8 @@ import time
 
 import pytest
 
-from conductor_agents import AgentRuntime
+from conductor_agents import AgentRuntime, RunStatus
+from conductor_agents.cli._main import main
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener
@@ -73,3 +74,37 @@ def test_list_shows_what_each_run_waits_for_and_events_follows_a_run_to_its_end(
     assert text.returncode == 0 and text.stdout.splitlines()[-1].endswith("done"), text.stdout
     unknown = cli(url, "events", "no-such-run", "--timeout", "5")
     assert unknown.returncode == 3, unknown.stderr
+
+
+def test_a_listeners_errors_name_the_id_its_caller_holds(agent_settings, scripted_llm, unique_name, capsys) -> None:
+    """Issue 41, point 4: ``approve ID`` said ``run LINK waits for no person now`` and ``events ID --timeout 5``
+    ``run LINK did not end within 4.99999s``, LINK a run of the listener, whose id the caller never held (it
+    holds the listener's mailbox's); ``status`` printed the server's tool-call placeholder as the output. The
+    verbs run in this process (``main``): a process each would cost more than the rest of the test."""
+    url = agent_settings.server_url
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    agent = listener(unique_name("ids"), model, ActionTools("ids"))
+
+    def verb(*args: str) -> "tuple[int, str, str]":
+        code = main([*args, "--server-url", url])
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    with AgentRuntime(agent_settings) as runtime:
+        handle = runtime.start(agent, "Start listening.")
+        held, run = handle.execution_id, handle.current_execution_id
+        assert run != held  # the listener's first run; the caller holds its mailbox's id
+
+        code, _, err = verb("approve", held)
+        assert (code, err.strip()) == (
+            3, f"conductor-agents: error: listener {held} (its run {run}) waits for no person now (nothing to approve)")
+        code, _, err = verb("events", held, "--timeout", "2")
+        assert (code, err.splitlines()[-1]) == (
+            5, f"conductor-agents: error: run {held} did not end within 2s; it goes on on the server and is not "
+               "cancelled (see `conductor-agents status|wait|resume|stop|cancel`)")
+        handle.stop()
+        result = handle.wait(timeout=60)
+        code, out, _ = verb("status", held)
+        shown = [line.split(None, 1)[1] for line in out.splitlines() if line.startswith("output ")]
+        assert (result.status, code, shown) == (  # the answer wait() gave, or none: never the tool-call placeholder
+            RunStatus.COMPLETED, 0, [] if result.output is None else [result.output]), out

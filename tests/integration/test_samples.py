@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 import time
@@ -63,6 +64,9 @@ def test_make_demo_runs_the_listener_sample_offline() -> None:
     # Nothing a newcomer need worry about: no download promised for a cached jar, no warning (issue 34, point 12)
     assert "download" not in result.stdout.lower() and "warning" not in (result.stdout + result.stderr).lower()
     assert "delivered: run " in result.stdout and "pulled by" not in result.stdout
+    # One id for the listener, the one to hold (issue 41, point 4: it printed its mailbox's, its run id and a run's).
+    held = re.search(r"started listener: execution (\S+)", result.stdout).group(1)
+    assert set(re.findall(r"[0-9a-f]{8}-[0-9a-f-]{27}|[0-9a-f]{32}", result.stdout)) == {held}
 
 
 def test_stateful_resume_sample_continues_the_run_after_the_child_is_killed(remote_env: Dict[str, str]) -> None:
