@@ -21,6 +21,7 @@ from ._listener.following import current_status, ended_result, listener_totals, 
 from ._listener.naming import held_stall, rename
 from ._liveness.model_calls import FirstModelTurn, unavailable_model_cancel_reason
 from ._people.pending import HumanAnswer, PendingRequest
+from ._serving.served import with_serving
 from ._wire.api import ConductorApi
 from ._wire.payload import message_payload
 from ._wire.transport import HttpError
@@ -167,18 +168,23 @@ class AgentHandle:
     # -- observing --------------------------------------------------------------------
 
     def status(self) -> AgentStatus:
-        """The run's current status (one request).
+        """The run's status (one request; a running run's a few more: ``waiting_for``, ``served``, concepts.md).
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
             ServerUnavailableError, ServerError: the request failed.
         """
+        status, link = self._read_status()
+        return with_serving(self._api, self._settings, status, link.execution_id, clock=self._clock,
+                            also=(self.execution_id,) if self._chain().mailbox else ())
+
+    def _read_status(self) -> tuple[AgentStatus, Link]:  # the status alone (one request), and the run it is in
         link, status = current_status(self._api, self._directory, self._chain())
         status = self._as_listener(status, link)
         self._last_status = status.status
         if status.is_terminal:
             self._terminal()
-        return status
+        return status, link
 
     def _as_listener(self, status: AgentStatus, link: Link) -> AgentStatus:
         self._ended_in = link if status.is_terminal else None
@@ -530,7 +536,7 @@ class AgentHandle:
         if self._result is not None:
             return
         try:
-            if self.status().is_terminal:
+            if self._read_status()[0].is_terminal:
                 return
             if exc_type is not None:
                 self.cancel(reason=f"the caller's block raised {exc_type.__name__}")

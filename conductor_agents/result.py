@@ -189,6 +189,15 @@ class AgentStatus:
     #: The listener's current run (``execution_id`` until it was first continued) and how many it has had.
     current_execution_id: str | None = None
     runs: int = 1
+    #: What a RUNNING run waits for: ``"person"`` (an approval, an answer, a review), ``"message"`` (the next
+    #: message) or None (it is working, or it ended). Set by :meth:`AgentHandle.status`.
+    waiting_for: str | None = None
+    #: Whether a process serves the run now: False when no process has polled its tasks for longer than
+    #: ``liveness_stall_seconds`` (``unserved_for`` says how many seconds; serve it with ``conductor-agents
+    #: serve MODULE:AGENT``, ``runtime.serve(agent)`` or ``runtime.resume``), None when that cannot be told
+    #: (ended, paused, a stateless run, too soon). Set by :meth:`AgentHandle.status` (``docs/concepts.md``).
+    served: bool | None = None
+    unserved_for: float | None = None
 
     @property
     def is_terminal(self) -> bool:

@@ -21,6 +21,7 @@ from ._runs.start import check_start
 from ._scheduling import Schedules
 from ._serving.at_exit import close_at_exit
 from ._serving.process import ServedAgents, check_servable
+from ._serving.served import row_with_serving
 from ._teams.model_settings import ModelSettings
 from ._wire.api import ConductorApi
 from ._wire.transport import Transport
@@ -343,13 +344,15 @@ class AgentRuntime:
         (a continued listener's two runs mid-switch are one row).
 
         One request for the running runs, then a status and (once per process and run) which
-        listener it is, per running run: a page of a dashboard, not something to call in a loop.
+        listener it is, per running run, and whether a process serves it (``served``, a few small reads:
+        see ``docs/concepts.md``, "Who serves a run"): a page of a dashboard, not something to call in a loop.
 
         Raises:
             AgentTypeError: ``agent`` is neither an Agent nor a name.
         """
         self._check_open()
-        return running_runs(self._api, self._directory, agent_name_of(agent))
+        rows = running_runs(self._api, self._directory, agent_name_of(agent))
+        return tuple(row_with_serving(self._api, self.settings, row, clock=self._clock) for row in rows)
 
     @property
     def schedules(self) -> Schedules:

@@ -36,6 +36,8 @@ class RunningRun:
     ``waiting_for``: ``"person"`` (a run of it waits for an approval, an answer or a review),
     ``"message"`` (it waits for the next message) or None (it is working). ``start_time``: when the
     current run started (epoch seconds, the server's clock), None when the server did not say.
+    ``served``, ``unserved_for``: whether a process serves the listener now, and for how many seconds
+    none has, as :attr:`AgentStatus.served` (filled in by :meth:`AgentRuntime.running`).
     """
 
     execution_id: str
@@ -43,11 +45,14 @@ class RunningRun:
     status: RunStatus
     waiting_for: str | None = None
     start_time: float | None = None
+    served: bool | None = None
+    unserved_for: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready (what ``conductor-agents list --json`` prints)."""
         return {"executionId": self.execution_id, "currentExecutionId": self.current_execution_id,
-                "status": self.status.value, "waitingFor": self.waiting_for, "startTime": self.start_time}
+                "status": self.status.value, "waitingFor": self.waiting_for, "startTime": self.start_time,
+                "served": self.served, "unservedFor": self.unserved_for}
 
 
 def waiting_for(api: ConductorApi, status: AgentStatus) -> str | None:

@@ -32,7 +32,8 @@ from .._liveness.stall import server_time_from_date
 from .._wire.api import ConductorApi
 from .._worker import poller as _poller
 
-__all__ = ["LivePoller", "find_live_poller", "freshness_window", "make_worker_id", "worker_is_dead_here"]
+__all__ = ["LivePoller", "domain_polls", "find_live_poller", "freshness_window", "make_worker_id",
+           "worker_is_dead_here"]
 
 #: Added to the poller's longest quiet spell: one long poll (the server caps it at 5 s), the pause
 #: after a failed poll (at most 5 s), the 1 s resolution of the ``Date`` header, and slack for a
@@ -127,7 +128,7 @@ def worker_is_dead_here(worker_id: str) -> bool:
 
 @attrs.frozen
 class LivePoller:
-    """Another worker polled the run's domain lately."""
+    """A worker's last poll of a run's domain (``find_live_poller``: another worker's, lately)."""
 
     worker_id: str
     task_type: str
@@ -148,8 +149,25 @@ def find_live_poller(api: ConductorApi, task_types: Iterable[str], domain: str |
     if not domain:
         return None  # shared (domain-less) tools may be served by many workers at once, by design
     window = freshness_window()
-    ignored = set(ignore)
+    ignored = set(ignore) | {own_worker_id}
     freshest: LivePoller | None = None
+    for poll in domain_polls(api, task_types, domain, clock=clock):
+        if poll.worker_id in ignored or worker_is_dead_here(poll.worker_id):
+            continue  # a dead process's last poll says nothing of a live worker
+        if poll.seconds_ago <= window and (freshest is None or poll.seconds_ago < freshest.seconds_ago):
+            freshest = poll
+    return freshest
+
+
+def domain_polls(api: ConductorApi, task_types: Iterable[str], domain: str, *,
+                 clock: Clock = SYSTEM_CLOCK) -> list[LivePoller]:
+    """Every worker's last poll of ``domain`` for each of ``task_types`` (one poll-data read per type),
+    its age on the server's clock; dead or alive (:func:`worker_is_dead_here` tells).
+
+    Raises:
+        ServerError (and subclasses): the poll data could not be read.
+    """
+    polls: list[LivePoller] = []
     for task_type in task_types:
         rows, date = api.poll_data_sample(task_type)
         now = server_time_from_date(date)
@@ -158,12 +176,6 @@ def find_live_poller(api: ConductorApi, task_types: Iterable[str], domain: str |
         for row in rows:
             if row.get("domain") != domain or not row.get("lastPollTime"):
                 continue
-            worker = str(row.get("workerId") or "")
-            if worker == own_worker_id or worker in ignored:
-                continue
-            if worker_is_dead_here(worker):
-                continue  # its process is gone: its last poll says nothing of a live worker
             age = max(0.0, now - float(row["lastPollTime"]) / 1000.0)
-            if age <= window and (freshest is None or age < freshest.seconds_ago):
-                freshest = LivePoller(worker_id=worker, task_type=task_type, seconds_ago=age)
-    return freshest
+            polls.append(LivePoller(worker_id=str(row.get("workerId") or ""), task_type=task_type, seconds_ago=age))
+    return polls

@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 
 from .._common.answer_text import answer_text
-from .._listener.running import waiting_for
+from .._serving.served import unserved_line
 from ..agent import Agent
 from ..errors import MessageLostError, WaitTimeoutError
 from ..handle import AgentHandle
@@ -42,7 +42,7 @@ from ._options import (
     positive_seconds,
     settings,
 )
-from ._progress import ProgressDisplay, RunWatcher
+from ._progress import ProgressDisplay, RunWatcher, ServedWatch
 from ._target import load_agent
 
 __all__ = ["EXIT_MESSAGE_LOST", "EXIT_TIMED_OUT", "EXIT_UNREACHABLE", "register"]
@@ -222,20 +222,14 @@ def _status(args: argparse.Namespace) -> int:
     with AgentRuntime(settings(args)) as runtime:
         handle = runtime.attach(args.execution_id)
         status = handle.status()
-        waiting_for = _waiting_for(runtime, status)
     if args.json:
-        print(json.dumps(_status_dict(status, handle, waiting_for), indent=2, default=str))
+        print(json.dumps(_status_dict(status, handle), indent=2, default=str))
         return EXIT_OK
-    state = status.status.value
-    if waiting_for == "person":
-        state += f" (waiting for a person: conductor-agents pending {handle.execution_id})"
-    elif waiting_for == "message":
-        state += " (waiting for a message)"
     rows = [("execution", status.execution_id or handle.execution_id), ("agent", handle.agent_name),
-            ("status", state)]
+            ("status", status_line(status, handle.execution_id))]
     if handle.run_id:
         rows.append(("run id", handle.run_id))
-    if waiting_for == "person" and status.pending_tool and status.pending_tool.get("taskRefName"):
+    if status.waiting_for == "person" and status.pending_tool and status.pending_tool.get("taskRefName"):
         rows.append(("pending", str(status.pending_tool.get("taskRefName"))))  # what `--request` takes
     output = _answer(status)
     if output is not None:
@@ -256,19 +250,28 @@ def _answer(status: AgentStatus) -> str | None:
     return answer_text(raw.get("result"))
 
 
-def _waiting_for(runtime: AgentRuntime, status: AgentStatus) -> str | None:
-    """``"person"``, ``"message"`` or None: what a running run waits for (see :func:`waiting_for`)."""
-    return waiting_for(runtime._api, status)  # the CLI is part of the package
+def status_line(status: AgentStatus, execution_id: str) -> str:
+    """``status``'s status row: the status, what a running run waits for, and whether a process serves it."""
+    state = status.status.value
+    if status.waiting_for == "person":
+        state += f" (waiting for a person: conductor-agents pending {execution_id})"
+    elif status.waiting_for == "message":
+        state += " (waiting for a message)"
+    if status.served is False:
+        state += ", " + unserved_line(status.unserved_for)
+    return state
 
 
-def _status_dict(status: AgentStatus, handle: AgentHandle, waiting_for: str | None) -> dict[str, Any]:
+def _status_dict(status: AgentStatus, handle: AgentHandle) -> dict[str, Any]:
     return {
         "executionId": status.execution_id or handle.execution_id,
         "agent": handle.agent_name,
         "runId": handle.run_id,
         "status": status.status.value,
         "terminal": status.is_terminal,
-        "waitingFor": waiting_for,
+        "waitingFor": status.waiting_for,
+        "served": status.served,
+        "unservedFor": status.unserved_for,
         "isWaiting": status.is_waiting,
         "pendingTool": status.pending_tool,
         "output": status.output,
@@ -285,7 +288,7 @@ def _wait(args: argparse.Namespace) -> int:
 def _wait_on(runtime: AgentRuntime, handle: AgentHandle, args: argparse.Namespace) -> int:
     display = ProgressDisplay()
     started = time.monotonic()
-    with _Watching(runtime, handle, display, args.quiet, args.timeout):
+    with _Watching(runtime, handle, display, args.quiet, args.timeout, served=True):
         result = handle.wait(timeout=args.timeout)
     return _report(result, args, time.monotonic() - started)
 
@@ -340,14 +343,18 @@ def _cancel(args: argparse.Namespace) -> int:
 class _Watching:
     """Context manager: a :class:`RunWatcher` on ``handle`` for the block (none when quiet).
 
-    ``timeout`` None: the block has no deadline, and neither has the event stream.
+    ``timeout`` None: the block has no deadline, and neither has the event stream. ``served``: also say
+    when no process serves the run (:class:`ServedWatch`; for a run this process does not serve).
     """
 
     def __init__(self, runtime: AgentRuntime, handle: AgentHandle, display: ProgressDisplay, quiet: bool,
-                 timeout: float | None) -> None:
+                 timeout: float | None, *, served: bool = False) -> None:
         self._watcher: RunWatcher | None = None
+        self._served: ServedWatch | None = None
         if quiet:
             return
+        if served:
+            self._served = ServedWatch(display, handle.status, runtime.settings.liveness_check_interval_seconds)
         events = getattr(handle, "events", None)
         if callable(events):
             self._watcher = RunWatcher(display, handle.execution_id,
@@ -360,9 +367,13 @@ class _Watching:
     def __enter__(self) -> _Watching:
         if self._watcher is not None:
             self._watcher.start()
+        if self._served is not None:
+            self._served.start()
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        if self._served is not None:
+            self._served.stop()
         if self._watcher is not None:
             self._watcher.stop(grace=1.0 if exc[0] is None else 0.0)
 

@@ -4,9 +4,10 @@
 lines: model turns, "waiting for a message", tool calls and their results, errors, the
 end. It reads :meth:`AgentHandle.events` (the server's event stream, or the task list
 when the stream is unavailable); given only a ``fetch`` function it samples the task list
-itself (:class:`TaskTracker`). :class:`ProgressDisplay` writes the lines: on a TTY a
-spinner line at the bottom is redrawn in place and event lines scroll above it; on
-anything else (a pipe, a file, CI logs) each event is one plain line.
+itself (:class:`TaskTracker`). :class:`ServedWatch` says when no process serves the run.
+:class:`ProgressDisplay` writes the lines: on a TTY a spinner line at the bottom is redrawn
+in place and event lines scroll above it; on anything else (a pipe, a file, CI logs) each
+event is one plain line.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from typing import Any, TextIO
 
 from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
 from .._liveness.model_calls import says_model_unavailable
+from .._serving.served import unserved_line
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import SERVER_INPUT_KEYS, RunStatus
 
-__all__ = ["ProgressDisplay", "RunWatcher", "TaskTracker", "describe_event"]
+__all__ = ["ProgressDisplay", "RunWatcher", "ServedWatch", "TaskTracker", "describe_event"]
 
 log = logging.getLogger("conductor_agents.cli")
 
@@ -327,3 +329,54 @@ class RunWatcher:
                     return
             if self._stop.wait(self._interval):
                 return
+
+
+class ServedWatch:
+    """Says on a :class:`ProgressDisplay`, once, when no process serves the run (``status.served`` is False,
+    with for how long and the command that would serve it), and once when one serves it again.
+
+    ``check()`` is :meth:`AgentHandle.status`; it is called at once, then every ``interval`` seconds (the
+    liveness check interval) until the run ends or :meth:`stop`. Errors are logged, never raised.
+    """
+
+    def __init__(self, display: ProgressDisplay, check: Callable[[], Any], interval: float) -> None:
+        self._display = display
+        self._check = check
+        self._interval = interval
+        self._stop = threading.Event()
+        self._unserved = False
+        # daemon: if it died with the process only this line would be lost; stop() joins it.
+        self._thread = threading.Thread(target=self._run, name="conductor-agents-cli-served", daemon=True)
+
+    def start(self) -> ServedWatch:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop checking and join (a check in flight is bounded by the HTTP timeout). Idempotent."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(5.0)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                status = self._check()
+            except ConductorAgentsError as err:
+                log.debug("checking whether the run is served failed: %s", err)
+            except Exception:  # progress must never take the command down
+                log.debug("checking whether the run is served failed", exc_info=True)
+            else:
+                if status.is_terminal:
+                    return
+                self._tell(status)
+            if self._stop.wait(self._interval):
+                return
+
+    def _tell(self, status: Any) -> None:
+        if status.served is False and not self._unserved:
+            self._unserved = True
+            self._display.event(unserved_line(status.unserved_for))
+        elif status.served is True and self._unserved:
+            self._unserved = False
+            self._display.event("served again: a process polls its tasks")

@@ -16,9 +16,10 @@ from typing import Any
 
 import attrs
 
+from .._serving.served import SERVE_HINT
 from ..runtime import AgentRuntime
 from ._main import EXIT_OK
-from ._options import EXIT_CODES, add_on_run, add_verb, guarded, positive_seconds, settings
+from ._options import EXIT_CODES, add_on_run, add_verb, guarded, note, positive_seconds, settings
 from ._progress import describe_event
 
 __all__ = ["register"]
@@ -30,8 +31,9 @@ def register(subparsers: Any) -> None:
     """Add ``list`` and ``events`` to the top-level ``subparsers``."""
     listing = add_verb(subparsers, "list", guarded(_list), "list the running runs of an agent",
                        "Print the running runs of the agent named AGENT (its Agent.name), oldest first: execution "
-                       "id, status, what the run waits for (a message, a person, or nothing: it is working) and "
-                       "since when it runs. Exit 0 also when none runs.", epilog=EXIT_CODES)
+                       "id, status, what the run waits for (a message, a person, or nothing: it is working), or that "
+                       "no process serves it and for how long, and since when it runs. Exit 0 also when none runs.",
+                       epilog=EXIT_CODES)
     listing.add_argument("agent", metavar="AGENT", help="the agent's name (Agent.name)")
     listing.add_argument("--json", action="store_true", help="print a JSON list")
 
@@ -53,9 +55,19 @@ def _list(args: argparse.Namespace) -> int:
     now = time.time()
     for row in rows:
         since = f"{_age(now - row['startTime'])} ago" if row["startTime"] else "-"
-        print(f"{row['executionId']}  {row['status']:<8}  waits for {row['waitingFor'] or 'nothing (working)':<18}  "
-              f"started {since}")
+        print(f"{row['executionId']}  {row['status']:<8}  {_doing(row):<28}  started {since}")
+    if any(row["served"] is False for row in rows):
+        note(f"a run not served waits for a process: serve them with: {SERVE_HINT}")
     return EXIT_OK
+
+
+def _doing(row: dict[str, Any]) -> str:
+    """What a listed run waits for, or that no process serves it (for how long)."""
+    waits = row["waitingFor"]
+    if row["served"] is False:
+        since = f" for {_age(row['unservedFor'])}" if row["unservedFor"] is not None else ""
+        return f"not served{since}" + (f" (waits for {waits})" if waits else "")
+    return f"waits for {waits or 'nothing (working)'}"
 
 
 def _events(args: argparse.Namespace) -> int:
