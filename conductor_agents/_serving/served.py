@@ -12,7 +12,8 @@ the domain, :func:`.live_workers.domain_polls`), with a few small reads and no s
   a. a task of the run's domain (the run's, or its mailbox's) waits SCHEDULED, never polled, longer than
      ``liveness_stall_seconds`` (the stall rule, with its grace for a switch's carry task), and no live
      worker polled that task type on the domain within that bound (a busy worker does); ``unserved_for``
-     is how long the task has waited, or since the domain's last poll when that is longer; or
+     is how long the task has waited, or since that type's last poll on the domain (since the run
+     started, when it never was) when that is longer; or
   b. no worker polled the domain within the freshness window (:func:`.live_workers.freshness_window`: a
      live poller polls each of its types at least that often, also when idle), a worker of this host whose
      process no longer exists not counting, and the last poll of the domain (the run's start when nothing
@@ -99,6 +100,8 @@ def read_serving(api: ConductorApi, settings: AgentSettings, execution_id: str, 
         tasks += page.tasks
         server_now = server_now if server_now is not None else server_time_from_date(page.date)
     now = server_now if server_now is not None else clock.time()
+    started = workflow.get("startTime")
+    age = now - started / 1000.0 if isinstance(started, (int, float)) and started > 0 else None
     stall_seconds = settings.liveness_stall_seconds
     stall = find_stall(tasks, domain=domain, stall_seconds=stall_seconds, server_now=server_now, first_seen={},
                        client_now=0.0, grace={CARRY_TASK: carry_grace_seconds(settings.continuation_drain_seconds)})
@@ -106,16 +109,18 @@ def read_serving(api: ConductorApi, settings: AgentSettings, execution_id: str, 
         live, last = _last_poll(api, (stall.task_type,), domain, within=stall_seconds, clock=clock)
         if live:
             return SERVED
-        return Serving(served=False, unserved_for=round(max(stall.waited_seconds, last or 0.0), 1))
+        return Serving(served=False, unserved_for=round(max(stall.waited_seconds, _or(last, age) or 0.0), 1))
     live, last = _last_poll(api, _task_types(workflow), domain, within=freshness_window(), clock=clock)
     if live:
         return SERVED
-    if last is None:  # never polled: since the run started
-        started = workflow.get("startTime")
-        last = now - started / 1000.0 if isinstance(started, (int, float)) and started > 0 else None
-    if last is None or last <= stall_seconds:
+    since = _or(last, age)  # never polled: since the run started
+    if since is None or since <= stall_seconds:
         return UNKNOWN
-    return Serving(served=False, unserved_for=round(last, 1))
+    return Serving(served=False, unserved_for=round(since, 1))
+
+
+def _or(value: float | None, otherwise: float | None) -> float | None:
+    return value if value is not None else otherwise
 
 
 def with_serving(api: ConductorApi, settings: AgentSettings, status: AgentStatus, execution_id: str, *,

@@ -4,10 +4,12 @@ agent with what each waits for, and a run's events followed until it ends."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
 
+import attrs
 import pytest
 
 from conductor_agents import AgentRuntime, RunStatus
@@ -20,9 +22,14 @@ from .test_stateful_listener import ActionTools, act_on
 pytestmark = pytest.mark.integration
 
 
-def cli(server_url: str, *args: str, timeout: float = 90) -> subprocess.CompletedProcess:
+#: A CLI whose liveness bound is 3 s (the default, 30 s, would make a test wait that long) and whose progress
+#: checks every half second whether a process serves the run.
+SHORT_STALL = {"CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": "3", "CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS": "0.5"}
+
+
+def cli(server_url: str, *args: str, timeout: float = 90, env: "dict | None" = None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "conductor_agents", *args, "--server-url", server_url],
-                          capture_output=True, text=True, timeout=timeout)
+                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
 
 
 def test_list_shows_what_each_run_waits_for_and_events_follows_a_run_to_its_end(
@@ -45,6 +52,7 @@ def test_list_shows_what_each_run_waits_for_and_events_follows_a_run_to_its_end(
         rows = eventually(listed, timeout=60, interval=0.5, message="both listeners waiting for a message")
         assert {(r["executionId"], r["currentExecutionId"]) for r in rows} == {
             (h.execution_id, h.current_execution_id) for h in handles}  # named by the id callers hold
+        assert all(r["served"] is True and r["unservedFor"] is None for r in rows)  # this runtime serves both
         assert all(r["status"] == "RUNNING" and abs(r["startTime"] - time.time()) < 600 for r in rows)
         assert {(r.execution_id, r.waiting_for) for r in runtime.running(name)} == {
             (h.execution_id, "message") for h in handles}
@@ -108,3 +116,44 @@ def test_a_listeners_errors_name_the_id_its_caller_holds(agent_settings, scripte
         shown = [line.split(None, 1)[1] for line in out.splitlines() if line.startswith("output ")]
         assert (result.status, code, shown) == (  # the answer wait() gave, or none: never the tool-call placeholder
             RunStatus.COMPLETED, 0, [] if result.output is None else [result.output]), out
+
+
+def test_a_run_nobody_serves_says_so_in_status_list_and_wait_until_a_process_serves_it(
+        agent_settings, scripted_llm, unique_name) -> None:
+    """A listener started with no worker (as ``conductor-agents start`` does): ``status`` and ``list`` say that no
+    process serves it, for how long and what would serve it, ``wait`` says it once; served, it says so."""
+    url = agent_settings.server_url
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    name = unique_name("unserved")
+    tools = ActionTools("late")
+    with AgentRuntime(attrs.evolve(agent_settings, auto_start_workers=False)) as starter:
+        execution_id = starter.start(listener(name, model, tools), "Start listening.").execution_id
+
+    def unserved() -> "dict | None":
+        result = cli(url, "status", execution_id, "--json", env=SHORT_STALL)
+        assert result.returncode == 0, result.stderr
+        status = json.loads(result.stdout)
+        return status if status["served"] is False else None
+
+    status = eventually(unserved, timeout=30, interval=1, message="status --json says no process serves the run")
+    assert status["status"] == "RUNNING" and status["unservedFor"] > 3, status
+    plain = cli(url, "status", execution_id, env=SHORT_STALL)
+    (line,) = [row for row in plain.stdout.splitlines() if row.startswith("status")]
+    assert "RUNNING" in line and "not served: no process has polled its tasks for " in line, plain.stdout
+    assert line.endswith("(serve it with: conductor-agents serve MODULE:AGENT)"), line
+    listed = cli(url, "list", name, env=SHORT_STALL)
+    assert "not served for " in listed.stdout and "waits for nothing" not in listed.stdout, listed.stdout
+    assert "conductor-agents serve MODULE:AGENT" in listed.stderr, listed.stderr
+    waited = cli(url, "wait", execution_id, "--timeout", "3", env=SHORT_STALL)
+    assert waited.returncode == 5, waited.stderr
+    assert waited.stderr.count("not served: no process has polled its tasks") == 1, waited.stderr  # said once
+    print(f"\n{line}\n{listed.stdout}{listed.stderr}{waited.stderr}")
+
+    with AgentRuntime(agent_settings) as serving:
+        handle = serving.resume(execution_id, listener(name, model, tools))
+        eventually(lambda: handle.status().served is True, timeout=30, interval=0.5, message="served once resumed")
+        assert [(r.execution_id, r.served) for r in serving.running(name)] == [(execution_id, True)]
+        handle.send_message({"action": "at last"})
+        eventually(lambda: [a for a, _ in tools.actions] == ["at last"], timeout=60, message="the action")
+        handle.stop()
+        assert handle.wait(timeout=60).ok

@@ -19,6 +19,7 @@ import collections
 import os
 import time
 
+import attrs
 import pytest
 
 from conductor_agents import AgentRuntime, RunStatus
@@ -148,3 +149,29 @@ def test_resume_reclaims_the_task_a_killed_worker_was_running(agent_settings, sc
     finally:
         child.kill()
     assert sdk_threads() == before
+
+
+def test_status_says_when_the_process_serving_a_run_was_killed(agent_settings, scripted_llm, unique_name, tmp_path):
+    """SIGKILL of the one process serving a listener that waits for a message: the run stays RUNNING on the
+    server, and ``status()`` (any process: here one that serves nothing) says no process serves it any more."""
+    base = agent_settings.server_url
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    name = unique_name("killed")
+    child = Child(["--server-url", base, "--name", name, "--model", model, "--log", str(tmp_path / "actions.jsonl"),
+                   "--start"], stderr_path=str(tmp_path / "child.err"))
+    try:
+        execution_id = child.read_info(timeout=60)["execution_id"]
+        eventually(lambda: quiescent(base, execution_id), timeout=60, interval=0.1,
+                   message="the run waits for a message with no tool in flight")
+        with AgentRuntime(attrs.evolve(agent_settings, liveness_stall_seconds=3.0)) as observer:
+            handle = observer.attach(execution_id)
+            before = handle.status()
+            assert (before.served, before.unserved_for, before.waiting_for) == (True, None, "message"), before
+            child.kill()
+            after = eventually(lambda: (s := handle.status()).served is False and s, timeout=30, interval=0.5,
+                               message="status says no process serves the run")
+            assert after.status is RunStatus.RUNNING and after.waiting_for == "message", after
+            assert after.unserved_for is not None and after.unserved_for > 3.0, after
+            handle.cancel()
+    finally:
+        kill_all([child])
