@@ -189,7 +189,7 @@ class AgentStatus:
     #: The listener's current run (``execution_id`` until it was first continued) and how many it has had.
     current_execution_id: str | None = None
     runs: int = 1
-    #: What a RUNNING run waits for: ``"person"`` (an approval, an answer, a review), ``"message"`` (the next
+    #: What a run not ended waits for: ``"person"`` (an approval, an answer, a review), ``"message"`` (the next
     #: message) or None (it is working, or it ended). Set by :meth:`AgentHandle.status`.
     waiting_for: str | None = None
     #: Whether a process serves the run now: False when no process has polled its tasks for longer than

@@ -125,13 +125,15 @@ def _or(value: float | None, otherwise: float | None) -> float | None:
 
 def with_serving(api: ConductorApi, settings: AgentSettings, status: AgentStatus, execution_id: str, *,
                  also: Iterable[str] = (), clock: Clock = SYSTEM_CLOCK) -> AgentStatus:
-    """``status`` of a RUNNING run (``execution_id``: the run working now) with what it waits for and whether a
-    process serves it; unchanged when it is not RUNNING or a read fails (logged: the status itself was read)."""
-    if status.status is not RunStatus.RUNNING:
+    """``status`` of a run not ended (``execution_id``: the run working now) with what it waits for and, when
+    RUNNING, whether a process serves it; unchanged when it ended or a read fails (logged: the status itself
+    was read)."""
+    if status.is_terminal:
         return status
     try:
         waiting = waiting_for(api, status)
-        serving = read_serving(api, settings, execution_id, also=also, clock=clock)
+        running = status.status is RunStatus.RUNNING
+        serving = read_serving(api, settings, execution_id, also=also, clock=clock) if running else UNKNOWN
     except ConductorAgentsError as err:
         log.info("could not read whether run %s is served: %s", execution_id, err)
         return status

@@ -167,6 +167,7 @@ def test_run_serves_tools_prints_progress_and_ctrl_c_stops_gracefully(cli: Cli, 
         as_json = json.loads(cli("status", execution_id, "--json").stdout)
         assert as_json["executionId"] == execution_id and as_json["status"] == "RUNNING"
         assert as_json["runId"] and not as_json["terminal"]
+        assert (as_json["served"], as_json["unservedFor"]) == (True, None)  # `run` polls its tasks (issue 41)
 
         run.process.send_signal(signal.SIGINT)  # Ctrl-C: a graceful stop
         code, stdout, stderr = run.finish()

@@ -180,6 +180,8 @@ def test_with_serving_fills_a_running_status_and_leaves_the_rest_alone(dead):
     assert (filled.waiting_for, filled.served, filled.unserved_for) == ("message", False, 100.0)
     ended = attrs.evolve(running, status=RunStatus.COMPLETED)
     assert with_serving(api, SETTINGS, ended, RUN) is ended  # type: ignore[arg-type]
+    paused = with_serving(api, SETTINGS, attrs.evolve(running, status=RunStatus.PAUSED), RUN)  # type: ignore[arg-type]
+    assert (paused.waiting_for, paused.served) == ("message", None)  # what it waits for, as before; not "served"
 
 
 def test_with_serving_keeps_the_status_when_a_read_fails():
