@@ -174,17 +174,13 @@ class AgentHandle:
             ExecutionNotFoundError: the server does not know the execution.
             ServerUnavailableError, ServerError: the request failed.
         """
-        status, link = self._read_status()
-        return with_serving(self._api, self._settings, status, link.execution_id, clock=self._clock,
-                            also=(self.execution_id,) if self._chain().mailbox else ())
-
-    def _read_status(self) -> tuple[AgentStatus, Link]:  # the status alone (one request), and the run it is in
         link, status = current_status(self._api, self._directory, self._chain())
         status = self._as_listener(status, link)
         self._last_status = status.status
         if status.is_terminal:
             self._terminal()
-        return status, link
+        return with_serving(self._api, self._settings, status, link.execution_id, clock=self._clock,
+                            also=(self.execution_id,) if self._chain().mailbox else ())
 
     def _as_listener(self, status: AgentStatus, link: Link) -> AgentStatus:
         self._ended_in = link if status.is_terminal else None
@@ -536,7 +532,7 @@ class AgentHandle:
         if self._result is not None:
             return
         try:
-            if self._read_status()[0].is_terminal:
+            if self.status().is_terminal:
                 return
             if exc_type is not None:
                 self.cancel(reason=f"the caller's block raised {exc_type.__name__}")
