@@ -128,6 +128,7 @@ ENV_VARS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "CONDUCTOR_AGENT_KEEP_RUNS": ("keep_runs", _parse_keep_runs),
     "CONDUCTOR_AGENT_KEEP_FOR": ("keep_for", _parse_duration),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("pending_check_interval_seconds", _parse_positive_float),
+    "CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS": ("mailbox_check_seconds", _parse_positive_int),
 }
 
 
@@ -275,6 +276,10 @@ class AgentSettings:
     switch_wait_seconds: float = attrs.field(default=300.0, validator=_positive)
     #: How often the runtime's ``on_pending`` hook samples runs that can wait for a person.
     pending_check_interval_seconds: float = attrs.field(default=5.0, validator=_positive)
+    #: How often (whole seconds) a listener's mailbox looks for messages while idle: a message pushed to the
+    #: id callers hold by a sender that does not wake it (a raw ``POST /workflow/{id}/messages``) is taken
+    #: within this; each look costs the server one round of a small run. Fixed when the mailbox opens.
+    mailbox_check_seconds: int = attrs.field(default=30, validator=an_int(at_least=1, refusal=_SETTING))
 
     def __attrs_post_init__(self) -> None:
         floor = minimum_stall_seconds(self.worker_long_poll_ms)

@@ -4,7 +4,9 @@ The listener is started with this SDK; the messages come from a "webhook" that k
 ``POST {server}/workflow/{execution_id}/messages`` with ``urllib`` (what another SDK, a webhook or the
 Conductor UI would send). ``execution_id`` is the listener's *mailbox*, which lives as long as the listener,
 so every push reaches it, exactly once, though the listener is continued as a fresh run every few turns
-here. Once the listener has ended, a push answers 409.
+here. Once the listener has ended, a push answers 409. Each push is followed by a signal
+(``POST {server}/tasks/{execution_id}/COMPLETED/signal`` with ``{}``), which has the mailbox take it at
+once; without it the mailbox takes it at its next check (``CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS``, 30 s).
 
 Run it offline (a real Conductor server on this machine, with a scripted model):
 
@@ -42,16 +44,23 @@ class ActionTools:
         return {"saved_to": f"/reports/{topic}.pdf"}
 
 
-def webhook_push(server_url: str, execution_id: str, payload: dict) -> int:
-    """What a sender outside this SDK does: one HTTP POST; the HTTP status."""
-    request = urllib.request.Request(f"{server_url}/workflow/{execution_id}/messages",
-                                     data=json.dumps(payload).encode(), method="POST",
+def post(url: str, payload: dict) -> int:
+    """One HTTP POST of ``payload`` as JSON; the HTTP status."""
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
                                      headers={"Content-Type": "application/json"})
     try:
         with urllib.request.urlopen(request, timeout=30) as response:
             return response.status
     except urllib.error.HTTPError as err:
         return err.code
+
+
+def webhook_push(server_url: str, execution_id: str, payload: dict) -> int:
+    """What a sender outside this SDK does: push the message, then wake the mailbox; the push's HTTP status."""
+    status = post(f"{server_url}/workflow/{execution_id}/messages", payload)
+    if status == 200:
+        post(f"{server_url}/tasks/{execution_id}/COMPLETED/signal", {})  # take it now, not at the next check
+    return status
 
 
 def run_scenario(settings: AgentSettings, model: str) -> int:

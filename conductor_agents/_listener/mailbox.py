@@ -2,16 +2,31 @@
 
 A continued listener is a chain of runs (:mod:`.chain`); a sender that pushes with the server's own
 REST call (``POST /workflow/{id}/messages``) reaches only the run it names. So the SDK starts, beside
-link 0, a small workflow of its own, :data:`MAILBOX_WORKFLOW`::
+link 0, a small workflow of its own, :data:`MAILBOX_WORKFLOW`, whose id is the one callers hold
+(``AgentHandle.execution_id``). It runs rounds::
 
-    DO_WHILE (keepLastN 2) [ PULL_WORKFLOW_MESSAGES (blocking, up to 100), forward (SIMPLE) ]
+    DO_WHILE (keepLastN 2) [ PULL_WORKFLOW_MESSAGES (blocking: false, up to 100),
+                             SWITCH (count 0 -> WAIT (checkEvery, e.g. "30s") ; otherwise -> forward (SIMPLE)) ]
 
-whose id is the one callers hold (``AgentHandle.execution_id``). The ``forward`` task's domain is the
-listener's run id, so the process that serves the listener polls it like the listener's other
-tasks (also after an adoption or ``resume()``); it pushes each message it was given into the
-listener with :func:`~.sending.send_to_listener` (exactly once across switches). ``keepLastN`` keeps
-the mailbox at four tasks and the last two iterations' outputs, whatever its age (measured on 3.32.3:
-the run's size stays flat). The mailbox's ``correlationId`` names the chain
+A round pulls what is queued without waiting; an empty pull rests in a ``WAIT`` of P seconds
+(``AgentSettings.mailbox_check_seconds``, the run's ``checkEvery`` input), after which the next round
+pulls again; a pull that took messages hands them to the forward, and the next round pulls again at
+once (messages pushed while a forward runs are taken without waiting P). While idle the server
+evaluates a mailbox once per P (the ``WAIT`` as it ends, one pull, one decide), instead of the
+blocking pull's once a second. A sender that pushes to the mailbox wakes it at once by completing its
+``WAIT``: :func:`wake` (the SDK), or by hand::
+
+    POST /workflow/{mailbox}/messages               {...the message...}
+    POST /tasks/{mailbox}/COMPLETED/signal          {}
+
+A raw push without the signal is taken within P. Runs of version 1 (a blocking pull, then the forward)
+keep running as they were started, served by the same forward.
+
+The ``forward`` task's domain is the listener's run id, so the process that serves the listener polls
+it like the listener's other tasks (also after an adoption or ``resume()``); it pushes each message it
+was given into the listener with :func:`~.sending.send_to_listener` (exactly once across switches).
+``keepLastN`` keeps the mailbox at seven tasks at most and the last two rounds' outputs, whatever its
+age (measured on 3.32.3: the run's size stays flat). The mailbox's ``correlationId`` names the chain
 (:func:`~.chain.mailbox_key`), so the directory resolves its id to the listener; its id is also
 written in the server's poll data (:func:`~.head.write_mailbox`) for a process that holds only a
 link's id.
@@ -49,13 +64,15 @@ from .following import is_running, run_status, workflow_running
 from .head import read_mailbox, write_mailbox
 from .sending import send_to_listener
 
-__all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool"]
+__all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool", "wake"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
 #: The workflow every listener's mailbox runs.
 MAILBOX_WORKFLOW = "conductor_agents_mailbox"
-_VERSION = 1
+#: 2: the round below (a non-blocking pull, then a forward or a WAIT); runs of 1 (a blocking pull, then a
+#: forward) keep their own definition and the same forward.
+_VERSION = 2
 #: Iterations whose tasks and outputs the loop keeps (the server removes older ones).
 _KEEP_ITERATIONS = 2
 #: Messages one PULL takes at most (the server's own cap).
@@ -70,40 +87,58 @@ _SETTLE_SECONDS = 120.0
 #: How often a forward tries again while the listener is paused (its deliveries last a month of pause).
 _PAUSED_RETRY_SECONDS = 30.0
 _MARK = re.compile(r"^sending:([0-9a-f-]{36})$")
+#: Pauses between the signals of one :func:`wake` that found no ``WAIT`` (about 1 s in all).
+_WAKE_RETRIES = (0.1, 0.2, 0.3, 0.4)
 
 
 def definitions() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """The forward task's definition and the mailbox workflow's."""
+    """The forward task's definition and the mailbox workflow's (the round: see the module's docstring)."""
     owner = "conductor-agents@localhost"
     task_def = {"name": FORWARD_TASK, "retryCount": _RETRIES, "retryLogic": "FIXED", "retryDelaySeconds": 1,
                 "timeoutSeconds": 0, "responseTimeoutSeconds": _RESPONSE_TIMEOUT_SECONDS,
                 "timeoutPolicy": "RETRY", "ownerEmail": owner,
                 "description": "conductor-agents: forwards a listener's mailbox messages into its current run"}
+    forward = {"name": FORWARD_TASK, "taskReferenceName": "forward", "type": "SIMPLE",
+               "inputParameters": {"messages": "${pull.output.messages}"},
+               "taskDefinition": task_def}  # inline: no node's cache of task definitions can miss it
+    rest = {"name": "mailbox_rest", "taskReferenceName": "rest", "type": "WAIT",
+            "inputParameters": {"duration": "${workflow.input.checkEvery}"}}
     workflow = {
         "name": MAILBOX_WORKFLOW, "version": _VERSION, "schemaVersion": 2, "ownerEmail": owner,
         "timeoutSeconds": 0, "restartable": True,
-        "description": "conductor-agents: the one id of a continued listener (push messages here)",
+        "description": "conductor-agents: the one id of a continued listener (push messages here, then "
+                       "POST /tasks/{id}/COMPLETED/signal to have them taken at once)",
+        "inputParameters": ["checkEvery"],
         "tasks": [{
             "name": "mailbox_loop", "taskReferenceName": "loop", "type": "DO_WHILE",
             "inputParameters": {"keepLastN": _KEEP_ITERATIONS},
-            "loopCondition": "$.forward['end'] != true",
+            # A round that rested has no forward of its own: the newest one kept (never an end) or none.
+            "loopCondition": "$.forward == null || $.forward['end'] != true",
             "loopOver": [
                 {"name": "mailbox_pull", "taskReferenceName": "pull", "type": "PULL_WORKFLOW_MESSAGES",
-                 "inputParameters": {"batchSize": _BATCH}},
-                {"name": FORWARD_TASK, "taskReferenceName": "forward", "type": "SIMPLE",
-                 "inputParameters": {"messages": "${pull.output.messages}"},
-                 "taskDefinition": task_def},  # inline: no node's cache of task definitions can miss it
+                 "inputParameters": {"batchSize": _BATCH, "blocking": False}},
+                # "value-param" (no script engine): an empty pull rests, any other count forwards.
+                {"name": "mailbox_taken", "taskReferenceName": "taken", "type": "SWITCH",
+                 "evaluatorType": "value-param", "expression": "count",
+                 "inputParameters": {"count": "${pull.output.count}"},
+                 "decisionCases": {"0": [rest]}, "defaultCase": [forward]},
             ],
         }],
     }
     return [task_def], [workflow]
 
 
+def check_every(seconds: int) -> str:
+    """The mailbox's ``checkEvery`` input: ``seconds`` as the server's WAIT reads a duration (``"30s"``)."""
+    return f"{int(seconds)}s"
+
+
 class Mailboxes:
     """Opens and ends listeners' mailboxes for one process. Thread-safe."""
 
-    def __init__(self, api: ConductorApi) -> None:
+    def __init__(self, api: ConductorApi, *, check_every_seconds: int = 30) -> None:
         self._api = api
+        self._check_every = check_every(check_every_seconds)
         self._lock = threading.Lock()
         self._registered = False
 
@@ -131,7 +166,7 @@ class Mailboxes:
             return known
         self._register()
         mailbox_id = self._api.start_workflow({
-            "name": MAILBOX_WORKFLOW, "version": _VERSION, "input": {},
+            "name": MAILBOX_WORKFLOW, "version": _VERSION, "input": {"checkEvery": self._check_every},
             "correlationId": mailbox_key(run_id, agent_name), "taskToDomain": {FORWARD_TASK: run_id},
         })
         write_mailbox(self._api, run_id, mailbox_id)
@@ -141,6 +176,32 @@ class Mailboxes:
             return written
         log.info("listener on %s: mailbox %s opened", run_id, mailbox_id)
         return mailbox_id
+
+
+def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any]) -> bool:
+    """Have mailbox ``mailbox_id`` take what was just pushed to it now rather than within P: complete its
+    resting ``WAIT`` (:meth:`ConductorApi.signal_wait`); whether one was completed. Call it right after the push.
+
+    No ``WAIT`` means the mailbox is mid-round: its pull has not run yet, or a forward runs, after which it
+    pulls again; either takes the message. Only a push that lands just after an empty pull, before that
+    round's ``WAIT`` is scheduled, would wait for P: so the signal is sent again a few times within about a
+    second (:data:`_WAKE_RETRIES`, each ``pause`` returning True ends it: the process is closing). Two
+    senders that wake one mailbox at once do no harm: the second finds no ``WAIT`` or completes the next
+    round's (one more empty pull), and nothing reads a ``WAIT``'s output. Never raises: the message is
+    queued already, and a mailbox that is not woken takes it within P.
+    """
+    for delay in (*_WAKE_RETRIES, None):
+        try:
+            if api.signal_wait(mailbox_id):
+                return True
+        except ConductorAgentsError as err:
+            log.info("mailbox %s: not woken (%s: %s); it takes the message at its next check", mailbox_id,
+                     type(err).__name__, err)
+            return False
+        if delay is None or pause(delay):
+            return False
+    return False
+
 
 # -- the forward task --------------------------------------------------------------------
 

@@ -9,12 +9,14 @@ after the listener's first run was retired. A tiny budget (a switch every couple
 from __future__ import annotations
 
 import collections
+import threading
 
 import attrs
 import pytest
 import requests
 
 from conductor_agents import AgentRuntime, Continuation, RunStatus
+from conductor_agents._listener import mailbox
 from conductor_agents._listener.chain import parse_mailbox_key
 from conductor_agents.testing import listener_policy
 
@@ -95,6 +97,83 @@ def test_raw_rest_pushes_to_the_one_id_reach_the_listener_once_across_switches(
                                          timeout=10).status_code == 409, timeout=30, message="409 after the end")
     counts = collections.Counter(tools.snapshot())
     assert sorted(counts) == sorted(sent) and set(counts.values()) == {1}, counts.most_common(3)
+    scripted_llm.assert_no_anomalies(model)
+
+
+def _mailbox_tasks(base: str, execution_id: str) -> list[dict]:
+    return requests.get(f"{base}/workflow/{execution_id}", params={"includeTasks": "true"}, timeout=10).json()["tasks"]
+
+
+def _resting(base: str, execution_id: str) -> bool:
+    """Whether the mailbox's round rests in its WAIT (its queue was found empty)."""
+    return any(t["taskType"] == "WAIT" and t["status"] == "IN_PROGRESS" for t in _mailbox_tasks(base, execution_id))
+
+
+@pytest.mark.both_topologies
+def test_a_signal_after_a_raw_push_wakes_the_mailbox_and_pushes_during_a_forward_are_taken_next_round(
+        agent_settings, scripted_llm, unique_name, topology_server, monkeypatch):
+    """A mailbox that checks only once an hour: a raw push followed by the signal recipe
+    (``POST /tasks/{id}/COMPLETED/signal``) is acted on; three raw pushes, unsignalled, made while the forward of
+    that message is held, are taken by the round right after it (no WAIT in between), in order, once each."""
+    base = topology_server.url
+    held, release = threading.Event(), threading.Event()
+    forward_push = mailbox.send_to_listener
+
+    def holding_the_first(*args, **kwargs):
+        if not held.is_set():
+            held.set()
+            release.wait(30)  # bounded: the forward's lease is 60 s
+        return forward_push(*args, **kwargs)
+
+    monkeypatch.setattr(mailbox, "send_to_listener", holding_the_first)
+    tools = ActionTools()
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    settings = attrs.evolve(agent_settings, mailbox_check_seconds=3600)
+    with AgentRuntime(settings) as runtime:
+        handle = runtime.start(listener(unique_name("woken"), model, tools), "Start listening.")
+        execution_id = handle.execution_id
+        eventually(lambda: _resting(base, execution_id), timeout=30, interval=0.1, message="the mailbox rests")
+        push(base, execution_id, "signalled")
+        response = requests.post(f"{base}/tasks/{execution_id}/COMPLETED/signal", json={}, timeout=30)
+        assert response.status_code == 200, response.text
+        eventually(held.is_set, timeout=30, interval=0.05, message="the signalled message's forward")
+        during = ["during-0", "during-1", "during-2"]
+        for action in during:
+            push(base, execution_id, action)
+        release.set()
+        eventually(lambda: len(tools.snapshot()) >= 4, timeout=60, interval=0.05, message="all four acted on")
+        assert tools.snapshot() == ["signalled", *during]
+        eventually(lambda: _resting(base, execution_id), timeout=30, interval=0.1, message="the mailbox rests again")
+        handle.stop()
+        assert handle.wait(timeout=120).status is RunStatus.COMPLETED
+    assert tools.snapshot() == ["signalled", *during]
+    scripted_llm.assert_no_anomalies(model)
+
+
+def test_a_raw_push_without_a_signal_is_taken_at_the_next_check_and_the_mailbox_stays_small(
+        agent_settings, scripted_llm, unique_name, conductor_server):
+    """Checking every 2 s: an unsignalled raw push is acted on; over several rounds the mailbox keeps the
+    tasks of its last two rounds only (at most seven: the loop, and pull, switch, WAIT or forward twice)."""
+    base = conductor_server.url
+    tools = ActionTools()
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    with AgentRuntime(attrs.evolve(agent_settings, mailbox_check_seconds=2)) as runtime:
+        handle = runtime.start(listener(unique_name("checked"), model, tools), "Start listening.")
+        execution_id = handle.execution_id
+        eventually(lambda: _resting(base, execution_id), timeout=30, interval=0.1, message="the mailbox rests")
+        push(base, execution_id, "unsignalled")
+        eventually(lambda: "unsignalled" in tools.snapshot(), timeout=60, interval=0.1, message="acted on")
+        (loop,) = [t for t in _mailbox_tasks(base, execution_id) if t["taskType"] == "DO_WHILE"]
+        first = loop["iteration"]
+        eventually(lambda: next(t["iteration"] for t in _mailbox_tasks(base, execution_id)
+                                if t["taskType"] == "DO_WHILE") >= first + 3, timeout=60, interval=0.5,
+                   message="three more rounds")
+        tasks = _mailbox_tasks(base, execution_id)
+        assert len(tasks) <= 7, [(t["referenceTaskName"], t["status"]) for t in tasks]
+        assert min(t["iteration"] for t in tasks if t["taskType"] != "DO_WHILE") >= first + 1
+        handle.stop()
+        assert handle.wait(timeout=120).status is RunStatus.COMPLETED
+    assert tools.snapshot() == ["unsignalled"]
     scripted_llm.assert_no_anomalies(model)
 
 

@@ -5,9 +5,9 @@ import pytest
 
 from conductor_agents._listener import mailbox
 from conductor_agents._listener.directory import ChainDirectory
-from conductor_agents.errors import ExecutionNotRunningError, RunPausedError
+from conductor_agents.errors import ExecutionNotRunningError, RunPausedError, ServerUnavailableError
 from tests.unit.fakes import FakeClock
-from tests.unit.test_retention import MAILBOX, MailboxServer, chain_of
+from tests.unit.test_retention import MAILBOX, RUN, MailboxServer, chain_of
 
 
 def envelopes(*ids):
@@ -46,12 +46,92 @@ def forward(server, messages):
                             pause=clock.advance)
 
 
-def test_the_loop_keeps_two_iterations_and_forwards_on_the_listeners_domain():
+def test_the_round_pulls_without_blocking_then_forwards_or_rests_keeping_two_iterations():
+    """Version 2: DO_WHILE (keepLastN 2) [non-blocking PULL of up to 100, SWITCH on its count: "0" rests in a
+    WAIT of the run's checkEvery, anything else forwards (the same SIMPLE task as version 1)]."""
     task_defs, (workflow,) = mailbox.definitions()
-    loop = workflow["tasks"][0]
+    assert (workflow["name"], workflow["version"]) == (mailbox.MAILBOX_WORKFLOW, 2)
+    (loop,) = workflow["tasks"]
     assert loop["type"] == "DO_WHILE" and loop["inputParameters"]["keepLastN"] == 2
-    assert [t["type"] for t in loop["loopOver"]] == ["PULL_WORKFLOW_MESSAGES", "SIMPLE"]
-    assert task_defs[0]["name"] == loop["loopOver"][1]["name"] == mailbox.FORWARD_TASK
+    pull, switch = loop["loopOver"]
+    assert (pull["type"], pull["inputParameters"]) == ("PULL_WORKFLOW_MESSAGES", {"batchSize": 100, "blocking": False})
+    assert pull["inputParameters"]["blocking"] is False  # the server reads a Boolean, not "false"
+    assert (switch["type"], switch["evaluatorType"], switch["expression"]) == ("SWITCH", "value-param", "count")
+    assert switch["inputParameters"] == {"count": f"${{{pull['taskReferenceName']}.output.count}}"}
+    (rest,) = switch["decisionCases"]["0"]
+    assert (rest["type"], rest["inputParameters"]) == ("WAIT", {"duration": "${workflow.input.checkEvery}"})
+    (forward,) = switch["defaultCase"]
+    assert forward["type"] == "SIMPLE" and task_defs[0]["name"] == forward["name"] == mailbox.FORWARD_TASK
+    assert forward["inputParameters"] == {"messages": f"${{{pull['taskReferenceName']}.output.messages}}"}
+    # A round that rested has no forward of its own: the loop goes on unless the newest forward said "end".
+    assert loop["loopCondition"] == "$.forward == null || $.forward['end'] != true"
+
+
+@pytest.mark.parametrize("seconds, duration", [(1, "1s"), (30, "30s"), (3600, "3600s")])
+def test_the_check_is_given_to_the_wait_as_the_servers_duration(seconds, duration):
+    assert mailbox.check_every(seconds) == duration
+
+
+class Signals:
+    """An api whose ``signal_wait`` answers from a script (True: a WAIT was completed; an exception: raised)."""
+
+    def __init__(self, *answers):
+        self.answers = list(answers)
+        self.calls = []
+        self.started = []
+
+    def signal_wait(self, execution_id):
+        self.calls.append(execution_id)
+        answer = self.answers.pop(0)
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def register_definitions(self, task_defs, workflow_defs):
+        self.calls.append(("register", workflow_defs[0]["version"]))
+
+    def start_workflow(self, body):
+        self.started.append(body)
+        return "5e1d7c3a-0b2f-4e6a-9c8d-1a2b3c4d5e6f"
+
+    def mark_presence(self, task_type, *, worker_id, domain):
+        self.calls.append(("mark", worker_id))
+
+    def poll_data(self, task_type):
+        marks = [c[1] for c in self.calls if isinstance(c, tuple) and c[0] == "mark"]
+        return [{"workerId": m} for m in marks]
+
+
+def test_a_wake_signals_once_when_the_mailbox_rests():
+    api, clock = Signals(True), FakeClock()
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance) is True
+    assert api.calls == [MAILBOX] and clock.monotonic() == FakeClock().monotonic()
+
+
+def test_a_wake_that_finds_the_mailbox_mid_round_signals_again_for_about_a_second():
+    """No WAIT yet (the push landed after an empty pull, before its WAIT): signalled again until one is found,
+    at most four more times within a second in all."""
+    api, clock = Signals(False, False, True), FakeClock()
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance) is True
+    assert len(api.calls) == 3
+    api, clock = Signals(*[False] * 5), FakeClock()
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance) is False
+    assert len(api.calls) == 5 and clock.monotonic() - FakeClock().monotonic() == pytest.approx(1.0)
+
+
+def test_a_wake_never_raises_and_stops_when_the_process_closes():
+    assert mailbox.wake(Signals(ServerUnavailableError("down")), MAILBOX, pause=FakeClock().advance) is False
+    api = Signals(False, False)
+    assert mailbox.wake(api, MAILBOX, pause=lambda seconds: True) is False
+    assert len(api.calls) == 1
+
+
+def test_a_mailbox_opens_with_its_check_as_the_runs_input():
+    api = Signals()
+    assert mailbox.Mailboxes(api, check_every_seconds=7).open(RUN, "listener") == "5e1d7c3a-0b2f-4e6a-9c8d-1a2b3c4d5e6f"
+    (body,) = api.started
+    assert (body["name"], body["version"], body["input"]) == (mailbox.MAILBOX_WORKFLOW, 2, {"checkEvery": "7s"})
+    assert body["taskToDomain"] == {mailbox.FORWARD_TASK: RUN}
 
 
 def test_a_forward_pushes_each_message_in_order_with_a_mark_before_each(pushes):

@@ -27,6 +27,7 @@ GOOD = {
     "CONDUCTOR_AGENT_KEEP_RUNS": ("5", "keep_runs", 5),
     "CONDUCTOR_AGENT_KEEP_FOR": ("30d", "keep_for", timedelta(days=30)),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("1.5", "pending_check_interval_seconds", 1.5),
+    "CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS": (" 3 ", "mailbox_check_seconds", 3),
 }
 
 #: Malformed values of every variable that has a format (key and secret are free text).
@@ -62,6 +63,9 @@ BAD = [
     ("CONDUCTOR_AGENT_KEEP_FOR", "3w"),
     ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "0"),
     ("CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS", "soon"),
+    ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "0"),
+    ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "2.5"),
+    ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "30s"),
 ]
 
 
@@ -103,7 +107,7 @@ def test_defaults():
         "worker_threads": 16, "worker_poll_interval_ms": 100, "auto_start_workers": True,
         "liveness_enabled": True, "liveness_check_interval_seconds": 10.0,
         "liveness_stall_seconds": 30.0, "status_poll_interval_seconds": 0.5,
-        "wait_timeout_seconds": 600.0, "max_transient_errors": 3,
+        "wait_timeout_seconds": 600.0, "max_transient_errors": 3, "mailbox_check_seconds": 30,
     }
     assert expected == {name: getattr(settings, name) for name in expected}
     assert AgentSettings() == settings
@@ -213,6 +217,8 @@ def test_bad_explicit_value_names_the_field(field, value):
     ("max_transient_errors", -1),
     ("worker_threads", 2.5),
     ("worker_poll_interval_ms", 0.5),
+    ("mailbox_check_seconds", 0),
+    ("mailbox_check_seconds", 1.5),
 ])
 def test_bad_explicit_count_is_a_configuration_error(field, value):
     """A negative or fractional count raises ConfigurationError naming the field, like every other setting."""
@@ -286,6 +292,7 @@ def test_keep_for_takes_a_duration_and_reaches_the_continuation(raw, expected):
     ("CONDUCTOR_AGENT_CONTINUE_AFTER_TURNS", "many", "expected a whole number >= 2"),
     ("CONDUCTOR_AGENT_CONTINUE_AFTER_BYTES", "1MB", "expected a whole number >= 100000"),
     ("CONDUCTOR_AGENT_KEEP_RUNS", "some", "expected a whole number >= 0, or 'all' to keep every run"),
+    ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "30s", "expected a whole number >= 1"),
     ("CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS", "soon", "expected a number > 0"),
 ])
 def test_a_value_that_is_not_a_number_says_what_is_expected(name, raw, expected):

@@ -325,6 +325,31 @@ def test_message_5xx_stays_a_transient_http_error(http, api):
     assert (503, True) == (info.value.status, info.value.transient)
 
 
+SIGNAL = f"{BASE_URL}/tasks/{EXEC}/COMPLETED/signal/sync"
+
+
+def test_signal_wait_completes_a_wait_at_once_and_says_so(http, api):
+    """200: a WAIT was completed; the synchronous variant with timeoutMillis=0 (no wait for the run to settle),
+    an empty output."""
+    http.add("POST", SIGNAL, json={"responseType": "TARGET_WORKFLOW", "signalTimeout": True})
+    assert api.signal_wait(EXEC) is True
+    request = http.calls[0].request
+    assert (request.url.split("?")[1], json.loads(request.body)) == ("timeoutMillis=0", {})
+
+
+def test_signal_wait_without_a_wait_is_false_and_an_unknown_run_is_not_found(http, api):
+    """The server's two 404s: no WAIT waiting (False), no such run (ExecutionNotFoundError); others stay errors."""
+    http.add("POST", SIGNAL, status=404, json={"message": f"Found no blocked task in workflow {EXEC} to signal"})
+    assert api.signal_wait(EXEC) is False
+    http.replace("POST", SIGNAL, status=404, json={"message": f"No such workflow found by id: {EXEC}"})
+    with pytest.raises(ExecutionNotFoundError) as info:
+        api.signal_wait(EXEC)
+    assert info.value.execution_id == EXEC
+    http.replace("POST", SIGNAL, status=500, json={"message": "boom"})
+    with pytest.raises(HttpError):
+        api.signal_wait(EXEC)
+
+
 def test_execution_id_is_url_quoted(http, api):
     """An execution id with '/' cannot escape its path segment."""
     http.add("GET", BASE_URL + "/agent/a%2Fb/status", json={"status": "RUNNING"})
