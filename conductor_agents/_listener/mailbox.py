@@ -188,7 +188,9 @@ def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any]) -
     second (:data:`_WAKE_RETRIES`, each ``pause`` returning True ends it: the process is closing). Two
     senders that wake one mailbox at once do no harm: the second finds no ``WAIT`` or completes the next
     round's (one more empty pull), and nothing reads a ``WAIT``'s output. Never raises: the message is
-    queued already, and a mailbox that is not woken takes it within P.
+    queued already, and a mailbox that is not woken takes it within P. The caller waits one signal (tens of
+    ms) when the mailbox rests, up to about 1.2 s when it finds none (mid-round, or a mailbox of version 1,
+    which has no ``WAIT`` and checks every second anyway).
     """
     for delay in (*_WAKE_RETRIES, None):
         try:
