@@ -108,6 +108,17 @@ def _parse_str(raw: str) -> str:
     return raw
 
 
+#: What a listener waits in (``listener_wait``): the server's wait for messages, or a ``HUMAN`` task.
+LISTENER_WAITS = ("pull", "human")
+
+
+def _parse_listener_wait(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in LISTENER_WAITS:
+        raise ValueError(f"expected one of {', '.join(LISTENER_WAITS)}")
+    return value
+
+
 #: Environment variable -> (settings field, parser). The README's configuration table mirrors it.
 ENV_VARS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "CONDUCTOR_SERVER_URL": ("server_url", _parse_url),
@@ -129,6 +140,7 @@ ENV_VARS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "CONDUCTOR_AGENT_KEEP_FOR": ("keep_for", _parse_duration),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("pending_check_interval_seconds", _parse_positive_float),
     "CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS": ("mailbox_check_seconds", _parse_positive_int),
+    "CONDUCTOR_AGENT_LISTENER_WAIT": ("listener_wait", _parse_listener_wait),
 }
 
 
@@ -178,6 +190,12 @@ _SETTING = Refusal(ConfigurationError)
 _positive = a_number(above=0, refusal=_SETTING)
 _optional_whole = optional(an_int(at_least=0, refusal=_SETTING))
 _is_bool = a_bool(refusal=_SETTING)
+
+
+def _is_listener_wait(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
+    if value not in LISTENER_WAITS:
+        raise ConfigurationError(f"{attribute.name} must be one of {', '.join(map(repr, LISTENER_WAITS))}, got "
+                                 f"{value!r}", variable=attribute.name)
 
 
 def _optional_duration(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> None:
@@ -280,6 +298,10 @@ class AgentSettings:
     #: id callers hold by a sender that does not wake it (a raw ``POST /workflow/{id}/messages``) is taken
     #: within this; each look costs the server one round of a small run. Fixed when the mailbox opens.
     mailbox_check_seconds: int = attrs.field(default=30, validator=an_int(at_least=1, refusal=_SETTING))
+    #: What a continued listener with a mailbox waits in: ``"pull"``, the server's wait for messages
+    #: (evaluated every second), or ``"human"``, a ``HUMAN`` task its mailbox's forward completes, which costs the
+    #: server nothing while it waits (``docs/idle-listeners.md``; experimental).
+    listener_wait: str = attrs.field(default="pull", validator=_is_listener_wait)
 
     def __attrs_post_init__(self) -> None:
         floor = minimum_stall_seconds(self.worker_long_poll_ms)

@@ -14,10 +14,14 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Mapping
+from typing import Any
 
 from ..errors import AgentDefinitionError
 
 __all__ = [
+    "HUMAN_TASK_TYPE",
+    "MESSAGE_WAIT_MARK",
     "MESSAGE_WAIT_TASK_TYPE",
     "MODEL_TASK_TYPE",
     "CARRY_TASK",
@@ -28,6 +32,7 @@ __all__ = [
     "TOOL_NAME",
     "TURN_TASK",
     "gate_task_name",
+    "is_message_wait",
     "handoff_task_name",
     "output_check_task_name",
     "router_task_name",
@@ -48,6 +53,23 @@ _LONGEST = 64
 MODEL_TASK_TYPE = "LLM_CHAT_COMPLETE"
 #: The server's task type of a wait for messages (a ``WaitForMessageTool`` call).
 MESSAGE_WAIT_TASK_TYPE = "PULL_WORKFLOW_MESSAGES"
+#: The server's task type of a question to a person, and of a listener's wait when it waits on a ``HUMAN``
+#: task (``listener_wait="human"``: see ``docs/idle-listeners.md``).
+HUMAN_TASK_TYPE = "HUMAN"
+#: How the SDK tells a listener's wait from a question to a person when both are ``HUMAN`` tasks: the end of
+#: the wait tool's description, which the server copies into the task's input as ``_description``.
+MESSAGE_WAIT_MARK = "(conductor-agents: waits for messages)"
+
+
+def is_message_wait(task: Mapping[str, Any]) -> bool:
+    """Whether a task (as the server lists it) is a listener's wait for messages, of either kind."""
+    task_type = task.get("taskType")
+    if task_type == MESSAGE_WAIT_TASK_TYPE:
+        return True
+    if task_type != HUMAN_TASK_TYPE:
+        return False
+    inputs = task.get("inputData")
+    return isinstance(inputs, Mapping) and str(inputs.get("_description") or "").endswith(MESSAGE_WAIT_MARK)
 
 CARRY_TASK = "conductor_agents_carry"
 #: The worker task the SDK adds before each model call of a continued listener (a ``before_model``

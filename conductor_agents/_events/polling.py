@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from .._common.task_names import INTERNAL_TASK_TYPES, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
+from .._common.task_names import INTERNAL_TASK_TYPES, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, is_message_wait
 from ..events import (
     SOURCE_POLL,
     AgentEvent,
@@ -74,7 +74,8 @@ def _settled(task: Mapping[str, Any]) -> bool:
     join) that has none (a failure of machinery fails the run, which says so itself)."""
     if str(task.get("status") or "") in _TERMINAL_TASK:
         return True
-    return str(task.get("taskType") or "") not in _EVENTFUL_TYPES and not is_tool_task(task)
+    eventful = str(task.get("taskType") or "") in _EVENTFUL_TYPES or is_message_wait(task)
+    return not eventful and not is_tool_task(task)
 
 
 class TaskEvents:
@@ -153,7 +154,7 @@ def _task_events(task: Mapping[str, Any], execution_id: str) -> list[_Keyed]:
     out: list[_Keyed] = []
     if task_type == MODEL_TASK_TYPE:
         out.append(((scheduled, seq, 0), ThinkingEvent(**common("thinking", scheduled), task_reference_name=ref)))
-    elif task_type == MESSAGE_WAIT_TASK_TYPE:
+    elif is_message_wait(task):
         out.append(((scheduled, seq, 0), WaitingEvent(**common("waiting", scheduled), task_reference_name=ref,
                                                       pending_tool={"taskRefName": ref})))
     elif task_type == "HUMAN":  # a person is awaited: the same pendingTool the server streams

@@ -26,7 +26,7 @@ from typing import Any
 
 import attrs
 
-from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
+from .._common.task_names import MODEL_TASK_TYPE, is_message_wait
 from ..continuation import CarryOver, Continuation
 from ..result import TokenUsage
 
@@ -41,7 +41,6 @@ _RECORD_KEY = "conductor_agents"
 _VERSION = 1
 #: Longest line of the compact record, per conversation item.
 _LINE_CHARS = 200
-_PULL = MESSAGE_WAIT_TASK_TYPE
 _LLM = MODEL_TASK_TYPE
 _SERVER_INPUT_KEYS = frozenset({"method", "_agent_state", "_agent_tool_name"})
 
@@ -109,7 +108,7 @@ def pulled_message_ids(variables: Mapping[str, Any], tasks: Iterable[Mapping[str
             for envelope in _envelopes(entry.get("output")):
                 seen.setdefault(str(envelope["id"]), None)
     for task in tasks:
-        if task.get("taskType") == _PULL:
+        if is_message_wait(task):
             for envelope in _envelopes(task.get("outputData")):
                 seen.setdefault(str(envelope["id"]), None)
     return list(seen)
@@ -192,7 +191,7 @@ def pending_messages(last_llm: Mapping[str, Any] | None, tail: Sequence[Mapping[
     after = int(last_llm.get("seq") or 0) if last_llm is not None else -1
     pending: list[dict[str, Any]] = []
     for task in sorted(tail, key=lambda t: int(t.get("seq") or 0)):
-        if task.get("taskType") == _PULL and task.get("status") == "COMPLETED" and int(task.get("seq") or 0) > after:
+        if is_message_wait(task) and task.get("status") == "COMPLETED" and int(task.get("seq") or 0) > after:
             pending.extend(_envelopes(task.get("outputData")))
     return pending
 

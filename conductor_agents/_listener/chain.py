@@ -41,6 +41,7 @@ __all__ = [
     "is_continued",
     "link_id",
     "link_key",
+    "is_human_wait_key",
     "mailbox_key",
     "parse_mailbox_key",
     "run_id_for_key",
@@ -56,6 +57,8 @@ ABANDONED_REASON = "conductor-agents: continuation abandoned"
 _PREFIX = "conductor-agents"
 #: The word in a mailbox's key where a link's number would be.
 MAILBOX = "mailbox"
+#: The same word for the mailbox of a listener that waits on a ``HUMAN`` task (``listener_wait="human"``).
+INBOX = "inbox"
 _KEY = re.compile(r"^conductor-agents/([0-9a-f]{32})/(\d+)/([A-Za-z_][A-Za-z0-9_-]{0,127})$")
 
 
@@ -89,12 +92,19 @@ def parse_link_key(value: str | None) -> LinkKey | None:
     return LinkKey(run_id=match.group(1), number=int(match.group(2)), agent_name=match.group(3))
 
 
-def mailbox_key(run_id: str, agent_name: str) -> str:
-    """The ``correlationId`` of the mailbox of the listener on ``run_id`` (see :mod:`.mailbox`)."""
-    return f"{_PREFIX}/{run_id}/{MAILBOX}/{agent_name}"
+def mailbox_key(run_id: str, agent_name: str, *, human_wait: bool = False) -> str:
+    """The ``correlationId`` of the mailbox of the listener on ``run_id`` (see :mod:`.mailbox`); a listener
+    that waits on a ``HUMAN`` task (``human_wait``) says so with :data:`INBOX` instead of :data:`MAILBOX`."""
+    return f"{_PREFIX}/{run_id}/{INBOX if human_wait else MAILBOX}/{agent_name}"
 
 
-_MAILBOX_KEY = re.compile(r"^conductor-agents/([0-9a-f]{32})/mailbox/([A-Za-z_][A-Za-z0-9_-]{0,127})$")
+_MAILBOX_KEY = re.compile(r"^conductor-agents/([0-9a-f]{32})/(mailbox|inbox)/([A-Za-z_][A-Za-z0-9_-]{0,127})$")
+
+
+def is_human_wait_key(value: str | None) -> bool:
+    """Whether a mailbox's ``correlationId`` says its listener waits on a ``HUMAN`` task."""
+    match = _MAILBOX_KEY.match(value or "")
+    return match is not None and match.group(2) == INBOX
 
 
 def parse_mailbox_key(value: str | None) -> LinkKey | None:
@@ -102,7 +112,7 @@ def parse_mailbox_key(value: str | None) -> LinkKey | None:
     match = _MAILBOX_KEY.match(value or "")
     if match is None:
         return None
-    return LinkKey(run_id=match.group(1), number=0, agent_name=match.group(2))
+    return LinkKey(run_id=match.group(1), number=0, agent_name=match.group(3))
 
 
 def link_id(agent_name: str, key: str) -> str:

@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 
 from .._common.clock import Clock
-from .._common.task_names import MESSAGE_WAIT_TASK_TYPE
+from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, is_message_wait
 from .._common.transient import TransientErrors
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
@@ -66,7 +66,7 @@ class MessageDelivery:
 
 
 def _pull_tasks(workflow: Mapping[str, Any]) -> Iterable[Mapping[str, Any]]:
-    return (t for t in workflow.get("tasks") or () if isinstance(t, Mapping) and t.get("taskType") == PULL_TASK_TYPE)
+    return (t for t in workflow.get("tasks") or () if isinstance(t, Mapping) and is_message_wait(t))
 
 
 def find_delivery(workflow: Mapping[str, Any], execution_id: str, message_id: str) -> MessageDelivery | None:
@@ -174,7 +174,7 @@ def _locate(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[st
     while start > 0:
         start = max(0, start - 50)
         for task in api.workflow_tasks(execution_id, statuses=("COMPLETED",), start=start, count=50).tasks:
-            if task.get("taskType") == PULL_TASK_TYPE and find_delivery({"tasks": [task]}, execution_id, message_id):
+            if is_message_wait(task) and find_delivery({"tasks": [task]}, execution_id, message_id):
                 return task
     return None
 

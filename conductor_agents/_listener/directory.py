@@ -29,7 +29,7 @@ import attrs
 from .._common.fork import rebuild_after_fork
 from .._wire.api import ConductorApi
 from ..errors import ExecutionNotFoundError, ServerError
-from .chain import LinkKey, link_id, link_key, parse_link_key, parse_mailbox_key
+from .chain import LinkKey, is_human_wait_key, link_id, link_key, parse_link_key, parse_mailbox_key
 from .head import read_head, read_mailbox
 
 __all__ = ["Chain", "ChainDirectory", "Link"]
@@ -63,6 +63,9 @@ class Chain:
     #: ``execution_id`` is the listener's mailbox (:mod:`.mailbox`), not a link: every link's id is
     #: derived, and link 0 may have been retired like any other.
     mailbox: bool = False
+    #: The listener waits on a ``HUMAN`` task that its mailbox's forward completes (``listener_wait="human"``,
+    #: ``docs/idle-listeners.md``): every message goes through the mailbox. Known from the mailbox's key.
+    human_wait: bool = False
 
     @property
     def continuable(self) -> bool:
@@ -100,6 +103,7 @@ class ChainDirectory:
         self._newest: collections.OrderedDict[tuple[str | None, str | None], Link] = collections.OrderedDict()
         self._accepted: collections.OrderedDict[str, Link] = collections.OrderedDict()  # message id -> link
         self._ended: collections.OrderedDict[str, None] = collections.OrderedDict()  # mailboxes ended here
+        self._anchors: collections.OrderedDict[str, Chain] = collections.OrderedDict()  # run id -> anchor
 
     def _after_fork_in_child(self) -> None:
         # What it knows stays true in a child; only its lock may be held by a thread that is gone.
@@ -144,15 +148,17 @@ class ChainDirectory:
         status = record if record is not None else self._api.workflow_status(execution_id)
         box = parse_mailbox_key(status.get("correlationId"))
         if box is not None:
-            return Chain(execution_id, box.run_id, box.agent_name, 0, mailbox=True)
+            return Chain(execution_id, box.run_id, box.agent_name, 0, mailbox=True,
+                         human_wait=is_human_wait_key(status.get("correlationId")))
         key = parse_link_key(status.get("correlationId"))
         if key is None:
             return Chain(execution_id)
         return Chain(execution_id, key.run_id, key.agent_name, key.number)
 
-    def anchor(self, chain: Chain) -> Chain:
+    def anchor(self, chain: Chain, *, cached: bool = False) -> Chain:
         """The chain by the id callers hold: the listener's mailbox when it has one (read from the
-        server's poll data: one small request), else its link 0.
+        server's poll data: one small request), else its link 0. ``cached``: the answer this process found
+        before, when it has one (no request).
 
         Raises:
             ExecutionNotFoundError: that run is gone from the server.
@@ -160,10 +166,21 @@ class ChainDirectory:
         """
         if chain.mailbox or not chain.continuable:
             return chain
+        if cached:
+            with self._lock:
+                known = self._anchors.get(str(chain.run_id))
+            if known is not None:
+                return known
         mailbox_id = read_mailbox(self._api, chain.run_id)
         if mailbox_id is not None:
-            return self.chain(mailbox_id)
-        return self.chain(chain.link(0).execution_id) if chain.first > 0 else chain
+            found = self.chain(mailbox_id)
+        else:
+            found = self.chain(chain.link(0).execution_id) if chain.first > 0 else chain
+        with self._lock:
+            self._anchors[str(chain.run_id)] = found
+            while len(self._anchors) > _CACHE_SIZE:
+                self._anchors.popitem(last=False)
+        return found
 
     def mailbox_ended(self, mailbox_id: str, *, mark: bool) -> bool:
         """Whether this process has ended mailbox ``mailbox_id`` (``mark``: it just has)."""

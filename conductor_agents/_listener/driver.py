@@ -27,6 +27,7 @@ from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._common.task_names import TURN_TASK
 from .._tooldefs.context import ToolContext
+from .._tooldefs.tooldef import PULL_WORKFLOW_MESSAGES
 from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, WorkerStallError
@@ -37,6 +38,7 @@ from .control import cancel_listener
 from .directory import Chain, ChainDirectory, Link
 from .following import end_mailbox, ended_from_outside, is_running
 from .mailbox import make_forward_tool
+from .parking import JoinParker
 from .retention import Retirer
 from .switch import LinkSpec, Switch
 from .switch_rule import SwitchVerdict, switch_verdict
@@ -157,7 +159,10 @@ class ContinuationDriver:
         self.turn_tool = self._make_turn_tool()
         #: The worker of the listeners' mailboxes (:mod:`.mailbox`), served on each listener's domain.
         self.forward_tool = make_forward_tool(api, directory, switch_wait=switch_wait, clock=clock,
-                                              stopping=self._closing)
+                                              stopping=self._closing, worker_id=worker_id,
+                                              batch_size_of=self._batch_size_of)
+        #: Parks the join of each wait of the listeners here that wait on a HUMAN task (:mod:`.parking`).
+        self.parker = JoinParker(api, worker_id=worker_id, stopping=self._closing, clock=clock)
 
     # -- registration -----------------------------------------------------------------
 
@@ -280,11 +285,25 @@ class ContinuationDriver:
 
         return conductor_agents_turn
 
+    def _batch_size_of(self, run_id: str) -> int:
+        """How many messages the wait of the listener on ``run_id`` takes at once (1 when it is not served here)."""
+        with self._lock:
+            served = self._by_run.get(run_id)
+        if served is None:
+            return 1
+        sizes = [int((t.config or {}).get("batchSize") or 1) for t in served.spec.agent.tools
+                 if t.tool_type == PULL_WORKFLOW_MESSAGES]
+        return max(sizes, default=1)
+
     def on_turn(self, execution_id: str, turn: int) -> None:
         """Link ``execution_id`` begins model turn ``turn`` (its own count, from 1)."""
         with self._lock:
             served = self._by_link.get(execution_id)
-            if served is None or served.disabled or self._closing.is_set():
+            if served is None or self._closing.is_set():
+                return
+            if served.spec.human_wait:
+                self.parker.watch(execution_id)  # its next wait follows this turn
+            if served.disabled:
                 return
             if served.current.execution_id != execution_id:
                 if served.switch is not None and served.switch.new.execution_id == execution_id:

@@ -52,7 +52,7 @@ from datetime import datetime
 from typing import Any
 
 from .._common.clock import Clock
-from .._common.task_names import FORWARD_TASK
+from .._common.task_names import FORWARD_TASK, is_message_wait
 from .._tooldefs.context import ToolContext
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, RunPausedError, ToolRetry
@@ -61,7 +61,9 @@ from ..tools import ToolDef, tool
 from .chain import mailbox_key
 from .directory import Chain, ChainDirectory, Link
 from .following import is_running, run_status, workflow_running
+from .handover import complete_wait, delivery_lock, waiting_wait
 from .head import read_mailbox, write_mailbox
+from .parking import nudge
 from .sending import send_to_listener
 
 __all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool", "wake"]
@@ -89,6 +91,9 @@ _PAUSED_RETRY_SECONDS = 30.0
 _MARK = re.compile(r"^sending:([0-9a-f-]{36})$")
 #: Pauses between the signals of one :func:`wake` that found no ``WAIT`` (about 1 s in all).
 _WAKE_RETRIES = (0.1, 0.2, 0.3, 0.4)
+#: How long a forward looks at a busy listener (whose wait is not in progress) before it hands its task back.
+_BUSY_LOOK_SECONDS = 5.0
+_BUSY_LOOK_EVERY = 0.25
 
 
 def definitions() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -151,7 +156,7 @@ class Mailboxes:
         with self._lock:
             self._registered = True
 
-    def open(self, run_id: str, agent_name: str) -> str:
+    def open(self, run_id: str, agent_name: str, *, human_wait: bool = False) -> str:
         """The mailbox of the listener on ``run_id``: the one written down (an idempotent start of the same
         listener, which may have ended: then so has its mailbox), else a new one.
 
@@ -167,7 +172,8 @@ class Mailboxes:
         self._register()
         mailbox_id = self._api.start_workflow({
             "name": MAILBOX_WORKFLOW, "version": _VERSION, "input": {"checkEvery": self._check_every},
-            "correlationId": mailbox_key(run_id, agent_name), "taskToDomain": {FORWARD_TASK: run_id},
+            "correlationId": mailbox_key(run_id, agent_name, human_wait=human_wait),
+            "taskToDomain": {FORWARD_TASK: run_id},
         })
         write_mailbox(self._api, run_id, mailbox_id)
         written = read_mailbox(self._api, run_id)
@@ -226,13 +232,20 @@ def _write_mark(api: ConductorApi, run_id: str, message_id: str) -> None:
 
 
 def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wait: float, clock: Clock,
-                      stopping: threading.Event) -> ToolDef:
-    """The worker of the mailbox's forward task (served on the listener's domain)."""
+                      stopping: threading.Event, worker_id: str = "conductor-agents",
+                      batch_size_of: Callable[[str], int] = lambda run_id: 1) -> ToolDef:
+    """The worker of the mailbox's forward task (served on the listener's domain). ``batch_size_of(run_id)``: how
+    many messages the wait of the listener on ``run_id`` takes at once (its ``WaitForMessageTool``'s batch size)."""
 
     @tool(name=FORWARD_TASK)
     def conductor_agents_forward(ctx: ToolContext, messages: Any | None = None) -> dict[str, Any]:
         """Pushes a listener's mailbox messages into its current run (conductor-agents)."""
         try:
+            chain = directory.chain(ctx.execution_id)
+            if chain.human_wait:
+                assert chain.run_id is not None
+                return hand_over(api, directory, chain, list(messages or ()), batch_size=batch_size_of(chain.run_id),
+                                 worker_id=worker_id, clock=clock, pause=stopping.wait)
             return _forward(api, directory, ctx.execution_id, list(messages or ()), switch_wait=switch_wait,
                             clock=clock, pause=stopping.wait)
         except ToolRetry:
@@ -280,6 +293,72 @@ def _forward(api: ConductorApi, directory: ChainDirectory, mailbox_id: str, mess
             return {"end": True, "forwarded": forwarded, "undelivered": lost}
         forwarded += 1
     return {"forwarded": forwarded}
+
+
+def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messages: list[Any], *, batch_size: int,
+              worker_id: str, clock: Clock, pause: Callable[[float], Any]) -> dict[str, Any]:
+    """Hand a mailbox's messages to a listener that waits on a ``HUMAN`` task (:mod:`.handover`), in order, up to
+    ``batch_size`` per wait. While the listener is busy it is looked at again for a few seconds, then the task is
+    handed back (``ToolRetry``). Before each completion the first message's id is marked, so a later delivery of
+    the task skips the messages a completed wait already holds (exactly once across a crash).
+    """
+    assert chain.run_id is not None
+    envelopes = [m for m in messages if isinstance(m, Mapping) and m.get("id")]
+    ids = [str(m["id"]) for m in envelopes]
+    start = 0
+    marked, _ = _read_mark(api, chain.run_id)
+    if marked in ids:  # a later delivery of this task: what a completed wait holds went through
+        held = _handed(api, directory, chain, marked)
+        start = ids.index(marked) if held is None else max(ids.index(i) for i in held if i in ids) + 1
+    handed = start
+    busy_until = clock.monotonic() + _BUSY_LOOK_SECONDS
+    while handed < len(envelopes):
+        batch = envelopes[handed:handed + max(1, batch_size)]
+        with delivery_lock(chain.run_id):
+            newest = directory.refresh(chain)
+            wait, join = waiting_wait(api, newest.execution_id)
+            if wait is not None:
+                _write_mark(api, chain.run_id, str(batch[0]["id"]))
+                complete_wait(api, newest.execution_id, wait, batch, worker_id=worker_id)
+        if wait is not None:
+            nudge(api, join, worker_id=worker_id)
+            handed += len(batch)
+            busy_until = clock.monotonic() + _BUSY_LOOK_SECONDS
+            continue
+        status = run_status(api, newest.execution_id)
+        if status is RunStatus.PAUSED:
+            raise RunPausedError(f"run {newest.execution_id} is paused", execution_id=newest.execution_id)
+        if status.is_terminal and directory.refresh(chain).number <= newest.number:
+            lost = ids[handed:]
+            log.warning("mailbox %s: the listener has ended; %d message(s) pushed to the mailbox as it ended "
+                        "were not delivered", chain.execution_id, len(lost))
+            return {"end": True, "forwarded": handed, "undelivered": lost}
+        if clock.monotonic() >= busy_until:
+            raise ToolRetry("the listener is busy", after_seconds=1.0)
+        if pause(_BUSY_LOOK_EVERY):
+            raise ToolRetry("the process is closing", after_seconds=1.0)
+    return {"forwarded": handed}
+
+
+def _handed(api: ConductorApi, directory: ChainDirectory, chain: Chain, message_id: str) -> list[str] | None:
+    """The ids a completed wait of the listener's newest links was handed with ``message_id``, or None."""
+    newest = directory.refresh(chain)
+    for number in range(newest.number, max(0, newest.number - 3) - 1, -1):
+        try:
+            total = api.workflow_tasks(chain.link(number).execution_id, statuses=("COMPLETED",), start=0,
+                                       count=1).total
+            page = api.workflow_tasks(chain.link(number).execution_id, statuses=("COMPLETED",),
+                                      start=max(0, total - 50), count=50).tasks
+        except ExecutionNotFoundError:
+            continue
+        for task in reversed(page):
+            if not is_message_wait(task):
+                continue
+            held = [str(m.get("id")) for m in (task.get("outputData") or {}).get("messages") or ()
+                    if isinstance(m, Mapping)]
+            if message_id in held:
+                return held
+    return None
 
 
 def _was_pushed(api: ConductorApi, directory: ChainDirectory, chain: Chain, envelope: Mapping[str, Any],

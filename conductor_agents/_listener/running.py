@@ -13,12 +13,12 @@ from typing import Any
 
 import attrs
 
+from .._common.task_names import HUMAN_TASK_TYPE, is_message_wait
 from .._people.pending import waits_on_person
 from .._wire.api import ConductorApi
 from ..agent import Agent
 from ..errors import AgentTypeError, ConductorAgentsError, ExecutionNotFoundError
 from ..result import AgentStatus, RunStatus
-from .delivery import PULL_TASK_TYPE
 from .directory import ChainDirectory
 
 __all__ = ["RunningRun", "agent_name_of", "running_runs", "waiting_for"]
@@ -64,14 +64,16 @@ def waiting_for(api: ConductorApi, status: AgentStatus) -> str | None:
     """
     if status.is_terminal:
         return None
-    if status.is_waiting:
-        return PERSON if waits_on_person({"isWaiting": True, "pendingTool": status.pending_tool}) else MESSAGE
+    if status.is_waiting and not waits_on_person({"isWaiting": True, "pendingTool": status.pending_tool}):
+        return MESSAGE
     try:
         page = api.workflow_tasks(status.current_execution_id or status.execution_id,
                                   statuses=("SCHEDULED", "IN_PROGRESS"), count=50)
     except ConductorAgentsError:
-        return None  # one look: the status itself was read
-    return MESSAGE if any(t.get("taskType") == PULL_TASK_TYPE for t in page.tasks) else None
+        return PERSON if status.is_waiting else None  # one look: the status itself was read
+    if any(t.get("taskType") == HUMAN_TASK_TYPE and not is_message_wait(t) for t in page.tasks):
+        return PERSON  # (a listener that waits on a HUMAN task looks like a person's wait in its status)
+    return MESSAGE if any(is_message_wait(t) for t in page.tasks) else None
 
 
 def running_runs(api: ConductorApi, directory: ChainDirectory, agent_name: str) -> tuple[RunningRun, ...]:

@@ -31,7 +31,7 @@ from .directory import Chain, ChainDirectory, Link
 from .naming import named_for
 from .switch import read_commit, read_final_state
 
-__all__ = ["send_to_listener"]
+__all__ = ["push_to_mailbox", "send_to_listener"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -63,6 +63,9 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
     chain = directory.chain(execution_id)
     if not chain.continuable:
         return api.push_message(execution_id, body)
+    box = chain if chain.mailbox else directory.anchor(chain, cached=True)
+    if box.human_wait:  # every message goes through its mailbox, whose forward hands it to the wait
+        return push_to_mailbox(api, box.execution_id, body, pause=pause)
     with named_for(chain):  # a run's error (full queue, paused) names the id the caller holds
         link = directory.newest(chain)
         for _ in range(_MAX_ATTEMPTS):
@@ -93,6 +96,19 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
         raise ExecutionNotRunningError(
             f"listener {execution_id} was continued {_MAX_ATTEMPTS} times while one message was being sent; "
             "it was not delivered", execution_id=execution_id)
+
+
+def push_to_mailbox(api: ConductorApi, mailbox_id: str, body: Mapping[str, Any], *,
+                    pause: Callable[[float], Any]) -> str:
+    """Push ``body`` into a listener's mailbox (the listener waits on a ``HUMAN`` task); its message id.
+
+    Raises: as :meth:`ConductorApi.push_message`; ExecutionNotRunningError when the listener has ended.
+    """
+    try:
+        return api.push_message(mailbox_id, body)
+    except ExecutionNotRunningError as err:
+        raise ExecutionNotRunningError(f"listener {mailbox_id} has ended; it cannot receive messages",
+                                       execution_id=mailbox_id) from err
 
 
 def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout: float, clock: Clock,

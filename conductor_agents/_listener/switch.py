@@ -44,8 +44,9 @@ from typing import Any
 import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
-from .._common.task_names import CARRY_TASK, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, TURN_TASK
+from .._common.task_names import CARRY_TASK, MESSAGE_WAIT_MARK, MODEL_TASK_TYPE, TURN_TASK, is_message_wait
 from .._teams.model_settings import ModelSettings, apply_model_settings
+from .._tooldefs.tooldef import HUMAN, PULL_WORKFLOW_MESSAGES
 from .._tracing import hooks as tracing
 from .._tracing.carrier import START_KEY as TRACE_START_KEY
 from .._wire.api import ConductorApi
@@ -57,6 +58,7 @@ from ..result import RunStatus, TokenUsage
 from .carryover import CommitRecord, build_record
 from .chain import ABANDONED_REASON, continued_reason, is_continued
 from .directory import Chain, Link
+from .handover import delivery_lock
 from .signals import carry_signal
 
 __all__ = ["LinkSpec", "Switch", "SwitchOutcome", "link_start_body"]
@@ -81,12 +83,11 @@ _SETTLE_SECONDS = 0.1
 _TERMINATE_ATTEMPTS = 5
 #: How many tasks are read from the end of link n to find its last model turn (more pages if needed).
 _TAIL_PAGE = 40
-_PULL = MESSAGE_WAIT_TASK_TYPE
 _HUMAN = "HUMAN"
 _LLM = MODEL_TASK_TYPE
 _LOOPS = frozenset({"DO_WHILE"})
 #: Tasks of a waiting link that do not keep a switch from happening.
-_WAITING_KINDS = frozenset({_PULL, "JOIN", "DO_WHILE"})
+_WAITING_KINDS = frozenset({"JOIN", "DO_WHILE"})
 
 
 @attrs.frozen
@@ -103,6 +104,8 @@ class LinkSpec:
     trace_parent: str | None = None
     #: :func:`agent_key` of the agent, when the caller compiled its config already (else made from it).
     agent_key: str | None = None
+    #: Its wait for messages is a ``HUMAN`` task its mailbox's forward completes (``listener_wait="human"``).
+    human_wait: bool = False
 
     def key(self) -> str:
         """:func:`agent_key` of the spec's agent: the one given, or made (the agent compiled) now."""
@@ -126,6 +129,8 @@ def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns
     """
     config = dict(config) if config is not None else apply_model_settings(spec.agent.to_config(), spec.model_settings)
     config["maxTurns"] = max(1, spec.agent.max_turns - turns_before)
+    if spec.human_wait:
+        config["tools"] = [as_human_wait(t) for t in config.get("tools") or ()]
     callbacks = [c for c in config.get("callbacks") or () if c.get("position") != "before_model"]
     config["callbacks"] = [*callbacks, {"position": "before_model", "taskName": TURN_TASK}]
     if number > 0:
@@ -136,6 +141,16 @@ def link_start_body(spec: LinkSpec, run_id: str, key: str, *, number: int, turns
     if traceparent is not None:
         body[TRACE_START_KEY] = traceparent  # where this run's span context is found again (_tracing.carrier)
     return body
+
+
+def as_human_wait(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A tool's config as sent for a listener that waits on a ``HUMAN`` task: its wait for messages becomes a
+    ``human`` tool whose description ends with the mark that tells it from a question to a person (the server
+    copies the description into the task's input); every other tool as it is."""
+    if tool.get("toolType") != PULL_WORKFLOW_MESSAGES:
+        return tool
+    description = str(tool.get("description") or tool.get("name") or "")
+    return {**tool, "toolType": HUMAN, "description": f"{description} {MESSAGE_WAIT_MARK}", "config": {}}
 
 
 @attrs.frozen
@@ -165,9 +180,9 @@ def _seq(task: Mapping[str, Any]) -> int:
 
 
 def _is_waiting(tasks: Sequence[Mapping[str, Any]]) -> Mapping[str, Any] | None:
-    """The waiting wait-for-message task when nothing else of the run is pending, else None."""
-    pulls = [t for t in tasks if t.get("taskType") == _PULL and t.get("status") == "IN_PROGRESS"]
-    others = [t for t in tasks if t.get("taskType") not in _WAITING_KINDS]
+    """The waiting wait-for-message task (of either kind) when nothing else of the run is pending, else None."""
+    pulls = [t for t in tasks if is_message_wait(t) and t.get("status") == "IN_PROGRESS"]
+    others = [t for t in tasks if t.get("taskType") not in _WAITING_KINDS and not is_message_wait(t)]
     if len(pulls) != 1 or others:
         return None
     return pulls[0]
@@ -260,14 +275,15 @@ class Switch:
                     self._quiet_at = self._clock.monotonic()
                     return "quiet", None
                 return "ended", run_status.value
-            page = self._api.workflow_tasks(self.old.execution_id, statuses=("IN_PROGRESS", "SCHEDULED"),
-                                            start=1, count=50)  # start=1: the loop, first and big
+            with delivery_lock(str(self.chain.run_id)):  # no forward completes link n's wait while it is read
+                page = self._api.workflow_tasks(self.old.execution_id, statuses=("IN_PROGRESS", "SCHEDULED"),
+                                                start=1, count=50)  # start=1: the loop, first and big
             seq = max((_seq(t) for t in page.tasks), default=-1)
             idle = self._locally_idle(self.old.execution_id)
             if seq > newest_seq or not idle:  # a new task (the link moved on), or its tool runs here
                 newest_seq = max(seq, newest_seq)
                 deadline = max(deadline, self._clock.monotonic() + self._drain_seconds)
-            if any(t.get("taskType") == _HUMAN for t in page.tasks):
+            if any(t.get("taskType") == _HUMAN and not is_message_wait(t) for t in page.tasks):
                 # It waits for a person (an approval, a question): never cut that short; the new run
                 # holds the messages that come meanwhile.
                 now = self._clock.monotonic()
@@ -278,6 +294,11 @@ class Switch:
                 last_shape = shape
                 log.debug("listener %s: draining link %d: %s; %s here", self.chain.execution_id, self.old.number,
                           ", ".join(shape[0]) or "nothing pending", "idle" if idle else "busy")
+            if pull is not None and idle and pull.get("taskType") == _HUMAN:
+                # A wait on a HUMAN task: only this process's forward completes it, and only the newest link's,
+                # which link n no longer is: at rest for good (nothing is queued in link n).
+                self._quiet_at = self._clock.monotonic()
+                return "quiet", None
             if pull is not None and idle:
                 count = int(pull.get("pollCount") or 0)
                 if (count >= 1 and self._scheduled_after_new(pull)) or \

@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import attrs
 
 from .._common.answer_text import answer_text
-from .._common.task_names import PICK_SUFFIX, SELECTION_SUFFIX
+from .._common.task_names import PICK_SUFFIX, SELECTION_SUFFIX, is_message_wait
 from ..result import SERVER_INPUT_KEYS
 
 __all__ = ["HumanAnswer", "PendingRequest", "PendingToolCall", "approval_decision", "consumed_answer",
@@ -150,8 +150,8 @@ class PendingRequest:
     @classmethod
     def from_task(cls, task: Mapping[str, Any], execution_id: str) -> PendingRequest | None:
         """The request an IN_PROGRESS HUMAN task stands for (None for any other task)."""
-        if str(task.get("taskType")) != HUMAN or str(task.get("status")) != "IN_PROGRESS":
-            return None
+        if str(task.get("taskType")) != HUMAN or str(task.get("status")) != "IN_PROGRESS" or is_message_wait(task):
+            return None  # (a listener's wait for messages on a HUMAN task is no request to a person)
         inputs = _freeze(task.get("inputData"))
         ref = str(task.get("referenceTaskName") or "")
         started = task.get("startTime") or task.get("scheduledTime")
@@ -230,7 +230,8 @@ def waits_on_person(status: Mapping[str, Any]) -> bool:
     """Whether a status (``GET /agent/{id}/status``) says the run waits on a HUMAN task.
 
     The server reports the HUMAN task's form (``response_schema``) or the calls to approve
-    (``toolCalls``); a wait for a message has neither.
+    (``toolCalls``); a wait for a message has neither, unless it is itself a ``HUMAN`` task
+    (``listener_wait="human"``): then only the run's tasks tell (:func:`pending_in` ignores such a wait).
     """
     pending = status.get("pendingTool")
     return bool(status.get("isWaiting")) and isinstance(pending, Mapping) and (

@@ -9,6 +9,7 @@ builds one per process (a forked child builds its own) and calls it after checki
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import uuid
 from collections.abc import Callable, Mapping
@@ -95,8 +96,11 @@ class RunStarter:
         spec = None
         traced = tracing.begin_run(agent.name, owner=self._workers.worker_id)  # a child of the caller's current span
         if agent.is_listener:
-            spec = LinkSpec(agent, prompt, self._settings.continuation_for(agent), context=checked_context or {},
-                            model_settings=model_settings, trace_parent=traced.traceparent, agent_key=key)
+            continuation = self._settings.continuation_for(agent)
+            spec = LinkSpec(agent, prompt, continuation, context=checked_context or {},
+                            model_settings=model_settings, trace_parent=traced.traceparent, agent_key=key,
+                            human_wait=(self._settings.listener_wait == "human" and continuation.enabled
+                                        and continuation.mailbox))
             # A listener's first run carries the SDK's key (its chain's name: see _chain); the caller's
             # idempotency key picks the run id, so the same key still gives the same run.
             if idempotency_key is not None:
@@ -158,12 +162,16 @@ class RunStarter:
         if not (continuation.enabled and continuation.mailbox):
             return None
         try:
-            mailbox_id = self._mailboxes.open(run_id, spec.agent.name)
+            mailbox_id = self._mailboxes.open(run_id, spec.agent.name, human_wait=spec.human_wait)
         except ConductorAgentsError as err:
+            if spec.human_wait:  # its wait is completed only by its mailbox's forward: it cannot live without one
+                with contextlib.suppress(ConductorAgentsError):
+                    self._api.terminate_workflow(first_id, "conductor-agents: its mailbox could not be opened")
+                raise
             log.warning("listener %s: its mailbox could not be opened (%s); callers hold its first run's id, and "
                         "senders outside this SDK reach it only until it is continued", first_id, err)
             return None
-        return Chain(mailbox_id, run_id, spec.agent.name, 0, mailbox=True)
+        return Chain(mailbox_id, run_id, spec.agent.name, 0, mailbox=True, human_wait=spec.human_wait)
 
 
 def start_body(agent: Agent, prompt: str, run_id: str | None, spec: LinkSpec | None, *,

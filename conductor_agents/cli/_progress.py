@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TextIO
 
-from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE
+from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, is_message_wait
 from .._liveness.model_calls import says_model_unavailable
 from .._serving.served import unserved_line
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
@@ -173,7 +173,7 @@ class TaskTracker:
                 return [f"model turn {self._turns}"]
             return [f"model turn {self._turns} {status}"] if status not in ("COMPLETED", "IN_PROGRESS") else []
         name = str(task.get("taskDefName") or task_type)
-        if task_type == _WAIT_TASK_TYPE:
+        if is_message_wait(task):
             return self._wait_lines(name, task, status, terminal, previous)
         if not terminal:
             self.activity = f"running {name}"

@@ -1,0 +1,168 @@
+"""Unit tests for listeners that wait on a HUMAN task (issue 42): how the wait is sent and recognised, and the
+mailbox forward's hand-over (in order, in batches, exactly once across a crash, never to a link being continued)."""
+
+import pytest
+
+from conductor_agents import AgentSettings
+from conductor_agents._common.task_names import MESSAGE_WAIT_MARK, is_message_wait
+from conductor_agents._listener import mailbox
+from conductor_agents._listener.chain import is_human_wait_key, mailbox_key, parse_mailbox_key
+from conductor_agents._listener.directory import ChainDirectory
+from conductor_agents._listener.switch import as_human_wait
+from conductor_agents._people.pending import PendingRequest
+from conductor_agents.errors import ConfigurationError, ToolRetry
+from tests.unit.fakes import FakeClock
+from tests.unit.test_chain_directory_and_sending import NAME, RUN, FakeChainServer
+
+MAILBOX = "5e1d0c2b-9a51-4d1b-8f35-0d6e2a7c9b11"
+
+
+def wait_task(link, number):
+    return {"taskType": "HUMAN", "taskId": f"wait-{link[:6]}-{number}", "status": "IN_PROGRESS",
+            "referenceTaskName": f"call_{number}", "workflowInstanceId": link,
+            "inputData": {"_description": f"Wait for the next message. {MESSAGE_WAIT_MARK}"}}
+
+
+class HumanWaitServer(FakeChainServer):
+    """A listener whose links wait on a HUMAN task: the newest one waits (``waiting``) until completed; each
+    completion is kept as a COMPLETED task, and the link waits again after ``turns`` looks (a model turn)."""
+
+    def __init__(self, links=1):
+        super().__init__(links)
+        self.waiting = {self.key(n).execution_id: 0 for n in range(links)}  # link -> looks until it waits again
+        self.handed = []  # (link, [message ids]) in order
+        self.completed = {}  # link -> [completed wait tasks]
+        self.turn_looks = 0
+        self.updates = []
+
+    def workflow_status(self, execution_id, include_variables=False):
+        if execution_id == MAILBOX:
+            return {"workflowId": MAILBOX, "status": "RUNNING",
+                    "correlationId": mailbox_key(RUN, NAME, human_wait=True)}
+        return super().workflow_status(execution_id, include_variables)
+
+    def workflow_tasks(self, execution_id, start=0, count=15, statuses=()):
+        from conductor_agents._wire.api import TaskPage
+        if execution_id not in self.runs:
+            from conductor_agents.errors import ExecutionNotFoundError
+            raise ExecutionNotFoundError("gone", execution_id=execution_id)
+        if statuses == ("COMPLETED",):
+            done = self.completed.get(execution_id, [])
+            return TaskPage(total=len(done), tasks=done[start:start + count])
+        looks = self.waiting.get(execution_id)
+        if looks is None or self.runs[execution_id]["status"] != "RUNNING":
+            return TaskPage(total=0, tasks=[])
+        if looks > 0:
+            self.waiting[execution_id] = looks - 1
+            return TaskPage(total=0, tasks=[])
+        number = len(self.completed.get(execution_id, []))
+        join = {"taskType": "JOIN", "taskId": f"join-{number}", "status": "IN_PROGRESS",
+                "workflowInstanceId": execution_id}
+        return TaskPage(total=2, tasks=[wait_task(execution_id, number), join])
+
+    def update_task(self, result):
+        self.updates.append(result)
+        if not str(result["taskId"]).startswith("wait-"):
+            return
+        link = result["workflowInstanceId"]
+        assert self.waiting.get(link) == 0, "a wait completed while the listener was busy"
+        ids = [m["id"] for m in result["outputData"]["messages"]]
+        self.handed.append((link, ids))
+        task = {**wait_task(link, len(self.completed.get(link, []))), "status": "COMPLETED",
+                "outputData": result["outputData"]}
+        self.completed.setdefault(link, []).append(task)
+        self.waiting[link] = self.turn_looks
+
+    def get_task(self, task_id):
+        return {"taskId": task_id, "status": "IN_PROGRESS", "callbackAfterSeconds": 0}
+
+
+def envelopes(*ids):
+    return [{"id": i, "workflowId": MAILBOX, "payload": {"action": i}} for i in ids]
+
+
+IDS = tuple(f"{n:08x}-0000-4000-8000-0000000000{n:02x}" for n in range(1, 8))
+
+
+def hand_over(server, messages, *, batch_size=1, clock=None):
+    clock = clock or FakeClock()
+    directory = ChainDirectory(server)
+    return mailbox.hand_over(server, directory, directory.chain(MAILBOX), messages, batch_size=batch_size,
+                             worker_id="test", clock=clock, pause=clock.advance)
+
+
+def test_the_wait_is_sent_as_a_marked_human_tool_and_recognised_as_a_wait_not_a_question():
+    pull = {"name": "wait_for_message", "description": "Wait.", "toolType": "pull_workflow_messages",
+            "config": {"batchSize": 3}}
+    sent = as_human_wait(pull)
+    assert sent["toolType"] == "human" and sent["description"] == f"Wait. {MESSAGE_WAIT_MARK}"
+    assert as_human_wait({"name": "act", "toolType": "worker"}) == {"name": "act", "toolType": "worker"}
+    task = wait_task("run", 0)
+    assert is_message_wait(task) and is_message_wait({"taskType": "PULL_WORKFLOW_MESSAGES"})
+    question = {**task, "inputData": {"_description": "Ask a person.", "question": "Ship it?"}}
+    assert not is_message_wait(question) and not is_message_wait({"taskType": "SIMPLE"})
+    assert PendingRequest.from_task(task, "run") is None  # never listed as a request to a person
+    assert PendingRequest.from_task(question, "run") is not None
+
+
+def test_the_mailbox_key_says_which_wait_its_listener_has():
+    for human in (True, False):
+        key = mailbox_key(RUN, NAME, human_wait=human)
+        assert is_human_wait_key(key) is human
+        assert (parse_mailbox_key(key).run_id, parse_mailbox_key(key).agent_name) == (RUN, NAME)
+    assert ChainDirectory(HumanWaitServer()).chain(MAILBOX).human_wait
+
+
+def test_the_setting_takes_pull_or_human_only():
+    assert AgentSettings().listener_wait in ("pull", "human")
+    assert AgentSettings.from_env({"CONDUCTOR_AGENT_LISTENER_WAIT": " Human "}).listener_wait == "human"
+    with pytest.raises(ConfigurationError, match="CONDUCTOR_AGENT_LISTENER_WAIT"):
+        AgentSettings.from_env({"CONDUCTOR_AGENT_LISTENER_WAIT": "poll"})
+    with pytest.raises(ConfigurationError, match="listener_wait"):
+        AgentSettings(listener_wait="parked")
+
+
+def test_messages_are_handed_in_order_in_batches_one_wait_at_a_time():
+    server = HumanWaitServer()
+    server.turn_looks = 3  # the listener is busy for a few looks after each wait
+    assert hand_over(server, envelopes(*IDS), batch_size=3) == {"forwarded": 7}
+    link = server.key(0).execution_id
+    assert server.handed == [(link, list(IDS[:3])), (link, list(IDS[3:6])), (link, [IDS[6]])]
+
+
+def test_a_delivery_after_a_crash_skips_what_a_completed_wait_holds():
+    server = HumanWaitServer()
+    server.turn_looks = 10_000  # busy for good after the first wait: the task is handed back
+    with pytest.raises(ToolRetry):
+        hand_over(server, envelopes(*IDS[:4]), batch_size=2)
+    assert [ids for _, ids in server.handed] == [list(IDS[:2])]
+    server.waiting[server.key(0).execution_id] = 0  # it waits again; the same task comes back
+    server.turn_looks = 0
+    assert hand_over(server, envelopes(*IDS[:4]), batch_size=2) == {"forwarded": 4}
+    assert [ids for _, ids in server.handed] == [list(IDS[:2]), list(IDS[2:4])]
+
+
+def test_a_crash_between_the_mark_and_the_completion_hands_the_marked_message_once():
+    server = HumanWaitServer()
+    mailbox._write_mark(server, RUN, IDS[1])  # marked, never completed (the process died in between)
+    server.handed.append(("earlier", [IDS[0]]))
+    server.completed[server.key(0).execution_id] = [
+        {**wait_task(server.key(0).execution_id, 0), "status": "COMPLETED",
+         "outputData": {"messages": envelopes(IDS[0]), "count": 1}}]
+    assert hand_over(server, envelopes(*IDS[:3])) == {"forwarded": 3}
+    assert [ids for _, ids in server.handed[1:]] == [[IDS[1]], [IDS[2]]]
+
+
+def test_a_listener_being_continued_gets_nothing_until_its_new_run_waits():
+    server = HumanWaitServer()
+    server.add_link(1)  # a switch began: link 1 exists and does not wait yet; link 0 still waits
+    server.waiting[server.key(1).execution_id] = 10_000
+    with pytest.raises(ToolRetry, match="busy"):
+        hand_over(server, envelopes(IDS[0]))
+    assert server.handed == []  # never the old link's wait: the switch may be ending it
+
+
+def test_an_ended_listener_reports_what_it_did_not_take():
+    server = HumanWaitServer()
+    server.runs[server.key(0).execution_id]["status"] = "COMPLETED"
+    assert hand_over(server, envelopes(*IDS[:2])) == {"end": True, "forwarded": 0, "undelivered": list(IDS[:2])}
