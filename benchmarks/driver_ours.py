@@ -58,10 +58,16 @@ def apply_patches(patches: dict) -> None:
         setattr(mod, name, value)
 
 
+#: What its listeners wait in (``AgentSettings.listener_wait``) when set; ``--variant human:__main__:LISTENER_WAIT="human"``
+#: measures listeners that wait on a HUMAN task beside the default (issue 42).
+LISTENER_WAIT = None
+
+
 class OursAdapter:
     def __init__(self, cfg: dict) -> None:
         apply_patches(cfg.get("patch") or {})
-        self.runtime = AgentRuntime(AgentSettings.from_env(server_url=cfg["server_url"]))
+        wait = {"listener_wait": LISTENER_WAIT} if LISTENER_WAIT else {}
+        self.runtime = AgentRuntime(AgentSettings.from_env(server_url=cfg["server_url"], **wait))
         self.receive = WaitForMessageTool.create(
             name="wait_for_message", description="Wait for the next external messages, then return them.",
             batch_size=int(cfg.get("batch", 1)))

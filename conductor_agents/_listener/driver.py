@@ -158,11 +158,12 @@ class ContinuationDriver:
         self.retirer = Retirer(api, directory, clock=clock)
         self.turn_tool = self._make_turn_tool()
         #: The worker of the listeners' mailboxes (:mod:`.mailbox`), served on each listener's domain.
-        self.forward_tool = make_forward_tool(api, directory, switch_wait=switch_wait, clock=clock,
-                                              stopping=self._closing, worker_id=worker_id,
-                                              batch_size_of=self._batch_size_of)
         #: Parks the join of each wait of the listeners here that wait on a HUMAN task (:mod:`.parking`).
         self.parker = JoinParker(api, worker_id=worker_id, stopping=self._closing, clock=clock)
+        self.forward_tool = make_forward_tool(api, directory, switch_wait=switch_wait, clock=clock,
+                                              stopping=self._closing, worker_id=worker_id,
+                                              batch_size_of=self._batch_size_of, parked_here=self.parker.sent_park,
+                                              answered=self.parker.answered)
 
     # -- registration -----------------------------------------------------------------
 
@@ -302,7 +303,7 @@ class ContinuationDriver:
             if served is None or self._closing.is_set():
                 return
             if served.spec.human_wait:
-                self.parker.watch(execution_id)  # its next wait follows this turn
+                self.parker.watch(execution_id, str(served.chain.run_id))  # its next wait follows this turn
             if served.disabled:
                 return
             if served.current.execution_id != execution_id:

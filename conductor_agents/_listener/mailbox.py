@@ -56,11 +56,11 @@ from .._common.task_names import FORWARD_TASK, is_message_wait
 from .._tooldefs.context import ToolContext
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, RunPausedError, ToolRetry
-from ..result import RunStatus
+from ..result import STOP_SIGNAL, RunStatus
 from ..tools import ToolDef, tool
 from .chain import mailbox_key
 from .directory import Chain, ChainDirectory, Link
-from .following import is_running, run_status, workflow_running
+from .following import end_mailbox, is_running, run_status, workflow_running
 from .handover import complete_wait, delivery_lock, waiting_wait
 from .head import read_mailbox, write_mailbox
 from .parking import nudge
@@ -91,8 +91,9 @@ _PAUSED_RETRY_SECONDS = 30.0
 _MARK = re.compile(r"^sending:([0-9a-f-]{36})$")
 #: Pauses between the signals of one :func:`wake` that found no ``WAIT`` (about 1 s in all).
 _WAKE_RETRIES = (0.1, 0.2, 0.3, 0.4)
-#: How long a forward looks at a busy listener (whose wait is not in progress) before it hands its task back.
-_BUSY_LOOK_SECONDS = 5.0
+#: How long a forward looks at a busy listener (whose wait is not in progress) before it hands its task back: short,
+#: since it holds one of the tool pool's threads, which the listener's own turn may need.
+_BUSY_LOOK_SECONDS = 1.0
 _BUSY_LOOK_EVERY = 0.25
 
 
@@ -233,7 +234,9 @@ def _write_mark(api: ConductorApi, run_id: str, message_id: str) -> None:
 
 def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wait: float, clock: Clock,
                       stopping: threading.Event, worker_id: str = "conductor-agents",
-                      batch_size_of: Callable[[str], int] = lambda run_id: 1) -> ToolDef:
+                      batch_size_of: Callable[[str], int] = lambda run_id: 1,
+                      parked_here: Callable[[str], bool] = lambda join_id: False,
+                      answered: Callable[[Mapping[str, Any]], Any] = lambda join: None) -> ToolDef:
     """The worker of the mailbox's forward task (served on the listener's domain). ``batch_size_of(run_id)``: how
     many messages the wait of the listener on ``run_id`` takes at once (its ``WaitForMessageTool``'s batch size)."""
 
@@ -245,7 +248,8 @@ def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wa
             if chain.human_wait:
                 assert chain.run_id is not None
                 return hand_over(api, directory, chain, list(messages or ()), batch_size=batch_size_of(chain.run_id),
-                                 worker_id=worker_id, clock=clock, pause=stopping.wait)
+                                 worker_id=worker_id, clock=clock, pause=stopping.wait, parked_here=parked_here,
+                                 answered=answered)
             return _forward(api, directory, ctx.execution_id, list(messages or ()), switch_wait=switch_wait,
                             clock=clock, pause=stopping.wait)
         except ToolRetry:
@@ -296,7 +300,9 @@ def _forward(api: ConductorApi, directory: ChainDirectory, mailbox_id: str, mess
 
 
 def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messages: list[Any], *, batch_size: int,
-              worker_id: str, clock: Clock, pause: Callable[[float], Any]) -> dict[str, Any]:
+              worker_id: str, clock: Clock, pause: Callable[[float], Any],
+              parked_here: Callable[[str], bool] = lambda join_id: False,
+              answered: Callable[[Mapping[str, Any]], Any] = lambda join: None) -> dict[str, Any]:
     """Hand a mailbox's messages to a listener that waits on a ``HUMAN`` task (:mod:`.handover`), in order, up to
     ``batch_size`` per wait. While the listener is busy it is looked at again for a few seconds, then the task is
     handed back (``ToolRetry``). Before each completion the first message's id is marked, so a later delivery of
@@ -321,7 +327,8 @@ def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messag
                 _write_mark(api, chain.run_id, str(batch[0]["id"]))
                 complete_wait(api, newest.execution_id, wait, batch, worker_id=worker_id)
         if wait is not None:
-            nudge(api, join, worker_id=worker_id)
+            if join is not None and nudge(api, join, worker_id=worker_id, parked_here=parked_here):
+                answered(join)  # looked at again: a nudge can meet an evaluation of the server's
             handed += len(batch)
             busy_until = clock.monotonic() + _BUSY_LOOK_SECONDS
             continue
@@ -330,11 +337,14 @@ def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messag
             raise RunPausedError(f"run {newest.execution_id} is paused", execution_id=newest.execution_id)
         if status.is_terminal and directory.refresh(chain).number <= newest.number:
             lost = ids[handed:]
-            log.warning("mailbox %s: the listener has ended; %d message(s) pushed to the mailbox as it ended "
-                        "were not delivered", chain.execution_id, len(lost))
+            told = [e for e in envelopes[handed:] if e.get("payload") != STOP_SIGNAL]  # not the stop's own wake-up
+            if told:
+                log.warning("mailbox %s: the listener has ended; %d message(s) pushed to the mailbox as it ended "
+                            "were not delivered", chain.execution_id, len(told))
+            end_mailbox(api, directory, chain)  # ended by the SDK: nobody takes it for an end from outside
             return {"end": True, "forwarded": handed, "undelivered": lost}
         if clock.monotonic() >= busy_until:
-            raise ToolRetry("the listener is busy", after_seconds=1.0)
+            raise ToolRetry("the listener is busy", after_seconds=0.5)
         if pause(_BUSY_LOOK_EVERY):
             raise ToolRetry("the process is closing", after_seconds=1.0)
     return {"forwarded": handed}

@@ -17,9 +17,10 @@ task: its next wait follows) on one thread, and parks each one's join once it wa
 
 from __future__ import annotations
 
+import collections
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import attrs
@@ -29,7 +30,7 @@ from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError
-from .handover import waiting_wait
+from .handover import delivery_lock, waiting_wait
 
 __all__ = ["JoinParker", "PARK_SECONDS", "nudge"]
 
@@ -43,6 +44,13 @@ _PARK_ROUNDS = 5
 #: How often a watched link is looked at, and for how long at most (a turn with slow tools).
 _LOOK_EVERY = 0.25
 _WATCH_SECONDS = 600.0
+#: After :data:`_PARK_ROUNDS` parks that did not hold, the next round comes this much later.
+_PARK_AGAIN_AFTER = 10.0
+#: Joins a park was sent for, remembered for the forward's nudge (the oldest forgotten first).
+_SENT_KEPT = 100_000
+#: When the join of an answered wait is looked at again (seconds after the answer, then after each nudge): a
+#: healthy one has ended by the first look (its evaluation is due at once).
+_CHECKS_AFTER_ANSWER = (3.0, 5.0, 10.0, 30.0)
 
 
 def _update(api: ConductorApi, join: Mapping[str, Any], callback: int, worker_id: str) -> None:
@@ -51,16 +59,25 @@ def _update(api: ConductorApi, join: Mapping[str, Any], callback: int, worker_id
                      "outputData": dict(join.get("outputData") or {})})
 
 
-def nudge(api: ConductorApi, join: Mapping[str, Any] | None, *, worker_id: str) -> bool:
+def nudge(api: ConductorApi, join: Mapping[str, Any] | None, *, worker_id: str,
+          parked_here: Callable[[str], bool] = lambda join_id: False) -> bool:
     """Make a parked join due now (after its wait was completed); whether it was parked. A join not parked is left
     to the server (its own evaluation may be completing it: an update then would write over it).
+
+    A park and an evaluation of the server's that overlap can leave the join's queue message parked while the task
+    reads the evaluation's own callback (both write the queue, then the task): so a join this process sent a park
+    for (``parked_here``) is nudged whatever the task reads, else it would wait out the whole park.
 
     Raises: as :meth:`ConductorApi.get_task` and :meth:`ConductorApi.update_task`.
     """
     if join is None:
         return False
     now = api.get_task(str(join.get("taskId")))
-    if now.get("status") != "IN_PROGRESS" or int(now.get("callbackAfterSeconds") or 0) != PARK_SECONDS:
+    parked = int(now.get("callbackAfterSeconds") or 0) == PARK_SECONDS or parked_here(str(join.get("taskId")))
+    log.debug("join %s of run %s after its wait was answered: %s, callback %s, parked here: %s",
+              join.get("taskId"), join.get("workflowInstanceId"), now.get("status"), now.get("callbackAfterSeconds"),
+              parked_here(str(join.get("taskId"))))
+    if now.get("status") != "IN_PROGRESS" or not parked:
         return False
     _update(api, now, 0, worker_id)
     return True
@@ -71,7 +88,9 @@ class _Watch:
     """One watched link: until when, and its join's park under way (the read-backs are due at ``due``)."""
 
     until: float
+    run_id: str
     join: Mapping[str, Any] | None = None
+    wait_id: str = ""
     rounds: int = 0
     first_count: Any = None
     due: float = 0.0
@@ -94,18 +113,57 @@ class JoinParker:
         self._wake = threading.Event()
         self._thread: BackgroundLoop | None = None
         self.parked = 0  # joins parked and held (tests, stats)
+        self._sent: collections.OrderedDict[str, None] = collections.OrderedDict()  # joins a park was sent for
+        self._answered: dict[str, tuple[float, int, Mapping[str, Any]]] = {}  # join id -> (due, attempt, join)
 
-    def watch(self, execution_id: str) -> None:
-        """Park the join of the next wait of link ``execution_id`` (its current one, if it waits now)."""
+    def watch(self, execution_id: str, run_id: str) -> None:
+        """Park the join of the next wait of link ``execution_id`` of the listener on ``run_id`` (its current
+        one, if it waits now)."""
         with self._lock:
             known = self._watched.get(execution_id)
             if known is None or known.join is None:
-                self._watched[execution_id] = _Watch(until=self._clock.monotonic() + _WATCH_SECONDS)
+                self._watched[execution_id] = _Watch(until=self._clock.monotonic() + _WATCH_SECONDS, run_id=run_id)
             if self._thread is None or not self._thread.is_alive:
                 self._thread = BackgroundLoop("join-parker", self._run, daemon=True, stop=self._stopping,
                                               wake=self._wake)
                 self._thread.start()
         self._wake.set()
+
+    def answered(self, join: Mapping[str, Any]) -> None:
+        """The wait inside ``join`` was answered (and the join nudged if parked): look at the join again a little
+        later, and nudge it again while it has not ended. A nudge that met an evaluation of the server's can leave
+        the join in progress with no queue message (both write the task, and the queue, in turn); another nudge
+        gives it one again. Bounded: :data:`_CHECKS_AFTER_ANSWER`."""
+        with self._lock:
+            self._answered[str(join.get("taskId"))] = (self._clock.monotonic() + _CHECKS_AFTER_ANSWER[0], 0, join)
+            if self._thread is None or not self._thread.is_alive:
+                self._thread = BackgroundLoop("join-parker", self._run, daemon=True, stop=self._stopping,
+                                              wake=self._wake)
+                self._thread.start()
+        self._wake.set()
+
+    def _check_answered(self, join_id: str, attempt: int, join: Mapping[str, Any]) -> None:
+        try:
+            task = self._api.get_task(join_id)
+            if task.get("status") == "IN_PROGRESS":
+                log.info("run %s: the join of an answered wait has not ended; made due again",
+                         join.get("workflowInstanceId"))
+                _update(self._api, task, 0, self._worker_id)
+                attempt += 1
+                if attempt < len(_CHECKS_AFTER_ANSWER):
+                    with self._lock:
+                        self._answered[join_id] = (self._clock.monotonic() + _CHECKS_AFTER_ANSWER[attempt], attempt,
+                                                   join)
+                    return
+        except (ConductorAgentsError, HttpError) as err:
+            log.debug("join %s: looking at it after its wait was answered failed (%s)", join_id, err)
+        with self._lock:
+            self._answered.pop(join_id, None)
+
+    def sent_park(self, join_id: str) -> bool:
+        """Whether this process sent a park for join ``join_id`` (then a nudge after its wait is answered is due)."""
+        with self._lock:
+            return join_id in self._sent
 
     def _run(self) -> None:
         while not self._stopping.is_set():
@@ -114,7 +172,10 @@ class JoinParker:
                 for gone in [e for e, w in self._watched.items() if w.until <= now]:
                     del self._watched[gone]
                 due = [(e, w) for e, w in self._watched.items() if w.due <= now]
-                idle = not self._watched
+                checks = [(j, c) for j, c in self._answered.items() if c[0] <= now]
+                idle = not self._watched and not self._answered
+            for join_id, (_, attempt, join) in checks:
+                self._check_answered(join_id, attempt, join)
             if idle:
                 self._wake.clear()
                 self._wake.wait(30.0)
@@ -140,7 +201,7 @@ class JoinParker:
             wait, join = waiting_wait(self._api, execution_id)
             if wait is None or join is None:
                 return False
-            watch.join = join
+            watch.join, watch.wait_id = join, str(wait.get("taskId"))
             return self._park(watch, now)
         task = self._api.get_task(str(watch.join.get("taskId")))
         if task.get("status") != "IN_PROGRESS":
@@ -151,15 +212,27 @@ class JoinParker:
         if int(task.get("callbackAfterSeconds") or 0) == PARK_SECONDS and task.get("pollCount") == watch.first_count:
             self.parked += 1
             return True
-        if watch.rounds >= _PARK_ROUNDS:
-            log.debug("run %s: its join is left at the server's pace (%d parks did not hold)", execution_id,
-                      watch.rounds)
-            return True
+        if watch.rounds % _PARK_ROUNDS == 0:  # a young join: parks rarely hold before its 200 quick evaluations
+            log.debug("run %s: %d parks of its join did not hold; again in %g s", execution_id, watch.rounds,
+                      _PARK_AGAIN_AFTER)
+            watch.first_count, watch.due = None, now + _PARK_AGAIN_AFTER
+            watch.join = None  # looked up again then (the wait may have been answered meanwhile)
+            return False
         return self._park(watch, now)
 
     def _park(self, watch: _Watch, now: float) -> bool:
+        """Park the join while its wait is in progress; done with (True) when the wait was answered. Under the
+        listener's delivery lock, as the forward completes the wait: a park never lands after a completion
+        whose nudge found the join unparked (it would hold the answered listener for an hour)."""
         assert watch.join is not None
-        _update(self._api, watch.join, PARK_SECONDS, self._worker_id)
+        with delivery_lock(watch.run_id):
+            if watch.wait_id and self._api.get_task(watch.wait_id).get("status") != "IN_PROGRESS":
+                return True
+            _update(self._api, watch.join, PARK_SECONDS, self._worker_id)
+            with self._lock:
+                self._sent[str(watch.join.get("taskId"))] = None
+                while len(self._sent) > _SENT_KEPT:
+                    self._sent.popitem(last=False)
         watch.rounds += 1
         watch.first_count, watch.due = None, now + 0.5
         return False

@@ -1,6 +1,8 @@
 """Unit tests for listeners that wait on a HUMAN task (issue 42): how the wait is sent and recognised, and the
 mailbox forward's hand-over (in order, in batches, exactly once across a crash, never to a link being continued)."""
 
+import threading
+
 import pytest
 
 from conductor_agents import AgentSettings
@@ -8,6 +10,7 @@ from conductor_agents._common.task_names import MESSAGE_WAIT_MARK, is_message_wa
 from conductor_agents._listener import mailbox
 from conductor_agents._listener.chain import is_human_wait_key, mailbox_key, parse_mailbox_key
 from conductor_agents._listener.directory import ChainDirectory
+from conductor_agents._listener.parking import PARK_SECONDS, JoinParker, _Watch
 from conductor_agents._listener.switch import as_human_wait
 from conductor_agents._people.pending import PendingRequest
 from conductor_agents.errors import ConfigurationError, ToolRetry
@@ -73,8 +76,16 @@ class HumanWaitServer(FakeChainServer):
         self.completed.setdefault(link, []).append(task)
         self.waiting[link] = self.turn_looks
 
+    def terminate_workflow(self, execution_id, reason):
+        self.terminated = (execution_id, reason)
+
     def get_task(self, task_id):
-        return {"taskId": task_id, "status": "IN_PROGRESS", "callbackAfterSeconds": 0}
+        if task_id.startswith("wait-"):
+            done = any(t["taskId"] == task_id for ts in self.completed.values() for t in ts)
+            return {"taskId": task_id, "status": "COMPLETED" if done else "IN_PROGRESS"}
+        parks = [u["callbackAfterSeconds"] for u in self.updates if u["taskId"] == task_id]
+        return {"taskId": task_id, "status": "IN_PROGRESS", "callbackAfterSeconds": parks[-1] if parks else 0,
+                "pollCount": 7, "workflowInstanceId": self.key(0).execution_id}
 
 
 def envelopes(*ids):
@@ -166,3 +177,40 @@ def test_an_ended_listener_reports_what_it_did_not_take():
     server = HumanWaitServer()
     server.runs[server.key(0).execution_id]["status"] = "COMPLETED"
     assert hand_over(server, envelopes(*IDS[:2])) == {"end": True, "forwarded": 0, "undelivered": list(IDS[:2])}
+    assert server.terminated[0] == MAILBOX  # ended by the SDK, with its reason: not taken for an end from outside
+
+
+def test_a_join_is_parked_while_its_wait_waits_and_nudged_after_the_wait_is_answered_never_parked_after():
+    server = HumanWaitServer()
+    clock = FakeClock()
+    parker = JoinParker(server, worker_id="test", stopping=threading.Event(), clock=clock)
+    link = server.key(0).execution_id
+    watch = _Watch(until=clock.monotonic() + 60, run_id=RUN)
+    assert parker._step(link, watch) is False  # found waiting: parked, read back twice later
+    assert [u["callbackAfterSeconds"] for u in server.updates] == [PARK_SECONDS]
+    assert parker._step(link, watch) is False and parker._step(link, watch) is True and parker.parked == 1
+    # The forward answers the wait, then nudges the parked join: due at once.
+    assert hand_over(server, envelopes(IDS[0])) == {"forwarded": 1}
+    assert [u.get("callbackAfterSeconds") for u in server.updates if u["taskId"].startswith("join")] == [PARK_SECONDS, 0]
+    # A park that comes after the answer (the parker raced the forward) is not sent: it would hold the listener.
+    late = _Watch(until=clock.monotonic() + 60, run_id=RUN, join={"taskId": "join-0", "workflowInstanceId": link},
+                  wait_id="wait-" + link[:6] + "-0")
+    assert parker._park(late, clock.monotonic()) is True
+    assert [u.get("callbackAfterSeconds") for u in server.updates if u["taskId"].startswith("join")] == [PARK_SECONDS, 0]
+
+
+def test_a_join_whose_park_an_evaluation_overwrote_on_the_task_is_nudged_all_the_same():
+    """The server's evaluation and a park both write the queue, then the task: the task may read the evaluation's
+    callback while the queue holds the park. The forward nudges a join this process parked whatever the task says."""
+    server = HumanWaitServer()
+    clock = FakeClock()
+    parker = JoinParker(server, worker_id="test", stopping=threading.Event(), clock=clock)
+    link = server.key(0).execution_id
+    parker._step(link, _Watch(until=clock.monotonic() + 60, run_id=RUN))
+    server.updates.append({"taskId": "join-0", "callbackAfterSeconds": 0})  # the evaluation's write, last
+    directory = ChainDirectory(server)
+    assert mailbox.hand_over(server, directory, directory.chain(MAILBOX), envelopes(IDS[0]), batch_size=1,
+                             worker_id="test", clock=clock, pause=clock.advance,
+                             parked_here=parker.sent_park) == {"forwarded": 1}
+    nudges = [u for u in server.updates if u["taskId"] == "join-0" and u.get("workerId") == "test"]
+    assert [u["callbackAfterSeconds"] for u in nudges] == [PARK_SECONDS, 0]
