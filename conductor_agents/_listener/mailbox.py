@@ -64,7 +64,7 @@ from .following import end_mailbox, is_running, run_status, workflow_running
 from .handover import complete_wait, delivery_lock, waiting_wait
 from .head import read_mailbox, write_mailbox
 from .parking import nudge
-from .sending import send_to_listener
+from .sending import send_to_listener, wake
 
 __all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool", "wake"]
 
@@ -89,8 +89,6 @@ _SETTLE_SECONDS = 120.0
 #: How often a forward tries again while the listener is paused (its deliveries last a month of pause).
 _PAUSED_RETRY_SECONDS = 30.0
 _MARK = re.compile(r"^sending:([0-9a-f-]{36})$")
-#: Pauses between the signals of one :func:`wake` that found no ``WAIT`` (about 1 s in all).
-_WAKE_RETRIES = (0.1, 0.2, 0.3, 0.4)
 #: How long a forward looks at a busy listener (whose wait is not in progress) before it hands its task back: short,
 #: since it holds one of the tool pool's threads, which the listener's own turn may need.
 _BUSY_LOOK_SECONDS = 1.0
@@ -183,33 +181,6 @@ class Mailboxes:
             return written
         log.info("listener on %s: mailbox %s opened", run_id, mailbox_id)
         return mailbox_id
-
-
-def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any]) -> bool:
-    """Have mailbox ``mailbox_id`` take what was just pushed to it now rather than within P: complete its
-    resting ``WAIT`` (:meth:`ConductorApi.signal_wait`); whether one was completed. Call it right after the push.
-
-    No ``WAIT`` means the mailbox is mid-round: its pull has not run yet, or a forward runs, after which it
-    pulls again; either takes the message. Only a push that lands just after an empty pull, before that
-    round's ``WAIT`` is scheduled, would wait for P: so the signal is sent again a few times within about a
-    second (:data:`_WAKE_RETRIES`, each ``pause`` returning True ends it: the process is closing). Two
-    senders that wake one mailbox at once do no harm: the second finds no ``WAIT`` or completes the next
-    round's (one more empty pull), and nothing reads a ``WAIT``'s output. Never raises: the message is
-    queued already, and a mailbox that is not woken takes it within P. The caller waits one signal (tens of
-    ms) when the mailbox rests, up to about 1.2 s when it finds none (mid-round, or a mailbox of version 1,
-    which has no ``WAIT`` and checks every second anyway).
-    """
-    for delay in (*_WAKE_RETRIES, None):
-        try:
-            if api.signal_wait(mailbox_id):
-                return True
-        except ConductorAgentsError as err:
-            log.info("mailbox %s: not woken (%s: %s); it takes the message at its next check", mailbox_id,
-                     type(err).__name__, err)
-            return False
-        if delay is None or pause(delay):
-            return False
-    return False
 
 
 # -- the forward task --------------------------------------------------------------------

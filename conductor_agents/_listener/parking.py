@@ -28,7 +28,6 @@ import attrs
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
-from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError
 from .handover import delivery_lock, waiting_wait
 
@@ -155,7 +154,7 @@ class JoinParker:
                         self._answered[join_id] = (self._clock.monotonic() + _CHECKS_AFTER_ANSWER[attempt], attempt,
                                                    join)
                     return
-        except (ConductorAgentsError, HttpError) as err:
+        except ConductorAgentsError as err:
             log.debug("join %s: looking at it after its wait was answered failed (%s)", join_id, err)
         with self._lock:
             self._answered.pop(join_id, None)
@@ -185,7 +184,7 @@ class JoinParker:
                     return
                 try:
                     done = self._step(execution_id, watch)
-                except (ConductorAgentsError, HttpError) as err:  # gone, or the server is away: its own pace
+                except ConductorAgentsError as err:  # gone, or the server is away: its own pace
                     log.debug("run %s: parking its join failed (%s)", execution_id, err)
                     done = True
                 if done:

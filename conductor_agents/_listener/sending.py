@@ -24,14 +24,14 @@ from typing import Any
 
 from .._common.clock import Clock
 from .._wire.api import ConductorApi
-from ..errors import ExecutionNotFoundError, ExecutionNotRunningError
+from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError
 from ..result import RunStatus
 from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
 from .naming import named_for
 from .switch import read_commit, read_final_state
 
-__all__ = ["push_to_mailbox", "send_to_listener"]
+__all__ = ["push_to_mailbox", "send_to_listener", "wake"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -44,6 +44,9 @@ _FINAL_AFTER_SECONDS = 2.0
 #: before it ends (a switch re-drains when more than ``switch.QUIET_VALID_SECONDS`` pass between the
 #: drain's last look and the end of the run; this leaves as much again for that request).
 _RUNNING_IS_SAFE_AFTER = 10.0
+#: Pauses between the signals of one :func:`wake` that found no ``WAIT``: an empty pull and the ``WAIT`` after it
+#: are scheduled by one decide of the server's, so a wake that came between them finds the ``WAIT`` at once.
+_WAKE_RETRIES = (0.05, 0.1, 0.2)
 #: Most times one message is sent again (each resend follows a switch that dropped it).
 _MAX_ATTEMPTS = 50
 
@@ -98,6 +101,33 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
             "it was not delivered", execution_id=execution_id)
 
 
+def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any]) -> bool:
+    """Have mailbox ``mailbox_id`` take what was just pushed to it now rather than within P: complete its
+    resting ``WAIT`` (:meth:`ConductorApi.signal_wait`); whether one was completed. Call it right after the push.
+
+    No ``WAIT`` means the mailbox is mid-round: its pull has not run yet, or a forward runs, after which it
+    pulls again; either takes the message. Only a push that lands just after an empty pull, before that
+    round's ``WAIT`` is scheduled, would wait for P: so the signal is sent again a few times within about a
+    third of a second (:data:`_WAKE_RETRIES`, each ``pause`` returning True ends it: the process is closing). Two
+    senders that wake one mailbox at once do no harm: the second finds no ``WAIT`` or completes the next
+    round's (one more empty pull), and nothing reads a ``WAIT``'s output. Never raises: the message is
+    queued already, and a mailbox that is not woken takes it within P. The caller waits one signal (tens of
+    ms) when the mailbox rests, up to about 0.4 s when it finds none (mid-round, or a mailbox of version 1,
+    which has no ``WAIT`` and checks every second anyway).
+    """
+    for delay in (*_WAKE_RETRIES, None):
+        try:
+            if api.signal_wait(mailbox_id):
+                return True
+        except ConductorAgentsError as err:
+            log.info("mailbox %s: not woken (%s: %s); it takes the message at its next check", mailbox_id,
+                     type(err).__name__, err)
+            return False
+        if delay is None or pause(delay):
+            return False
+    return False
+
+
 def push_to_mailbox(api: ConductorApi, mailbox_id: str, body: Mapping[str, Any], *,
                     pause: Callable[[float], Any]) -> str:
     """Push ``body`` into a listener's mailbox (the listener waits on a ``HUMAN`` task); its message id.
@@ -105,10 +135,12 @@ def push_to_mailbox(api: ConductorApi, mailbox_id: str, body: Mapping[str, Any],
     Raises: as :meth:`ConductorApi.push_message`; ExecutionNotRunningError when the listener has ended.
     """
     try:
-        return api.push_message(mailbox_id, body)
+        message_id = api.push_message(mailbox_id, body)
     except ExecutionNotRunningError as err:
         raise ExecutionNotRunningError(f"listener {mailbox_id} has ended; it cannot receive messages",
                                        execution_id=mailbox_id) from err
+    wake(api, mailbox_id, pause=pause)  # taken at once, not at the mailbox's next check
+    return message_id
 
 
 def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout: float, clock: Clock,

@@ -145,9 +145,10 @@ class RunTaker:
                 self._api.get_workflow(newest.execution_id)
             prompt = str((workflow.get("input") or {}).get("prompt") or "")
             carrier = tracing.carrier_of(workflow)  # its later runs stay in the trace it was started in
+            box = chain if chain.mailbox else self._directory.anchor(chain, cached=True)
             spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent), trace_parent=carrier,
                             model_settings=recorded_model_settings(workflow),  # the start's, kept by the server
-                            human_wait=self._directory.anchor(chain, cached=True).human_wait)
+                            human_wait=box.human_wait)
             tracing.begin_run(agent.name, parent=carrier, taken_up=how, owner=self._worker_id).started(
                 newest.execution_id, conversation_id=chain.execution_id)
             reservation = self._workers.reserve(domain, agent, continued=True)

@@ -147,8 +147,13 @@ def send(server, directory, execution_id, **kwargs):
 
 
 def test_a_send_pushes_then_makes_one_small_probe():
+    """The first send by a link's id also reads once whether the listener has a mailbox that takes every message
+    (a listener that waits on a HUMAN task); later sends do not."""
     server = FakeChainServer()
     directory, chain = directory_for(server, server.key(0).execution_id)
+    server.calls.clear()
+    send(server, directory, chain.execution_id)
+    assert [kind for kind, _ in server.calls] == ["polldata", "push", "status"]
     server.calls.clear()
     send(server, directory, chain.execution_id)
     assert [kind for kind, _ in server.calls] == ["push", "status"]

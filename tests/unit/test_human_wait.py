@@ -88,6 +88,10 @@ class HumanWaitServer(FakeChainServer):
                 "pollCount": 7, "workflowInstanceId": self.key(0).execution_id}
 
 
+def join_callbacks(server):
+    return [u.get("callbackAfterSeconds") for u in server.updates if u["taskId"].startswith("join")]
+
+
 def envelopes(*ids):
     return [{"id": i, "workflowId": MAILBOX, "payload": {"action": i}} for i in ids]
 
@@ -191,12 +195,12 @@ def test_a_join_is_parked_while_its_wait_waits_and_nudged_after_the_wait_is_answ
     assert parker._step(link, watch) is False and parker._step(link, watch) is True and parker.parked == 1
     # The forward answers the wait, then nudges the parked join: due at once.
     assert hand_over(server, envelopes(IDS[0])) == {"forwarded": 1}
-    assert [u.get("callbackAfterSeconds") for u in server.updates if u["taskId"].startswith("join")] == [PARK_SECONDS, 0]
+    assert join_callbacks(server) == [PARK_SECONDS, 0]
     # A park that comes after the answer (the parker raced the forward) is not sent: it would hold the listener.
     late = _Watch(until=clock.monotonic() + 60, run_id=RUN, join={"taskId": "join-0", "workflowInstanceId": link},
                   wait_id="wait-" + link[:6] + "-0")
     assert parker._park(late, clock.monotonic()) is True
-    assert [u.get("callbackAfterSeconds") for u in server.updates if u["taskId"].startswith("join")] == [PARK_SECONDS, 0]
+    assert join_callbacks(server) == [PARK_SECONDS, 0]
 
 
 def test_a_join_whose_park_an_evaluation_overwrote_on_the_task_is_nudged_all_the_same():

@@ -108,15 +108,15 @@ def test_a_wake_signals_once_when_the_mailbox_rests():
     assert api.calls == [MAILBOX] and clock.monotonic() == FakeClock().monotonic()
 
 
-def test_a_wake_that_finds_the_mailbox_mid_round_signals_again_for_about_a_second():
+def test_a_wake_that_finds_the_mailbox_mid_round_signals_again_for_a_third_of_a_second():
     """No WAIT yet (the push landed after an empty pull, before its WAIT): signalled again until one is found,
-    at most four more times within a second in all."""
+    at most three more times within 0.35 s in all."""
     api, clock = Signals(False, False, True), FakeClock()
     assert mailbox.wake(api, MAILBOX, pause=clock.advance) is True
     assert len(api.calls) == 3
-    api, clock = Signals(*[False] * 5), FakeClock()
+    api, clock = Signals(*[False] * 4), FakeClock()
     assert mailbox.wake(api, MAILBOX, pause=clock.advance) is False
-    assert len(api.calls) == 5 and clock.monotonic() - FakeClock().monotonic() == pytest.approx(1.0)
+    assert len(api.calls) == 4 and clock.monotonic() - FakeClock().monotonic() == pytest.approx(0.35)
 
 
 def test_a_wake_never_raises_and_stops_when_the_process_closes():

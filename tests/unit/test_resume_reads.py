@@ -72,6 +72,9 @@ class Directory:
     def refresh(self, chain: Chain) -> Link:
         return NEWEST
 
+    def anchor(self, chain: Chain, *, cached: bool = False) -> Chain:
+        return chain  # no mailbox: its first run
+
 
 def test_resuming_a_listener_mid_switch_finds_the_pending_switch_once(monkeypatch: pytest.MonkeyPatch) -> None:
     api, workers = RecordingApi(), Workers()

@@ -28,6 +28,7 @@ GOOD = {
     "CONDUCTOR_AGENT_KEEP_FOR": ("30d", "keep_for", timedelta(days=30)),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("1.5", "pending_check_interval_seconds", 1.5),
     "CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS": (" 3 ", "mailbox_check_seconds", 3),
+    "CONDUCTOR_AGENT_LISTENER_WAIT": ("human", "listener_wait", "human"),
 }
 
 #: Malformed values of every variable that has a format (key and secret are free text).
@@ -66,6 +67,7 @@ BAD = [
     ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "0"),
     ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "2.5"),
     ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "30s"),
+    ("CONDUCTOR_AGENT_LISTENER_WAIT", "poll"),
 ]
 
 
