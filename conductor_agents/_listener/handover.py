@@ -23,7 +23,7 @@ import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .._common.task_names import is_message_wait
+from .._common.task_names import HUMAN_TASK_TYPE, is_message_wait
 from .._wire.api import ConductorApi
 
 __all__ = ["complete_wait", "delivery_lock", "waiting_wait"]
@@ -51,7 +51,7 @@ def waiting_wait(api: ConductorApi, execution_id: str) -> tuple[Mapping[str, Any
     Raises: as :meth:`ConductorApi.workflow_tasks`.
     """
     tasks = api.workflow_tasks(execution_id, statuses=("IN_PROGRESS",), start=1, count=50).tasks  # 1: not the loop
-    waits = [t for t in tasks if is_message_wait(t) and t.get("taskType") == "HUMAN"]
+    waits = [t for t in tasks if is_message_wait(t) and t.get("taskType") == HUMAN_TASK_TYPE]
     if not waits:
         return None, None
     joins = [t for t in tasks if t.get("taskType") == "JOIN"]
