@@ -137,6 +137,15 @@ def sdk_threads() -> "list[str]":
                   and not t.name.startswith("conductor-agents-scripted-llm"))
 
 
+def push_raw(base: str, execution_id: str, body: dict, *, timeout: float = 30) -> requests.Response:
+    """A sender that is not this SDK: the server's own push to a listener's id, then the signal that has its
+    mailbox take it at once (docs/concepts.md); the push's response."""
+    response = requests.post(f"{base}/workflow/{execution_id}/messages", json=body, timeout=timeout)
+    if response.status_code == 200:
+        requests.post(f"{base}/tasks/{execution_id}/COMPLETED/signal", json={}, timeout=timeout)
+    return response
+
+
 def listener(name: str, model: str, tools: object, *, batch_size: int = 1,
              continuation: "Continuation | None" = None) -> Agent:
     """A stateful listener: wait for messages (up to ``batch_size`` at once), act with ``tools``' methods."""

@@ -24,9 +24,10 @@ Fixtures:
 ``topology_server``
     The server of this test's topology: ``conductor_server`` or ``conductor_cluster``.
 ``agent_settings``
-    :class:`~conductor_agents.AgentSettings` for ``topology_server``; a listener's mailbox checks
-    for messages every second (``mailbox_check_seconds=1``, 30 by default), so a test that pushes to it
-    with the server's own REST call, unsignalled, sees the message taken within a second.
+    :class:`~conductor_agents.AgentSettings` for ``topology_server``, with the defaults: a listener's mailbox
+    looks for messages every 30 s while idle, so a test that pushes to it with the server's own REST call
+    signals it after the push (``POST /tasks/{id}/COMPLETED/signal``, as ``docs/concepts.md`` tells raw
+    senders), and the message is taken at once.
 ``agent_runtime``
     An :class:`~conductor_agents.AgentRuntime` on that server, closed after the test.
 ``server_secrets`` (session)
@@ -249,8 +250,8 @@ def topology_server(topology: str, request: pytest.FixtureRequest) -> _Served:
 
 @pytest.fixture
 def agent_settings(topology_server: _Served) -> AgentSettings:
-    """Settings pointing at the server of this test's topology (a listener's mailbox checks every second)."""
-    return AgentSettings.from_env(environ={}, server_url=topology_server.url, mailbox_check_seconds=1)
+    """Settings pointing at the server of this test's topology (the defaults otherwise)."""
+    return AgentSettings.from_env(environ={}, server_url=topology_server.url)
 
 
 @pytest.fixture

@@ -20,7 +20,7 @@ from conductor_agents._listener import mailbox
 from conductor_agents._listener.chain import parse_mailbox_key
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually, listener, listener_links
+from ..helpers import eventually, listener, listener_links, push_raw
 from .test_long_listeners import ActionTools, act_on
 
 pytestmark = pytest.mark.integration
@@ -28,7 +28,7 @@ pytestmark = pytest.mark.integration
 
 def push(base: str, execution_id: str, action: str) -> None:
     """The server's own push, as a webhook or another SDK would send it (retried on nothing)."""
-    response = requests.post(f"{base}/workflow/{execution_id}/messages", json={"action": action}, timeout=30)
+    response = push_raw(base, execution_id, {"action": action})
     assert response.status_code == 200, (response.status_code, response.text)
 
 

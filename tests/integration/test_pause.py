@@ -12,7 +12,7 @@ import requests
 from conductor_agents import Continuation, ExecutionNotRunningError, RunPausedError, RunStatus
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually, listener
+from ..helpers import eventually, listener, push_raw
 from .test_stateful_listener import ActionTools, act_on
 
 pytestmark = pytest.mark.integration
@@ -46,8 +46,7 @@ def test_a_paused_listener_takes_no_turn_and_refuses_messages_until_unpaused(
     handle.unpause()  # a run that is not paused is left as it is
     assert handle.status().status is RunStatus.RUNNING
     handle.send_message({"action": "a4"})
-    requests.post(f"{base}/workflow/{handle.execution_id}/messages", json={"action": "a5"},
-                  timeout=30).raise_for_status()
+    push_raw(base, handle.execution_id, {"action": "a5"}).raise_for_status()
     eventually(lambda: len(tools.actions) == 5, timeout=90, message="the messages after the unpause")
     assert [a for a, _ in tools.actions] == ["a1", "a2", "a3", "a4", "a5"]  # the refused ones never arrive
 

@@ -191,8 +191,7 @@ def main(argv: "list[str]") -> int:
     keep = args.keep_runs if args.keep_runs == "default" else None if args.keep_runs == "all" else int(args.keep_runs)
     agent = listener(args.name, args.model, FileActionTools(args.log, hang_on=args.hang_on),
                      continue_every=args.continue_every, keep_runs=keep)
-    # A mailbox checks every second (as the plugin's agent_settings): the tests push to it raw, unsignalled.
-    settings = AgentSettings.from_env(environ={}, server_url=args.server_url, mailbox_check_seconds=1)
+    settings = AgentSettings.from_env(environ={}, server_url=args.server_url)  # raw pushes signal the mailbox
     if args.stall_seconds:
         settings = attrs.evolve(settings, liveness_stall_seconds=args.stall_seconds,
                                 liveness_check_interval_seconds=1.0)

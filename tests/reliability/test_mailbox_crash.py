@@ -6,12 +6,11 @@ from __future__ import annotations
 import collections
 
 import pytest
-import requests
 
 from conductor_agents import AgentRuntime, Continuation, RunStatus
 from conductor_agents.testing import ToolCall, listener_policy
 
-from ..helpers import eventually, listener as make_listener
+from ..helpers import eventually, push_raw, listener as make_listener
 from .crash_child import FileActionTools, read_actions
 from .support import Child, kill_all
 
@@ -23,7 +22,7 @@ def act_on(payload: dict) -> ToolCall:
 
 
 def push(base: str, execution_id: str, action: str) -> None:
-    response = requests.post(f"{base}/workflow/{execution_id}/messages", json={"action": action}, timeout=30)
+    response = push_raw(base, execution_id, {"action": action})
     assert response.status_code == 200, (response.status_code, response.text)
 
 

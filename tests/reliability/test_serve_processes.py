@@ -8,11 +8,10 @@ import time
 from collections import Counter
 
 import pytest
-import requests
 
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually, lease_owner
+from ..helpers import eventually, lease_owner, push_raw
 from ..integration.test_stateful_listener import act_on
 from .crash_child import read_actions
 from .support import Child, kill_all, server_get
@@ -34,8 +33,7 @@ def _pollers(base: str) -> "dict[str, str]":
 
 
 def _send(base: str, execution_id: str, action: str) -> None:
-    response = requests.post(f"{base}/workflow/{execution_id}/messages", json={"action": action}, timeout=10)
-    response.raise_for_status()
+    push_raw(base, execution_id, {"action": action}, timeout=10).raise_for_status()
 
 
 def _server(args, tmp_path, label):
