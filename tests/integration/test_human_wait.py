@@ -61,8 +61,10 @@ def test_a_listener_waiting_on_a_human_task_takes_every_sender_once_in_order_acr
     settings = attrs.evolve(agent_settings, listener_wait="human")
     tools = ActionTools()
     model = scripted_llm.script(policy=listener_policy(act_on))
-    agent = listener(unique_name("human_wait"), model, tools, batch_size=3,
-                     continuation=Continuation(max_turns=3))
+    # One message per wait: the model acts on a batch's messages with parallel tool calls, whose order is not kept
+    # (handing batches in order is a unit test's); one at a time, each sender's order is the order acted on.
+    agent = listener(unique_name("human_wait"), model, tools, batch_size=1,
+                     continuation=Continuation(max_turns=2))
     sent: list[str] = []
     with AgentRuntime(settings) as runtime:
         handle = runtime.start(agent, "Start listening.")
@@ -85,8 +87,8 @@ def test_a_listener_waiting_on_a_human_task_takes_every_sender_once_in_order_acr
                 handle.send_message({"action": sent[-1]})
             eventually(lambda: sent[-1] in tools.snapshot(), timeout=60, interval=0.05, message=f"{sent[-1]} acted on",
                        explain=lambda: _tasks(base, execution_id) + "\n" + _tasks(base, handle.current_execution_id))
-        raw = [f"raw-{i}" for i in range(5)]
-        sdk = [f"sdk-{i}" for i in range(5)]
+        raw = [f"raw-{i}" for i in range(3)]
+        sdk = [f"sdk-{i}" for i in range(3)]
         for a, b in zip(raw, sdk, strict=True):
             push(base, execution_id, a)
             handle.send_message({"action": b})
