@@ -122,11 +122,14 @@ class JoinParker:
             known = self._watched.get(execution_id)
             if known is None or known.join is None:
                 self._watched[execution_id] = _Watch(until=self._clock.monotonic() + _WATCH_SECONDS, run_id=run_id)
-            if self._thread is None or not self._thread.is_alive:
-                self._thread = BackgroundLoop("join-parker", self._run, daemon=True, stop=self._stopping,
-                                              wake=self._wake)
-                self._thread.start()
+            self._start_locked()
         self._wake.set()
+
+    def _start_locked(self) -> None:
+        """Start the parker's thread unless it runs (called under the lock)."""
+        if self._thread is None or not self._thread.is_alive:
+            self._thread = BackgroundLoop("join-parker", self._run, daemon=True, stop=self._stopping, wake=self._wake)
+            self._thread.start()
 
     def answered(self, join: Mapping[str, Any]) -> None:
         """The wait inside ``join`` was answered (and the join nudged if parked): look at the join again a little
@@ -135,10 +138,7 @@ class JoinParker:
         gives it one again. Bounded: :data:`_CHECKS_AFTER_ANSWER`."""
         with self._lock:
             self._answered[str(join.get("taskId"))] = (self._clock.monotonic() + _CHECKS_AFTER_ANSWER[0], 0, join)
-            if self._thread is None or not self._thread.is_alive:
-                self._thread = BackgroundLoop("join-parker", self._run, daemon=True, stop=self._stopping,
-                                              wake=self._wake)
-                self._thread.start()
+            self._start_locked()
         self._wake.set()
 
     def _check_answered(self, join_id: str, attempt: int, join: Mapping[str, Any]) -> None:
