@@ -33,14 +33,16 @@ import tempfile
 import time
 from typing import Dict, List, Optional
 
+import attrs
 import requests
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import _jvm  # noqa: E402
+import _procs  # noqa: E402
 from conductor_agents import Agent, AgentRuntime, Continuation, WaitForMessageTool, tool  # noqa: E402
-from conductor_agents._common.task_names import TURN_TASK  # noqa: E402
+from conductor_agents._common.task_names import TURN_TASK, is_message_wait  # noqa: E402
 from conductor_agents.testing import LocalStack, ToolCall, listener_policy  # noqa: E402
 
 STAGES = ("message check", "join + state", "turn pickup", "turn done", "turn → LLM", "LLM queue", "LLM call",
@@ -60,6 +62,10 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--idle", type=float, default=30.0, help="seconds between the last start and the first message")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE", help="a server property")
     p.add_argument("--no-mailbox", action="store_true", help="listeners without a mailbox (Continuation(mailbox=False))")
+    p.add_argument("--listener-wait", choices=("human", "pull"), default=None,
+                   help="what the listeners wait in (AgentSettings.listener_wait; default: the SDK's)")
+    p.add_argument("--baseline", type=float, default=15.0, metavar="SECONDS",
+                   help="the empty server's CPU is read for this long before the listeners start")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
                    help="sample the server's threads and stacks for this long in the idle window (_jvm.py)")
     return p.parse_args(argv)
@@ -71,8 +77,7 @@ def stages_of(tasks: List[dict], sent_ms: float) -> Dict[str, Optional[float]]:
         found = [t for t in tasks if t["taskType"] == kind and (t.get(key) or 0) >= after]
         return min(found, key=lambda t: t[key]) if found else None
 
-    wait = next((t for t in tasks if t["taskType"] == "PULL_WORKFLOW_MESSAGES" and (t.get("endTime") or 0) >= sent_ms),
-                None)
+    wait = next((t for t in tasks if is_message_wait(t) and (t.get("endTime") or 0) >= sent_ms), None)
     llm = first("LLM_CHAT_COMPLETE", wait["endTime"]) if wait else None
     act = first("stage_act", llm["endTime"]) if llm and llm.get("endTime") else None
     turn = first(TURN_TASK, wait["endTime"]) if wait else None
@@ -102,7 +107,7 @@ def evaluation_counts(http: requests.Session, url: str, ids: List[str]) -> Dict[
     for eid in ids:
         tasks = http.get(f"{url}/workflow/{eid}", params={"includeTasks": "true"}, timeout=30).json().get("tasks", [])
         for t in tasks:
-            if t.get("status") == "IN_PROGRESS" and t.get("taskType") in ("PULL_WORKFLOW_MESSAGES", "JOIN"):
+            if t.get("status") == "IN_PROGRESS" and (t.get("taskType") == "JOIN" or is_message_wait(t)):
                 out[t["taskType"]] = out.get(t["taskType"], 0) + int(t.get("pollCount") or 0)
     return out
 
@@ -127,7 +132,15 @@ def main(argv: List[str]) -> int:
             agent = Agent(name="stages_listener", model=model, stateful=True, max_turns=10_000,
                           tools=[receive, stage_act], instructions="Wait for messages and act on each.",
                           continuation=Continuation(mailbox=False) if args.no_mailbox else None)
-            with AgentRuntime(stack.settings) as runtime, requests.Session() as http:
+            settings = stack.settings
+            if args.listener_wait:
+                settings = attrs.evolve(settings, listener_wait=args.listener_wait)
+            server_pids = _procs.tree(stack.server.pid)
+            cpu_before, base_began = _procs.cpu_seconds(server_pids), time.monotonic()
+            time.sleep(args.baseline)
+            base_share = _procs.cpu_delta(cpu_before, _procs.cpu_seconds(server_pids)) / (time.monotonic() - base_began)
+            print(f"empty server: {100 * base_share:.1f} % of a core ({args.baseline:.0f} s)", flush=True)
+            with AgentRuntime(settings) as runtime, requests.Session() as http:
                 began = time.monotonic()
                 handles = [runtime.start(agent, "Listen.") for _ in range(args.runs)]
                 ids = [h.execution_id for h in handles]
@@ -146,7 +159,15 @@ def main(argv: List[str]) -> int:
                     print_evaluations(before, after, took, len(sample))
                     time.sleep(max(0.0, idle_end - time.monotonic()))
                 else:
-                    time.sleep(args.idle)
+                    settle = min(10.0, args.idle / 3)
+                    time.sleep(settle)
+                    cpu_before, idle_began = _procs.cpu_seconds(server_pids), time.monotonic()
+                    time.sleep(args.idle - settle)
+                    share = _procs.cpu_delta(cpu_before, _procs.cpu_seconds(server_pids)) / (time.monotonic() - idle_began)
+                    print(f"idle server with {len(ids)} listeners: {100 * share:.1f} % of a core "
+                          f"({1000 * (share - base_share) / len(ids):.3f} ms per idle listener-second above the empty "
+                          f"server's {100 * base_share:.1f} %; the last {args.idle - settle:.0f} s of the idle window)",
+                          flush=True)
                 sent: Dict[str, float] = {}
                 for i, eid in enumerate(ids):
                     time.sleep(max(0.0, (sent[ids[i - 1]] / 1000.0 + 1.0 / args.rate - time.time()) if i else 0.0))

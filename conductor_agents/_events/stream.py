@@ -43,6 +43,8 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
+import attrs
+
 from .._common.checks import A_TIMEOUT
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
@@ -50,7 +52,7 @@ from .._common.transient import TransientErrors
 from .._wire.sse import SseDecoder, SseMessage
 from .._wire.transport import ByteStream, HttpError
 from ..errors import ExecutionNotFoundError, ServerUnavailableError, WaitTimeoutError
-from ..events import AgentEvent, event_from_sse
+from ..events import AgentEvent, WaitingEvent, event_from_sse
 from ..result import RunStatus
 from .polling import TaskEvents
 
@@ -65,6 +67,8 @@ _SEEN_LIMIT = 4096
 #: Checks in a row that must find the same event missing (about 10 s) before a stream counts as partial:
 #: a busy server may emit an event seconds after the task list shows it.
 _MISSING_CHECKS = 10
+#: Pauses before each read of the task of a question-shaped ``waiting`` event (:meth:`_Reader._as_read`).
+_WAIT_KIND_PAUSES = (0.0, 0.2, 0.5)
 
 
 class _Failure:
@@ -126,6 +130,7 @@ class _Reader:
         self.last_event_id = ""
         self.mode = "stream"
         self._task_events = TaskEvents(api, execution_id)  # the task list, read a page from where it may change
+        self._wait_kinds: TaskEvents | None = None  # the reader thread's own, to tell a wait's kind (_as_read)
 
     # -- control ----------------------------------------------------------------------
 
@@ -340,10 +345,38 @@ class _Reader:
             return None
         if event.ends_run:
             self._deliver_missing_before_end()
+        event = self._as_read(event)
         with self._delivered_lock:
             self._delivered[signature(event)] += 1
         self._emit(event)
         return _ENDED if event.ends_run else None
+
+    def _as_read(self, event: AgentEvent) -> AgentEvent:
+        """A streamed ``waiting`` event as the task list tells it, when only the task list can tell it.
+
+        The server streams every ``HUMAN`` task's form alike, so a listener's wait for messages on a ``HUMAN``
+        task (``listener_wait="human"``) looks like a question to a person. Its task says which (its input's
+        mark): for a question-shaped ``waiting`` event the reader reads its task (a few tries, as the event may
+        come before the task is listed) and keeps the stream's event unless the task is a wait for messages.
+        """
+        if not isinstance(event, WaitingEvent) or not event.for_person or event.tool_calls:
+            return event
+        ref = event.task_reference_name
+        for pause in _WAIT_KIND_PAUSES:
+            self._pause(pause)
+            if self._stopped():
+                break
+            if self._wait_kinds is None:
+                self._wait_kinds = TaskEvents(self._api, self._execution_id)
+            try:
+                _, events = self._wait_kinds.read()
+            except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
+                log.debug("reading the task of %s's waiting event failed: %s", self._execution_id, err)
+                return event
+            read = next((e for e in events if isinstance(e, WaitingEvent) and e.task_reference_name == ref), None)
+            if read is not None:
+                return event if read.for_person else attrs.evolve(event, pending_tool=read.pending_tool)
+        return event
 
     def _deliver_missing_before_end(self) -> None:
         """Before the stream's last event: deliver what the task list has and the stream never did.

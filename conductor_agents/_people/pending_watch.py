@@ -4,7 +4,8 @@ One thread per runtime (``conductor-agents-pending``) samples the runs it was gi
 or resumed by the runtime whose agent can wait for a person: a tool needs approval, or a
 :class:`~conductor_agents.HumanTool`) every ``pending_check_interval_seconds``: one
 ``GET /agent/{id}/status`` each, plus one task-list read when the status says the run waits on a
-``HUMAN`` task. Each pending request is reported once, to ``on_pending(handle, request)``. A run
+``HUMAN`` task (but for a listener's wait for messages on a ``HUMAN`` task, whose task is read once while it
+waits). Each pending request is reported once, to ``on_pending(handle, request)``. A run
 leaves the set when it ends. The thread starts with the first run and stops when none is left (or
 the runtime closes), so a runtime without such runs has no thread and sends nothing.
 
@@ -26,6 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._common.loops import BackgroundLoop
+from .._common.task_names import is_message_wait
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import RunStatus
@@ -57,6 +59,10 @@ class PendingMonitor:
         self._lock = threading.Lock()
         self._runs: dict[str, Any] = {}  # execution id -> handle
         self._reported: dict[str, set[str]] = {}  # execution id -> task ids already reported
+        #: execution id -> {run id -> the reference of the HUMAN task the run waits in for messages}
+        #: (``listener_wait="human"``), read once: such a status looks like a person's, and the run's task list
+        #: need not be read again while it waits there. Only the runs of the last sample are kept.
+        self._message_waits: dict[str, dict[str, str]] = {}
         self._thread: BackgroundLoop | None = None
         self._closed = False
 
@@ -131,10 +137,14 @@ class PendingMonitor:
         requests: list[PendingRequest] = []
         for run, status in zip(runs, statuses, strict=True):
             if status is not None and not RunStatus.parse(status.get("status")).is_terminal and \
-                    waits_on_person(status):
-                requests.extend(r.known_as(execution_id)
-                                for r in pending_in(self._api.get_workflow(run, include_tasks=True), run))
+                    waits_on_person(status) and not self._in_message_wait(execution_id, run, status):
+                workflow = self._api.get_workflow(run, include_tasks=True)
+                self._note_message_wait(execution_id, run, workflow)
+                requests.extend(r.known_as(execution_id) for r in pending_in(workflow, run))
         with self._lock:
+            waits = self._message_waits.get(execution_id)
+            if waits is not None:
+                self._message_waits[execution_id] = {r: ref for r, ref in waits.items() if r in runs}
             seen = self._reported.get(execution_id)
             if seen is None:
                 return
@@ -146,6 +156,23 @@ class PendingMonitor:
                 self._callback(handle, request)
             except Exception:
                 log.exception("on_pending callback failed for run %s (%s); ignored", execution_id, request.kind)
+
+    def _in_message_wait(self, execution_id: str, run: str, status: Mapping[str, Any]) -> bool:
+        """Whether ``status`` names the HUMAN task ``run`` was last seen waiting in for messages."""
+        pending = status.get("pendingTool")
+        ref = pending.get("taskRefName") if isinstance(pending, Mapping) else None
+        with self._lock:
+            return ref is not None and self._message_waits.get(execution_id, {}).get(run) == ref
+
+    def _note_message_wait(self, execution_id: str, run: str, workflow: Mapping[str, Any]) -> None:
+        waits = [t for t in workflow.get("tasks") or () if isinstance(t, Mapping) and is_message_wait(t)
+                 and t.get("status") == "IN_PROGRESS"]
+        with self._lock:
+            known = self._message_waits.setdefault(execution_id, {})
+            if waits:
+                known[run] = str(waits[-1].get("referenceTaskName") or "")
+            else:
+                known.pop(run, None)
 
     def _status(self, run: str, *, current: bool) -> Mapping[str, Any] | None:
         """``GET /agent/{id}/status`` of ``run``; None for an earlier run gone from the server."""
@@ -160,3 +187,4 @@ class PendingMonitor:
         with self._lock:
             self._runs.pop(execution_id, None)
             self._reported.pop(execution_id, None)
+            self._message_waits.pop(execution_id, None)

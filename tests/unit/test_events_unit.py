@@ -577,3 +577,24 @@ def test_a_complete_stream_costs_one_task_list_read_at_its_end_and_stays_a_strea
     events = collect(make(api, idle_check_seconds=30.0))
     assert kinds(events) == SEED_KINDS and {e.source for e in events} == {"stream"}
     assert api.workflow_calls == 1
+
+
+def test_a_streamed_human_wait_for_messages_is_not_a_persons_wait_but_a_question_is():
+    """The server streams every HUMAN task's form alike; the task list tells a listener's wait for messages
+    (``listener_wait="human"``: its input's mark) from a question to a person, whose event stays as streamed."""
+    from conductor_agents._common.task_names import MESSAGE_WAIT_MARK
+
+    form = {"response_schema": {"type": "object"}, "tool_name": None}
+    frames = [frame(1, "waiting", pendingTool={**form, "taskRefName": "call_1_0__1"}),
+              frame(2, "waiting", pendingTool={**form, "taskRefName": "call_3_0__2"}),
+              frame(3, "done", output={"result": "ok"})]
+    human = {"response_schema": {"type": "object"}}
+    workflow = {"workflowId": EXEC, "status": "RUNNING", "tasks": [
+        task(1, "HUMAN", "call_1_0__1", "COMPLETED", 100, 200,
+             inputData={**human, "_description": f"Waits for a message. {MESSAGE_WAIT_MARK}"}),
+        task(2, "HUMAN", "call_3_0__2", "IN_PROGRESS", 300, inputData={**human, "_description": "Ask."}),
+    ]}
+    api = FakeApi([FakeStream([*frames], hold=True)], workflow=workflow)
+    waits = [e for e in collect(make(api)) if e.kind == "waiting"]
+    assert [(e.task_reference_name, e.for_person, e.source) for e in waits] == [
+        ("call_1_0__1", False, "stream"), ("call_3_0__2", True, "stream")]

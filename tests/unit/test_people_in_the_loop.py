@@ -421,6 +421,33 @@ def test_the_monitor_reports_each_request_once_and_forgets_ended_runs():
     monitor.close()
 
 
+def test_the_monitor_reads_a_listeners_human_message_wait_once_while_it_waits():
+    """A listener waiting on a HUMAN task for messages looks like a person's wait in its status: its task list is
+    read once, then only its status while the same wait goes on; a new wait (or a question) is read again."""
+    from conductor_agents._common.task_names import MESSAGE_WAIT_MARK
+    from conductor_agents._people.pending_watch import PendingMonitor
+
+    def waiting(ref: str) -> dict:
+        return {"taskId": ref, "taskType": "HUMAN", "status": "IN_PROGRESS", "seq": 3, "referenceTaskName": ref,
+                "inputData": {"response_schema": {}, "_description": f"Waits. {MESSAGE_WAIT_MARK}"}}
+
+    def status(ref: str) -> dict:
+        return {"status": "RUNNING", "isWaiting": True, "pendingTool": {"response_schema": {}, "taskRefName": ref}}
+
+    api = StatusApi([(status("w1"), workflow(waiting("w1")))] * 3 + [(status("w2"), workflow(waiting("w2")))])
+    monitor = PendingMonitor(api, lambda h, r: None, interval=60.0)  # type: ignore[arg-type]
+    with monitor._lock:
+        monitor._runs["wf"] = Handle()
+        monitor._reported["wf"] = set()
+    for _ in range(3):
+        monitor.sample("wf", Handle())
+    assert api.calls == ["status", "workflow", "status", "status"]
+    api.states = [(status("w2"), workflow(waiting("w2")))]
+    monitor.sample("wf", Handle())
+    assert api.calls[-2:] == ["status", "workflow"]  # a new wait: read once more
+    monitor.close()
+
+
 def test_the_monitor_thread_starts_with_a_run_and_is_joined_on_close():
     """No thread before watch(); close() joins it; a closed monitor takes no run."""
     import threading
