@@ -18,8 +18,10 @@ across polls (``task:<taskId>:<kind>``, ``run:<status>``), so each is reported o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from .._common.task_names import INTERNAL_TASK_TYPES, MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, is_message_wait
 from ..events import (
@@ -183,6 +185,18 @@ def human_pending_tool(task: Mapping[str, Any]) -> dict[str, Any]:
     if isinstance(inputs, Mapping) and inputs.get("response_schema") is not None:
         pending["response_schema"] = inputs["response_schema"]
     return pending
+
+
+def as_listed(event: WaitingEvent, listed: Sequence[AgentEvent]) -> WaitingEvent | None:
+    """A streamed ``waiting`` event as the task list (``listed``) tells it; None when its task is not listed yet.
+
+    A listener's wait for messages on a ``HUMAN`` task (``listener_wait="human"``) streams the task's form like a
+    question to a person; its task's mark says otherwise (its listed event is no person's wait)."""
+    read = next((e for e in listed if isinstance(e, WaitingEvent)
+                 and e.task_reference_name == event.task_reference_name), None)
+    if read is None:
+        return None
+    return event if read.for_person else attrs.evolve(event, pending_tool=read.pending_tool)
 
 
 def events_from_workflow(workflow: Mapping[str, Any], execution_id: str) -> list[AgentEvent]:

@@ -43,8 +43,6 @@ import threading
 from collections.abc import Callable, Hashable, Iterator
 from typing import Any
 
-import attrs
-
 from .._common.checks import A_TIMEOUT
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
@@ -54,7 +52,7 @@ from .._wire.transport import ByteStream, HttpError
 from ..errors import ExecutionNotFoundError, ServerUnavailableError, WaitTimeoutError
 from ..events import AgentEvent, WaitingEvent, event_from_sse
 from ..result import RunStatus
-from .polling import TaskEvents
+from .polling import TaskEvents, as_listed
 
 __all__ = ["EventStream", "signature"]
 
@@ -283,11 +281,12 @@ class _Reader:
                 return "misses events another server node emitted (a load balancer in front)", missing
         return None, missing
 
-    def _task_list(self, level: int, failure: str) -> tuple[dict[str, Any], list[Any]] | None:
+    def _task_list(self, level: int, failure: str,
+                   source: TaskEvents | None = None) -> tuple[dict[str, Any], list[Any]] | None:
         """The run's status and the events of its tasks (read incrementally), or None (logged at
         ``level`` with ``failure``) when unreadable."""
         try:
-            return self._task_events.read()
+            return (source or self._task_events).read()
         except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
             log.log(level, failure, self._execution_id, err)
             return None
@@ -352,30 +351,21 @@ class _Reader:
         return _ENDED if event.ends_run else None
 
     def _as_read(self, event: AgentEvent) -> AgentEvent:
-        """A streamed ``waiting`` event as the task list tells it, when only the task list can tell it.
-
-        The server streams every ``HUMAN`` task's form alike, so a listener's wait for messages on a ``HUMAN``
-        task (``listener_wait="human"``) looks like a question to a person. Its task says which (its input's
-        mark): for a question-shaped ``waiting`` event the reader reads its task (a few tries, as the event may
-        come before the task is listed) and keeps the stream's event unless the task is a wait for messages.
-        """
+        """A streamed ``waiting`` event as its task tells it (:func:`~.polling.as_listed`): the server streams
+        every ``HUMAN`` task's form alike, so a listener's wait on one looks like a question to a person."""
         if not isinstance(event, WaitingEvent) or not event.for_person or event.tool_calls:
             return event
-        ref = event.task_reference_name
-        for pause in _WAIT_KIND_PAUSES:
+        for pause in _WAIT_KIND_PAUSES:  # the event may come before its task is listed
             self._pause(pause)
-            if self._stopped():
-                break
             if self._wait_kinds is None:
                 self._wait_kinds = TaskEvents(self._api, self._execution_id)
-            try:
-                _, events = self._wait_kinds.read()
-            except (ServerUnavailableError, HttpError, ExecutionNotFoundError) as err:
-                log.debug("reading the task of %s's waiting event failed: %s", self._execution_id, err)
+            listed = None if self._stopped() else self._task_list(logging.DEBUG, "reading %s's wait failed: %s",
+                                                                  self._wait_kinds)
+            if listed is None:
                 return event
-            read = next((e for e in events if isinstance(e, WaitingEvent) and e.task_reference_name == ref), None)
-            if read is not None:
-                return event if read.for_person else attrs.evolve(event, pending_tool=read.pending_tool)
+            found = as_listed(event, listed[1])
+            if found is not None:
+                return found
         return event
 
     def _deliver_missing_before_end(self) -> None:
