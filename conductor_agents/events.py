@@ -21,6 +21,8 @@ kind                   class                      when
 ``guardrail_fail``     :class:`GuardrailEvent`    a guardrail failed
 ``context_condensed``  :class:`ContextCondensedEvent`  the conversation was condensed
 ``continued``          :class:`ContinuedEvent`    the listener moved to a fresh run (a continuation)
+``retired``            :class:`RetiredEvent`      runs of the listener are no longer on the server
+                                                  (retention removed them): their events are gone
 ``tool_started``       :class:`ToolStartedEvent`  (local) a tool body started in this process
 ``tool_finished``      :class:`ToolFinishedEvent` (local) it returned or raised
 =====================  =========================  ============================================
@@ -48,6 +50,7 @@ __all__ = [
     "ErrorEvent",
     "GuardrailEvent",
     "HandoffEvent",
+    "RetiredEvent",
     "ThinkingEvent",
     "ToolCallEvent",
     "ToolFinishedEvent",
@@ -202,6 +205,23 @@ class ContinuedEvent(AgentEvent):
     kind: str = attrs.field(default="continued", init=False)
     next_execution_id: str = ""
     run: int = 2
+
+
+@attrs.frozen(kw_only=True)
+class RetiredEvent(AgentEvent):
+    """Runs ``first_run`` to ``last_run`` of a continued listener (1 is its first run) were here in its
+    history, but retention removed them from the server (``Continuation.keep_runs``, ``keep_for``): their
+    events are gone; :meth:`AgentHandle.totals` still counts their turns, messages and tokens.
+    ``execution_id`` is the id the caller holds. See ``docs/concepts.md``."""
+
+    kind: str = attrs.field(default="retired", init=False)
+    first_run: int = 1
+    last_run: int = 1
+
+    @property
+    def count(self) -> int:
+        """How many runs were retired here."""
+        return self.last_run - self.first_run + 1
 
 
 @attrs.frozen(kw_only=True)

@@ -304,7 +304,8 @@ class AgentHandle:
 
     def _finish(self, status: AgentStatus, link: Link) -> AgentResult:
         result, self._rejection = ended_result(self._api, status, link, execution_id=self.execution_id,
-                                               agent=self.agent, totals=self.totals)
+                                               agent=self.agent, totals=self.totals, directory=self._directory,
+                                               chain=self._chain())
         self._result = result
         self._terminal()
         return result
@@ -339,7 +340,8 @@ class AgentHandle:
     # -- watching ---------------------------------------------------------------------
 
     def events(self, timeout: float | None = None) -> ChainedEvents:
-        """An iterator of the run's events, in order, ending after its last one (``done``).
+        """An iterator of the run's events, in order, ending after its last one (``done``). A continued
+        listener's: every run the server still holds, oldest first, from any process (``retired``: runs removed).
 
         Server events come from the server's event stream (reconnecting with
         ``Last-Event-ID`` when the connection drops; nothing is lost or repeated), or from
@@ -358,7 +360,7 @@ class AgentHandle:
         return ChainedEvents(
             self._api, self._directory, self._chain(), timeout=limit, observer=self._observer, clock=self._clock,
             poll_interval=self._settings.status_poll_interval_seconds,
-            max_transient_errors=self._settings.max_transient_errors, start=self._ended_in,
+            max_transient_errors=self._settings.max_transient_errors,
         )
 
     def stats(self) -> RunStats:

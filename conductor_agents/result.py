@@ -10,7 +10,7 @@ from typing import Any
 import attrs
 
 from ._common.answer_text import answer_text
-from ._common.task_names import INTERNAL_TASK_TYPES
+from ._common.task_names import INTERNAL_TASK_TYPES, is_message_wait
 
 __all__ = ["AgentResult", "AgentStatus", "ListenerTotals", "RunStatus", "TokenUsage", "ToolCallRecord"]
 
@@ -71,8 +71,9 @@ class ListenerTotals:
     """What a listener has done over all its runs (:meth:`AgentHandle.totals`), also once retention has
     removed the older runs from the server: it is carried forward in each new run's commit record.
 
-    ``runs`` counts every run the listener has had (the current one included), ``turns`` its model
-    turns, ``messages`` the messages its runs pulled, ``token_usage`` the model tokens of all its runs;
+    ``runs`` counts every run the listener has had (the current one included), retired ones too, ``turns``
+    its model turns, ``messages`` the messages its runs pulled (the senders' messages: the SDK's own control
+    messages, such as the one ``stop()`` pushes, do not count), ``token_usage`` the model tokens of all its runs;
     ``history`` is the compact record of what it did before its current run (one line per
     conversation item, the oldest ones cut first: ``Continuation.record_chars``), ``""`` before the first
     continuation. ``current_execution_id`` is the run the figures were read up to.
@@ -105,10 +106,10 @@ class ToolCallRecord:
             task_reference_name=str(task.get("referenceTaskName") or ""),
             status=str(task.get("status") or ""),
             arguments={k: v for k, v in raw_input.items() if k not in SERVER_INPUT_KEYS},
-            output=dict(task.get("outputData") or {}),
+            output=without_control_messages(task.get("outputData")) if is_message_wait(task)
+            else dict(task.get("outputData") or {}),
             error=task.get("reasonForIncompletion") or None,
         )
-
 
     @classmethod
     def from_agent_tool_task(cls, task: Mapping[str, Any]) -> ToolCallRecord:
@@ -227,6 +228,11 @@ class AgentResult:
     ``output`` is the final answer: text, or an instance of the agent's ``output_type`` when it
     has one (``text`` keeps the answer as text either way). ``context`` is the run's context as it
     ended (``start(context=...)`` plus the tools' updates).
+
+    ``tool_calls`` (oldest first) and ``token_usage`` cover every run of the agent that the server still
+    holds: a continued listener's every held run, oldest first, not only the run it ended in
+    (``retired_runs`` says how many older runs retention removed; ``totals`` counts those too). A message
+    wait's ``output`` lists the senders' messages only (never the SDK's own control messages).
     """
 
     execution_id: str
@@ -238,13 +244,14 @@ class AgentResult:
     tool_calls: tuple[ToolCallRecord, ...] = ()
     raw_output: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
     context: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
-    #: A continued listener: the run it ended in (its last), and how many runs it had. ``tool_calls``
-    #: and ``token_usage`` are that last run's.
+    #: A continued listener: the run it ended in (its last), and how many runs it had (``retired_runs`` of
+    #: them no longer on the server).
     current_execution_id: str | None = None
     runs: int = 1
     #: An agent with sub-agents: the ones that answered, in order (a parallel run: every branch).
     agents_run: tuple[str, ...] = ()
-    #: A continued listener: its totals over every run (``token_usage`` above is the last run's).
+    #: A continued listener: its totals over every run, the retired ones included (``token_usage`` above
+    #: covers the runs still held).
     totals: ListenerTotals | None = None
     #: Why a COMPLETED run ended: ``"stop"`` (``stop()`` was asked: ``output`` is the model's answer
     #: when it answered the stop signal, else None), ``"turn_limit"`` (``max_turns`` ran out while the
@@ -254,6 +261,11 @@ class AgentResult:
     #: How long the run took on the server, start to end, in seconds (None when the server did not say).
     #: A continued listener: its last run's.
     duration_seconds: float | None = None
+    #: A continued listener: how many of its ``runs`` retention had removed from the server when the result
+    #: was read (``Continuation.keep_runs``, ``keep_for``): always its oldest runs (after the first one, for
+    #: a listener without a mailbox). Their tool calls and tokens are not in ``tool_calls`` and
+    #: ``token_usage``; ``totals`` counts them.
+    retired_runs: int = 0
 
     @property
     def answered_by(self) -> str | None:
@@ -315,6 +327,27 @@ _TOOL_CALLS = "TOOL_CALLS"
 
 #: The message ``AgentHandle.stop()`` pushes so a blocked wait-for-message tool wakes up.
 STOP_SIGNAL = {"_signal": "stop"}
+#: The key of the SDK's own control messages (``{"_signal": ...}`` and nothing else): reserved.
+CONTROL_KEY = "_signal"
+
+
+def is_control_message(payload: Any) -> bool:
+    """Whether a message's payload is one of the SDK's own control messages (``STOP_SIGNAL``; any payload
+    whose only key is ``"_signal"``), which is never counted or shown as a sender's message."""
+    return isinstance(payload, Mapping) and len(payload) == 1 and CONTROL_KEY in payload
+
+
+def without_control_messages(output: Any) -> dict[str, Any]:
+    """A message wait's output without the SDK's control messages (``count`` follows), as a new dict."""
+    out = dict(output) if isinstance(output, Mapping) else {}
+    messages = out.get("messages")
+    if isinstance(messages, list):
+        kept = [m for m in messages if not (isinstance(m, Mapping) and is_control_message(m.get("payload")))]
+        if len(kept) != len(messages):
+            out["messages"] = kept
+            if isinstance(out.get("count"), int):
+                out["count"] = len(kept)
+    return out
 
 
 def stop_requested(workflow: Mapping[str, Any]) -> bool:

@@ -28,9 +28,9 @@ import attrs
 
 from .._common.task_names import MODEL_TASK_TYPE, is_message_wait
 from ..continuation import CarryOver, Continuation
-from ..result import TokenUsage
+from ..result import TokenUsage, is_control_message
 
-__all__ = ["CommitRecord", "PENDING_CLOSE", "PENDING_OPEN", "build_record", "pulled_message_ids"]
+__all__ = ["CommitRecord", "PENDING_CLOSE", "PENDING_OPEN", "build_record", "pulled_message_ids", "senders_messages"]
 
 #: The markers around the pending messages in the text (JSON between them, the shape a
 #: wait-for-message tool returns), so that a program playing the model can find them.
@@ -99,19 +99,32 @@ def _envelopes(output: Any) -> list[dict[str, Any]]:
     return [m for m in output["messages"] if isinstance(m, dict) and m.get("id")]
 
 
-def pulled_message_ids(variables: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]]) -> list[str]:
-    """Every message id a run pulled: its tool-results digest (the results up to its last turn) and
-    the wait-for-message tasks among ``tasks`` (the ones after it)."""
-    seen: dict[str, Any] = {}
+def _pulled(variables: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Every message a run pulled, by id, in order: its tool-results digest (the results up to its last
+    turn) and the wait-for-message tasks among ``tasks`` (the ones after it)."""
+    seen: dict[str, dict[str, Any]] = {}
     for entry in variables.get("_last_tool_results") or ():
         if isinstance(entry, Mapping):
             for envelope in _envelopes(entry.get("output")):
-                seen.setdefault(str(envelope["id"]), None)
+                seen.setdefault(str(envelope["id"]), envelope)
     for task in tasks:
         if is_message_wait(task):
             for envelope in _envelopes(task.get("outputData")):
-                seen.setdefault(str(envelope["id"]), None)
-    return list(seen)
+                seen.setdefault(str(envelope["id"]), envelope)
+    return seen
+
+
+def pulled_message_ids(variables: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]]) -> list[str]:
+    """Every message id a run pulled (the SDK's control messages too: a sender of one may ask whether it
+    arrived): see :func:`_pulled`."""
+    return list(_pulled(variables, tasks))
+
+
+def senders_messages(variables: Mapping[str, Any], tasks: Iterable[Mapping[str, Any]]) -> int:
+    """How many messages a run pulled that senders sent: the SDK's own control messages (the stop signal)
+    are not counted (``ListenerTotals.messages``)."""
+    return sum(1 for envelope in _pulled(variables, tasks).values()
+               if not is_control_message(envelope.get("payload")))
 
 
 def _clean_arguments(arguments: Any) -> Any:
@@ -264,8 +277,8 @@ def build_record(
     pulled = pulled_message_ids(variables, tail)
     turns = (earlier.turns if earlier else 0) + int((last_llm or {}).get("iteration") or 0)
     # Every message a link pulled counts once: a pending one is acted on by the next link, which does
-    # not pull it again.
-    messages = (earlier.messages if earlier else 0) + len(pulled)
+    # not pull it again. The SDK's own control messages are no sender's: not counted.
+    messages = (earlier.messages if earlier else 0) + senders_messages(variables, tail)
     kept = min(continuation.keep_exchanges, len(items))
     # The record logs every item so far (carried forward link to link); the text shows it without
     # the last ``kept`` lines, which it gives verbatim instead.

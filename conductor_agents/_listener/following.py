@@ -20,9 +20,10 @@ from .._wire.domains import single_domain
 from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..result import AgentResult, AgentStatus, ListenerTotals, RunStatus
-from .carryover import add_tokens, pulled_message_ids
+from .carryover import add_tokens, senders_messages
 from .chain import is_abandoned, is_continued
 from .directory import Chain, ChainDirectory, Link
+from .history import with_history
 from .naming import names_errors, run_name
 from .switch import read_commit, read_final_state, run_tokens
 
@@ -149,7 +150,7 @@ def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) 
     return ListenerTotals(
         runs=live.number - chain.first + 1,
         turns=(record.turns if record else 0) + turns,
-        messages=(record.messages if record else 0) + len(pulled_message_ids(variables, tail)),
+        messages=(record.messages if record else 0) + senders_messages(variables, tail),
         token_usage=add_tokens(record.tokens if record else None, run_tokens(api, live.execution_id)),
         history=record.record if record else "",
         current_execution_id=live.execution_id,
@@ -204,10 +205,13 @@ def run_identity(workflow: Mapping[str, Any], chain: Chain) -> tuple[str, str | 
 
 
 def ended_result(api: ConductorApi, status: AgentStatus, link: Link, *, execution_id: str, agent: Agent | None,
-                 totals: Callable[[], ListenerTotals]) -> tuple[AgentResult, Rejection | None]:
+                 totals: Callable[[], ListenerTotals], directory: ChainDirectory | None = None,
+                 chain: Chain | None = None) -> tuple[AgentResult, Rejection | None]:
     """The result of a run that ended in ``link``, named by ``execution_id`` (the id callers hold), and why
-    its answer was refused (a FAILED run of an agent with an ``output_type``), from two reads (and
-    ``totals()`` for a listener of several runs); a read that fails is logged and left out."""
+    its answer was refused (a FAILED run of an agent with an ``output_type``), from two reads (for a listener
+    of several runs: ``totals()``, and with ``directory`` and ``chain`` one read per older run still held,
+    whose tool calls and tokens the result covers too: :mod:`.history`); a read that fails is logged and
+    left out."""
     detail: dict[str, Any] = {}
     workflow: dict[str, Any] = {}
     try:
@@ -227,6 +231,12 @@ def ended_result(api: ConductorApi, status: AgentStatus, link: Link, *, executio
     rejection = None
     if agent is not None and agent.output_type is not None and result.status is RunStatus.FAILED:
         rejection = rejection_of(tasks, agent.name)
+    if status.runs > 1 and directory is not None and chain is not None and workflow:
+        try:
+            result = with_history(api, directory, chain, result, link, tasks)
+        except ConductorAgentsError as err:
+            log.warning("listener %s ended but its older runs could not be read (the result covers its last run "
+                        "only): %s", execution_id, err)
     if status.runs > 1:
         try:
             result = attrs.evolve(result, totals=totals())

@@ -388,11 +388,25 @@ def _report(result: AgentResult, args: argparse.Namespace, elapsed: float) -> in
         took = result.duration_seconds if result.duration_seconds is not None else elapsed  # the run's own
         how = _ENDED_BY.get(result.ended_by or "", "")
         summary = (f"{result.status.value}{how} after {took:.1f}s: {tools} tool call{'s' if tools != 1 else ''}, "
-                   f"{result.token_usage.total_tokens} tokens")
+                   f"{result.token_usage.total_tokens} tokens{_over_runs(result)}")
         if result.error:
             summary += f"; {result.error}"
         note(summary)
     return EXIT_OK if result.ok else EXIT_ERROR
+
+
+def _over_runs(result: AgentResult) -> str:
+    """What the summary's counts cover for a continued listener (nothing for a run of its own)."""
+    if result.runs <= 1:
+        return ""
+    if not result.retired_runs:
+        return f" over its {result.runs} runs"
+    held = result.runs - result.retired_runs
+    text = (f" over the {held} run{'s' if held != 1 else ''} still held ({result.retired_runs} older "
+            f"run{'s' if result.retired_runs != 1 else ''} retired from the server")
+    if result.totals is not None:
+        text += f"; all {result.totals.runs} runs: {result.totals.token_usage.total_tokens} tokens"
+    return text + ")"
 
 
 #: What the summary line adds after COMPLETED when the run ended without an answer.
@@ -410,6 +424,8 @@ def result_dict(result: AgentResult) -> dict[str, Any]:
         "endedBy": result.ended_by,
         "error": result.error,
         "tokenUsage": attrs.asdict(result.token_usage),
+        "runs": result.runs,
+        "retiredRuns": result.retired_runs,
         "toolCalls": [
             {"name": c.name, "status": c.status, "arguments": dict(c.arguments), "output": dict(c.output),
              "error": c.error}

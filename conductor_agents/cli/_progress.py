@@ -24,7 +24,7 @@ from .._common.task_names import MESSAGE_WAIT_TASK_TYPE, MODEL_TASK_TYPE, is_mes
 from .._liveness.model_calls import says_model_unavailable
 from .._serving.served import unserved_line
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
-from ..result import SERVER_INPUT_KEYS, RunStatus
+from ..result import SERVER_INPUT_KEYS, RunStatus, is_control_message
 
 __all__ = ["ProgressDisplay", "RunWatcher", "ServedWatch", "TaskTracker", "describe_event"]
 
@@ -193,7 +193,8 @@ class TaskTracker:
         if status != "COMPLETED":
             return [f"{name} {status}"]
         messages = (task.get("outputData") or {}).get("messages") or []
-        payloads = [m.get("payload") if isinstance(m, Mapping) else m for m in messages]
+        payloads = [p for p in (m.get("payload") if isinstance(m, Mapping) else m for m in messages)
+                    if not is_control_message(p)]  # the SDK's own (the stop signal) is no sender's message
         return [f"{name}: received {short(p)}" for p in payloads] or [f"{name}: no message"]
 
 
@@ -230,6 +231,14 @@ def describe_event(event: Any, turns: list[Any]) -> tuple[list[str], str | None]
         return [f"error: {short(getattr(event, 'message', ''))}"], None
     if kind == "done":
         return ["done"], "done"
+    if kind == "continued":
+        return [f"continued as run {getattr(event, 'run', '?')} ({getattr(event, 'next_execution_id', '')})"], None
+    if kind == "retired":
+        first, last = getattr(event, "first_run", 0), getattr(event, "last_run", 0)
+        runs = f"run {first} was" if first == last else f"runs {first}-{last} were"
+        line = (f"{runs} retired from the server, {'its' if first == last else 'their'} events are gone "
+                "(the listener's totals count them)")
+        return [line], None
     if kind == "handoff":
         return [f"handoff to {getattr(event, 'target', '')}"], None
     if kind == "guardrail_fail":
