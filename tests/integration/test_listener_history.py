@@ -9,6 +9,7 @@ Small budgets: a switch every two turns, a handful of messages. The listener wai
 from __future__ import annotations
 
 import json
+import re
 
 import attrs
 import pytest
@@ -98,22 +99,30 @@ def test_a_listener_whose_older_runs_were_retired_says_where_they_were(
     assert 0 < result.token_usage.total_tokens < result.totals.token_usage.total_tokens
     assert result.totals.messages == len(sent)
 
+    # (A sweep of the last switch may still retire a run before the runtime closes: the reads below may see
+    # more runs retired than the result did, never fewer, and the same runs in all.)
     with AgentRuntime(settings) as other, other.attach(handle.execution_id).events(timeout=60) as reader:
         events = list(reader)
     retired = events[0]
     assert retired.kind == "retired" and retired.first_run == 1 and retired.execution_id == handle.execution_id
+    assert retired.last_run >= result.retired_runs
     held = sum(1 for e in events if e.kind == "continued") + 1
     assert retired.last_run + held == result.runs  # the retired runs, then every held run's events
-    assert event_acts(events) == held_acts and events[-1].kind == "done"
+    seen = event_acts(events)
+    assert seen == held_acts[len(held_acts) - len(seen):] and seen and events[-1].kind == "done"
 
     printed = cli(base, "events", handle.execution_id, "--json", "--timeout", "60")
     assert printed.returncode == 0, printed.stderr
     lines = [json.loads(line) for line in printed.stdout.splitlines()]
-    assert (lines[0]["kind"], lines[0]["firstRun"], lines[0]["lastRun"]) == ("retired", 1, retired.last_run)
-    assert [e["arguments"]["action"] for e in lines if e["kind"] == "tool_call" and e["toolName"] == "act"] \
-        == held_acts
+    assert (lines[0]["kind"], lines[0]["firstRun"]) == ("retired", 1) and lines[0]["lastRun"] >= retired.last_run
+    printed_acts = [e["arguments"]["action"] for e in lines if e["kind"] == "tool_call" and e["toolName"] == "act"]
+    assert printed_acts == seen[len(seen) - len(printed_acts):] and printed_acts
     waited = cli(base, "wait", handle.execution_id, "--timeout", "60")
     assert waited.returncode == 0, waited.stderr
-    assert (f"{len(result.tool_calls)} tool calls, {result.token_usage.total_tokens} tokens over the "
-            f"{result.runs - result.retired_runs} runs still held ({result.retired_runs} older run") in waited.stderr
-    assert f"all {result.runs} runs: {result.totals.token_usage.total_tokens} tokens" in waited.stderr
+    summary = re.search(r"(\d+) tool calls, (\d+) tokens over the (\d+) runs? still held \((\d+) older runs? retired "
+                        r"from the server; all (\d+) runs: (\d+) tokens\)", waited.stderr)
+    assert summary is not None, waited.stderr
+    calls, tokens, held_runs_, retired_runs, runs, all_tokens = map(int, summary.groups())
+    assert (held_runs_ + retired_runs, runs, all_tokens) == (result.runs, result.runs,
+                                                             result.totals.token_usage.total_tokens)
+    assert 0 < calls <= len(result.tool_calls) and 0 < tokens <= result.token_usage.total_tokens
