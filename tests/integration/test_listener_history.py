@@ -8,13 +8,14 @@ Small budgets: a switch every two turns, a handful of messages. The listener wai
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 
 import attrs
 import pytest
 
-from conductor_agents import AgentRuntime, AgentSettings, Continuation, RunStatus
+from conductor_agents import AgentRuntime, AgentSettings, AsyncAgentRuntime, Continuation, RunStatus
 from conductor_agents.continuation import KEEP_ALL_RUNS
 from conductor_agents.testing import listener_policy
 
@@ -44,7 +45,7 @@ def test_a_continued_listener_reads_as_one_history_from_another_runtime(
         agent_settings, scripted_llm, unique_name, topology_server):
     """Continued every two turns, every run kept, four messages, then stop: the result lists the four ``act``
     calls in order and the tokens of every run (the totals' own), counts four messages (not the stop), and
-    another runtime holding only the id replays the four calls across the runs."""
+    another runtime holding only the id replays the four calls across the runs (its async face too)."""
     settings = with_env_wait(agent_settings)
     tools = ActionTools()
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -68,6 +69,14 @@ def test_a_continued_listener_reads_as_one_history_from_another_runtime(
     assert event_acts(events) == sent
     assert [e.run for e in events if e.kind == "continued"] == list(range(2, result.runs + 1))
     assert events[-1].kind == "done" and not any(e.kind in ("error", "retired") for e in events)
+
+    async def read_async() -> list:
+        async with AsyncAgentRuntime(settings) as runtime:
+            watched = await runtime.attach(handle.execution_id)
+            async with watched.events(timeout=60) as reader:
+                return [event async for event in reader]
+
+    assert [e.kind for e in asyncio.run(read_async())] == [e.kind for e in events]  # the async face: the same
 
 
 @pytest.mark.both_topologies
