@@ -208,6 +208,21 @@ def test_a_listener_without_a_mailbox_keeps_its_first_run_before_the_retired_one
     assert ("execution", FIRST.link(0).execution_id) in server.reads
 
 
+def test_a_result_read_through_a_later_runs_id_starts_at_the_listeners_first_run():
+    """A caller that holds link 2's id (``current_execution_id`` of long ago) of a listener without a mailbox: the
+    history is found from the listener's first run (its anchor), not from the link the caller holds."""
+    server = ListenerServer(FIRST, chain_of(FIRST, [0, 1, 2, 3], ended=3))
+    later = Chain(FIRST.link(2).execution_id, RUN_ID, "listener", 2)
+    result = last_run_result(server, FIRST, 3, own=tokens(5))
+    merged = with_history(server, ChainDirectory(server), later, result, FIRST.link(3),  # type: ignore[arg-type]
+                          server.workflows[FIRST.link(3).execution_id]["tasks"])
+    assert acts_of(merged.tool_calls) == ["a0", "a1", "a2", "a3"] and merged.token_usage == tokens(20)
+
+
+def acts_of(calls: tuple[ToolCallRecord, ...]) -> list[str]:
+    return [c.arguments["action"] for c in calls if c.name == "act"]
+
+
 # --- the SDK's own messages ------------------------------------------------------------------------------------
 
 
