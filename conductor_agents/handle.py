@@ -146,17 +146,13 @@ class AgentHandle:
         return 1 if chain is None else self._link().number - chain.first + 1
 
     def __repr__(self) -> str:
-        # No request here: before the first status()/wait() the status is not known, and says so.
-        status = self._last_status.value if self._last_status else "not-read-yet"
-        name, run_id = self._identity or ("not-read-yet", None)
-        parts = [f"execution_id={self.execution_id!r}", f"agent={name!r}"]
-        if run_id:
-            parts.append(f"run_id={run_id!r}")
-        if self.runs > 1:
-            parts.append(f"runs={self.runs}")
-        parts.append(f"status={status}")
-        parts.append("workers=local" if self.workers_attached else "workers=none")
-        return f"AgentHandle({', '.join(parts)})"
+        # No request here: what was not read yet (the status before the first status() or wait()) is left out.
+        name, run_id = self._identity or (None, None)
+        last = self._last_status
+        parts = [f"execution_id={self.execution_id!r}", f"agent={name!r}" if name else "",
+                 f"run_id={run_id!r}" if run_id else "", f"runs={self.runs}" if self.runs > 1 else "",
+                 f"status={last.value}" if last else "", "workers=local" if self.workers_attached else "workers=none"]
+        return f"AgentHandle({', '.join(part for part in parts if part)})"
 
     def _repr_html_(self) -> str:  # a notebook shows the state without blocking the kernel
         status = self._last_status.value if self._last_status else "not read yet"

@@ -41,7 +41,7 @@ def test_get_handle_sends_no_request_and_starts_no_thread(http, runtime):
     before = sdk_threads()
     handle = runtime.get_handle(RUN)
     assert handle.execution_id == RUN and not handle.workers_attached and handle.stall is None
-    assert "not-read-yet" in repr(handle) and handle.stats().execution_id == RUN  # no request either
+    assert "status=" not in repr(handle) and handle.stats().execution_id == RUN  # no request either
     assert [] == list(http.calls)
     assert sdk_threads() <= before
 
