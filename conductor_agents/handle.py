@@ -19,7 +19,7 @@ from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.directory import Chain, ChainDirectory, Link
 from ._listener.following import current_status, ended_result, listener_totals, run_identity
 from ._listener.naming import held_stall, rename
-from ._liveness.model_calls import FirstModelTurn, unavailable_model_cancel_reason
+from ._liveness.model_calls import FirstModelTurn, ended_model_failure, unavailable_model_cancel_reason
 from ._people.pending import HumanAnswer, PendingRequest
 from ._serving.served import with_serving
 from ._wire.api import ConductorApi
@@ -29,6 +29,7 @@ from .errors import (
     ConductorAgentsError,
     ExecutionNotRunningError,
     MessageQueueDisabledError,
+    ModelUnavailableError,
     OutputValidationError,
     RunPausedError,
     ServerUnavailableError,
@@ -87,6 +88,7 @@ class AgentHandle:
         self._ended_in: Link | None = None
         self._result: AgentResult | None = None
         self._rejection: Rejection | None = None  # why a FAILED run's answer was refused (output_type)
+        self._model_error: ConductorAgentsError | None = None  # it ended as the server could not call its model
         self._wake = threading.Event()
         self._lock = threading.Lock()
         if liveness is not None:
@@ -213,9 +215,9 @@ class AgentHandle:
             ValueError: ``timeout`` is not a number of seconds > 0 (``math.inf`` included).
             WaitTimeoutError: the deadline passed (default 600 s); the run goes on.
             WorkerStallError: a task of this run's domain is not being polled.
-            ModelUnavailableError: the run's first model turn failed because the server cannot call
-                the model (no route to the provider, a refused key); raised at the first failed
-                attempt, not after the server's retries, and the run is cancelled.
+            ModelUnavailableError: the server cannot call the model (no route to it, a refused key, no such
+                model): at the first failed attempt of the first model turn (the run is cancelled), and from
+                any later ``wait()`` that finds the run ended so (failed, or cancelled for it).
             OutputValidationError: the run COMPLETED but its answer does not fit the agent's
                 ``output_type``, or it FAILED because no answer did (``err.raw_output``,
                 ``err.problems``, ``err.result`` keep it); raised again by a later ``wait()``.
@@ -231,6 +233,8 @@ class AgentHandle:
 
     def _typed(self, result: AgentResult) -> AgentResult:
         # The agent's output_type (if any) checked on the client: the server does not check it.
+        if self._model_error is not None:  # every wait() that reads the end says why it ended
+            raise self._model_error
         return typed_result(result, self.agent.output_spec if self.agent is not None else None, self._rejection)
 
     def _wait_loop(self, deadline: float, limit: float) -> AgentResult:
@@ -302,6 +306,8 @@ class AgentHandle:
         result, self._rejection = ended_result(self._api, status, link, execution_id=self.execution_id,
                                                agent=self.agent, totals=self.totals, directory=self._directory,
                                                chain=self._chain())
+        self._model_error = None if result.ok else ended_model_failure(
+            self._api, link.execution_id, result.error, named=self.execution_id)
         self._result = result
         self._terminal()
         return result
@@ -540,7 +546,7 @@ class AgentHandle:
                 self.wait(timeout=self._settings.shutdown_grace_seconds)
             except (WaitTimeoutError, WorkerStallError):
                 self.cancel(reason="did not stop within the grace period")
-            except OutputValidationError:
-                pass  # the run ended; its answer does not fit output_type (wait() says so again)
+            except (OutputValidationError, ModelUnavailableError):
+                pass  # the run ended; its answer does not fit output_type, or its model (wait() says so again)
         except ConductorAgentsError as err:
             log.warning("could not end run %s on exit: %s", self.execution_id, err)

@@ -19,6 +19,7 @@ Pure reads; thread-safe.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from collections.abc import Mapping
@@ -26,9 +27,9 @@ from typing import Any
 
 from .._common.task_names import MODEL_TASK_TYPE
 from .._wire.api import ConductorApi
-from ..errors import ModelUnavailableError
+from ..errors import ConductorAgentsError, ModelUnavailableError
 
-__all__ = ["FirstModelTurn", "MODEL_TASK_TYPE", "classify_model_failure", "model_failure_error",
+__all__ = ["FirstModelTurn", "MODEL_TASK_TYPE", "classify_model_failure", "ended_model_failure", "model_failure_error",
            "unavailable_model_cancel_reason", "says_model_unavailable"]
 
 #: The task type of a model call (the server's).
@@ -52,6 +53,8 @@ _NO_ROUTE_WORDS = ("failed to connect", "connection refused", "no route to host"
 #: An UnknownHostException's message is the host name alone.
 _HOST = re.compile(r"\A[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+\Z")
 _DETAIL_LIMIT = 120
+_FAILED = ("FAILED", "FAILED_WITH_TERMINAL_ERROR")
+log = logging.getLogger("conductor_agents.liveness")
 
 
 def classify_model_failure(reason: Any) -> tuple[str, str] | None:
@@ -99,8 +102,10 @@ def says_model_unavailable(message: Any) -> bool:
     return text.startswith(_CANCEL_PREFIX) or classify_model_failure(text) is not None
 
 
-def model_failure_error(execution_id: str, model: str, cause: str, detail: str) -> ModelUnavailableError:
-    """The one-line error for a run whose model the server cannot call: the cause, then the fix."""
+def model_failure_error(execution_id: str, model: str, cause: str, detail: str, *,
+                        ended: str = "was cancelled") -> ModelUnavailableError:
+    """The one-line error for a run whose model the server cannot call: the cause, then the fix (``ended``:
+    what became of the run, ``"was cancelled"`` by the SDK or ``"failed"`` after the server's retries)."""
     provider = model.split("/", 1)[0] if "/" in model else ""
     variable = PROVIDER_KEY_VARIABLES.get(provider, f"{provider.upper()}_API_KEY" if provider else None)
     why = {NO_ROUTE: "no route from the server to its provider",
@@ -110,9 +115,37 @@ def model_failure_error(execution_id: str, model: str, cause: str, detail: str) 
     message = (f"the server cannot call the model {model or '(unknown)'}: {why} ({detail}). Models are called "
                f"by the server: give it {key} in its own environment and a route to the provider (`conductor-agents "
                f"server start --env {key}=...`), or choose a model it can call with CONDUCTOR_AGENT_MODEL "
-               f"(offline: `conductor-agents server start --scripted-model`); run {execution_id} was cancelled")
+               f"(offline: `conductor-agents server start --scripted-model`); run {execution_id} {ended}")
     return ModelUnavailableError(message, execution_id=execution_id, model=model, cause=cause, detail=detail,
                                  variable=variable)
+
+
+def ended_model_failure(api: ConductorApi, run_id: str, reason: Any, *, named: str | None = None,
+                        timeout: float | None = None) -> ModelUnavailableError | None:
+    """The error for an ended run whose model the server could not call, read from its tasks; else None.
+
+    ``reason`` is the run's own (its ``reasonForIncompletion``): only a run that failed for its model (the
+    failed call's reason) or that the SDK cancelled for it is read, one request, and its last model call
+    must have failed so (a model that answered since was callable after all). The error names ``named``
+    (the id the caller holds; default ``run_id``). A read that fails is logged: None.
+    """
+    if not says_model_unavailable(reason):
+        return None
+    try:
+        workflow = api.get_workflow(run_id, include_tasks=True, timeout=timeout) or {}
+    except ConductorAgentsError as err:
+        log.warning("run %s ended for its model, whose calls could not be read: %s", named or run_id, err)
+        return None
+    calls = [task for task in workflow.get("tasks") or ()
+             if isinstance(task, Mapping) and task.get("taskType") == MODEL_TASK_TYPE]
+    failed = [task for task in calls if task.get("status") in _FAILED]
+    if not calls or calls[-1].get("status") not in (*_FAILED, "CANCELED") or not failed:
+        return None
+    classified = classify_model_failure(failed[-1].get("reasonForIncompletion"))
+    if classified is None:
+        return None
+    ended = "was cancelled" if str(reason).startswith(_CANCEL_PREFIX) else "failed"
+    return model_failure_error(named or run_id, _model_of(failed[-1]), *classified, ended=ended)
 
 
 class FirstModelTurn:

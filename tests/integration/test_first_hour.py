@@ -188,6 +188,33 @@ def test_a_model_nobody_scripted_is_refused_by_name(scripted_llm, agent_runtime,
     assert anomaly.kind == "unknown_model" and "the models scripted here are openai/" in anomaly.message
 
 
+def test_a_wait_called_after_the_model_failed_says_so_too(scripted_llm, agent_runtime, agent_settings,
+                                                          unique_name) -> None:
+    """A wait() that was not running at the first model call (another process, later) raises the same
+    ModelUnavailableError, and `wait ID` says it in one line, exit 2 (issue 41, point 5: it returned or
+    printed the ended run with the server's raw text and no reason)."""
+    from conductor_agents import AgentRuntime, ModelUnavailableError
+
+    model = scripted_llm.script(["never reached"])
+    scripted_llm.fail_next(model, status=401, count=8)
+    agent = Agent(name=unique_name("keyless_later"), model=model, max_turns=2, tools=[_note()])
+    with pytest.raises(ModelUnavailableError) as first:
+        agent_runtime.run(agent, "go", timeout=60)
+    execution_id = first.value.execution_id
+    with AgentRuntime(agent_settings) as elsewhere:
+        handle = elsewhere.attach(execution_id)
+        for _ in range(2):  # and again: every wait() that reads the end
+            with pytest.raises(ModelUnavailableError) as later:
+                handle.wait(timeout=30)
+            assert (later.value.cause, later.value.model, later.value.execution_id) == (
+                "rejected_key", model, execution_id)
+    ran = _cli(agent_settings, "wait", execution_id, "--timeout", "30")
+    assert ran.returncode == 2, ran.stderr
+    last = ran.stderr.strip().splitlines()[-1]
+    assert last.startswith("conductor-agents: error: the server cannot call the model"), ran.stderr
+    assert "OPENAI_API_KEY" in last and last.endswith(f"run {execution_id} was cancelled"), ran.stderr
+
+
 def _cli(agent_settings, *args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "CONDUCTOR_SERVER_URL": agent_settings.server_url}
     return subprocess.run([sys.executable, "-m", "conductor_agents", *args], env=env, capture_output=True, text=True,

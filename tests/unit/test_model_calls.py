@@ -121,3 +121,58 @@ def test_a_hopeless_first_attempt_is_the_error_and_a_run_without_model_tasks_sto
     for _ in range(5):
         assert watch.problem("run-1") is None
     assert quiet.reads == 3 and watch.settled
+
+
+def test_an_ended_run_is_read_for_its_model_only_when_its_reason_says_so() -> None:
+    """A run that FAILED after the server's retries (nobody waited at its first model call), or that the SDK
+    cancelled for its model, is the same error (issue 41, point 5: a later wait() returned FAILED with the
+    server's raw text); one read of its tasks, none for any other end; the error names the id the caller holds."""
+    from conductor_agents._liveness.model_calls import ended_model_failure
+
+    failed = _Api([_llm("FAILED", REFUSED)] * 4)
+    err = ended_model_failure(failed, "run-2", f"Task failed: {REFUSED}", named="listener-1")
+    assert isinstance(err, ModelUnavailableError) and (err.cause, err.execution_id) == ("no_route", "listener-1")
+    assert str(err).endswith("run listener-1 failed") and failed.reads == 1
+    cancelled = _Api([_llm("FAILED", REJECTED), _llm("CANCELED")])
+    err = ended_model_failure(cancelled, "run-1", unavailable_model_cancel_reason("the provider answered HTTP 401"))
+    assert err is not None and err.cause == "rejected_key" and str(err).endswith("run run-1 was cancelled")
+    other = _Api([_llm("FAILED", REFUSED)])
+    assert ended_model_failure(other, "run-1", "Task execution failed: the tool crashed") is None
+    assert ended_model_failure(other, "run-1", None) is None and other.reads == 0
+    answered_since = _Api([_llm("FAILED", REFUSED), _llm("COMPLETED")])
+    assert ended_model_failure(answered_since, "run-1", REFUSED) is None
+
+
+def test_an_ended_run_whose_tasks_cannot_be_read_is_left_as_it_ended() -> None:
+    from conductor_agents import ServerUnavailableError
+    from conductor_agents._liveness.model_calls import ended_model_failure
+
+    class _Down(_Api):
+        def get_workflow(self, execution_id: str, *, include_tasks: bool = False, timeout: object = None) -> dict:
+            raise ServerUnavailableError("GET /workflow/run-1: cannot reach the server")
+
+    assert ended_model_failure(_Down([]), "run-1", REFUSED) is None
+
+
+def test_every_wait_that_reads_the_failure_raises_it(http) -> None:
+    """wait() called after the run already FAILED for its model (and called again) raises
+    ModelUnavailableError, not a FAILED result with the server's raw text."""
+    import re
+
+    from conductor_agents import AgentRuntime, AgentSettings
+    from tests.unit.fakes import BASE_URL, status_body
+
+    reason = f"Task 'chat' failed: {REFUSED}"
+    http.add(http.GET, re.compile(BASE_URL + r"/agent/wf-1/status.*"),
+             json=status_body("wf-1", "FAILED", reasonForIncompletion=reason))
+    http.add(http.GET, re.compile(BASE_URL + r"/agent/executions/wf-1.*"), json={})
+    http.add(http.GET, re.compile(BASE_URL + r"/workflow/wf-1.*"),
+             json={"workflowId": "wf-1", "status": "FAILED", "reasonForIncompletion": reason, "input": {},
+                   "variables": {}, "tasks": [_llm("FAILED", REFUSED)] * 4})
+    with AgentRuntime(AgentSettings(server_url=BASE_URL)) as runtime:
+        handle = runtime.attach("wf-1")
+        for _ in range(2):
+            with pytest.raises(ModelUnavailableError) as caught:
+                handle.wait(timeout=5)
+            assert caught.value.execution_id == "wf-1" and caught.value.model == "openai/gpt-4o"
+            assert "Connection refused" in str(caught.value) and str(caught.value).endswith("run wf-1 failed")
