@@ -1,9 +1,10 @@
 """The scripted model of ``conductor-agents server start --scripted-model``: a ScriptedLLM in a process of its own.
 
 A newcomer with no model key drives the samples and their own agents from the shell with it: the server's
-OpenAI provider points at this process, and every agent whose model is ``openai/scripted`` gets
+OpenAI and Anthropic providers point at this process, and every agent whose model is ``openai/scripted``, or
+the README's and the samples' default ``anthropic/claude-sonnet-4-6`` (:data:`DEFAULT_MODEL`), gets
 :class:`DevModel`'s answers (any other model name is refused as a provider refuses a model it does not
-have, HTTP 404 naming ``openai/scripted``, and logged as an anomaly: the run's ``wait()`` raises
+have, HTTP 404 naming the models it answers, and logged as an anomaly: the run's ``wait()`` raises
 ``ModelUnavailableError``). Run as ``python -m conductor_agents.testing._dev_model --ready-file PATH``: once
 it listens it writes to ``PATH`` (JSON) its port, the model name and the environment a server needs to call
 it, and it serves until SIGTERM or SIGINT.
@@ -27,10 +28,12 @@ from conductor_agents.testing._policies import listener_policy
 from conductor_agents.testing._scripted_llm import ScriptedLLM
 from conductor_agents.testing._turns import ToolCall, Turn
 
-__all__ = ["DEV_MODEL", "DevModel", "main"]
+__all__ = ["DEFAULT_MODEL", "DEV_MODEL", "DevModel", "main"]
 
 #: The model name the dev server's scripted model answers (``openai/`` + this).
 DEV_MODEL = "scripted"
+#: The model the README and the samples fall back to without ``CONDUCTOR_AGENT_MODEL``: answered offline too.
+DEFAULT_MODEL = "anthropic/claude-sonnet-4-6"
 
 _log = logging.getLogger("conductor_agents.testing")
 _current = threading.local()  # the request being answered (a policy's on_message sees only the payload)
@@ -100,7 +103,9 @@ def main(argv: list[Any] | None = None) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: done.set())
     with ScriptedLLM(port=args.port) as llm:
-        model = llm.script(model=DEV_MODEL, policy=DevModel())
+        dev = DevModel()
+        model = llm.script(model=DEV_MODEL, policy=dev)
+        llm.script(model=DEFAULT_MODEL.split("/", 1)[1], policy=dev)
         partial = args.ready_file.with_suffix(".partial")
         partial.write_text(json.dumps({"port": llm.port, "model": model, "server_env": llm.server_env()}))
         os.replace(partial, args.ready_file)

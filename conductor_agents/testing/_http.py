@@ -19,6 +19,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from conductor_agents._common.clock import Clock
+from conductor_agents.testing._anthropic import render_message, responses_body
 from conductor_agents.testing._llm_request import LLMRequest
 from conductor_agents.testing._scripts import Anomaly, ScriptBook
 from conductor_agents.testing._wire import error_body, render
@@ -49,8 +50,9 @@ class Responder:
     def respond(self, method: str, path: str, raw: bytes) -> tuple[int, Any]:
         """The status and JSON body for ``method path`` with body ``raw``."""
         route = path.split("?", 1)[0].rstrip("/")
-        if method != "POST" or not route.endswith("/responses"):
-            return 404, error_body(f"scripted-llm serves POST /v1/responses only, not {method} {path}")
+        messages = route.endswith("/messages")  # Anthropic's Messages API, for anthropic/... models
+        if method != "POST" or not (route.endswith("/responses") or messages):
+            return 404, error_body(f"scripted-llm serves POST /v1/responses and /v1/messages only, not {method} {path}")
         try:
             body = json.loads(raw.decode("utf-8"))
             if not isinstance(body, dict):
@@ -60,9 +62,12 @@ class Responder:
             self._book.add_anomaly(Anomaly(kind="bad_request", model="", message=message))
             return 400, error_body(message)
         try:
-            request = LLMRequest.from_body(body, received_at=self._clock.time(), path=route)
+            request = LLMRequest.from_body(responses_body(body) if messages else body, received_at=self._clock.time(),
+                                           path=route)
             self._book.record(request)
             outcome = self._book.decide(request)
+            if messages:
+                return render_message(outcome, model=request.model, next_id=self._next_id)
             return render(outcome, model=request.model, next_id=self._next_id, created_at=int(self._clock.time()))
         except Exception as err:  # noqa: BLE001 - a bug here must reach the test, not kill the thread
             message = f"scripted-llm: internal error answering {path}: {type(err).__name__}: {err}"

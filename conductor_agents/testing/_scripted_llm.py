@@ -172,8 +172,10 @@ class ScriptedLLM:
         return f"http://{self._address[0]}:{self.port}/v1"
 
     def server_env(self) -> dict[str, str]:
-        """The environment a Conductor server process needs to use this fake as its OpenAI provider."""
-        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": API_KEY}
+        """The environment a Conductor server process needs to use this fake as its OpenAI provider, and as
+        its Anthropic one (``anthropic/<model>`` is answered by the script of ``<model>``, as ``openai/<model>``)."""
+        return {"OPENAI_BASE_URL": self.base_url, "OPENAI_API_KEY": API_KEY,
+                "ANTHROPIC_BASE_URL": f"http://{self._address[0]}:{self.port}", "ANTHROPIC_API_KEY": API_KEY}
 
     def _forked(self) -> bool:
         return self._owner_pid is not None and self._owner_pid != os.getpid()

@@ -257,3 +257,19 @@ def test_status_says_what_the_run_waits_for_and_wait_reports_the_runs_own_counts
     calls = len(result.tool_calls)
     assert calls >= 2 and result.duration_seconds and result.duration_seconds > 0
     assert last.startswith(f"TERMINATED after {result.duration_seconds:.1f}s: {calls} tool calls, "), last
+
+
+def test_an_anthropic_model_is_scripted_as_an_openai_one(scripted_llm, agent_runtime, unique_name) -> None:
+    """The fake answers the server's Anthropic provider too (its Messages API): ``anthropic/<model>`` gets the
+    script of ``<model>``, tool calls and their results included, so the samples' and the README's default
+    model (``anthropic/claude-sonnet-4-6``) runs offline (issue 41, point 5: it could not be scripted)."""
+    model = scripted_llm.script([ToolCall("take_note", {"text": "hi"}), "done after the note"])
+    anthropic = "anthropic/" + model.split("/", 1)[1]
+    result = agent_runtime.run(Agent(name=unique_name("claude"), model=anthropic, max_turns=4, tools=[_note()]),
+                               "go", timeout=60)
+    assert (result.status.value, result.output) == ("COMPLETED", "done after the note")
+    [call] = result.tool_calls
+    assert call.name == "take_note" and call.arguments.get("text") == "hi"
+    second = scripted_llm.requests_for(model)[1]
+    assert second.path.endswith("/v1/messages") and [out.name for out in second.tool_outputs] == ["take_note"]
+    scripted_llm.assert_no_anomalies(model)

@@ -43,6 +43,22 @@ def test_quickstart_runs_as_written(agent_settings, scripted_llm) -> None:
     scripted_llm.assert_no_anomalies(model)
 
 
+def test_quickstart_runs_offline_with_its_default_model(agent_settings, scripted_llm) -> None:
+    """Without CONDUCTOR_AGENT_MODEL the block's ``anthropic/claude-sonnet-4-6`` is answered by the scripted
+    model of ``server start --scripted-model`` (issue 41, point 5: it waited 120 s, then printed ``FAILED []``)."""
+    from conductor_agents.testing._dev_model import DEFAULT_MODEL, DevModel
+
+    model = scripted_llm.script(policy=DevModel(), model=DEFAULT_MODEL.split("/", 1)[1], replace=True)
+    env = {key: value for key, value in os.environ.items() if key != "CONDUCTOR_AGENT_MODEL"}
+    env["CONDUCTOR_SERVER_URL"] = agent_settings.server_url
+    result = subprocess.run([sys.executable, "-c", quickstart_block()], cwd=REPO_ROOT, env=env,
+                            capture_output=True, text=True, timeout=180)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "COMPLETED ['weekly']"
+    assert [request.path for request in scripted_llm.requests_for(model)][-1].endswith("/v1/messages")
+    scripted_llm.assert_no_anomalies(model)
+
+
 def test_quickstart_defaults_to_a_real_model() -> None:
     assert 'os.environ.get("CONDUCTOR_AGENT_MODEL", "anthropic/claude-sonnet-4-6")' in quickstart_block()
 

@@ -235,7 +235,62 @@ def test_errors_subclass_the_package_base_and_builtins():
 def test_base_url_and_server_env(llm):
     """base_url is loopback /v1 and server_env is ready to hand to a server process."""
     assert llm.base_url == f"http://127.0.0.1:{llm.port}/v1"
-    assert llm.server_env() == {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "scripted-llm"}
+    assert llm.server_env() == {"OPENAI_BASE_URL": llm.base_url, "OPENAI_API_KEY": "scripted-llm",
+                                "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{llm.port}",
+                                "ANTHROPIC_API_KEY": "scripted-llm"}
+
+
+def _messages(llm: ScriptedLLM, body: Dict[str, Any]) -> requests.Response:
+    return requests.post(f"http://127.0.0.1:{llm.port}/v1/messages", json=body, timeout=HTTP_TIMEOUT)
+
+
+def test_an_anthropic_model_gets_the_script_of_its_name_as_a_messages_answer(llm):
+    """``anthropic/<name>`` (the server's POST /v1/messages) is answered by the script of ``<name>``: a
+    tool_use block, then text; a tool_result block is the request's tool output (issue 41, point 5)."""
+    model = llm.script([ToolCall("lookup", {"q": "x"}, call_id="toolu_1"), "the answer"])
+    name = model.split("/", 1)[1]
+    tools = [{"name": "lookup", "description": "Look up.", "input_schema": {"type": "object"}}]
+    first = _messages(llm, {"model": name, "system": "Be brief.", "max_tokens": 100, "tools": tools,
+                            "messages": [{"role": "user", "content": "go"}]})
+    assert first.status_code == 200
+    assert first.json()["content"] == [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}]
+    assert first.json()["stop_reason"] == "tool_use" and first.json()["usage"] == {"input_tokens": 10,
+                                                                                    "output_tokens": 5}
+    second = _messages(llm, {"model": name, "tools": tools, "messages": [
+        {"role": "user", "content": [{"type": "text", "text": "go"}]},
+        {"role": "assistant",
+         "content": [{"type": "tool_use", "id": "toolu_1", "name": "lookup", "input": {"q": "x"}}]},
+        {"role": "user",
+         "content": [{"type": "tool_result", "tool_use_id": "toolu_1", "content": '{"hit": 1}'}]}]})
+    assert second.json()["content"] == [{"type": "text", "text": "the answer"}]
+    assert second.json()["stop_reason"] == "end_turn"
+    request = llm.requests_for(model)[1]
+    assert (request.path, request.prompt, request.tools) == ("/v1/messages", "go", ("lookup",))
+    assert [(out.name, out.arguments, out.output) for out in request.tool_outputs] == [
+        ("lookup", {"q": "x"}, {"hit": 1})]
+    assert llm.requests_for(model)[0].instructions == "Be brief."
+
+
+def test_an_anthropic_request_with_only_the_servers_digest_reads_each_entry_as_a_turn(llm):
+    """The server (3.32.3) sends an Anthropic model no tool blocks, only its digest of the tool results: each
+    entry is one turn's output, so a listener's policy sees the messages its wait tool returned last."""
+    model = llm.script(["ok"])
+    digest = ('[TOOL RESULTS]\n[{"output":{"noted":"hi"},"name":"note"},'
+              '{"output":{"messages":[{"id":"m1","payload":{"a":1}}]},"name":"wait_for_message"}]'
+              '\n[/TOOL RESULTS]\n\ngo')
+    _messages(llm, {"model": model.split("/", 1)[1], "messages": [{"role": "user", "content": digest}]})
+    request = llm.requests_for(model)[0]
+    assert [[out.name for out in turn] for turn in request.tool_output_turns] == [["note"], ["wait_for_message"]]
+    assert request.tool_outputs[0].output == {"messages": [{"id": "m1", "payload": {"a": 1}}]}
+    assert request.prompt == "go"
+
+
+def test_an_anthropic_failure_is_an_anthropic_error_object(llm):
+    model = llm.script(["unused"])
+    llm.fail_next(model, status=401, body={"error": {"message": "bad key", "type": "authentication_error"}})
+    response = _messages(llm, {"model": model.split("/", 1)[1], "messages": [{"role": "user", "content": "go"}]})
+    assert response.status_code == 401
+    assert response.json() == {"type": "error", "error": {"type": "authentication_error", "message": "bad key"}}
 
 
 # --- value types -----------------------------------------------------------------------
