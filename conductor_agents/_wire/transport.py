@@ -2,8 +2,9 @@
 
 It owns the :class:`requests.Session` (and closes only one it created), the retry
 policy, the auth token, and turns every ``requests`` exception and HTTP error status
-into a :mod:`conductor_agents.errors` type with ``raise ... from err``. The small GETs that
-every live run makes in the background (polls, queue sizes) go on a urllib3 pool of its own
+into a :mod:`conductor_agents.errors` type with ``raise ... from err`` (a failure to reach the server
+from :func:`.causes.short_cause`: its root in one line, not the four exceptions ``requests`` chains). The
+small GETs that every live run makes in the background (polls, queue sizes) go on a urllib3 pool of its own
 when it may (:class:`_DirectGets`, :meth:`Transport.get_json`), with the same errors.
 
 Retry policy (:mod:`.retries`; urllib3 ``Retry`` on the mounted adapter): only failures to *establish* a
@@ -37,6 +38,7 @@ from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.fork import rebuild_after_fork
 from ..errors import AuthenticationError, ServerError, ServerUnavailableError
 from .base_url import missing_api_prefix
+from .causes import short_cause
 from .retries import again_if_broken, connect_retries
 
 __all__ = ["HttpError", "Transport", "TRANSIENT_STATUSES"]
@@ -360,8 +362,9 @@ class Transport:
             if isinstance(cause, urllib3.exceptions.TimeoutError) and \
                     not isinstance(cause, urllib3.exceptions.NewConnectionError):
                 raise ServerUnavailableError(
-                    f"GET {path}: the server did not answer in time ({cause.__class__.__name__})") from err
-            raise ServerUnavailableError(f"GET {path}: cannot reach the server at {self.base_url}") from err
+                    f"GET {path}: the server did not answer in time ({cause.__class__.__name__})") from short_cause(err)
+            raise ServerUnavailableError(
+                f"GET {path}: cannot reach the server at {self.base_url}") from short_cause(err)
 
     def close(self) -> None:
         """Close the session if this transport created it. Idempotent."""
@@ -467,11 +470,13 @@ class Transport:
             return again_if_broken(send, f"GET {path}") if method == "GET" and not stream else send()
         except requests.exceptions.Timeout as err:
             raise ServerUnavailableError(
-                f"{method} {path}: the server did not answer in time ({err.__class__.__name__})") from err
+                f"{method} {path}: the server did not answer in time ({err.__class__.__name__})") from short_cause(err)
         except requests.exceptions.ConnectionError as err:
-            raise ServerUnavailableError(f"{method} {path}: cannot reach the server at {self.base_url}") from err
+            raise ServerUnavailableError(
+                f"{method} {path}: cannot reach the server at {self.base_url}") from short_cause(err)
         except requests.exceptions.RequestException as err:
-            raise ServerUnavailableError(f"{method} {path}: request failed ({err.__class__.__name__})") from err
+            raise ServerUnavailableError(
+                f"{method} {path}: request failed ({err.__class__.__name__})") from short_cause(err)
 
     @staticmethod
     def _decode(response: requests.Response, method: str, path: str) -> Any:
@@ -509,7 +514,8 @@ class Transport:
                 timeout=self._limits(),
             )
         except requests.exceptions.RequestException as err:
-            raise ServerUnavailableError(f"POST {path}: cannot reach the server at {self.base_url}") from err
+            raise ServerUnavailableError(
+                f"POST {path}: cannot reach the server at {self.base_url}") from short_cause(err)
         if response.status_code in (401, 403):
             raise AuthenticationError(
                 "the server rejected CONDUCTOR_AUTH_KEY/CONDUCTOR_AUTH_SECRET "

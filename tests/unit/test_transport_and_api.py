@@ -445,3 +445,57 @@ def test_the_environment_proxy_is_read_once_at_construction(monkeypatch):
     assert proxied._session.proxies.get("http") == "http://proxy.example:3128"
     assert "http" not in bypassed._session.proxies
     assert proxied._session.trust_env is False
+
+
+def _refused_as_requests_raises_it() -> requests.ConnectionError:
+    """The four exceptions requests chains for a refused connection, as it chains them."""
+    import urllib3
+
+    refused = ConnectionRefusedError(111, "Connection refused")
+    try:
+        try:
+            raise refused
+        except ConnectionRefusedError as err:
+            raise urllib3.exceptions.NewConnectionError(None, f"Failed to establish a new connection: {err}") from err
+    except urllib3.exceptions.NewConnectionError as new:
+        retried = urllib3.exceptions.MaxRetryError(None, "/thing", reason=new)
+        try:
+            raise retried
+        except urllib3.exceptions.MaxRetryError as err:
+            try:
+                raise requests.ConnectionError(err)
+            except requests.ConnectionError as wrapped:
+                return wrapped
+
+
+def test_a_refused_connection_is_one_short_cause_not_a_chain_of_four(http, transport):
+    """The error is raised from a copy of the innermost exception (ConnectionRefusedError), with no traceback
+    or chain of its own: the printed traceback is a few SDK frames, not ~100 lines of four exceptions
+    (issue 41, point 6)."""
+    import traceback
+
+    http.add("GET", BASE_URL + "/thing", body=_refused_as_requests_raises_it())
+    with pytest.raises(ServerUnavailableError) as info:
+        transport.request("GET", "/thing")
+    cause = info.value.__cause__
+    assert type(cause) is ConnectionRefusedError and str(cause) == "[Errno 111] Connection refused"
+    assert cause.__traceback__ is None and cause.__cause__ is None and cause.__suppress_context__
+    printed = "".join(traceback.format_exception(info.value))
+    assert printed.count("Traceback (most recent call last)") == 1 and "urllib3" not in printed
+    assert BASE_URL in str(info.value)
+
+
+def test_the_innermost_cause_is_found_through_causes_reasons_and_arguments():
+    from conductor_agents._wire.causes import innermost, short_cause
+
+    wrapped = _refused_as_requests_raises_it()
+    assert type(innermost(wrapped)) is ConnectionRefusedError
+    lone = ValueError("alone")
+    assert innermost(lone) is lone and type(short_cause(lone)) is ValueError and short_cause(lone) is not lone
+
+    class Odd(Exception):
+        def __init__(self, a: int, b: int) -> None:
+            super().__init__(a + b)
+
+    odd = Odd(1, 2)
+    assert short_cause(odd) is odd  # cannot be rebuilt from its args: the original
