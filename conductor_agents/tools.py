@@ -13,6 +13,9 @@ from __future__ import annotations
 
 import collections.abc
 import inspect
+import os
+import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, overload
 
@@ -30,7 +33,7 @@ from ._tooldefs.tooldef import (
     ToolArgumentsError,
     ToolDef,
 )
-from .errors import ConfigurationError, ToolDefinitionError
+from .errors import ConfigurationError, ToolDefinitionError, ToolDescriptionWarning
 
 __all__ = ["ApiTool", "HttpTool", "HumanTool", "McpTool", "ToolArgumentsError", "ToolDef", "ToolRegistry",
            "WaitForMessageTool", "as_tool", "tool"]
@@ -75,7 +78,8 @@ def tool(
     """Make a function (or a method in a class body) a tool: ``@tool`` or ``@tool(...)``.
 
     The name defaults to the function's name; the description to the docstring's first
-    paragraph (else the name). The input schema comes from the type hints (every parameter
+    paragraph (with neither, the name, and a :class:`~conductor_agents.errors.ToolDescriptionWarning`:
+    the model would see only the name to decide when to call it). The input schema comes from the type hints (every parameter
     needs one); a Google-style ``Args:`` section or ``Annotated[X, "text"]`` describes
     parameters. ``self``/``cls`` of methods are skipped; ``@staticmethod``/``@classmethod`` may
     sit under or over ``@tool``. ``async def`` functions are supported; generators are not.
@@ -120,6 +124,16 @@ def as_tool(obj: ToolDef | FuncT) -> ToolDef:
     return _make_tool(obj)
 
 
+def _warn_from_caller(warning: Warning) -> None:
+    """Warn with the line of the caller's code that made the tool (the first frame outside this package)."""
+    package = os.path.dirname(os.path.abspath(__file__))
+    frame, level = sys._getframe(0), 1
+    while frame.f_back is not None and (frame.f_code.co_filename.startswith(package)
+                                        or frame.f_code.co_filename.startswith("<attrs generated")):
+        frame, level = frame.f_back, level + 1
+    warnings.warn(warning, stacklevel=level)
+
+
 def _make_tool(
     obj: Any,
     *,
@@ -158,6 +172,10 @@ def _make_tool(
     tool_name = name if name is not None else getattr(obj, "__name__", None)
     if tool_name is None:
         raise ToolDefinitionError(f"{where} has no __name__; give the tool one with tool(name=...)")
+    if description in (None, "") and not derived.summary:
+        _warn_from_caller(ToolDescriptionWarning(
+            f"tool {tool_name!r} ({where}) has no description, so the model sees only its name to decide when "
+            "to call it: give it a docstring or @tool(description=...)"))
     if description in (None, ""):
         description = derived.summary or tool_name
     return ToolDef(

@@ -23,6 +23,7 @@ BUILTIN_OF = {
     "AgentDefinitionError": (ValueError,),
     "AgentTypeError": (TypeError,),
     "ToolDefinitionError": (TypeError,),
+    "ToolDescriptionWarning": (UserWarning,),
     "PayloadError": (TypeError,),
     "ToolRetry": (Exception,),
     "ToolCancelled": (Exception,),
@@ -175,7 +176,7 @@ PACKAGE_ALL = [
     "JavaNotFoundError", "LocalServerError", "MessageLostError", "MessageQueueDisabledError", "MessageQueueFullError",
     "MissingSecretError", "ModelUnavailableError", "NothingPendingError", "OutputValidationError",
     "PayloadError", "ResumeError", "RunContextError", "RunPausedError", "RuntimeClosedError", "ScheduleNotFoundError", "ServerError", "ServerUnavailableError",
-    "ToolArgumentsError", "ToolDefinitionError", "WaitTimeoutError", "WorkerStallError", "WorkerStartupError",
+    "ToolArgumentsError", "ToolDefinitionError", "ToolDescriptionWarning", "WaitTimeoutError", "WorkerStallError", "WorkerStartupError",
     "__version__",
 ]
 
