@@ -94,7 +94,7 @@ class ToolDefinitionError(ConductorAgentsError, TypeError):
     """A function cannot become a tool (unsupported type hint, bad name, ...)."""
 
 
-class ToolDescriptionWarning(ConductorAgentsError, UserWarning):
+class ToolDescriptionWarning(ConductorAgentsError, UserWarning):  # noqa: N818 - a warning, named as Python's are
     """A warning, not raised: a tool has no description (no docstring, no ``description=``), so the model
     sees only its name to decide when to call it. Silence it with ``warnings.filterwarnings("ignore",
     category=ToolDescriptionWarning)``, or turn it into an error with ``"error"``."""

@@ -79,10 +79,11 @@ def tool(
 
     The name defaults to the function's name; the description to the docstring's first
     paragraph (with neither, the name, and a :class:`~conductor_agents.errors.ToolDescriptionWarning`:
-    the model would see only the name to decide when to call it). The input schema comes from the type hints (every parameter
-    needs one); a Google-style ``Args:`` section or ``Annotated[X, "text"]`` describes
-    parameters. ``self``/``cls`` of methods are skipped; ``@staticmethod``/``@classmethod`` may
-    sit under or over ``@tool``. ``async def`` functions are supported; generators are not.
+    the model would see only the name to decide when to call it). The input schema comes from the
+    type hints (every parameter needs one); a Google-style ``Args:`` section or ``Annotated[X,
+    "text"]`` describes parameters. ``self``/``cls`` of methods are skipped;
+    ``@staticmethod``/``@classmethod`` may sit under or over ``@tool``. ``async def`` functions are
+    supported; generators are not.
 
     ``approval_required=True``: each call waits until a person approves it (the run waits on the
     server; ``handle.approve()`` runs the tool, ``handle.reject(reason)`` shows the model the
