@@ -36,6 +36,7 @@ from ._options import (
     add_on_run,
     add_target,
     add_verb,
+    camel,
     guarded,
     note,
     parse_message,
@@ -423,7 +424,7 @@ def result_dict(result: AgentResult) -> dict[str, Any]:
         "finishReason": result.finish_reason,
         "endedBy": result.ended_by,
         "error": result.error,
-        "tokenUsage": attrs.asdict(result.token_usage),
+        "tokenUsage": camel(attrs.asdict(result.token_usage)),  # promptTokens, ...: camelCase as every key
         "runs": result.runs,
         "retiredRuns": result.retired_runs,
         "toolCalls": [

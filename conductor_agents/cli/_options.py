@@ -12,7 +12,7 @@ import argparse
 import json
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import (
@@ -35,8 +35,8 @@ from ._main import (
 )
 from ._target import TargetError, TargetImportError
 
-__all__ = ["AGENT_ERRORS", "EXIT_CODES", "ErrorRule", "Handler", "add_on_run", "add_target", "add_verb", "guarded",
-           "note", "on_errors", "parse_message", "positive_seconds", "server_options", "settings"]
+__all__ = ["AGENT_ERRORS", "EXIT_CODES", "ErrorRule", "Handler", "add_on_run", "add_target", "add_verb", "camel",
+           "guarded", "note", "on_errors", "parse_message", "positive_seconds", "server_options", "settings"]
 
 #: A verb's body: the parsed arguments in, the exit code out.
 Handler = Callable[[argparse.Namespace], int]
@@ -138,6 +138,16 @@ def on_errors(handler: Handler, *rules: ErrorRule) -> Handler:
 def guarded(handler: Handler) -> Handler:
     """Map the errors of an agent verb to its documented exit code and one line on stderr."""
     return on_errors(handler, *AGENT_ERRORS)
+
+
+def camel(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """``fields`` (an SDK value's, by attribute name) with camelCase keys, as every ``--json`` prints them
+    (``prompt_tokens`` → ``promptTokens``); the values are left as they are (they may be the user's data)."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        head, *rest = key.split("_")
+        out[head + "".join(part.title() for part in rest)] = value
+    return out
 
 
 def note(text: str) -> None:

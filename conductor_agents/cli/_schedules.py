@@ -17,7 +17,7 @@ from .._scheduling import Schedule
 from ..errors import AgentDefinitionError, ScheduleNotFoundError
 from ..runtime import AgentRuntime
 from ._main import EXIT_NOT_FOUND, EXIT_OK, EXIT_USAGE
-from ._options import AGENT_ERRORS, EXIT_CODES, add_target, add_verb, on_errors, settings
+from ._options import AGENT_ERRORS, EXIT_CODES, add_target, add_verb, camel, on_errors, settings
 from ._target import load_agent
 
 __all__ = ["register"]
@@ -63,11 +63,11 @@ def _guarded(handler: Any) -> Any:
 
 
 def _as_dict(schedule: Schedule) -> dict[str, Any]:
-    row = attrs.asdict(schedule)
+    row = attrs.asdict(schedule, recurse=False)
     row["context"] = dict(schedule.context)
     for key in ("next_run", "created"):
         row[key] = row[key].isoformat() if row[key] is not None else None
-    return row
+    return camel(row)  # agentName, nextRun: camelCase as every --json
 
 
 def _print(schedules: tuple[Schedule, ...], as_json: bool) -> None:

@@ -19,7 +19,7 @@ import attrs
 from .._serving.served import SERVE_HINT
 from ..runtime import AgentRuntime
 from ._main import EXIT_OK
-from ._options import EXIT_CODES, add_on_run, add_verb, guarded, note, positive_seconds, settings
+from ._options import EXIT_CODES, add_on_run, add_verb, camel, guarded, note, positive_seconds, settings
 from ._progress import describe_event
 
 __all__ = ["register"]
@@ -88,11 +88,7 @@ def _events(args: argparse.Namespace) -> int:
 def _event_dict(event: Any) -> dict[str, Any]:
     """An event as JSON: its kind first, then its fields (camelCase, as the other verbs' ``--json``)."""
     fields = attrs.asdict(event, recurse=True) if attrs.has(type(event)) else dict(vars(event))
-    out: dict[str, Any] = {"kind": fields.pop("kind", getattr(event, "kind", ""))}
-    for key, value in fields.items():
-        head, *rest = key.split("_")
-        out[head + "".join(part.title() for part in rest)] = value
-    return out
+    return {"kind": fields.pop("kind", getattr(event, "kind", "")), **camel(fields)}
 
 
 def _clock(timestamp: Any) -> str:

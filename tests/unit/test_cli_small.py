@@ -147,3 +147,47 @@ def test_only_the_command_line_holds_ctrl_c(argv0: str, orig_argv: list[str], cl
 def test_importing_the_package_leaves_ctrl_c_as_it_was() -> None:
     """In this process (pytest, not the command line), Ctrl-C is still Python's KeyboardInterrupt."""
     assert signal.getsignal(signal.SIGINT) is not early_interrupt._exit_interrupted
+
+
+def _snake_keys(value: object, path: str = "") -> list[str]:
+    """Every key holding an underscore, at any depth, but under the user's own data."""
+    found: list[str] = []
+    if isinstance(value, dict):
+        for key, inner in value.items():
+            if "_" in str(key):
+                found.append(f"{path}.{key}")
+            if key not in ("arguments", "output", "context", "result"):
+                found.extend(_snake_keys(inner, f"{path}.{key}"))
+    elif isinstance(value, list):
+        for inner in value:
+            found.extend(_snake_keys(inner, path))
+    return found
+
+
+def test_every_json_the_cli_prints_is_camel_case() -> None:
+    """``wait --json``'s tokenUsage said prompt_tokens beside executionId; ``schedule list --json`` said
+    agent_name and next_run (issue 41, point 6: JSON mixed camelCase and snake_case)."""
+    from datetime import datetime, timezone
+
+    from conductor_agents import AgentResult, RunStatus, TokenUsage, ToolCallRecord
+    from conductor_agents._scheduling.schedules import Schedule
+    from conductor_agents.cli._agents import result_dict
+    from conductor_agents.cli._schedules import _as_dict
+    from conductor_agents.cli._watch import _event_dict
+    from conductor_agents.events import ToolCallEvent
+
+    result = AgentResult(execution_id="wf-1", status=RunStatus.COMPLETED, output="ok",
+                         token_usage=TokenUsage(prompt_tokens=10, completion_tokens=5, total_tokens=15),
+                         tool_calls=(ToolCallRecord(name="t", task_reference_name="t_1", status="COMPLETED",
+                                                    arguments={"user_key": 1}, output={"user_out": 2}),))
+    printed = result_dict(result)
+    assert printed["tokenUsage"] == {"promptTokens": 10, "completionTokens": 5, "totalTokens": 15}
+    assert _snake_keys(printed) == []  # the user's argument and output keys are theirs, left as they are
+    schedule = Schedule(name="daily", agent_name="reports", cron="0 0 9 * * *", zone="UTC", paused=False,
+                        prompt="go", context={"user_key": 1}, next_run=datetime(2026, 1, 1, tzinfo=timezone.utc))
+    row = _as_dict(schedule)
+    assert (row["agentName"], row["nextRun"], row["context"]) == ("reports", "2026-01-01T00:00:00+00:00",
+                                                                   {"user_key": 1})
+    assert _snake_keys(row) == []
+    event = _event_dict(ToolCallEvent(execution_id="wf-1", id="e1", tool_name="t", arguments={"user_key": 1}))
+    assert event["toolName"] == "t" and _snake_keys(event) == []
