@@ -221,6 +221,14 @@ def _answer_text(value: Any) -> str | None:
     return None if value is None else answer_text(value)
 
 
+def _calls_shown(calls: tuple[ToolCallRecord, ...]) -> str:
+    """The tool calls in a result's repr: how many and their names, not every argument and output (a
+    listener's would print every message it read)."""
+    names = [call.name for call in calls]
+    more = f", ... {len(names) - 5} more" if len(names) > 5 else ""
+    return f"<{len(names)}: {', '.join(names[:5])}{more}>" if names else "()"
+
+
 @attrs.frozen
 class AgentResult:
     """The outcome of a finished run. FAILED, TERMINATED and TIMED_OUT are results, not errors.
@@ -241,7 +249,7 @@ class AgentResult:
     finish_reason: str | None = None
     error: str | None = None
     token_usage: TokenUsage = attrs.field(factory=TokenUsage)
-    tool_calls: tuple[ToolCallRecord, ...] = ()
+    tool_calls: tuple[ToolCallRecord, ...] = attrs.field(default=(), repr=_calls_shown)
     raw_output: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
     context: Mapping[str, Any] = attrs.field(factory=dict, repr=False)
     #: A continued listener: the run it ended in (its last), and how many runs it had (``retired_runs`` of
