@@ -66,7 +66,7 @@ def _check_str(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> No
 _check_bool = a_bool(refusal=_AGENT)
 
 
-def _to_tools(value: Any) -> tuple[ToolDef, ...]:
+def _to_tools(value: Iterable[ToolDef | Callable[..., Any]] | None) -> tuple[ToolDef, ...]:
     if value is None:
         return ()
     if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
@@ -94,7 +94,7 @@ def _check_unique_tools(instance: Any, attribute: attrs.Attribute[Any], value: t
         seen.add(tool_def.name)
 
 
-def _to_metadata(value: Any) -> Mapping[str, Any]:
+def _to_metadata(value: Mapping[str, Any] | None) -> Mapping[str, Any]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):
@@ -109,7 +109,7 @@ def _check_continuation(instance: Any, attribute: attrs.Attribute[Any], value: A
     if value is not None and not isinstance(value, Continuation):
         raise AgentTypeError(f"Agent.continuation must be a Continuation or None, got {value!r}",
                              field="continuation", value=value)
-def _to_credentials(value: Any) -> tuple[str, ...]:
+def _to_credentials(value: Iterable[str]) -> tuple[str, ...]:
     def error(message: str) -> AgentTypeError:
         return AgentTypeError(f"Agent.{message}", field="credentials", value=value)
 
@@ -141,20 +141,20 @@ def _to_values(kind: type[_T], field: str) -> Callable[[Any], tuple[_T, ...]]:
     return convert
 
 
-def _to_agents(value: Any) -> tuple[Agent, ...]:
+def _to_agents(value: Iterable[Agent] | None) -> tuple[Agent, ...]:
     # Agent is defined below; the converter runs at construction, when it exists.
     return _to_values(Agent, "agents")(value)
 
 
-def _to_handoffs(value: Any) -> tuple[Handoff, ...]:
+def _to_handoffs(value: Iterable[Handoff] | None) -> tuple[Handoff, ...]:
     return _to_values(Handoff, "handoffs")(value)
 
 
-def _to_guardrails(value: Any) -> tuple[Guardrail, ...]:
+def _to_guardrails(value: Iterable[Guardrail] | None) -> tuple[Guardrail, ...]:
     return _to_values(Guardrail, "guardrails")(value)
 
 
-def _to_strategy(value: Any) -> Strategy | None:
+def _to_strategy(value: Strategy | str | None) -> Strategy | None:
     return None if value is None else Strategy.parse(value)
 
 
@@ -170,7 +170,7 @@ def _check_slot(instance: Any, attribute: attrs.Attribute[Any], value: Any) -> N
                              value=value)
 
 
-def _to_transitions(value: Any) -> Mapping[str, tuple[str, ...]]:
+def _to_transitions(value: Mapping[str, Iterable[str]] | None) -> Mapping[str, tuple[str, ...]]:
     if value is None:
         return {}
     if not isinstance(value, Mapping):

@@ -10,6 +10,7 @@ imports only on first use get its ``__getattr__`` from :func:`lazy_attributes`.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import inspect
 import sys
@@ -34,8 +35,10 @@ def publish(namespace: Mapping[str, Any], home: str, *, elsewhere: Mapping[str, 
         obj = namespace.get(name)
         if isinstance(obj, type):
             _resolve_own_annotations(obj)
+            _resolve_signatures(obj, namespace)
             obj.__module__ = elsewhere.get(name, home)
         elif isinstance(obj, types.FunctionType):
+            _resolve_function(obj, {**namespace, **vars(sys.modules.get(obj.__module__, types))})
             obj.__module__ = elsewhere.get(name, home)
 
 
@@ -54,6 +57,40 @@ def _resolve_own_annotations(cls: type) -> None:
     except Exception:  # noqa: BLE001 - unresolvable today already: leave the strings
         return
     cls.__annotations__ = {name: hints.get(name, value) for name, value in own.items()}
+
+
+def _resolve_signatures(cls: type, namespace: Mapping[str, Any]) -> None:
+    """Resolve the string annotations of the class's own methods (``__init__`` too, attrs' included) and
+    properties, in the module that wrote them (then in the public package's ``namespace``, for a name that
+    module imports only for type checkers): ``help()``, ``inspect.signature`` and notebooks show
+    ``name: str``, not ``name: 'str'``. One that cannot be resolved now stays a string."""
+    module = sys.modules.get(cls.__module__)
+    if module is None:
+        return
+    scope = {**namespace, **vars(module), cls.__name__: cls}
+    for member in vars(cls).values():
+        for func in (member, getattr(member, "__func__", None), getattr(member, "fget", None)):
+            if isinstance(func, types.FunctionType):
+                _resolve_function(func, scope)
+
+
+def _resolve_function(func: types.FunctionType, scope: Mapping[str, Any]) -> None:
+    own = getattr(func, "__annotations__", None)
+    if not own or not any(isinstance(value, str) for value in own.values()):
+        return
+    resolved = dict(own)
+    for name, value in own.items():
+        if isinstance(value, str):
+            with contextlib.suppress(Exception):  # a name only imported for type checkers: left as it is
+                resolved[name] = typing.get_type_hints(_Probe({name: value}), dict(scope), None)[name]
+    func.__annotations__ = resolved
+
+
+class _Probe:
+    """Something with annotations for ``typing.get_type_hints`` to evaluate one at a time."""
+
+    def __init__(self, annotations: dict[str, Any]) -> None:
+        self.__annotations__ = annotations
 
 
 def lazy_attributes(module: str, **homes: str) -> Callable[[str], object]:

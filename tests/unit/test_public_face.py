@@ -100,6 +100,34 @@ def test_every_exported_class_keeps_its_type_hints(package, name, obj):
         assert all(field.type is None or not isinstance(field.type, str) for field in attrs.fields(obj))
 
 
+@pytest.mark.parametrize("package,name,obj", EXPORTED, ids=IDS)
+def test_every_exported_signature_shows_types_not_strings(package, name, obj):
+    """``help()``, ``inspect.signature`` and notebooks show ``name: str``, not ``name: 'str'`` (issue 41,
+    point 6: doubly quoted annotations), for the class, its methods and properties, and functions; and no
+    argument of Agent is ``Any`` where it takes known types (it said ``tools: Any``)."""
+    functions = [obj] if inspect.isfunction(obj) else [
+        func for member in vars(obj).values()
+        for func in (member, getattr(member, "__func__", None), getattr(member, "fget", None))
+        if inspect.isfunction(func)]
+    quoted = [f"{func.__qualname__}: {key}={value!r}" for func in functions
+              for key, value in func.__annotations__.items() if isinstance(value, str)]
+    assert not [entry for entry in quoted if not _only_for_type_checkers(entry)], quoted
+
+
+def _only_for_type_checkers(entry: str) -> bool:
+    """A hint naming a private class its module imports only for type checkers stays a string (not a
+    public name: a user never passes it)."""
+    names = set(typing.cast(str, entry.split("=", 1)[1]).replace("|", " ").replace("'", " ").split())
+    return not names & {name for package in PUBLIC for name in package.__all__}
+
+
+def test_agents_arguments_say_what_they_take():
+    parameters = inspect.signature(conductor_agents.Agent).parameters
+    assert [name for name, parameter in parameters.items() if parameter.annotation is typing.Any] == []
+    assert "ToolDef" in str(parameters["tools"].annotation)
+    assert inspect.signature(conductor_agents.AgentRuntime).parameters["settings"].annotation != "AgentSettings | None"
+
+
 def test_agent_result_type_hints():
     """AgentResult's hints name the public classes themselves."""
     hints = typing.get_type_hints(AgentResult)
