@@ -66,6 +66,10 @@ def server_properties(data_dir: Path, redis_port: int | None) -> dict[str, str]:
         # many seconds (default 30): a listener idle for minutes then took up to 30 s to act
         # on a message. 1 s bounds that; it is also the drain time of system tasks at stop.
         "conductor.app.systemTaskWorkerCallbackDuration": "1",
+        # The server (Spring Boot 3.5) shuts down gracefully: it waits for open requests, up to 30 s a
+        # phase. A client's event stream or long poll (`conductor-agents run` keeps one) is open until it
+        # ends, so `server stop` waited 20 s and then killed it. 3 s lets a request in flight finish.
+        "spring.lifecycle.timeout-per-shutdown-phase": "3s",
         "server.address": "127.0.0.1",
     }
 

@@ -144,6 +144,26 @@ class TestRealServer:
         assert run["status"] == "COMPLETED"
         assert run["output"] == {"answer": 42}
 
+    def test_a_request_held_open_does_not_hold_the_stop(self, server: LocalServer, caplog) -> None:
+        """A client's request held open (a long poll, an event stream: `conductor-agents run` keeps one) is cut
+        after 3 s of the server's graceful shutdown, so stopping it needs no SIGKILL (issue 41, point 6:
+        `server stop` with a `run` client connected waited 20 s, then killed it)."""
+        import logging
+
+        with socket.create_connection(("127.0.0.1", server.port), timeout=HTTP_TIMEOUT) as held:
+            # A request whose body is still coming: the server's handler waits reading it, as one streaming
+            # events waits writing them.
+            held.sendall(b"POST /api/workflow/local_server_probe HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                         b"Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+            assert requests.get(f"{server.base_url}/health", timeout=HTTP_TIMEOUT).json()["healthy"] is True
+            with caplog.at_level(logging.WARNING, logger="conductor_agents"):
+                server.restart()
+            assert not [r for r in caplog.records if "ignored SIGTERM" in r.getMessage()], caplog.text
+            held.settimeout(HTTP_TIMEOUT)
+            while held.recv(4096):  # the stop closed it, so this ends (a socket still open would time out)
+                pass
+        assert requests.get(f"{server.base_url}/health", timeout=HTTP_TIMEOUT).json()["healthy"] is True
+
     def test_stop_leaves_no_process(self, server: LocalServer) -> None:
         """stop() ends the process, is idempotent and keeps a caller-given data dir."""
         pid = server.pid
