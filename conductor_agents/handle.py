@@ -147,8 +147,7 @@ class AgentHandle:
         chain = self._chain_known
         return 1 if chain is None else self._link().number - chain.first + 1
 
-    def __repr__(self) -> str:
-        # No request here: what was not read yet (the status before the first status() or wait()) is left out.
+    def __repr__(self) -> str:  # no request: what was not read yet (the status, before status()/wait()) is left out
         name, run_id = self._identity or (None, None)
         last = self._last_status
         parts = [f"execution_id={self.execution_id!r}", f"agent={name!r}" if name else "",
@@ -215,9 +214,8 @@ class AgentHandle:
             ValueError: ``timeout`` is not a number of seconds > 0 (``math.inf`` included).
             WaitTimeoutError: the deadline passed (default 600 s); the run goes on.
             WorkerStallError: a task of this run's domain is not being polled.
-            ModelUnavailableError: the server cannot call the model (no route to it, a refused key, no such
-                model): at the first failed attempt of the first model turn (the run is cancelled), and from
-                any later ``wait()`` that finds the run ended so (failed, or cancelled for it).
+            ModelUnavailableError: the server cannot call the model (no route, a refused key, no such model): at
+                the first model turn's first failure (the run is cancelled), and from any later ``wait()``.
             OutputValidationError: the run COMPLETED but its answer does not fit the agent's
                 ``output_type``, or it FAILED because no answer did (``err.raw_output``,
                 ``err.problems``, ``err.result`` keep it); raised again by a later ``wait()``.
