@@ -19,6 +19,7 @@ from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.directory import Chain, ChainDirectory, Link
 from ._listener.following import current_status, ended_result, listener_totals, run_identity
 from ._listener.naming import held_stall, rename
+from ._listener.stopping import stop_in_order, takes_messages
 from ._liveness.model_calls import FirstModelTurn, ended_model_failure, unavailable_model_cancel_reason
 from ._people.pending import HumanAnswer, PendingRequest
 from ._serving.served import with_serving
@@ -27,11 +28,8 @@ from ._wire.payload import message_payload
 from ._wire.transport import HttpError
 from .errors import (
     ConductorAgentsError,
-    ExecutionNotRunningError,
-    MessageQueueDisabledError,
     ModelUnavailableError,
     OutputValidationError,
-    RunPausedError,
     ServerUnavailableError,
     WaitTimeoutError,
     WorkerStallError,
@@ -421,21 +419,31 @@ class AgentHandle:
         )
 
     def stop(self) -> None:
-        """Ask the run to finish gracefully: it ends after the current turn, COMPLETED.
+        """Ask the run to finish gracefully (COMPLETED), after it acted on the messages it accepted before.
 
-        Also pushes ``{"_signal": "stop"}`` so a blocked wait-for-message tool wakes up.
-        Stopping a run that already ended does nothing; a paused run ends once unpaused.
+        A run that waits for messages handles the stop in the order of its messages (``docs/concepts.md``,
+        *Stop and cancel*): the stop goes behind every message accepted before it, as a message
+        (``{"_signal": "stop"}``), from any process and across a listener's switches; the run's model reads them
+        all, and the run ends after that turn's tool calls. This returns once the model began that turn: within
+        about a second when the run waits; at most 30 s, after which a run still busy (a long tool, or no process
+        serves it) ends after its current turn, and ``wait_delivered()`` reports a message its model did not read
+        as not acted on (``MessageLostError``). Any other run ends after its current turn. Stopping a run that
+        already ended does nothing; a paused run ends once unpaused.
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
         """
-        stopped = stop_listener(self._api, self._directory, self._chain(), self._on_stop)
-        if not stopped or (self.agent is not None and not self.agent.needs_message_queue):
+        chain = self._chain()
+        if not self._takes_messages(chain):
+            stop_listener(self._api, self._directory, chain, self._on_stop)
             return
-        try:
-            self.send_message(STOP_SIGNAL)
-        except (ExecutionNotRunningError, MessageQueueDisabledError, RunPausedError) as err:
-            log.debug("no stop signal pushed to %s: %s", self.execution_id, err)
+        stop_in_order(self._api, self._directory, chain, send_stop=lambda: self.send_message(STOP_SIGNAL),
+                      on_stop=self._on_stop, clock=self._clock, pause=self._pause)
+
+    def _takes_messages(self, chain: Chain) -> bool:
+        if self.agent is not None:
+            return self.agent.needs_message_queue
+        return chain.continuable or takes_messages(self._api, chain.execution_id)
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Terminate the run at once (TERMINATED). Its tools running in this process see
