@@ -14,12 +14,12 @@ from ._common.clock import Clock
 from ._common.transient import TransientErrors
 from ._listener.by_id import RunsById, check_signal
 from ._listener.chained_events import ChainedEvents
-from ._listener.control import cancel_listener, pause_listener, stop_listener, unpause_listener
+from ._listener.control import cancel_listener, pause_listener, unpause_listener
 from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.directory import Chain, ChainDirectory, Link
 from ._listener.following import current_status, ended_result, listener_totals, run_identity
 from ._listener.naming import held_stall, rename
-from ._listener.stopping import stop_in_order, takes_messages
+from ._listener.stopping import stop_run
 from ._liveness.model_calls import FirstModelTurn, ended_model_failure, unavailable_model_cancel_reason
 from ._people.pending import HumanAnswer, PendingRequest
 from ._serving.served import with_serving
@@ -433,17 +433,10 @@ class AgentHandle:
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
         """
-        chain = self._chain()
-        if not self._takes_messages(chain):
-            stop_listener(self._api, self._directory, chain, self._on_stop)
-            return
-        stop_in_order(self._api, self._directory, chain, send_stop=lambda: self.send_message(STOP_SIGNAL),
-                      on_stop=self._on_stop, clock=self._clock, pause=self._pause)
-
-    def _takes_messages(self, chain: Chain) -> bool:
-        if self.agent is not None:
-            return self.agent.needs_message_queue
-        return chain.continuable or takes_messages(self._api, chain.execution_id)
+        takes = None if self.agent is None else self.agent.needs_message_queue
+        stop_run(self._api, self._directory, self._chain(), takes_messages=takes,
+                 send_stop=lambda: self.send_message(STOP_SIGNAL), on_stop=self._on_stop, clock=self._clock,
+                 pause=self._pause)
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Terminate the run at once (TERMINATED). Its tools running in this process see

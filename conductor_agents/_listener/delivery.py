@@ -43,7 +43,7 @@ from ..errors import ExecutionNotFoundError, MessageLostError, ServerUnavailable
 from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
 from .naming import names_errors, run_name
-from .reading import iteration_of, locate_wait, model_read_after
+from .reading import after_stop, iteration_of, locate_wait, model_read_after
 from .switch import read_commit
 
 __all__ = ["MessageDelivery", "DeliveryCheck", "wait_for_delivery"]
@@ -57,6 +57,8 @@ _TERMINAL_RUN = frozenset({"COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"})
 _EVALUATIONS_FOR_PROOF = 2
 #: A sample's key that says whether a model turn read the message its wait took in (absent: it did).
 READ_KEY = "_read_by_model"
+#: A sample's key that says whether the message was taken in behind a stop signal (then it is not acted on).
+AFTER_STOP_KEY = "_after_stop"
 
 
 @attrs.frozen
@@ -120,10 +122,13 @@ class DeliveryCheck:
                 return delivery
             if status not in _TERMINAL_RUN:
                 return None  # taken in; its model turn has not begun yet
+            why = ("behind its stop (a listener told to stop acts on what came before the stop, not after)"
+                   if workflow.get(AFTER_STOP_KEY) else
+                   f"and ended {status} before its model read it (a stop, a cancel or the turn limit ended its loop "
+                   "right after that wait)")
             raise MessageLostError(
                 f"message {self.message_id} was not acted on: {run_name(self._reported_as, self.execution_id)} "
-                f"took it in and ended {status} before its model read it (a stop, a cancel or the turn limit ended "
-                "its loop right after that wait); send it again if it matters",
+                f"took it in {why}; send it again if it matters",
                 execution_id=self._reported_as, message_id=self.message_id,
                 reason=MessageLostError.NOT_ACTED_ON, run_status=status,
             )
@@ -174,8 +179,10 @@ def _sample(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[st
     if message_id in pulled_message_ids(variables, ()):
         located = locate_wait(api, execution_id, message_id)
         sample["tasks"] = [located] if located is not None else [_placeholder(execution_id, message_id)]
-        if located is not None:  # acted on: a model turn of the run read it (see :mod:`.reading`)
-            sample[READ_KEY] = model_read_after(api, execution_id, iteration_of(located))
+        if located is not None:  # acted on: a model turn of the run read it, not behind a stop (see :mod:`.reading`)
+            behind = after_stop(located, message_id)
+            sample[READ_KEY] = not behind and model_read_after(api, execution_id, iteration_of(located))
+            sample[AFTER_STOP_KEY] = behind
         return sample
     if run_status in _TERMINAL_RUN:
         total = api.workflow_tasks(execution_id, start=0, count=1).total

@@ -3,7 +3,9 @@
 A wait for messages (of either kind) completes inside one iteration of the agent's loop; its messages reach the
 model at the model turn of a later iteration. A run that ends right after the wait (its loop ended: the stop flag,
 the turn limit, a cancel) took the messages in, and no model read them. So "acted on" is: the run began a model
-turn of a later iteration than the wait's (or, for a message a switch carried over, its new run began one).
+turn of a later iteration than the wait's (or, for a message a switch carried over, its new run began one), and
+the message was not behind a stop signal in that wait's output (the model reads the stop first: what follows it
+is not acted on).
 Used by the stop (:mod:`.stopping`) and the delivery checks (:mod:`.delivery`). Thread-safe.
 """
 
@@ -15,8 +17,9 @@ from typing import Any
 
 from .._common.task_names import MODEL_TASK_TYPE, is_message_wait
 from .._wire.api import ConductorApi
+from ..result import STOP_SIGNAL
 
-__all__ = ["held_by", "iteration_of", "locate_wait", "model_read_after", "read_after"]
+__all__ = ["after_stop", "held_by", "iteration_of", "locate_wait", "model_read_after", "read_after"]
 
 #: Tasks read per page, from the end of a run.
 _PAGE = 50
@@ -40,6 +43,20 @@ def held_by(task: Mapping[str, Any], message_id: str) -> bool:
     messages = output.get("messages") if isinstance(output, Mapping) else None
     return isinstance(messages, list) and any(isinstance(m, Mapping) and str(m.get("id")) == message_id
                                               for m in messages)
+
+
+def after_stop(task: Mapping[str, Any], message_id: str) -> bool:
+    """Whether the wait ``task`` took ``message_id`` in behind a stop signal (the model reads the stop first, and a
+    listener told to stop does not act on what follows it)."""
+    output = task.get("outputData")
+    for message in (output.get("messages") if isinstance(output, Mapping) else None) or ():
+        if not isinstance(message, Mapping):
+            continue
+        if str(message.get("id")) == message_id:
+            return False
+        if message.get("payload") == STOP_SIGNAL:
+            return True
+    return False
 
 
 def read_after(tasks: Sequence[Mapping[str, Any]], iteration: int) -> bool | None:

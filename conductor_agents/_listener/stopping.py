@@ -45,13 +45,14 @@ from ..errors import (
 )
 from ..result import RunStatus, stop_requested
 from .carryover import pulled_message_ids
+from .control import stop_listener
 from .directory import Chain, ChainDirectory, Link
 from .naming import names_errors
 from .reading import iteration_of, locate_wait, model_read_after
 from .signals import settle_turn
 from .switch import read_commit
 
-__all__ = ["REACH_SECONDS", "post_stop", "stop_in_order", "takes_messages"]
+__all__ = ["REACH_SECONDS", "post_stop", "stop_in_order", "stop_run"]
 
 log = logging.getLogger("conductor_agents.handle")
 
@@ -67,7 +68,7 @@ _READ_BACK_AFTER = 0.2
 RunCallback = Callable[[str], None] | None
 
 
-def takes_messages(api: ConductorApi, execution_id: str) -> bool:
+def _has_wait(api: ConductorApi, execution_id: str) -> bool:
     """Whether run ``execution_id`` has a wait for messages (of either kind): one read of its definition."""
     definition = api.get_workflow(execution_id, include_tasks=False).get("workflowDefinition")
     text = repr(definition)
@@ -165,3 +166,20 @@ def stop_in_order(api: ConductorApi, directory: ChainDirectory, chain: Chain, *,
         send_stop()
     except ConductorAgentsError as err:
         log.debug("listener %s: no second stop message (%s)", chain.execution_id, err)
+
+
+def stop_run(api: ConductorApi, directory: ChainDirectory, chain: Chain, *, takes_messages: bool | None,
+             send_stop: Callable[[], str], on_stop: RunCallback, clock: Clock, pause: Callable[[float], Any]) -> None:
+    """Stop the run ``chain`` names: in the order of its messages when it takes messages (``takes_messages``, or
+    None: a continued listener does, another run when its definition has a wait), else after its current turn.
+
+    Raises:
+        ExecutionNotFoundError: the server does not know the execution.
+        ServerUnavailableError, ServerError: a request failed.
+    """
+    if takes_messages is None:
+        takes_messages = chain.continuable or _has_wait(api, chain.execution_id)
+    if takes_messages:
+        stop_in_order(api, directory, chain, send_stop=send_stop, on_stop=on_stop, clock=clock, pause=pause)
+    else:
+        stop_listener(api, directory, chain, on_stop)
