@@ -421,14 +421,12 @@ class AgentHandle:
     def stop(self) -> None:
         """Ask the run to finish gracefully (COMPLETED), after it acted on the messages it accepted before.
 
-        A run that waits for messages handles the stop in the order of its messages (``docs/concepts.md``,
-        *Stop and cancel*): the stop goes behind every message accepted before it, as a message
-        (``{"_signal": "stop"}``), from any process and across a listener's switches; the run's model reads them
-        all, and the run ends after that turn's tool calls. This returns once the model began that turn: within
-        about a second when the run waits; at most 30 s, after which a run still busy (a long tool, or no process
-        serves it) ends after its current turn, and ``wait_delivered()`` reports a message its model did not read
-        as not acted on (``MessageLostError``). Any other run ends after its current turn. Stopping a run that
-        already ended does nothing; a paused run ends once unpaused.
+        A run that waits for messages takes the stop in their order (``docs/concepts.md``, *Stop and cancel*): it
+        goes behind every message accepted before it, as ``{"_signal": "stop"}``, from any process and across
+        switches; the model reads them all, and the run ends after that turn's tool calls. Returns once that turn
+        began: about a second when the run waits; at most 30 s, after which a run still busy ends after its current
+        turn (``wait_delivered()`` reports what its model did not read as not acted on). Any other run ends after
+        its current turn. Stopping an ended run does nothing; a paused run ends once unpaused.
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
