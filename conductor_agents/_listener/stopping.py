@@ -13,8 +13,9 @@ So a stop of a run that takes messages is, in order:
 
 1. the stop message (``{"_signal": "stop"}``), sent as any message is (to the mailbox, or the newest run): every
    message accepted before it comes before it in the listener's order, across switches;
-2. wait (bounded, :data:`REACH_SECONDS`) until the listener's newest run has taken it in (a completed wait holds
-   it, or a switch carried it over) *and began the loop iteration after that wait*, whose model turn reads it;
+2. (this process's tools of the run see ``ctx.stop_requested`` at once, so a long tool may end early;) wait
+   (bounded, :data:`REACH_SECONDS`) until the listener's newest run has taken it in (a completed wait holds
+   it, or a switch carried it over) *and began the model turn after that wait*, the one that reads it;
 3. the server's stop flag on that run, posted once no model call of it is in flight (a model call's end writes back
    the run it read at its start, which undoes a variable set meanwhile) and read back, posted again if undone: the
    loop ends after that turn's tool calls;
@@ -145,6 +146,9 @@ def stop_in_order(api: ConductorApi, directory: ChainDirectory, chain: Chain, *,
         log.info("listener %s: no stop message sent (%s); stopped after its current turn", chain.execution_id, err)
         message_id = None
     newest = directory.refresh(chain) if chain.continuable else chain.link(chain.first)
+    if message_id is not None and on_stop is not None:  # a tool running here may end early: the stop is reached sooner
+        for number in range(max(chain.first, newest.number - 1), newest.number + 1):  # and the run a switch drains
+            on_stop(chain.link(number).execution_id)
     if message_id is not None:
         deadline = clock.monotonic() + reach_seconds
         while True:

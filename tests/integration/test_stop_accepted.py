@@ -27,10 +27,12 @@ from conductor_agents import (
     ExecutionNotRunningError,
     MessageLostError,
     RunStatus,
+    ToolContext,
     WaitForMessageTool,
+    tool,
 )
 from conductor_agents.continuation import KEEP_ALL_RUNS
-from conductor_agents.testing import listener_policy
+from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, listener
 from .test_long_listeners import ROOT, ActionTools, act_on
@@ -169,3 +171,40 @@ def test_a_run_that_is_no_continued_listener_stopped_by_id_reads_the_message_sen
         delivery = other.wait_delivered(handle.execution_id, message_id, timeout=30)
     assert (result.status, result.ended_by) == (RunStatus.COMPLETED, "stop"), result
     assert {"n": 1} in seen and delivery.message_id == message_id
+
+
+class SlowTools(ActionTools):
+    """``act``, and ``work``: a long tool that returns early once a stop is asked (``ctx.stop_requested``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.saw_stop: list[bool] = []
+        self.working = threading.Event()
+
+    @tool
+    def work(self, ctx: ToolContext) -> dict:
+        """Work for a while, or until the run is asked to stop."""
+        self.working.set()
+        self.saw_stop.append(ctx.stop_requested.wait(15))  # shorter than a stop waits for the listener to take it in
+        return {"worked": True}
+
+
+def test_a_long_tool_of_a_listener_stopped_here_is_told_at_once_and_the_message_behind_it_is_acted_on(
+        agent_settings, scripted_llm, unique_name):
+    """A listener busy in a long tool is stopped from this process, with a message sent just before: the tool sees
+    ``ctx.stop_requested`` at once (it does not wait for the stop to be taken in), returns early, and the message is
+    acted on before the end."""
+    tools = SlowTools()
+    model = scripted_llm.script(policy=listener_policy(
+        lambda payload: ToolCall("work", {}) if payload["action"] == "work" else act_on(payload)))
+    agent = listener(unique_name("busy"), model, tools, continuation=SWITCHING)
+    with AgentRuntime(settings_for(agent_settings)) as runtime:
+        handle = runtime.start(agent, "Start listening.")
+        handle.send_message({"action": "work"})
+        assert tools.working.wait(60)
+        handle.send_message({"action": "after-work"})
+        handle.stop()
+        result = handle.wait(timeout=120)
+    assert (result.status, result.ended_by) == (RunStatus.COMPLETED, "stop"), result
+    assert tools.saw_stop == [True] and tools.snapshot() == ["after-work"]
+    scripted_llm.assert_no_anomalies(model)

@@ -171,7 +171,7 @@ def test_the_flag_is_set_only_once_the_model_began_the_turn_that_reads_the_stop(
     steps = [c for c in server.calls if c != "look"]
     assert steps == ["send", "flag", "send"], server.calls
     assert server.calls.index("flag") > 4  # not before the look that saw the model turn after the wait
-    assert stopped == [RUN] and server.flag
+    assert stopped == [RUN, RUN] and server.flag  # its tools here are told at once, and again with the flag
 
 
 def test_a_flag_undone_by_the_model_calls_write_back_is_posted_again():
@@ -192,7 +192,7 @@ def test_a_listener_that_does_not_take_the_stop_in_is_stopped_at_the_bound():
 def test_a_listener_that_ended_meanwhile_is_left_alone():
     server = FakeServer(FakeClock())
     server.on_look = lambda s: setattr(s, "status", "COMPLETED")
-    assert stop(server) == [] and server.calls == ["send"]
+    assert stop(server) == [RUN] and server.calls == ["send"]  # told its tools here; no flag
 
 
 def test_a_run_that_takes_no_message_is_flagged_at_once():
