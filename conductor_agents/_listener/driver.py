@@ -209,6 +209,7 @@ class ContinuationDriver:
 
     def link_ended(self, execution_id: str) -> None:
         """A link this process serves ended (a watchdog sample or a handle saw it)."""
+        self.parker.forget(execution_id)  # its next wait never comes
         with self._lock:
             served = self._by_link.pop(execution_id, None)
             if served is None:
@@ -266,6 +267,7 @@ class ContinuationDriver:
         served.tracker.link_added(link, watch)
 
     def _detach(self, served: _Served, link: Link) -> None:
+        self.parker.forget(link.execution_id)
         with self._lock:
             self._by_link.pop(link.execution_id, None)
         served.tracker.link_removed(link)

@@ -12,7 +12,9 @@ holds (its ``pollCount`` did not move and its ``callbackAfterSeconds`` is the pa
 ``benchmarks/parked_joins.py``. After the forward completed the wait, it nudges a parked join (:func:`nudge`).
 
 :class:`JoinParker` watches the links it is told about (each model turn of a listener that waits on a ``HUMAN``
-task: its next wait follows) on one thread, and parks each one's join once it waits. Thread-safe.
+task: its next wait follows) on one thread, and parks each one's join once it waits. A link that ends is forgotten
+(:meth:`JoinParker.forget`): an ended listener costs no request, and the thread ends once it has nothing to look
+at (the next watch starts it again). Thread-safe.
 """
 
 from __future__ import annotations
@@ -109,7 +111,6 @@ class JoinParker:
         self._clock = clock
         self._lock = threading.Lock()
         self._watched: dict[str, _Watch] = {}  # link execution id -> its watch
-        self._wake = threading.Event()
         self._thread: BackgroundLoop | None = None
         self.parked = 0  # joins parked and held (tests, stats)
         self._sent: collections.OrderedDict[str, None] = collections.OrderedDict()  # joins a park was sent for
@@ -123,12 +124,21 @@ class JoinParker:
             if known is None or known.join is None:
                 self._watched[execution_id] = _Watch(until=self._clock.monotonic() + _WATCH_SECONDS, run_id=run_id)
             self._start_locked()
-        self._wake.set()
+
+    def forget(self, execution_id: str) -> None:
+        """Link ``execution_id`` ended (or is no longer served here): stop watching it, and drop the later looks at
+        the joins of its answered waits (an ended run's join has nothing left to nudge)."""
+        with self._lock:
+            self._watched.pop(execution_id, None)
+            for join_id in [j for j, (_, _, join) in self._answered.items()
+                            if str(join.get("workflowInstanceId")) == execution_id]:
+                del self._answered[join_id]
 
     def _start_locked(self) -> None:
-        """Start the parker's thread unless it runs (called under the lock)."""
+        """Start the parker's thread unless it runs (called under the lock). A thread that found nothing to do
+        cleared :attr:`_thread` under the lock as it ended, so a watch is never left to a thread that is ending."""
         if self._thread is None or not self._thread.is_alive:
-            self._thread = BackgroundLoop("join-parker", self._run, daemon=True, stop=self._stopping, wake=self._wake)
+            self._thread = BackgroundLoop("join-parker", self._run, daemon=True, stop=self._stopping)
             self._thread.start()
 
     def answered(self, join: Mapping[str, Any]) -> None:
@@ -139,7 +149,6 @@ class JoinParker:
         with self._lock:
             self._answered[str(join.get("taskId"))] = (self._clock.monotonic() + _CHECKS_AFTER_ANSWER[0], 0, join)
             self._start_locked()
-        self._wake.set()
 
     def _check_answered(self, join_id: str, attempt: int, join: Mapping[str, Any]) -> None:
         try:
@@ -172,13 +181,11 @@ class JoinParker:
                     del self._watched[gone]
                 due = [(e, w) for e, w in self._watched.items() if w.due <= now]
                 checks = [(j, c) for j, c in self._answered.items() if c[0] <= now]
-                idle = not self._watched and not self._answered
+                if not self._watched and not self._answered:
+                    self._thread = None  # nothing left: the thread ends (a watch or an answer starts a new one)
+                    return
             for join_id, (_, attempt, join) in checks:
                 self._check_answered(join_id, attempt, join)
-            if idle:
-                self._wake.clear()
-                self._wake.wait(30.0)
-                continue
             for execution_id, watch in due:
                 if self._stopping.is_set():
                     return

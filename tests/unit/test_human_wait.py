@@ -14,6 +14,7 @@ from conductor_agents._listener.parking import PARK_SECONDS, JoinParker, _Watch
 from conductor_agents._listener.switch import as_human_wait
 from conductor_agents._people.pending import PendingRequest
 from conductor_agents.errors import ConfigurationError, ToolRetry
+from tests.helpers import eventually
 from tests.unit.fakes import FakeClock
 from tests.unit.test_chain_directory_and_sending import NAME, RUN, FakeChainServer
 
@@ -218,3 +219,35 @@ def test_a_join_whose_park_an_evaluation_overwrote_on_the_task_is_nudged_all_the
                              parked_here=parker.sent_park) == {"forwarded": 1}
     nudges = [u for u in server.updates if u["taskId"] == "join-0" and u.get("workerId") == "test"]
     assert [u["callbackAfterSeconds"] for u in nudges] == [PARK_SECONDS, 0]
+
+
+def parker_threads():
+    return [t for t in threading.enumerate() if t.name == "conductor-agents-join-parker"]
+
+
+def test_an_ended_link_is_forgotten_and_the_parker_thread_ends_once_nothing_is_left():
+    """A watched link that ended (a stop, a switch) costs no further request, nor do the later looks at its answered
+    waits' joins; with nothing left to look at, the thread ends; the next watch starts one again."""
+    server = HumanWaitServer()
+    link = server.key(0).execution_id
+    server.waiting[link] = 10**9  # busy in a turn for good: without the forget, looked at every quarter second
+    looks = []
+    polled = server.workflow_tasks
+    server.workflow_tasks = lambda *a, **kw: (looks.append(a[0]), polled(*a, **kw))[1]
+    stopping = threading.Event()
+    parker = JoinParker(server, worker_id="test", stopping=stopping, clock=FakeClock())  # no check ever comes due
+    assert parker_threads() == []
+    try:
+        parker.watch(link, RUN)
+        parker.answered({"taskId": "join-0", "workflowInstanceId": link})
+        eventually(lambda: len(looks) >= 2, timeout=10, message="the busy link looked at")
+        parker.forget(link)
+        eventually(lambda: not parker_threads(), timeout=10, message="the parker thread ended")
+        before = len(looks)
+        stopping.wait(1.0)  # four looks' worth: none comes
+        assert len(looks) == before
+        assert [u for u in server.updates if u["taskId"] == "join-0"] == []  # its answered join: not nudged
+        parker.watch(link, RUN)
+        eventually(lambda: len(looks) > before and parker_threads(), timeout=10, message="a new watch looked at")
+    finally:
+        stopping.set()
