@@ -117,15 +117,19 @@ def test_a_signal_after_a_raw_push_wakes_the_mailbox_and_pushes_during_a_forward
     that message is held, are taken by the round right after it (no WAIT in between), in order, once each."""
     base = topology_server.url
     held, release = threading.Event(), threading.Event()
-    forward_push = mailbox.send_to_listener
 
-    def holding_the_first(*args, **kwargs):
-        if not held.is_set():
-            held.set()
-            release.wait(30)  # bounded: the forward's lease is 60 s
-        return forward_push(*args, **kwargs)
+    def holding_the_first(step):
+        def held_step(*args, **kwargs):
+            if not held.is_set():
+                held.set()
+                release.wait(30)  # bounded: the forward's lease is 60 s
+            return step(*args, **kwargs)
+        return held_step
 
-    monkeypatch.setattr(mailbox, "send_to_listener", holding_the_first)
+    # The forward's step that reaches the listener, for either kind of wait: its push into the run ("pull"), or
+    # its completion of the run's wait ("human").
+    monkeypatch.setattr(mailbox, "send_to_listener", holding_the_first(mailbox.send_to_listener))
+    monkeypatch.setattr(mailbox, "complete_wait", holding_the_first(mailbox.complete_wait))
     tools = ActionTools()
     model = scripted_llm.script(policy=listener_policy(act_on))
     settings = attrs.evolve(agent_settings, mailbox_check_seconds=3600)

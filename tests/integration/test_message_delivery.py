@@ -11,13 +11,15 @@ import subprocess
 import sys
 import threading
 
+import attrs
 import pytest
 
 from conductor_agents import AgentRuntime, MessageLostError, RunStatus, WaitTimeoutError, tool
+from conductor_agents._common.task_names import is_message_wait
 from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, listener
-from ..reliability.support import WAIT_TASK_TYPE, quiescent, tasks_of
+from ..reliability.support import current_run, workflow
 from .test_cli_agents import Cli, cli  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.integration
@@ -55,6 +57,20 @@ def tools():
     held.gate.set()
 
 
+def message_waits(base_url: str, execution_id: str) -> "list[dict]":
+    """The waits for messages of a run, of either kind (``listener_wait`` "pull" or "human")."""
+    return [t for t in workflow(base_url, execution_id).get("tasks") or () if is_message_wait(t)]
+
+
+def waiting_idle(base_url: str, execution_id: str) -> bool:
+    """Whether the listener's current run waits for a message, with no ``act`` call pending or running."""
+    tasks = workflow(base_url, current_run(base_url, execution_id)).get("tasks") or ()
+    if any(t.get("taskType") == "act" and t.get("status") in ("SCHEDULED", "IN_PROGRESS") for t in tasks):
+        return False
+    waits = [t for t in tasks if is_message_wait(t)]
+    return bool(waits) and waits[-1].get("status") == "IN_PROGRESS"
+
+
 def test_a_pulled_message_is_reported_delivered(agent_runtime, scripted_llm, unique_name, tools):
     model = scripted_llm.script(policy=listener_policy(act_on))
     handle = agent_runtime.start(listener(unique_name("delivered"), model, tools), "Start listening.")
@@ -62,7 +78,7 @@ def test_a_pulled_message_is_reported_delivered(agent_runtime, scripted_llm, uni
     delivery = handle.wait_delivered(message_id, timeout=60)
     # The run that pulled it: the listener's current run (the id callers hold is its mailbox).
     assert delivery.message_id == message_id and delivery.execution_id == handle.current_execution_id
-    pulled = [t for t in tasks_of(agent_runtime.settings.server_url, handle.current_execution_id, WAIT_TASK_TYPE)
+    pulled = [t for t in message_waits(agent_runtime.settings.server_url, handle.current_execution_id)
               if t["taskId"] == delivery.task_id]
     assert pulled and pulled[0]["referenceTaskName"] == delivery.task_reference_name
     assert [m["id"] for m in pulled[0]["outputData"]["messages"]] == [message_id]
@@ -76,20 +92,49 @@ def test_a_pulled_message_is_reported_delivered(agent_runtime, scripted_llm, uni
         assert other.wait_delivered(handle.execution_id, message_id, timeout=10) == delivery
 
 
-def test_messages_pulled_in_one_batch_while_the_run_was_busy(agent_runtime, scripted_llm, unique_name, tools):
+def test_messages_pulled_in_one_batch_while_the_run_was_busy(agent_settings, scripted_llm, unique_name, tools):
+    """The server's wait for messages (``listener_wait="pull"``): what was pushed into the run while it was busy is
+    taken by its next wait, all at once."""
     model = scripted_llm.script(policy=listener_policy(act_on))
-    handle = agent_runtime.start(listener(unique_name("batch"), model, tools, batch_size=5), "Start listening.")
-    handle.send_message({"action": "hold"})
-    assert tools.holding.wait(60)
-    ids = [handle.send_message({"action": f"queued-{n}"}) for n in range(3)]
-    with pytest.raises(WaitTimeoutError):  # busy in a tool: nothing is known yet, and it says so in time
-        handle.wait_delivered(ids[0], timeout=2)
-    tools.gate.set()
-    deliveries = [handle.wait_delivered(i, timeout=60) for i in ids]
-    assert {d.task_id for d in deliveries} == {deliveries[0].task_id}  # one wait task pulled all three
-    assert [d.batch_count for d in deliveries] == [3, 3, 3]
-    handle.stop()
-    handle.wait(timeout=60)
+    with AgentRuntime(attrs.evolve(agent_settings, listener_wait="pull")) as runtime:
+        handle = runtime.start(listener(unique_name("batch"), model, tools, batch_size=5), "Start listening.")
+        handle.send_message({"action": "hold"})
+        assert tools.holding.wait(60)
+        ids = [handle.send_message({"action": f"queued-{n}"}) for n in range(3)]
+        with pytest.raises(WaitTimeoutError):  # busy in a tool: nothing is known yet, and it says so in time
+            handle.wait_delivered(ids[0], timeout=2)
+        tools.gate.set()
+        deliveries = [handle.wait_delivered(i, timeout=60) for i in ids]
+        assert {d.task_id for d in deliveries} == {deliveries[0].task_id}  # one wait task pulled all three
+        assert [d.batch_count for d in deliveries] == [3, 3, 3]
+        handle.stop()
+        handle.wait(timeout=60)
+
+
+def test_messages_sent_while_a_human_wait_listener_was_busy_are_handed_in_order_in_at_most_two_batches(
+        agent_settings, scripted_llm, unique_name, tools):
+    """A listener that waits on a HUMAN task (``listener_wait="human"``): messages sent while it is busy wait in its
+    mailbox. The forward holds what the mailbox's round took (the first of them, or more), the round after it takes
+    all the rest at once: so they reach the listener in order, in at most two waits, each reported with its batch."""
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    with AgentRuntime(attrs.evolve(agent_settings, listener_wait="human")) as runtime:
+        handle = runtime.start(listener(unique_name("batch"), model, tools, batch_size=5), "Start listening.")
+        handle.send_message({"action": "hold"})
+        assert tools.holding.wait(60)
+        ids = [handle.send_message({"action": f"queued-{n}"}) for n in range(3)]
+        with pytest.raises(WaitTimeoutError):  # busy in a tool: nothing is known yet, and it says so in time
+            handle.wait_delivered(ids[0], timeout=2)
+        tools.gate.set()
+        deliveries = [handle.wait_delivered(i, timeout=60) for i in ids]
+        waits = [d.task_id for d in deliveries]
+        in_turn = [w for n, w in enumerate(waits) if n == 0 or w != waits[n - 1]]
+        assert len(in_turn) == len(set(waits)) <= 2, waits  # each wait took the next messages in order
+        assert [d.batch_count for d in deliveries] == [waits.count(w) for w in waits]
+        # A batch's messages are acted on by parallel tool calls, in no kept order.
+        eventually(lambda: sorted(tools.actions) == ["hold", "queued-0", "queued-1", "queued-2"], timeout=60,
+                   message="all acted on")
+        handle.stop()
+        handle.wait(timeout=60)
 
 
 def test_a_run_that_ends_before_pulling_reports_the_message_lost(agent_runtime, scripted_llm, unique_name, tools):
@@ -128,7 +173,7 @@ def test_cli_send_wait_delivered(cli: Cli, agent_runtime, scripted_llm, unique_n
     assert f"delivered: run {handle.execution_id} read it" in sent.stderr and "pulled by" not in sent.stderr
     assert agent_runtime.wait_delivered(handle.execution_id, message_id, timeout=5).message_id == message_id
 
-    eventually(lambda: quiescent(agent_runtime.settings.server_url, handle.execution_id), timeout=60,
+    eventually(lambda: waiting_idle(agent_runtime.settings.server_url, handle.execution_id), timeout=60,
                message="waiting again")
     handle.send_message({"action": "hold"})
     assert tools.holding.wait(60)

@@ -6,10 +6,9 @@ import pytest
 import requests
 
 from conductor_agents import Agent, AgentRuntime, Continuation, ExecutionNotRunningError, ModelSettings, RunStatus
+from conductor_agents._common.task_names import MODEL_TASK_TYPE, is_message_wait
 from conductor_agents._teams.model_settings import recorded_model_settings
 from conductor_agents.testing import listener_policy
-
-from conductor_agents._common.task_names import MODEL_TASK_TYPE
 
 from ..helpers import eventually, listener, listener_runs
 from .test_long_listeners import ActionTools, act_on
@@ -25,10 +24,10 @@ def turn_after(scripted_llm, model: str, action: str):
 
 
 def waiting(url: str, handle) -> bool:
-    """Whether the listener's current run waits for a message (its wait task is in progress)."""
+    """Whether the listener's current run waits for a message (its wait task, of either kind, is in progress)."""
     page = requests.get(f"{url}/workflow/{handle.current_execution_id}/tasks",
                         params={"status": "IN_PROGRESS", "count": 20}, timeout=10).json()
-    return any(t.get("taskType") == "PULL_WORKFLOW_MESSAGES" for t in page.get("results") or ())
+    return any(is_message_wait(t) for t in page.get("results") or ())
 
 
 def act_and_check(handle, tools, action: str) -> None:
