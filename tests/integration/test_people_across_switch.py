@@ -228,22 +228,42 @@ def test_approvals_at_the_default_budget_are_answered_by_the_first_id_across_swi
         agent_settings, scripted_llm, unique_name):
     """The default continuation budget, messages of 2 KB, each a deploy that another process approves by the
     listener's first id: the listener is continued every few turns, some approvals are raised in a run
-    being continued, and every one is answered and runs once."""
+    being continued, and every one is answered and runs once. The server's wait for messages
+    (``listener_wait="pull"``): a message sent as a switch begins may be taken by the run being continued."""
+    approvals_across_switches(attrs.evolve(agent_settings, listener_wait="pull"), scripted_llm,
+                              unique_name("budget"), raised_in_a_switch=2)
+
+
+@pytest.mark.both_topologies
+def test_approvals_at_the_default_budget_are_answered_by_the_first_id_across_switches_of_a_human_wait_listener(
+        agent_settings, scripted_llm, unique_name):
+    """The same with ``listener_wait="human"``: every approval is answered by the first id, in the run that raised
+    it, and runs once, across switches. Its mailbox hands a message only to the newest run, so a run being continued
+    takes none, and here every switch begins after a deploy ran; an approval raised as such a listener is continued
+    is in ``test_an_approval_raised_as_the_listener_is_continued_...`` (the switch begins in the deploy's turn)."""
+    approvals_across_switches(attrs.evolve(agent_settings, listener_wait="human"), scripted_llm,
+                              unique_name("budget_human"), raised_in_a_switch=0)
+
+
+def approvals_across_switches(settings, scripted_llm, name: str, *, raised_in_a_switch: int) -> None:
+    """Deploys approved by the first id until the listener has three runs and ``raised_in_a_switch`` approvals were
+    held by a run being continued; then a note, and a stop."""
     ops = Ops()
     model = scripted_llm.script(policy=listener_policy(ops_action))
-    agent = ops_listener(unique_name("budget"), model, ops, None)
-    with AgentRuntime(agent_settings) as runtime:
+    agent = ops_listener(name, model, ops, None)
+    with AgentRuntime(settings) as runtime:
         handle = runtime.start(agent, "Listen.")
         first = handle.execution_id
         across, expected = 0, []
-        while across < 2:
-            assert len(expected) < 40, f"no approval raised during a switch in {len(expected)} messages"
+        while (across < raised_in_a_switch) if raised_in_a_switch else (handle.runs < 3):
+            assert len(expected) < 40, f"{across} approvals raised during a switch, {handle.runs} runs in " \
+                                       f"{len(expected)} messages"
             expected.append(("deploy", f"v{len(expected)}-" + "x" * 2_000))
             handle.send_message({"do": "deploy", "arg": expected[-1][1]})
             request = eventually(lambda: handle.pending(), timeout=120, interval=0.2, message="a pending approval")[0]
             if handle.status().current_execution_id != request.held_in:
                 across += 1  # held by a run that is being continued
-            approved = cli(["approve", first, "--json"], agent_settings)
+            approved = cli(["approve", first, "--json"], settings)
             assert approved.returncode == 0, approved.stderr
             answer = json.loads(approved.stdout)
             assert (answer["executionId"], answer["runExecutionId"]) == (first, request.held_in)
