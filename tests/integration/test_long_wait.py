@@ -5,7 +5,7 @@ been checked ``systemTaskPostponeThreshold`` times (200 by default: a few minute
 waiting), up to ``systemTaskWorkerCallbackDuration``. The server's default of 30 s made a
 listener idle for five minutes take 10-30 s to act on a message; ``LocalServer`` caps it at
 1 s. This server starts the backoff at the first check, so minutes of waiting take seconds. That is the
-server's wait for messages (``listener_wait="pull"``); a listener that waits on a ``HUMAN`` task (the default) has
+server's wait for messages (``listener_wait="pull"``); a listener that waits on a ``HUMAN`` task (``listener_wait="human"``) has
 its join parked by its serving process instead, and woken when its wait is answered.
 """
 
