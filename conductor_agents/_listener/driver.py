@@ -480,4 +480,5 @@ class ContinuationDriver:
         deadline = self._clock.monotonic() + timeout
         for thread in threads:
             thread.join(max(0.0, deadline - self._clock.monotonic()))
+        self.parker.close(max(0.0, deadline - self._clock.monotonic()))
         self.retirer.close(max(0.0, deadline - self._clock.monotonic()))

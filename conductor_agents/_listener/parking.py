@@ -135,11 +135,21 @@ class JoinParker:
                 del self._answered[join_id]
 
     def _start_locked(self) -> None:
-        """Start the parker's thread unless it runs (called under the lock). A thread that found nothing to do
-        cleared :attr:`_thread` under the lock as it ended, so a watch is never left to a thread that is ending."""
-        if self._thread is None or not self._thread.is_alive:
+        """Start the parker's thread unless it runs or the parker is closing (called under the lock). A thread that
+        found nothing to do cleared :attr:`_thread` under the lock as it ended, so a watch is never left to a thread
+        that is ending."""
+        if not self._stopping.is_set() and (self._thread is None or not self._thread.is_alive):
             self._thread = BackgroundLoop("join-parker", self._run, daemon=True, stop=self._stopping)
             self._thread.start()
+
+    def close(self, timeout: float) -> None:
+        """Stop the parker's thread and join it (bounded by ``timeout`` seconds): it ends with its runtime, not
+        up to an idle wait later. Idempotent. A join left parked is taken up by the server when its park ends."""
+        self._stopping.set()
+        with self._lock:
+            thread = self._thread
+        if thread is not None:
+            thread.join(timeout)
 
     def answered(self, join: Mapping[str, Any]) -> None:
         """The wait inside ``join`` was answered (and the join nudged if parked): look at the join again a little

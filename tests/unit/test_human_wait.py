@@ -251,3 +251,21 @@ def test_an_ended_link_is_forgotten_and_the_parker_thread_ends_once_nothing_is_l
         eventually(lambda: len(looks) > before and parker_threads(), timeout=10, message="a new watch looked at")
     finally:
         stopping.set()
+
+
+def test_a_closed_parker_ends_its_thread_at_once_and_starts_no_other():
+    """The parker's thread ends with its runtime: ``close`` stops and joins it while it watches a busy link; a watch
+    after that starts no thread (a runtime closed, or a fork's parent)."""
+    server = HumanWaitServer()
+    link = server.key(0).execution_id
+    server.waiting[link] = 10**9  # busy in a turn for good: the thread keeps looking
+    parker = JoinParker(server, worker_id="test", stopping=threading.Event())
+    before = parker_threads()
+    parker.watch(link, RUN)
+    started = [t for t in parker_threads() if t not in before]
+    assert len(started) == 1
+    parker.close(timeout=10)
+    assert not started[0].is_alive()
+    parker.watch(link, RUN)
+    parker.answered({"taskId": "join-0", "workflowInstanceId": link})
+    assert parker_threads() == before
