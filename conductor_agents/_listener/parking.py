@@ -149,6 +149,7 @@ class JoinParker:
         with self._lock:
             thread = self._thread
         if thread is not None:
+            thread.stop()  # sets its wake as well: an idle parker sleeps on that, not on the stop event
             thread.join(timeout)
 
     def answered(self, join: Mapping[str, Any]) -> None:
