@@ -11,15 +11,14 @@ import sys
 import time
 from typing import Any, List, Optional
 
-from conductor_agents._listener.chain import parse_mailbox_key
+from conductor_agents._common.task_names import is_message_wait
+from conductor_agents._listener.chain import is_human_wait_key, parse_mailbox_key
 
 from ..helpers import listener_runs, read_through_balancer
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
-#: The server-side task type of a WaitForMessageTool task.
-WAIT_TASK_TYPE = "PULL_WORKFLOW_MESSAGES"
 _TERMINAL_TASK = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "CANCELED",
                   "SKIPPED", "TIMED_OUT"}
 
@@ -37,6 +36,13 @@ def workflow(base_url: str, execution_id: str) -> dict:
     if parse_mailbox_key(flow.get("correlationId")) is not None:
         return server_get(base_url, f"/workflow/{current_run(base_url, execution_id)}", includeTasks="true")
     return flow
+
+
+def waits_on_human_task(base_url: str, execution_id: str) -> bool:
+    """Whether the listener whose mailbox is ``execution_id`` waits on a ``HUMAN`` task (``listener_wait="human"``:
+    every message goes through its mailbox), as its mailbox's key says; False for one that waits with ``pull``."""
+    flow = server_get(base_url, f"/workflow/{execution_id}", includeTasks="false")
+    return is_human_wait_key(flow.get("correlationId"))
 
 
 def current_run(base_url: str, execution_id: str) -> str:
@@ -57,7 +63,14 @@ def quiescent(base_url: str, execution_id: str, tool: str = "act") -> bool:
     tasks = workflow(base_url, current_run(base_url, execution_id)).get("tasks") or ()
     if any(t.get("taskType") == tool and t.get("status") not in _TERMINAL_TASK for t in tasks):
         return False
-    waits = [t for t in tasks if t.get("taskType") == WAIT_TASK_TYPE]
+    return waiting_for_message(tasks)
+
+
+def waiting_for_message(tasks: Any) -> bool:
+    """Whether the newest wait for messages among a run's ``tasks`` is in progress, whatever its kind (the
+    server's ``PULL_WORKFLOW_MESSAGES`` or, with ``listener_wait="human"``, a ``HUMAN`` task the mailbox
+    completes)."""
+    waits = [t for t in tasks if is_message_wait(t)]
     return bool(waits) and waits[-1].get("status") == "IN_PROGRESS"
 
 

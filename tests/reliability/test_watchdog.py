@@ -185,11 +185,9 @@ def test_idle_runs_cost_one_request_each_per_three_intervals(agent_settings, scr
 
 
 def _waiting_for_message(base_url: str, execution_id: str) -> bool:
-    from .support import WAIT_TASK_TYPE, workflow
+    from .support import waiting_for_message, workflow
 
-    tasks = workflow(base_url, execution_id).get("tasks") or ()
-    waits = [t for t in tasks if t.get("taskType") == WAIT_TASK_TYPE]
-    return bool(waits) and waits[-1].get("status") == "IN_PROGRESS"
+    return waiting_for_message(workflow(base_url, execution_id).get("tasks") or ())
 
 
 class SlowTools:
