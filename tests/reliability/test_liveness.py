@@ -24,7 +24,7 @@ from ..helpers import eventually, listener, sdk_threads
 from ..integration.test_mailbox import push
 from ..integration.test_stateful_listener import ActionTools, act_on
 from ..proxy import LoopbackProxy
-from .support import last_poll_ms, quiescent, server_get, tasks_of
+from .support import last_poll_ms, quiescent, server_get, tasks_of, waits_on_human_task
 
 pytestmark = pytest.mark.reliability
 
@@ -142,10 +142,14 @@ def test_frozen_polling_is_reported_by_a_direct_observer_and_the_run_recovers(
         observer.send_message(handle.execution_id, {"action": "while-frozen"})
         watcher = observer.resume(handle.execution_id, agent)
         assert not watcher.workers_attached
-        # A listener's next task after a message is its turn callback (served by the same process,
-        # in the same domain), before the model asks for the tool: that is the one left unpolled,
-        # in the listener's current run (the SDK sends there, not through the mailbox).
-        stall_reported(lambda: scheduled_tool_task(base, handle.execution_id, TURN_TASK))
+        # The task left unpolled is the next one the message needs, served by the same process in the same
+        # domain: a listener that waits on the server's wait for messages ("pull") gets the SDK's message in its
+        # current run, whose next task is its turn callback, before the model asks for the tool; one that waits
+        # on a HUMAN task ("human") gets every message through its mailbox, whose forward hands it over.
+        if waits_on_human_task(base, handle.execution_id):
+            stall_reported(lambda: mailbox_forward_task(base, handle.execution_id))
+        else:
+            stall_reported(lambda: scheduled_tool_task(base, handle.execution_id, TURN_TASK))
         assert tools.actions == [("before-freeze", "")]
 
         proxy.unfreeze()
