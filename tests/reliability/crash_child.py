@@ -102,21 +102,30 @@ def crash_while_retiring(after: int) -> None:
 def crash_in_forward() -> None:
     """SIGKILL this process inside the mailbox's forward: right after it pushed a message whose action is
     ``crash-after-push``, or right before it pushes one whose action is ``crash-before-push`` (its mark is
-    written by then)."""
+    written by then). Pushed either way the forward does it: sent on into the listener's run (a listener that
+    waits with ``pull``), or handed to its ``HUMAN`` wait by completing it (``human``: the batch completed holds
+    the message)."""
     from conductor_agents._listener import mailbox as _mailbox
 
-    original = _mailbox.send_to_listener
+    def crashing(original, actions_of):
+        def push_or_die(*args, **kwargs):
+            actions = actions_of(*args, **kwargs)
+            if "crash-before-push" in actions:
+                _die("before pushing")
+            result = original(*args, **kwargs)
+            if "crash-after-push" in actions:
+                _die("after pushing")
+            return result
+        return push_or_die
 
-    def push_or_die(api, directory, execution_id, body, **kwargs):
-        action = str((body or {}).get("action") or "")
-        if action == "crash-before-push":
-            _die("before pushing")
-        result = original(api, directory, execution_id, body, **kwargs)
-        if action == "crash-after-push":
-            _die("after pushing")
-        return result
+    def sent(api, directory, execution_id, body, **kwargs):
+        return [str((body or {}).get("action") or "")]
 
-    _mailbox.send_to_listener = push_or_die
+    def handed(api, execution_id, wait, messages, **kwargs):
+        return [str((m.get("payload") or {}).get("action") or "") for m in messages]
+
+    _mailbox.send_to_listener = crashing(_mailbox.send_to_listener, sent)
+    _mailbox.complete_wait = crashing(_mailbox.complete_wait, handed)
 
 
 def _die(where: str) -> None:

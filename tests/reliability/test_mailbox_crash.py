@@ -30,9 +30,11 @@ def push(base: str, execution_id: str, action: str) -> None:
 def test_a_process_killed_mid_forward_leaves_nothing_lost_or_twice(agent_settings, scripted_llm, unique_name, tmp_path):
     """Raw pushes to the mailbox's id. Child 1 is killed right after its forward pushed a message (before the
     forward task completed); this process resumes the listener: the forward is delivered again, finds that
-    message already pulled by the listener and does not push it twice. Child 2 is killed right before a push
+    message already taken by the listener and does not push it twice. Child 2 is killed right before a push
     (its mark written); the next resume pushes that message once. Messages pushed while nobody served are
-    forwarded too, and the listener is continued meanwhile (a switch every two turns)."""
+    forwarded too, and the listener is continued meanwhile (a switch every two turns). "Pushed" is the forward's
+    hand-over of whichever kind the listener waits in: sent on into its run (``pull``), or its ``HUMAN`` wait
+    completed with the message (``human``): ``crash_child.crash_in_forward`` kills at either."""
     base = agent_settings.server_url
     model = scripted_llm.script(policy=listener_policy(act_on))
     name = unique_name("fwdcrash")
