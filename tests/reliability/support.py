@@ -19,6 +19,10 @@ from ..helpers import listener_runs, read_through_balancer
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 
+#: The server-side task type of a WaitForMessageTool task when its listener waits with ``pull`` (a ``HUMAN`` task
+#: with ``human``: :func:`waiting_for_message` tells both).
+WAIT_TASK_TYPE = "PULL_WORKFLOW_MESSAGES"
+
 _TERMINAL_TASK = {"COMPLETED", "COMPLETED_WITH_ERRORS", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "CANCELED",
                   "SKIPPED", "TIMED_OUT"}
 
