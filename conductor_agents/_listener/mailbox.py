@@ -285,8 +285,11 @@ def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messag
     start = 0
     marked, _ = _read_mark(api, chain.run_id)
     if marked in ids:  # a later delivery of this task: what a completed wait holds went through
-        held = _handed(api, directory, chain, marked)
+        found = _handed(api, directory, chain, marked)
+        held = None if found is None else found[0]
         start = ids.index(marked) if held is None else max(ids.index(i) for i in held if i in ids) + 1
+        if found is not None:  # the delivery that completed it may have died before it nudged the wait's join
+            _wake_join(api, found[1], found[2], worker_id=worker_id, answered=answered)
     handed = start
     busy_until = clock.monotonic() + _BUSY_LOOK_SECONDS
     while handed < len(envelopes):
@@ -321,8 +324,28 @@ def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messag
     return {"forwarded": handed}
 
 
-def _handed(api: ConductorApi, directory: ChainDirectory, chain: Chain, message_id: str) -> list[str] | None:
-    """The ids a completed wait of the listener's newest links was handed with ``message_id``, or None."""
+def _wake_join(api: ConductorApi, execution_id: str, wait: Mapping[str, Any], *, worker_id: str,
+               answered: Callable[[Mapping[str, Any]], Any]) -> None:
+    """Make the join around a completed ``wait`` of run ``execution_id`` due now, and look at it again later, while
+    it has not ended: a process killed between completing the wait and nudging the join it parked leaves that join
+    parked for :data:`~.parking.PARK_SECONDS`, the listener answered but still. An update of a join that ended
+    meanwhile is ignored by the server; one being evaluated is evaluated once more."""
+    ref = str(wait.get("referenceTaskName") or "")
+    tasks = api.workflow_tasks(execution_id, statuses=("IN_PROGRESS",), start=1, count=50).tasks  # 1: not the loop
+    for join in tasks:
+        if join.get("taskType") != "JOIN":
+            continue
+        iteration = join.get("iteration")
+        suffix = f"__{iteration}" if join.get("loopOverTask") and isinstance(iteration, int) and iteration > 0 else ""
+        if ref in {f"{r}{suffix}" for r in (join.get("inputData") or {}).get("joinOn") or () if isinstance(r, str)}:
+            nudge(api, join, worker_id=worker_id, parked_here=lambda join_id: True)
+            answered(join)
+
+
+def _handed(api: ConductorApi, directory: ChainDirectory, chain: Chain,
+            message_id: str) -> tuple[list[str], str, Mapping[str, Any]] | None:
+    """The ids a completed wait of the listener's newest links was handed with ``message_id``, the run and the wait;
+    or None."""
     newest = directory.refresh(chain)
     for number in range(newest.number, max(0, newest.number - 3) - 1, -1):
         try:
@@ -338,7 +361,7 @@ def _handed(api: ConductorApi, directory: ChainDirectory, chain: Chain, message_
             held = [str(m.get("id")) for m in (task.get("outputData") or {}).get("messages") or ()
                     if isinstance(m, Mapping)]
             if message_id in held:
-                return held
+                return held, chain.link(number).execution_id, task
     return None
 
 

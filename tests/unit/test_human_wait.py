@@ -169,6 +169,47 @@ def test_a_crash_between_the_mark_and_the_completion_hands_the_marked_message_on
     assert [ids for _, ids in server.handed[1:]] == [[IDS[1]], [IDS[2]]]
 
 
+class DiedBeforeTheNudge(HumanWaitServer):
+    """A forward completed the wait holding ``IDS[0]`` (``call_0``), then its process died before it nudged the join
+    around that wait, which it had parked: the join stays in progress, parked, until something nudges it."""
+
+    def __init__(self):
+        super().__init__()
+        link = self.key(0).execution_id
+        self.stuck = {"taskType": "JOIN", "taskId": "join-0", "status": "IN_PROGRESS", "workflowInstanceId": link,
+                      "inputData": {"joinOn": ["call_0"]}}
+        mailbox._write_mark(self, RUN, IDS[0])
+        self.completed[link] = [{**wait_task(link, 0), "status": "COMPLETED",
+                                 "outputData": {"messages": envelopes(IDS[0]), "count": 1}}]
+        self.updates.append({"taskId": "join-0", "callbackAfterSeconds": PARK_SECONDS})  # the dead process's park
+
+    def workflow_tasks(self, execution_id, start=0, count=15, statuses=()):
+        if statuses == ("IN_PROGRESS",) and self.stuck is not None:
+            from conductor_agents._wire.api import TaskPage
+            return TaskPage(total=1, tasks=[self.stuck])  # the listener is not waiting: its join holds it
+        return super().workflow_tasks(execution_id, start, count, statuses)
+
+    def update_task(self, result):
+        if result["taskId"] == "join-0" and result.get("callbackAfterSeconds") == 0:
+            self.stuck = None  # due: the join ends, the listener's next turn comes and it waits again
+        super().update_task(result)
+
+
+def test_a_delivery_after_a_crash_between_the_completion_and_the_nudge_wakes_the_parked_join():
+    """Without the nudge the answered listener would wait out the park (an hour): the next delivery of the forward
+    finds the marked message in a completed wait, nudges the join around it and has it looked at again."""
+    server = DiedBeforeTheNudge()
+    clock = FakeClock()
+    answered = []
+    directory = ChainDirectory(server)
+    assert mailbox.hand_over(server, directory, directory.chain(MAILBOX), envelopes(*IDS[:2]), batch_size=1,
+                             worker_id="test", clock=clock, pause=clock.advance,
+                             answered=answered.append) == {"forwarded": 2}
+    assert [u["callbackAfterSeconds"] for u in server.updates if u["taskId"] == "join-0"] == [PARK_SECONDS, 0]
+    assert [join["taskId"] for join in answered] == ["join-0"]
+    assert [ids for _, ids in server.handed] == [[IDS[1]]]  # the completed wait's message is not handed twice
+
+
 def test_a_listener_being_continued_gets_nothing_until_its_new_run_waits():
     server = HumanWaitServer()
     server.add_link(1)  # a switch began: link 1 exists and does not wait yet; link 0 still waits
