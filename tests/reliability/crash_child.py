@@ -171,6 +171,7 @@ def main(argv: "list[str]") -> int:
     parser.add_argument("--keep-runs", default="default", help="a number, or 'all'")
     parser.add_argument("--crash-after-removals", type=int, default=None)
     parser.add_argument("--crash-in-forward", action="store_true")
+    parser.add_argument("--listener-wait", choices=("pull", "human"), default=None)
     group = parser.add_mutually_exclusive_group(required=True)
     group.add_argument("--start", action="store_true")
     group.add_argument("--resume")
@@ -201,6 +202,8 @@ def main(argv: "list[str]") -> int:
     agent = listener(args.name, args.model, FileActionTools(args.log, hang_on=args.hang_on),
                      continue_every=args.continue_every, keep_runs=keep)
     settings = AgentSettings.from_env(environ={}, server_url=args.server_url)  # raw pushes signal the mailbox
+    if args.listener_wait:
+        settings = attrs.evolve(settings, listener_wait=args.listener_wait)
     if args.stall_seconds:
         settings = attrs.evolve(settings, liveness_stall_seconds=args.stall_seconds,
                                 liveness_check_interval_seconds=1.0)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import collections
 
+import attrs
 import pytest
 
 from conductor_agents import AgentRuntime, Continuation, RunStatus
@@ -27,7 +28,9 @@ def push(base: str, execution_id: str, action: str) -> None:
 
 
 @pytest.mark.both_topologies
-def test_a_process_killed_mid_forward_leaves_nothing_lost_or_twice(agent_settings, scripted_llm, unique_name, tmp_path):
+@pytest.mark.parametrize("wait", ["pull", "human"])
+def test_a_process_killed_mid_forward_leaves_nothing_lost_or_twice(agent_settings, scripted_llm, unique_name, tmp_path,
+                                                                   wait):
     """Raw pushes to the mailbox's id. Child 1 is killed right after its forward pushed a message (before the
     forward task completed); this process resumes the listener: the forward is delivered again, finds that
     message already taken by the listener and does not push it twice. Child 2 is killed right before a push
@@ -35,11 +38,13 @@ def test_a_process_killed_mid_forward_leaves_nothing_lost_or_twice(agent_setting
     forwarded too, and the listener is continued meanwhile (a switch every two turns). "Pushed" is the forward's
     hand-over of whichever kind the listener waits in: sent on into its run (``pull``), or its ``HUMAN`` wait
     completed with the message (``human``): ``crash_child.crash_in_forward`` kills at either."""
+    agent_settings = attrs.evolve(agent_settings, listener_wait=wait)
     base = agent_settings.server_url
     model = scripted_llm.script(policy=listener_policy(act_on))
     name = unique_name("fwdcrash")
     log = str(tmp_path / "actions.jsonl")
-    common = ["--server-url", base, "--name", name, "--model", model, "--log", log, "--continue-every", "2"]
+    common = ["--server-url", base, "--name", name, "--model", model, "--log", log, "--continue-every", "2",
+              "--listener-wait", wait]
     tools = FileActionTools(log)
     agent = make_listener(name, model, tools, batch_size=5, continuation=Continuation(max_turns=2))
     sent: "list[str]" = []

@@ -5,7 +5,7 @@ then the server restarts on the same data directory and the tool is released. On
 server the message queue is in the server's memory: a listener that waits with the server's wait
 for messages (``listener_wait="pull"``) never sees the two messages, and ``wait_delivered`` must
 say so (``MessageLostError``, reason ``NOT_IN_QUEUE``) instead of waiting for ever. A listener that
-waits on a ``HUMAN`` task (``"human"``, the default) gets every message through its mailbox, whose
+waits on a ``HUMAN`` task (``"human"``) gets every message through its mailbox, whose
 pull moves what it takes out of the queue into its forward task, which the server keeps in its
 store: two messages the mailbox took before the restart are delivered after it, once each, in
 order. On a Redis-backed server (``LocalServer(backend="redis")``, its own redis-server with an
