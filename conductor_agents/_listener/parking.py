@@ -47,6 +47,10 @@ _LOOK_EVERY = 0.25
 _WATCH_SECONDS = 600.0
 #: After :data:`_PARK_ROUNDS` parks that did not hold, the next round comes this much later.
 _PARK_AGAIN_AFTER = 10.0
+#: A park found holding is looked at once more this much later: on a loaded server an evaluation already under
+#: way can write the task (and its queue message) after the first look, undoing the park.
+_HELD_LOOKS = 2
+_LOOK_AGAIN_AFTER = 5.0
 #: Joins a park was sent for, remembered for the forward's nudge (the oldest forgotten first).
 _SENT_KEPT = 100_000
 #: When the join of an answered wait is looked at again (seconds after the answer, then after each nudge): a
@@ -95,13 +99,15 @@ class _Watch:
     rounds: int = 0
     first_count: Any = None
     due: float = 0.0
+    held_looks: int = 0  # looks that found the park holding (it is trusted after _HELD_LOOKS)
 
 
 class JoinParker:
     """Parks the join of each watched link's next ``HUMAN`` wait, on one thread (started on first use).
 
     Each watched link is looked at every :data:`_LOOK_EVERY` seconds until it waits; its join is then parked and
-    read back half a second and a second and a half later (no thread sleeps for one link: the others go on)."""
+    read back half a second and a second and a half later, and once more five seconds after that (no thread sleeps
+    for one link: the others go on)."""
 
     def __init__(self, api: ConductorApi, *, worker_id: str, stopping: threading.Event,
                  clock: Clock = SYSTEM_CLOCK) -> None:
@@ -227,8 +233,13 @@ class JoinParker:
             watch.first_count, watch.due = task.get("pollCount"), now + 1.0
             return False
         if int(task.get("callbackAfterSeconds") or 0) == PARK_SECONDS and task.get("pollCount") == watch.first_count:
-            self.parked += 1
-            return True
+            watch.held_looks += 1
+            if watch.held_looks >= _HELD_LOOKS:
+                self.parked += 1
+                return True
+            watch.due = now + _LOOK_AGAIN_AFTER  # the same count then: nothing evaluated it since
+            return False
+        watch.held_looks = 0
         if watch.rounds % _PARK_ROUNDS == 0:  # a young join: parks rarely hold before its 200 quick evaluations
             log.debug("run %s: %d parks of its join did not hold; again in %g s", execution_id, watch.rounds,
                       _PARK_AGAIN_AFTER)

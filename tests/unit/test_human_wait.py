@@ -234,7 +234,8 @@ def test_a_join_is_parked_while_its_wait_waits_and_nudged_after_the_wait_is_answ
     watch = _Watch(until=clock.monotonic() + 60, run_id=RUN)
     assert parker._step(link, watch) is False  # found waiting: parked, read back twice later
     assert [u["callbackAfterSeconds"] for u in server.updates] == [PARK_SECONDS]
-    assert parker._step(link, watch) is False and parker._step(link, watch) is True and parker.parked == 1
+    assert parker._step(link, watch) is False and parker._step(link, watch) is False  # held: looked at again
+    assert parker._step(link, watch) is True and parker.parked == 1
     # The forward answers the wait, then nudges the parked join: due at once.
     assert hand_over(server, envelopes(IDS[0])) == {"forwarded": 1}
     assert join_callbacks(server) == [PARK_SECONDS, 0]
@@ -310,3 +311,29 @@ def test_a_closed_parker_ends_its_thread_at_once_and_starts_no_other():
     parker.watch(link, RUN)
     parker.answered({"taskId": "join-0", "workflowInstanceId": link})
     assert parker_threads() == before
+
+
+def test_a_park_that_held_at_the_first_look_is_looked_at_again_and_parked_again_when_undone():
+    """On a loaded server an evaluation already under way can write the join (and its queue message) after the first
+    look found the park holding: the parker looks once more a few seconds later and parks it again."""
+    server = HumanWaitServer()
+    clock = FakeClock()
+    parker = JoinParker(server, worker_id="test", stopping=threading.Event(), clock=clock)
+    link = server.key(0).execution_id
+    watch = _Watch(until=clock.monotonic() + 600, run_id=RUN)
+
+    def step() -> bool:
+        clock.advance(max(0.0, watch.due - clock.monotonic()))
+        return parker._step(link, watch)
+
+    assert parker._step(link, watch) is False  # parked
+    assert step() is False  # the count read back
+    assert step() is False  # held at the first look: looked at again later
+    assert parker.parked == 0
+    server.updates.append({"taskId": "join-0", "callbackAfterSeconds": 0})  # the late evaluation's write
+    assert step() is False  # undone: parked again
+    parks = [u["callbackAfterSeconds"] for u in server.updates if u.get("workerId") == "test"]
+    assert parks == [PARK_SECONDS, PARK_SECONDS]
+    while not step():
+        pass
+    assert parker.parked == 1
