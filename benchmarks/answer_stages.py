@@ -65,7 +65,7 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--listener-wait", choices=("human", "pull"), default=None,
                    help="what the listeners wait in (AgentSettings.listener_wait; default: the SDK's)")
     p.add_argument("--baseline", type=float, default=15.0, metavar="SECONDS",
-                   help="the empty server's CPU is read for this long before the listeners start")
+                   help="the empty server's CPU is read for this long before the listeners start (after as long again)")
     p.add_argument("--profile", type=float, default=0.0, metavar="SECONDS",
                    help="sample the server's threads and stacks for this long in the idle window (_jvm.py)")
     return p.parse_args(argv)
@@ -136,6 +136,7 @@ def main(argv: List[str]) -> int:
             if args.listener_wait:
                 settings = attrs.evolve(settings, listener_wait=args.listener_wait)
             server_pids = _procs.tree(stack.server.pid)
+            time.sleep(args.baseline)  # the JVM's warm-up after the start is not the empty server's cost
             cpu_before, base_began = _procs.cpu_seconds(server_pids), time.monotonic()
             time.sleep(args.baseline)
             base_share = _procs.cpu_delta(cpu_before, _procs.cpu_seconds(server_pids)) / (time.monotonic() - base_began)
