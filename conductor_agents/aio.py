@@ -300,9 +300,7 @@ class AsyncAgentHandle:
         return await self._pool.run(self.sync.wait_delivered, message_id, timeout=timeout)
 
     async def stop(self) -> None:
-        """As :meth:`AgentHandle.stop`: a listener reads the messages accepted before the stop, then the stop, and
-        ends after that model turn (from any process, across its switches); this returns once that turn began
-        (about a second when it waits, at most 30 s, after which it ends after its current turn)."""
+        """As :meth:`AgentHandle.stop`."""
         await self._pool.run(self.sync.stop)
 
     async def cancel(self, reason: str = "cancelled by the caller") -> None:

@@ -3,11 +3,8 @@
 The server keeps no record of a message once a run has pulled it, except in the run's task
 list: every ``PULL_WORKFLOW_MESSAGES`` task (a :class:`~conductor_agents.WaitForMessageTool`
 call) completes with ``{messages: [{id, payload, receivedAt, ...}], count}``, and the tasks of
-earlier loop iterations stay in the list. So a message was taken in when its id is in one of
-those outputs, and delivered (acted on) once the run's model read it: a model turn of a later
-loop iteration began (:mod:`.reading`), or a switch carried it over to the next run. A run that
-ended right after the wait that took it in (its stop flag, a cancel, its turn limit) never showed
-it to its model: the message was not acted on, and the sender is told so.
+earlier loop iterations stay in the list. So a message was delivered when its id is in one of
+those outputs.
 
 A message can no longer arrive when
 
@@ -43,7 +40,6 @@ from ..errors import ExecutionNotFoundError, MessageLostError, ServerUnavailable
 from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
 from .naming import names_errors, run_name
-from .reading import after_stop, iteration_of, locate_wait, model_read_after
 from .switch import read_commit
 
 __all__ = ["MessageDelivery", "DeliveryCheck", "wait_for_delivery"]
@@ -55,10 +51,6 @@ PULL_TASK_TYPE = MESSAGE_WAIT_TASK_TYPE
 _TERMINAL_RUN = frozenset({"COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"})
 #: Evaluations after the first sample that prove one of them started after the push.
 _EVALUATIONS_FOR_PROOF = 2
-#: A sample's key that says whether a model turn read the message its wait took in (absent: it did).
-READ_KEY = "_read_by_model"
-#: A sample's key that says whether the message was taken in behind a stop signal (then it is not acted on).
-AFTER_STOP_KEY = "_after_stop"
 
 
 @attrs.frozen
@@ -116,22 +108,9 @@ class DeliveryCheck:
         """One sample (a workflow-shaped mapping: ``status``, ``tasks``). Raises MessageLostError when
         the message can no longer arrive."""
         delivery = find_delivery(workflow, self.execution_id, self.message_id)
-        status = str(workflow.get("status") or "")
         if delivery is not None:
-            if workflow.get(READ_KEY, True):
-                return delivery
-            if status not in _TERMINAL_RUN:
-                return None  # taken in; its model turn has not begun yet
-            why = ("behind its stop (a listener told to stop acts on what came before the stop, not after)"
-                   if workflow.get(AFTER_STOP_KEY) else
-                   f"and ended {status} before its model read it (a stop, a cancel or the turn limit ended its loop "
-                   "right after that wait)")
-            raise MessageLostError(
-                f"message {self.message_id} was not acted on: {run_name(self._reported_as, self.execution_id)} "
-                f"took it in {why}; send it again if it matters",
-                execution_id=self._reported_as, message_id=self.message_id,
-                reason=MessageLostError.NOT_ACTED_ON, run_status=status,
-            )
+            return delivery
+        status = str(workflow.get("status") or "")
         if status in _TERMINAL_RUN:
             raise MessageLostError(
                 f"message {self.message_id} was not delivered: {run_name(self._reported_as, self.execution_id)} "
@@ -177,12 +156,8 @@ def _sample(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[st
     run_status = str(status.get("status") or "")
     sample: dict[str, Any] = {"status": run_status, "tasks": []}
     if message_id in pulled_message_ids(variables, ()):
-        located = locate_wait(api, execution_id, message_id)
+        located = _locate(api, execution_id, message_id)
         sample["tasks"] = [located] if located is not None else [_placeholder(execution_id, message_id)]
-        if located is not None:  # acted on: a model turn of the run read it, not behind a stop (see :mod:`.reading`)
-            behind = after_stop(located, message_id)
-            sample[READ_KEY] = not behind and model_read_after(api, execution_id, iteration_of(located))
-            sample[AFTER_STOP_KEY] = behind
         return sample
     if run_status in _TERMINAL_RUN:
         total = api.workflow_tasks(execution_id, start=0, count=1).total
@@ -192,29 +167,42 @@ def _sample(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[st
     return sample
 
 
+def _locate(api: ConductorApi, execution_id: str, message_id: str) -> Mapping[str, Any] | None:
+    """The wait-for-message task that pulled ``message_id``: pages of finished tasks, newest first."""
+    total = api.workflow_tasks(execution_id, statuses=("COMPLETED",), start=0, count=1).total
+    start = total
+    while start > 0:
+        start = max(0, start - 50)
+        for task in api.workflow_tasks(execution_id, statuses=("COMPLETED",), start=start, count=50).tasks:
+            if is_message_wait(task) and find_delivery({"tasks": [task]}, execution_id, message_id):
+                return task
+    return None
+
+
 def _placeholder(execution_id: str, message_id: str) -> dict[str, Any]:
     # The digest says the run pulled it, but the task is not found (cannot happen on a sound server).
     return {"taskType": PULL_TASK_TYPE, "referenceTaskName": "", "taskId": "",
             "outputData": {"messages": [{"id": message_id, "workflowId": execution_id}]}}
 
 
-#: What :func:`_continued_verdict` says of a switch that was abandoned: the listener ended with the run before it.
-_ABANDONED = "abandoned"
-
-
-def _continued_verdict(api: ConductorApi, chain: Chain, link: Link, message_id: str) -> MessageDelivery | str | None:
-    """For a link whose successor exists: the message's delivery per the switch's record; raises
-    MessageLostError when the switch dropped it; None while the switch is not committed; :data:`_ABANDONED` when
-    the switch was abandoned (``link`` ended on its own: its own tasks say what became of the message)."""
+def _continued_verdict(api: ConductorApi, chain: Chain, link: Link, message_id: str) -> MessageDelivery | None:
+    """For a link that was continued: the message's delivery per the switch's record; raises
+    MessageLostError when the switch dropped it; None while the switch is not committed."""
     successor = chain.link(link.number + 1)
     record, open_ = read_commit(api, successor)
     if record is None:
-        return None if open_ else _ABANDONED
+        if open_:
+            return None
+        raise MessageLostError(
+            f"message {message_id} was not delivered: {run_name(chain.execution_id, link.execution_id)} ended "
+            "without pulling it",
+            execution_id=chain.execution_id, message_id=message_id, reason=MessageLostError.RUN_ENDED,
+            run_status="TERMINATED")
     if message_id in {str(p.get("id")) for p in record.pending}:
         return MessageDelivery(execution_id=successor.execution_id, message_id=message_id,
                                task_reference_name="carried over", task_id="", batch_count=len(record.pending))
     if message_id in record.pulled:
-        located = locate_wait(api, link.execution_id, message_id)
+        located = _locate(api, link.execution_id, message_id)
         found = find_delivery({"tasks": [located]}, link.execution_id, message_id) if located else None
         return found or MessageDelivery(execution_id=link.execution_id, message_id=message_id,
                                         task_reference_name="", task_id="")
@@ -224,24 +212,6 @@ def _continued_verdict(api: ConductorApi, chain: Chain, link: Link, message_id: 
         "ends); send it again (send_message does that itself for the messages it sends)",
         execution_id=chain.execution_id, message_id=message_id, reason=MessageLostError.RUN_ENDED,
         run_status="TERMINATED")
-
-
-#: Runs of a listener looked at, newest first, for the one that took a message in.
-_LOOK_BACK = 50
-
-
-def _taken_by(api: ConductorApi, directory: ChainDirectory, chain: Chain, message_id: str) -> Link | None:
-    """The run of the listener whose digest lists ``message_id`` (newest first; retired runs skipped), or None."""
-    newest = directory.refresh(chain)
-    for number in range(newest.number, max(chain.first, newest.number - _LOOK_BACK) - 1, -1):
-        link = chain.link(number)
-        try:
-            variables = api.workflow_status(link.execution_id, include_variables=True).get("variables") or {}
-        except ExecutionNotFoundError:
-            continue
-        if message_id in pulled_message_ids(variables, ()):
-            return link
-    return None
 
 
 @names_errors
@@ -271,17 +241,13 @@ def wait_for_delivery(
         ServerUnavailableError, ServerError: too many transient errors, or another one.
     """
     link = directory.accepted_by(message_id)
-    if link is None and chain.continuable:  # sent through the mailbox, or by another process: which run took it?
-        link = _taken_by(api, directory, chain, message_id)
     if link is None:
         link = directory.refresh(chain) if chain.continuable else directory.newest(chain)
         if link.number > chain.first:  # sent by another process just before a switch?
             earlier = chain.link(link.number - 1)
             try:
                 verdict = _continued_verdict(api, chain, earlier, message_id)
-                if verdict == _ABANDONED:
-                    link = earlier  # the listener ended with the run before: it took the message in, or nobody did
-                elif isinstance(verdict, MessageDelivery):
+                if verdict is not None:
                     return verdict
             except (MessageLostError, ExecutionNotFoundError):
                 pass  # not pulled by the earlier run (or it was retired): look in the newest
@@ -299,14 +265,13 @@ def wait_for_delivery(
                      budget.count)
             sample = None
         if sample is not None:
-            unread = find_delivery(sample, link.execution_id, message_id) is None or not sample.get(READ_KEY, True)
-            # Continued: a message it did not read was carried over (or dropped); an abandoned switch left it here.
-            continued = sample.get("status") in _TERMINAL_RUN and chain.continuable and unread \
-                and directory.exists(chain, link.number + 1)
-            outcome = _continued_verdict(api, chain, link, message_id) if continued else None
-            if isinstance(outcome, MessageDelivery):
-                return outcome
-            if not continued or outcome == _ABANDONED:
+            if sample.get("status") in _TERMINAL_RUN and chain.continuable \
+                    and find_delivery(sample, link.execution_id, message_id) is None \
+                    and directory.exists(chain, link.number + 1):
+                verdict = _continued_verdict(api, chain, link, message_id)
+                if verdict is not None:
+                    return verdict
+            else:
                 delivery = check.observe(sample)
                 if delivery is not None:
                     return delivery

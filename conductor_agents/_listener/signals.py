@@ -27,7 +27,7 @@ from .._wire.api import ConductorApi
 from ..errors import ServerError
 from ..result import RunStatus
 
-__all__ = ["SIGNAL_VARIABLE", "carry_signal", "post_signal", "read_signal", "settle_turn"]
+__all__ = ["SIGNAL_VARIABLE", "carry_signal", "post_signal", "read_signal"]
 
 log = logging.getLogger("conductor_agents.signals")
 
@@ -63,9 +63,9 @@ def _initialised(api: ConductorApi, execution_id: str) -> bool | None:
     return None if any(t.get("taskType") == MODEL_TASK_TYPE for t in page.tasks) else False
 
 
-def settle_turn(api: ConductorApi, execution_id: str, *, pause: Callable[[float], object], clock: Clock) -> None:
+def _settle(api: ConductorApi, execution_id: str, *, pause: Callable[[float], object], clock: Clock) -> None:
     """Wait (bounded) until no model turn of the run is in flight: the server writes the run it read when
-    the turn began once the model answers, which undoes a variable set meanwhile (a signal, the stop flag)."""
+    the turn began once the model answers, which undoes a signal posted meanwhile."""
     deadline = clock.monotonic() + _TURN_WAIT_SECONDS
     while clock.monotonic() < deadline:
         page = api.workflow_tasks(execution_id, statuses=("IN_PROGRESS", "SCHEDULED"), start=0, count=50)
@@ -108,7 +108,7 @@ def post_signal(api: ConductorApi, execution_id: str, text: str, *, pause: Calla
         stuck = True
         for wait in _CHECKS:  # a decision under way when it was posted writes the run it read before: look again
             pause(wait)
-            settle_turn(api, execution_id, pause=pause, clock=clock)
+            _settle(api, execution_id, pause=pause, clock=clock)
             running, current = read_signal(api, execution_id)
             if not running:
                 return False

@@ -34,10 +34,6 @@ def pull(ref, status, poll_count, *ids, task_id=None):
             "status": status, "pollCount": poll_count, "outputData": output}
 
 
-def llm(ref):
-    return {"taskType": "LLM_CHAT_COMPLETE", "referenceTaskName": ref, "status": "IN_PROGRESS"}
-
-
 def flow(status, *tasks):
     return {"workflowId": EXEC, "status": status,
             "tasks": [{"taskType": "LLM_CHAT_COMPLETE", "referenceTaskName": "llm", "status": "COMPLETED"}, *tasks]}
@@ -136,13 +132,12 @@ def page(*tasks, total=None):
 
 
 def test_wait_delivered_returns_once_pulled(http):
-    """Two small reads per sample; once the digest lists it, the task that pulled it is looked up once, and the
-    model turn after it."""
+    """Two small reads per sample; once the digest lists it, the task that pulled it is looked up once."""
     http.add("GET", f"{WORKFLOW}/status", json=status("RUNNING"))
     http.add("GET", f"{WORKFLOW}/status", json=status("RUNNING", MID))
     http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "IN_PROGRESS", 1)))
     http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "COMPLETED", 2, MID), total=1))
-    http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "COMPLETED", 2, MID), llm("llm__2")))
+    http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "COMPLETED", 2, MID)))
     handle, pauses = make_handle()
     assert handle.wait_delivered(MID, timeout=5).task_reference_name == "w__1"
     assert pauses.waits == [0.5]
@@ -162,7 +157,7 @@ def test_wait_delivered_tolerates_transient_errors_like_wait(http):
     http.add("GET", f"{WORKFLOW}/status", body=requests.ConnectionError("refused"))
     http.add("GET", f"{WORKFLOW}/status", status=503, json={"message": "down"})
     http.add("GET", f"{WORKFLOW}/status", json=status("RUNNING", MID))
-    http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "COMPLETED", 2, MID), llm("llm__2")))
+    http.add("GET", f"{WORKFLOW}/tasks", json=page(pull("w__1", "COMPLETED", 2, MID)))
     handle, _ = make_handle()
     assert handle.wait_delivered(MID, timeout=10).message_id == MID
 
