@@ -7,6 +7,8 @@ tests/reliability/test_message_delivery_restart.py.
 
 from __future__ import annotations
 
+import contextlib
+
 import subprocess
 import sys
 import threading
@@ -92,23 +94,30 @@ def test_a_pulled_message_is_reported_delivered(agent_runtime, scripted_llm, uni
         assert other.wait_delivered(handle.execution_id, message_id, timeout=10) == delivery
 
 
-def test_messages_pulled_in_one_batch_while_the_run_was_busy(agent_settings, scripted_llm, unique_name, tools):
-    """The server's wait for messages (``listener_wait="pull"``): what was pushed into the run while it was busy is
-    taken by its next wait, all at once."""
+@contextlib.contextmanager
+def sent_while_busy(settings, wait, scripted_llm, unique_name, tools):
+    """A listener (``listener_wait=wait``) sent three messages while busy in a tool: their deliveries, once the
+    tool returns (nothing is known while it is busy, and ``wait_delivered`` says so in time); stopped after."""
     model = scripted_llm.script(policy=listener_policy(act_on))
-    with AgentRuntime(attrs.evolve(agent_settings, listener_wait="pull")) as runtime:
+    with AgentRuntime(attrs.evolve(settings, listener_wait=wait)) as runtime:
         handle = runtime.start(listener(unique_name("batch"), model, tools, batch_size=5), "Start listening.")
         handle.send_message({"action": "hold"})
         assert tools.holding.wait(60)
         ids = [handle.send_message({"action": f"queued-{n}"}) for n in range(3)]
-        with pytest.raises(WaitTimeoutError):  # busy in a tool: nothing is known yet, and it says so in time
+        with pytest.raises(WaitTimeoutError):
             handle.wait_delivered(ids[0], timeout=2)
         tools.gate.set()
-        deliveries = [handle.wait_delivered(i, timeout=60) for i in ids]
-        assert {d.task_id for d in deliveries} == {deliveries[0].task_id}  # one wait task pulled all three
-        assert [d.batch_count for d in deliveries] == [3, 3, 3]
+        yield [handle.wait_delivered(i, timeout=60) for i in ids]
         handle.stop()
         handle.wait(timeout=60)
+
+
+def test_messages_pulled_in_one_batch_while_the_run_was_busy(agent_settings, scripted_llm, unique_name, tools):
+    """The server's wait for messages (``listener_wait="pull"``): what was pushed into the run while it was busy is
+    taken by its next wait, all at once."""
+    with sent_while_busy(agent_settings, "pull", scripted_llm, unique_name, tools) as deliveries:
+        assert {d.task_id for d in deliveries} == {deliveries[0].task_id}  # one wait task pulled all three
+        assert [d.batch_count for d in deliveries] == [3, 3, 3]
 
 
 def test_messages_sent_while_a_human_wait_listener_was_busy_are_handed_in_order_in_at_most_two_batches(
@@ -116,16 +125,7 @@ def test_messages_sent_while_a_human_wait_listener_was_busy_are_handed_in_order_
     """A listener that waits on a HUMAN task (``listener_wait="human"``): messages sent while it is busy wait in its
     mailbox. The forward holds what the mailbox's round took (the first of them, or more), the round after it takes
     all the rest at once: so they reach the listener in order, in at most two waits, each reported with its batch."""
-    model = scripted_llm.script(policy=listener_policy(act_on))
-    with AgentRuntime(attrs.evolve(agent_settings, listener_wait="human")) as runtime:
-        handle = runtime.start(listener(unique_name("batch"), model, tools, batch_size=5), "Start listening.")
-        handle.send_message({"action": "hold"})
-        assert tools.holding.wait(60)
-        ids = [handle.send_message({"action": f"queued-{n}"}) for n in range(3)]
-        with pytest.raises(WaitTimeoutError):  # busy in a tool: nothing is known yet, and it says so in time
-            handle.wait_delivered(ids[0], timeout=2)
-        tools.gate.set()
-        deliveries = [handle.wait_delivered(i, timeout=60) for i in ids]
+    with sent_while_busy(agent_settings, "human", scripted_llm, unique_name, tools) as deliveries:
         waits = [d.task_id for d in deliveries]
         in_turn = [w for n, w in enumerate(waits) if n == 0 or w != waits[n - 1]]
         assert len(in_turn) == len(set(waits)) <= 2, waits  # each wait took the next messages in order
@@ -133,8 +133,6 @@ def test_messages_sent_while_a_human_wait_listener_was_busy_are_handed_in_order_
         # A batch's messages are acted on by parallel tool calls, in no kept order.
         eventually(lambda: sorted(tools.actions) == ["hold", "queued-0", "queued-1", "queued-2"], timeout=60,
                    message="all acted on")
-        handle.stop()
-        handle.wait(timeout=60)
 
 
 def test_a_run_that_ends_before_pulling_reports_the_message_lost(agent_runtime, scripted_llm, unique_name, tools):
