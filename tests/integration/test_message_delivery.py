@@ -8,7 +8,6 @@ tests/reliability/test_message_delivery_restart.py.
 from __future__ import annotations
 
 import contextlib
-
 import subprocess
 import sys
 import threading
