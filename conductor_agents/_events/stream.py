@@ -355,10 +355,10 @@ class _Reader:
         every ``HUMAN`` task's form alike, so a listener's wait on one looks like a question to a person."""
         if not isinstance(event, WaitingEvent) or not event.for_person or event.tool_calls:
             return event
+        if self._wait_kinds is None:
+            self._wait_kinds = TaskEvents(self._api, self._execution_id)
         for pause in _WAIT_KIND_PAUSES:  # the event may come before its task is listed
             self._pause(pause)
-            if self._wait_kinds is None:
-                self._wait_kinds = TaskEvents(self._api, self._execution_id)
             listed = None if self._stopped() else self._task_list(logging.DEBUG, "reading %s's wait failed: %s",
                                                                   self._wait_kinds)
             if listed is None:

@@ -149,13 +149,13 @@ class JoinParker:
             self._thread.start()
 
     def close(self, timeout: float) -> None:
-        """Stop the parker's thread and join it (bounded by ``timeout`` seconds): it ends with its runtime, not
-        up to an idle wait later. Idempotent. A join left parked is taken up by the server when its park ends."""
+        """Stop the parker's thread and join it (bounded by ``timeout`` seconds), so it ends with its runtime; a
+        watch after that starts none. Idempotent. A join left parked is taken up by the server when its park ends."""
         self._stopping.set()
         with self._lock:
             thread = self._thread
         if thread is not None:
-            thread.stop()  # sets its wake as well: an idle parker sleeps on that, not on the stop event
+            thread.stop()
             thread.join(timeout)
 
     def answered(self, join: Mapping[str, Any]) -> None:
