@@ -214,6 +214,24 @@ def _continued_verdict(api: ConductorApi, chain: Chain, link: Link, message_id: 
         run_status="TERMINATED")
 
 
+#: Runs of a listener looked at, newest first, for the one that took a message in.
+_LOOK_BACK = 50
+
+
+def _taken_by(api: ConductorApi, directory: ChainDirectory, chain: Chain, message_id: str) -> Link | None:
+    """The run of the listener whose digest lists ``message_id`` (newest first; retired runs skipped), or None."""
+    newest = directory.refresh(chain)
+    for number in range(newest.number, max(chain.first, newest.number - _LOOK_BACK) - 1, -1):
+        link = chain.link(number)
+        try:
+            variables = api.workflow_status(link.execution_id, include_variables=True).get("variables") or {}
+        except ExecutionNotFoundError:
+            continue
+        if message_id in pulled_message_ids(variables, ()):
+            return link
+    return None
+
+
 @names_errors
 def wait_for_delivery(
     api: ConductorApi,
@@ -241,6 +259,8 @@ def wait_for_delivery(
         ServerUnavailableError, ServerError: too many transient errors, or another one.
     """
     link = directory.accepted_by(message_id)
+    if link is None and chain.continuable:  # sent through the mailbox, or by another process: which run took it?
+        link = _taken_by(api, directory, chain, message_id)
     if link is None:
         link = directory.refresh(chain) if chain.continuable else directory.newest(chain)
         if link.number > chain.first:  # sent by another process just before a switch?
