@@ -183,3 +183,33 @@ def test_wait_delivered_checks_its_arguments_before_any_request(http, message_id
     with pytest.raises(ValueError):
         handle.wait_delivered(message_id, timeout=timeout)
     assert len(http.calls) == 0
+
+
+# --- which run of a continued listener took a message in --------------------------------------------
+
+
+def test_the_run_that_took_a_message_is_found_newest_first_past_retired_runs():
+    """A message sent through the mailbox (or by another process) names no run this process knows: the
+    runs are read newest first, a retired one skipped, until one whose digest lists it."""
+    from conductor_agents._listener.delivery import _taken_by
+
+    chain = Chain("mbox-1", run_id="r-1", agent_name="listener", mailbox=True, human_wait=True)
+    digests = {3: ["later"], 2: None, 1: ["before", MID], 0: [MID]}  # run 2 retired; 0 never read
+    by_id = {chain.link(n).execution_id: ids for n, ids in digests.items()}
+    read: "list[str]" = []
+
+    class Api:
+        def workflow_status(self, execution_id, *, include_variables):
+            read.append(execution_id)
+            ids = by_id[execution_id]
+            if ids is None:
+                raise ExecutionNotFoundError(f"no run {execution_id}", execution_id=execution_id)
+            return {"variables": {"_last_tool_results": [{"output": {"messages": [{"id": i} for i in ids]}}]}}
+
+    class Directory:
+        def refresh(self, _chain):
+            return chain.link(3)
+
+    assert _taken_by(Api(), Directory(), chain, MID) == chain.link(1)
+    assert read == [chain.link(n).execution_id for n in (3, 2, 1)]
+    assert _taken_by(Api(), Directory(), chain, "never-sent") is None
