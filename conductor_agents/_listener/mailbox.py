@@ -301,8 +301,12 @@ def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messag
                 _write_mark(api, chain.run_id, str(batch[0]["id"]))
                 complete_wait(api, newest.execution_id, wait, batch, worker_id=worker_id)
         if wait is not None:
-            if join is not None and nudge(api, join, worker_id=worker_id, parked_here=parked_here):
-                answered(join)  # looked at again: a nudge can meet an evaluation of the server's
+            if join is not None:
+                nudge(api, join, worker_id=worker_id, parked_here=parked_here)
+                # Looked at again whatever the nudge read: a nudge can meet an evaluation of the server's, and a
+                # park sent by another process (killed since) can hold the join's queue message while the task
+                # reads the evaluation's own callback, so this process sees no park to undo.
+                answered(join)
             handed += len(batch)
             busy_until = clock.monotonic() + _BUSY_LOOK_SECONDS
             continue
