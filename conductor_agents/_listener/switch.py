@@ -224,7 +224,9 @@ class Switch:
                  or {}).get("_agent_state")
         spec = attrs.evolve(self._spec, context=state) if isinstance(state, Mapping) and state else self._spec
         assert self.chain.run_id is not None
-        traced = tracing.begin_run(spec.agent.name, parent=spec.trace_parent, owner=self._worker_id)
+        traced = tracing.begin_run(spec.agent.name, parent=spec.trace_parent, owner=self._worker_id,
+                                   model=spec.model_settings.model_for(spec.agent.model) if spec.model_settings
+                                   else spec.agent.model)
         body = link_start_body(spec, self.chain.run_id, self.chain.key(self.new.number).key,
                                number=self.new.number, turns_before=turns_before, traceparent=traced.traceparent)
         try:

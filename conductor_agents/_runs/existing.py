@@ -22,7 +22,7 @@ from .._listener.switch import LinkSpec, pending_switch, read_commit
 from .._liveness.tree import running_sub_runs
 from .._serving.live_workers import find_live_poller, freshness_window
 from .._serving.service import Service
-from .._teams.model_settings import recorded_model_settings
+from .._teams.model_settings import ModelSettings, recorded_model_settings
 from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
 from .._wire.domains import single_domain
@@ -110,10 +110,11 @@ class RunTaker:
                                  traced=_traced(workflow, "adopt"))
 
     def _take_up_run(self, execution_id: str, agent: Agent, domain: str | None, *,
-                     serve: bool, traced: tuple[str | None, str] | None = None) -> AgentHandle:
+                     serve: bool, traced: tuple[str | None, str, ModelSettings | None] | None = None) -> AgentHandle:
         if serve and traced is not None:  # its span here: a child of the span it was started with
-            parent, how = traced
-            tracing.begin_run(agent.name, parent=parent, taken_up=how, owner=self._worker_id).started(execution_id)
+            parent, how, settings = traced
+            tracing.begin_run(agent.name, parent=parent, taken_up=how, owner=self._worker_id,
+                              model=settings.model_for(agent.model) if settings else agent.model).started(execution_id)
         if serve:
             reservation = self._workers.reserve(domain, agent)
             with released_on_failure(reservation, execution_id):
@@ -149,7 +150,9 @@ class RunTaker:
             spec = LinkSpec(agent, prompt or "Continue.", self._settings.continuation_for(agent), trace_parent=carrier,
                             model_settings=recorded_model_settings(workflow),  # the start's, kept by the server
                             human_wait=box.human_wait)
-            tracing.begin_run(agent.name, parent=carrier, taken_up=how, owner=self._worker_id).started(
+            tracing.begin_run(agent.name, parent=carrier, taken_up=how, owner=self._worker_id,
+                              model=spec.model_settings.model_for(agent.model) if spec.model_settings
+                              else agent.model).started(
                 newest.execution_id, conversation_id=chain.execution_id)
             reservation = self._workers.reserve(domain, agent, continued=True)
             with released_on_failure(reservation, chain.execution_id):
@@ -270,6 +273,7 @@ def released_on_failure(reservation: Reservation | None, execution_id: str) -> I
         ) from err
 
 
-def _traced(workflow: Mapping[str, Any], how: str) -> tuple[str | None, str]:
-    """The carrier a run was started with (its span's traceparent) and how it is taken up here."""
-    return tracing.carrier_of(workflow), how
+def _traced(workflow: Mapping[str, Any], how: str) -> tuple[str | None, str, ModelSettings | None]:
+    """The carrier a run was started with (its span's traceparent), how it is taken up here and the model settings
+    it was started with."""
+    return tracing.carrier_of(workflow), how, recorded_model_settings(workflow)

@@ -94,7 +94,8 @@ class RunStarter:
         run_id = uuid.uuid4().hex if agent.is_stateful else None
         checked_context = check_context(context) if context is not None else None
         spec = None
-        traced = tracing.begin_run(agent.name, owner=self._workers.worker_id)  # a child of the caller's current span
+        traced = tracing.begin_run(agent.name, owner=self._workers.worker_id,  # a child of the caller's current span
+                                   model=model_settings.model_for(agent.model) if model_settings else agent.model)
         if agent.is_listener:
             continuation = self._settings.continuation_for(agent)
             spec = LinkSpec(agent, prompt, continuation, context=checked_context or {},

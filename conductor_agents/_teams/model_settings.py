@@ -88,6 +88,10 @@ class ModelSettings:
     reasoning_effort: str | None = attrs.field(default=None, validator=_check_effort)
     sub_agents: bool = attrs.field(default=True, kw_only=True, validator=_check_bool)
 
+    def model_for(self, agent_model: str) -> str:
+        """The ``provider/model`` a run of an agent whose own is ``agent_model`` calls with these settings."""
+        return self.model or agent_model
+
     @property
     def is_empty(self) -> bool:
         """Whether it changes nothing."""

@@ -51,17 +51,18 @@ NO_RUN = _NoRun()
 
 
 def begin_run(agent_name: str, *, parent: str | None = None, taken_up: str | None = None,
-              owner: Any = None) -> Any:
+              owner: Any = None, model: str | None = None) -> Any:
     """Open the ``invoke_agent`` span of a run about to start (or taken up): a child of ``parent`` (a W3C
     ``traceparent``) or else of the caller's current span. Returns an object whose ``traceparent`` the
     run's start carries (None when tracing is off), whose ``started(execution_id)`` names the run and
     whose ``failed(err)`` ends the span of a start that failed. ``owner`` (the worker id of the runtime that
-    serves the run) ends it in :func:`runs_closed` if the run is still going then."""
+    serves the run) ends it in :func:`runs_closed` if the run is still going then. ``model`` (the agent's
+    ``provider/model``) names the provider and the model on the span, as the GenAI conventions ask."""
     telemetry = _active
     if telemetry is None:
         return NO_RUN
     try:
-        return telemetry.begin_run(agent_name, parent=parent, taken_up=taken_up, owner=owner)
+        return telemetry.begin_run(agent_name, parent=parent, taken_up=taken_up, owner=owner, model=model)
     except Exception:
         log.warning("tracing: could not open the span of a run of %s", agent_name, exc_info=True)
         return NO_RUN

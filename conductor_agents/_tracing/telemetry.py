@@ -57,11 +57,12 @@ def _after_fork_in_child(ref: weakref.ref[Telemetry]) -> None:
 
 
 class _OpenRun:
-    __slots__ = ("agent_name", "ended", "execution_id", "owner", "span", "started")
+    __slots__ = ("agent_name", "ended", "execution_id", "owner", "provider", "span", "started")
 
-    def __init__(self, span: Any, agent_name: str, owner: Any) -> None:
+    def __init__(self, span: Any, agent_name: str, owner: Any, provider: str | None = None) -> None:
         self.span = span
         self.agent_name = agent_name
+        self.provider = provider
         self.owner = owner
         self.started = time.monotonic()
         self.execution_id: str | None = None
@@ -146,14 +147,18 @@ class Telemetry:
     # -- runs -------------------------------------------------------------------------
 
     def begin_run(self, agent_name: str, *, parent: str | None, taken_up: str | None,
-                  owner: Any) -> _RunTrace:
+                  owner: Any, model: str | None = None) -> _RunTrace:
         context = _PROPAGATOR.extract({"traceparent": parent}) if is_traceparent(parent) else None
         attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": agent_name}
+        provider, _, requested = (model or "").partition("/")
+        if provider and requested:  # the agent's "provider/model": the conventions require the provider
+            attributes["gen_ai.provider.name"] = provider
+            attributes["gen_ai.request.model"] = requested
         if taken_up:
             attributes["conductor_agents.run.taken_up"] = taken_up
         span = self._tracer.start_span(f"invoke_agent {agent_name}", context=context, kind=SpanKind.CLIENT,
                                        attributes=attributes)
-        return _RunTrace(self, _OpenRun(span, agent_name, owner))
+        return _RunTrace(self, _OpenRun(span, agent_name, owner, provider=(provider if requested else None)))
 
     def register(self, run: _OpenRun, execution_id: str, conversation_id: str) -> None:
         with self._lock:
@@ -197,6 +202,8 @@ class Telemetry:
         except Exception as err:  # noqa: BLE001 - whatever reading the run raises, the span still ends
             span.set_attribute("conductor_agents.turns_unread", error_type(err))
         attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": run.agent_name}
+        if run.provider:
+            attributes["gen_ai.provider.name"] = run.provider
         if status:
             span.set_attribute("conductor_agents.run.status", status)
         if status in _FAILED_RUN:

@@ -49,6 +49,8 @@ def test_a_run_its_tool_and_the_callers_span_make_one_trace(agent_settings, scri
         assert tool_span.parent.span_id == run.context.span_id
         assert inside.parent.span_id == tool_span.context.span_id
         assert run.attributes["gen_ai.operation.name"] == "invoke_agent"
+        assert (run.attributes["gen_ai.provider.name"], run.attributes["gen_ai.request.model"]) == tuple(
+            agent.model.split("/", 1))
         assert run.attributes["gen_ai.conversation.id"] == handle.execution_id
         assert run.attributes["conductor_agents.run.status"] == "COMPLETED"
         assert tool_span.attributes["gen_ai.tool.name"] == name
@@ -112,4 +114,5 @@ def test_a_continued_listener_keeps_one_trace_also_when_resumed_elsewhere(agent_
         last_act = max(acts, key=lambda s: s.start_time)
         assert last_act.parent.span_id in {took.context.span_id, runs[-1].context.span_id}
         assert {r.attributes["gen_ai.conversation.id"] for r in (*runs, took)} == {handle.execution_id}
+        assert {r.attributes["gen_ai.provider.name"] for r in (*runs, took)} == {"openai"}  # later runs, take-ups
         assert _named(spans, "chat ")

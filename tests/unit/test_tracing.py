@@ -99,6 +99,30 @@ def test_a_run_span_is_a_child_of_the_callers_span_and_carries_its_context():
         assert durations == [("chat", "", 1), ("chat", "failed", 1), ("invoke_agent", "", 1)]
 
 
+def test_a_run_span_names_its_provider_and_model_as_the_genai_conventions_require():
+    """``invoke_agent`` spans (CLIENT) and their duration metric carry ``gen_ai.provider.name``, required by the
+    conventions since mid-2025, and the requested model, from the agent's ``provider/model``; a run whose model
+    is not known (or not of that form) gets neither."""
+    with otel_capture() as otel:
+        hooks.begin_run("known", model="anthropic/claude-sonnet-4-6").started("wf-1")
+        hooks.begin_run("unknown").started("wf-2")
+        for run_id in ("wf-1", "wf-2"):
+            hooks.run_ended(run_id, lambda: {"status": "COMPLETED", "tasks": []})
+        spans = {s.name: s for s in otel.spans()}
+        known, unknown = spans["invoke_agent known"].attributes, spans["invoke_agent unknown"].attributes
+        assert (known["gen_ai.provider.name"], known["gen_ai.request.model"]) == ("anthropic", "claude-sonnet-4-6")
+        assert "gen_ai.provider.name" not in unknown and "gen_ai.request.model" not in unknown
+        providers = sorted(p.attributes.get("gen_ai.provider.name", "") for p in
+                           otel.metric("gen_ai.client.operation.duration"))
+        assert providers == ["", "anthropic"]
+
+
+def test_a_runs_model_is_its_settings_model_or_its_agents():
+    from conductor_agents import ModelSettings
+    assert ModelSettings(model="openai/gpt-4o-mini").model_for("openai/gpt-4o") == "openai/gpt-4o-mini"
+    assert ModelSettings(temperature=0.1).model_for("openai/gpt-4o") == "openai/gpt-4o"
+
+
 @pytest.mark.parametrize("status,reason,error", [("TERMINATED", "continued as x", None),
                                                  ("TERMINATED", "stopped by hand", "terminated"),
                                                  ("FAILED", None, "failed")])
