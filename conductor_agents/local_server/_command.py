@@ -74,6 +74,13 @@ def server_properties(data_dir: Path, redis_port: int | None) -> dict[str, str]:
     }
 
 
+#: The server's environment unless the caller's sets it. A workflow's script (a listener's loop condition, a
+#: ``SWITCH`` or ``INLINE`` task) gets ``CONDUCTOR_SCRIPT_MAX_EXECUTION_SECONDS`` (4 by default): a loaded machine
+#: evaluated one past it, and the server terminated the listener ("Script not evaluated within 4 seconds,
+#: interrupted."). 30 s, as the tests' servers have; ``docs/operations.md``, *Script limit*.
+SERVER_ENV_DEFAULTS = {"CONDUCTOR_SCRIPT_MAX_EXECUTION_SECONDS": "30"}
+
+
 def java_command(java: Path, jar: Path, jvm_options: Sequence[str], properties: Mapping[str, str],
                   port: int) -> list[str]:
     props = {**properties, "server.port": str(port)}

@@ -16,7 +16,7 @@ from .._common.clock import SYSTEM_CLOCK, Clock
 from ..errors import ConfigurationError, LocalServerError
 from . import _boot_archive, _logs, _proc
 from ._boot_archive import BootLaunch
-from ._command import DEFAULT_JVM_OPTIONS, java_command, server_properties, training_command
+from ._command import DEFAULT_JVM_OPTIONS, SERVER_ENV_DEFAULTS, java_command, server_properties, training_command
 from ._dirs import run_data_dir
 from ._exit_registry import _attached  # noqa: F401  (tests inspect the registry through this module)
 from ._exit_registry import register as _register
@@ -369,7 +369,7 @@ class LocalServer:
         cmd = self._command(java, launch, data_dir, port, redis_port)
         _log.info("starting Conductor server %s on port %d (data %s)", self._running_version, port, data_dir)
         began = self._clock.monotonic()
-        env = {**os.environ, **self._options.env, **self._options.secret_env}
+        env = {**SERVER_ENV_DEFAULTS, **os.environ, **self._options.env, **self._options.secret_env}
         self._proc, offset = spawn(cmd, log_path=log_path, env=env, data_dir=data_dir, detached=self._options.detached)
         if not self._options.detached:
             _register(self)

@@ -218,6 +218,7 @@ FAKE_JAVA = """\
         sys.exit(0)
     mode = os.environ.get("FAKE_JAVA_MODE", "healthy")
     print("fake java starting", " ".join(args), flush=True)
+    print("script limit", os.environ.get("CONDUCTOR_SCRIPT_MAX_EXECUTION_SECONDS"), flush=True)
     if mode == "crash":
         print("boom: cannot start", flush=True)
         sys.exit(3)
@@ -290,6 +291,19 @@ class TestLifecycleWithFakeJava:
         assert pid is not None and not process_exists(pid)
         assert not data_dir.exists() and srv.data_dir is None
         srv.stop()
+
+    def test_the_script_limit_is_thirty_seconds_unless_the_caller_sets_it(self, fake_java: Path, fake_jar: Path,
+                                                                           monkeypatch) -> None:
+        """The server's 4 s default for a workflow's script terminated a listener on a loaded machine: a
+        LocalServer gets 30 s, and the caller's own value (its environment, or ``env=``) wins."""
+        monkeypatch.delenv("CONDUCTOR_SCRIPT_MAX_EXECUTION_SECONDS", raising=False)
+        with LocalServer(java=fake_java, jar=fake_jar) as srv:
+            assert "script limit 30" in srv.log_tail()
+        with LocalServer(java=fake_java, jar=fake_jar, env={"CONDUCTOR_SCRIPT_MAX_EXECUTION_SECONDS": "7"}) as srv:
+            assert "script limit 7" in srv.log_tail()
+        monkeypatch.setenv("CONDUCTOR_SCRIPT_MAX_EXECUTION_SECONDS", "9")
+        with LocalServer(java=fake_java, jar=fake_jar) as srv:
+            assert "script limit 9" in srv.log_tail()
 
     def test_one_server_per_data_dir(self, tmp_path: Path, fake_java: Path, fake_jar: Path) -> None:
         """A second server on a data dir in use is refused; the dir is free again once the first stops."""
