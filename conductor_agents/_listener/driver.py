@@ -467,7 +467,8 @@ class ContinuationDriver:
         self._directory.advance(served.chain, switch.new)
         self._detach(served, old)
         tracing.run_ended(old.execution_id, lambda: self._api.get_workflow(old.execution_id, include_tasks=True),
-                          continued=is_continued)  # its span ends now, not when the watchdog next looks
+                          continued=is_continued,  # its span ends now, not when the watchdog next looks
+                          read_run=lambda run_id: self._api.get_workflow(run_id, include_tasks=True))
         self._retire(served, switch.new.number)  # at rest: the head hint, then the older runs go
 
     # -- shutdown ---------------------------------------------------------------------

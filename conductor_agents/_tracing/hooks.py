@@ -71,13 +71,16 @@ def begin_run(agent_name: str, *, parent: str | None = None, taken_up: str | Non
 
 
 def run_ended(execution_id: str, read_workflow: Callable[[], Mapping[str, Any]], *,
-              continued: Callable[[str | None], bool] = lambda reason: False) -> None:
+              continued: Callable[[str | None], bool] = lambda reason: False,
+              read_run: Callable[[str], Mapping[str, Any]] | None = None) -> None:
     """Run ``execution_id`` ended: if its span is open here, record its model turns (``read_workflow()``
     gives the run with its tasks; called only then) and end it. ``continued(reasonForIncompletion)`` says
-    whether its end was a continuation (a listener's next run took over: not an error)."""
+    whether its end was a continuation (a listener's next run took over: not an error). ``read_run(id)``
+    reads a sub-run with its tasks: each sub-agent's or agent tool's run then gets its span and its model
+    turns theirs."""
     telemetry = _active
     if telemetry is not None:
-        _quietly(telemetry.run_ended, execution_id, read_workflow, continued)
+        _quietly(telemetry.run_ended, execution_id, read_workflow, continued, read_run)
 
 
 def runs_closed(owner: Any) -> None:

@@ -30,6 +30,7 @@ __all__ = ["Telemetry"]
 _SCOPE = "conductor_agents"
 _PROPAGATOR = TraceContextTextMapPropagator()
 _MODEL_TASK_TYPE = "LLM_CHAT_COMPLETE"  # the server's model turn (as _common.task_names.MODEL_TASK_TYPE)
+_SUB_RUN_TASK = "SUB_WORKFLOW"  # a sub-agent's or an agent tool's run (as _liveness.tree.SUB_RUN_TASK)
 _FAILED_RUN = {"FAILED", "TERMINATED", "TIMED_OUT"}
 _FAILED_TASK = {"FAILED", "FAILED_WITH_TERMINAL_ERROR", "TIMED_OUT", "CANCELED"}
 #: The buckets the GenAI conventions advise for the two histograms.
@@ -185,7 +186,8 @@ class Telemetry:
         return not ended
 
     def run_ended(self, execution_id: str, read_workflow: Callable[[], Mapping[str, Any]],
-                  continued: Callable[[str | None], bool]) -> None:
+                  continued: Callable[[str | None], bool],
+                  read_run: Callable[[str], Mapping[str, Any]] | None = None) -> None:
         with self._lock:
             run = self._runs.pop(execution_id, None)
             if run is None or run.ended:
@@ -199,6 +201,8 @@ class Telemetry:
             if status == "TERMINATED" and continued(workflow.get("reasonForIncompletion")):
                 status = "CONTINUED"  # a listener's next run took over: its normal end
             self._model_turns(workflow.get("tasks") or (), span)
+            if read_run is not None:
+                self._sub_runs(workflow.get("tasks") or (), span, read_run, _PARENT_DEPTH)
         except Exception as err:  # noqa: BLE001 - whatever reading the run raises, the span still ends
             span.set_attribute("conductor_agents.turns_unread", error_type(err))
         attributes = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": run.agent_name}
@@ -268,6 +272,36 @@ class Telemetry:
             for kind, key in (("input", "gen_ai.usage.input_tokens"), ("output", "gen_ai.usage.output_tokens")):
                 if key in tokens:
                     self._tokens.record(tokens[key], {**common, "gen_ai.token.type": kind})
+
+    def _sub_runs(self, tasks: Any, parent: Any, read_run: Callable[[str], Mapping[str, Any]], depth: int) -> None:
+        """An ``invoke_agent`` span (the server's times) for each ended sub-run of a run (a sub-agent, an agent
+        tool), its model turns as its ``chat`` spans, and its own sub-runs likewise, ``depth`` levels down."""
+        if depth <= 0:
+            return
+        context = trace.set_span_in_context(parent)
+        for task in tasks:
+            child = task.get("subWorkflowId")
+            if task.get("taskType") != _SUB_RUN_TASK or not child or not task.get("endTime"):
+                continue
+            try:
+                sub = read_run(str(child)) or {}
+            except Exception as err:  # noqa: BLE001 - an unread sub-run costs its spans only
+                parent.set_attribute("conductor_agents.sub_runs_unread", error_type(err))
+                continue
+            name = str(sub.get("workflowName") or task.get("taskDefName") or "")
+            status = str(sub.get("status") or "")
+            start_ms = int(task.get("startTime") or task.get("scheduledTime") or task["endTime"])
+            attributes: dict[str, AttributeValue] = {
+                "gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": name,
+                "conductor_agents.execution_id": str(child), "conductor_agents.run.status": status}
+            span = self._tracer.start_span(f"invoke_agent {name}".strip(), context=context, kind=SpanKind.INTERNAL,
+                                           attributes=attributes, start_time=start_ms * 1_000_000)
+            if status in _FAILED_RUN:
+                span.set_attribute("error.type", status.lower())
+                span.set_status(Status(StatusCode.ERROR, f"run {status}"))
+            self._model_turns(sub.get("tasks") or (), span)
+            self._sub_runs(sub.get("tasks") or (), span, read_run, depth - 1)
+            span.end(end_time=int(task["endTime"]) * 1_000_000)
 
     # -- tools ------------------------------------------------------------------------
 

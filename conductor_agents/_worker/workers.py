@@ -244,7 +244,8 @@ class WorkerSet:
             self.retire_if_idle(poller)
         self.unwatch(execution_id)
         tracing.run_ended(execution_id, lambda: self._api.get_workflow(execution_id, include_tasks=True),
-                          continued=is_continued)
+                          continued=is_continued,
+                          read_run=lambda run_id: self._api.get_workflow(run_id, include_tasks=True))
 
     def serves_domain(self, domain: str) -> bool:
         """Whether a run on ``domain`` is served here now (or its poller is reserved for one starting)."""

@@ -11,6 +11,7 @@ from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, listener, otel_capture
 from .test_long_listeners import ActionTools, act_on
+from .test_subagents import LookupTools, caller_policy, specialist_policy
 
 pytestmark = pytest.mark.integration
 
@@ -116,3 +117,25 @@ def test_a_continued_listener_keeps_one_trace_also_when_resumed_elsewhere(agent_
         assert {r.attributes["gen_ai.conversation.id"] for r in (*runs, took)} == {handle.execution_id}
         assert {r.attributes["gen_ai.provider.name"] for r in (*runs, took)} == {"openai"}  # later runs, take-ups
         assert _named(spans, "chat ")
+
+
+def test_a_sub_agents_run_and_its_model_turns_nest_under_the_run(agent_runtime, scripted_llm, unique_name):
+    """An agent tool's sub-run (the server runs it) gets its ``invoke_agent`` span under the run's span, with the
+    server's times, and its model turns their ``chat`` spans under it; the tool it called here stays a child of
+    the run that started it."""
+    tools = LookupTools("here")
+    specialist = Agent(name=unique_name("specialist"), model=scripted_llm.script(policy=specialist_policy),
+                       tools=[tools.lookup])
+    parent = Agent(name=unique_name("caller"), model=scripted_llm.script(policy=caller_policy("ask")),
+                   tools=[specialist.as_tool(name="ask")])
+    with otel_capture() as otel:
+        assert agent_runtime.run(parent, "Please handle run-solo-1.", timeout=120).output.startswith("final")
+        eventually(lambda: _named(otel.spans(), f"invoke_agent {parent.name}"), timeout=10,
+                   message="the run span ended")
+        spans = otel.spans()
+    run, = _named(spans, f"invoke_agent {parent.name}")
+    sub, = [s for s in _named(spans, "invoke_agent ") if s is not run]
+    assert sub.parent.span_id == run.context.span_id and sub.attributes["conductor_agents.run.status"] == "COMPLETED"
+    assert run.start_time < sub.start_time < sub.end_time <= run.end_time
+    chats = _named(spans, "chat ")
+    assert {c.parent.span_id for c in chats} == {run.context.span_id, sub.context.span_id}

@@ -8,6 +8,8 @@ import textwrap
 
 import pytest
 
+from conductor_agents.errors import ExecutionNotFoundError
+
 from conductor_agents import ConductorAgentsInstrumentor, tool
 from conductor_agents._tracing import hooks
 from conductor_agents._tracing.carrier import carrier_of, is_traceparent
@@ -115,6 +117,41 @@ def test_a_run_span_names_its_provider_and_model_as_the_genai_conventions_requir
         providers = sorted(p.attributes.get("gen_ai.provider.name", "") for p in
                            otel.metric("gen_ai.client.operation.duration"))
         assert providers == ["", "anthropic"]
+
+
+def test_sub_runs_get_their_spans_and_their_model_turns_theirs():
+    """A sub-agent's run (and a sub-run of it) gets an ``invoke_agent`` span with the server's times under the run's
+    span, and its model turns ``chat`` spans under it; a sub-run still going (no end) or unreadable gets none."""
+    def turn(start, end):
+        return {"taskType": "LLM_CHAT_COMPLETE", "status": "COMPLETED", "startTime": start, "endTime": end,
+                "inputData": {"model": "gpt-4o", "llmProvider": "openai"}, "outputData": {}}
+
+    runs = {"sub-1": {"workflowName": "researcher", "status": "COMPLETED",
+                      "tasks": [turn(2_000, 2_500), {"taskType": "SUB_WORKFLOW", "subWorkflowId": "sub-2",
+                                                     "startTime": 2_600, "endTime": 2_900}]},
+            "sub-2": {"workflowName": "checker", "status": "FAILED", "tasks": [turn(2_700, 2_800)]}}
+    tasks = [turn(1_000, 1_500),
+             {"taskType": "SUB_WORKFLOW", "subWorkflowId": "sub-1", "startTime": 1_900, "endTime": 3_000},
+             {"taskType": "SUB_WORKFLOW", "subWorkflowId": "sub-3", "startTime": 3_100},  # still going
+             {"taskType": "SUB_WORKFLOW", "subWorkflowId": "gone", "startTime": 3_100, "endTime": 3_200}]
+
+    def read_run(run_id):
+        if run_id == "gone":
+            raise ExecutionNotFoundError("no run gone", execution_id="gone")
+        return runs[run_id]
+
+    with otel_capture() as otel:
+        hooks.begin_run("lead", model="openai/gpt-4o").started("wf-1")
+        hooks.run_ended("wf-1", lambda: {"status": "COMPLETED", "tasks": tasks}, read_run=read_run)
+        spans = {s.name: s for s in otel.spans() if s.name.startswith("invoke_agent")}
+        lead, researcher, checker = (spans[f"invoke_agent {n}"] for n in ("lead", "researcher", "checker"))
+        assert researcher.parent.span_id == lead.context.span_id and checker.parent.span_id == researcher.context.span_id
+        assert (researcher.start_time, researcher.end_time) == (1_900_000_000, 3_000_000_000)
+        assert researcher.attributes["conductor_agents.execution_id"] == "sub-1"
+        assert checker.attributes["error.type"] == "failed" and not checker.status.is_ok
+        chats = {s.parent.span_id for s in otel.spans() if s.name == "chat gpt-4o"}
+        assert chats == {lead.context.span_id, researcher.context.span_id, checker.context.span_id}
+        assert len(spans) == 3 and lead.attributes["conductor_agents.sub_runs_unread"].endswith("ExecutionNotFoundError")
 
 
 def test_a_runs_model_is_its_settings_model_or_its_agents():
