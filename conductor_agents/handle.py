@@ -14,11 +14,12 @@ from ._common.clock import Clock
 from ._common.transient import TransientErrors
 from ._listener.by_id import RunsById, check_signal
 from ._listener.chained_events import ChainedEvents
-from ._listener.control import cancel_listener, pause_listener, stop_listener, unpause_listener
+from ._listener.control import cancel_listener, pause_listener, unpause_listener
 from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.directory import Chain, ChainDirectory, Link
 from ._listener.following import current_status, ended_result, listener_totals, run_identity
 from ._listener.naming import held_stall, rename
+from ._listener.stopping import stop_run
 from ._liveness.model_calls import FirstModelTurn, ended_model_failure, unavailable_model_cancel_reason
 from ._people.pending import HumanAnswer, PendingRequest
 from ._serving.served import with_serving
@@ -27,11 +28,8 @@ from ._wire.payload import message_payload
 from ._wire.transport import HttpError
 from .errors import (
     ConductorAgentsError,
-    ExecutionNotRunningError,
-    MessageQueueDisabledError,
     ModelUnavailableError,
     OutputValidationError,
-    RunPausedError,
     ServerUnavailableError,
     WaitTimeoutError,
     WorkerStallError,
@@ -421,21 +419,21 @@ class AgentHandle:
         )
 
     def stop(self) -> None:
-        """Ask the run to finish gracefully: it ends after the current turn, COMPLETED.
+        """Ask the run to finish gracefully (COMPLETED), after it acted on the messages it accepted before; returns
+        at once (a few requests).
 
-        Also pushes ``{"_signal": "stop"}`` so a blocked wait-for-message tool wakes up.
-        Stopping a run that already ended does nothing; a paused run ends once unpaused.
+        A listener takes the stop in the order of its messages (``docs/concepts.md``, *Stop and cancel*): one that
+        waits with nothing unread ends at once, no model turn after it; one with messages not read yet gets the stop
+        behind them (``{"_signal": "stop"}``, from any process, across switches), and its serving process ends it
+        after the model turn that reads them. Any other run ends after its current turn (a blocked wait for
+        messages is woken by the stop message). Stopping an ended run does nothing; a paused run ends once unpaused.
 
         Raises:
             ExecutionNotFoundError: the server does not know the execution.
         """
-        stopped = stop_listener(self._api, self._directory, self._chain(), self._on_stop)
-        if not stopped or (self.agent is not None and not self.agent.needs_message_queue):
-            return
-        try:
-            self.send_message(STOP_SIGNAL)
-        except (ExecutionNotRunningError, MessageQueueDisabledError, RunPausedError) as err:
-            log.debug("no stop signal pushed to %s: %s", self.execution_id, err)
+        takes = None if self.agent is None else self.agent.needs_message_queue
+        stop_run(self._api, self._directory, self._chain(), takes_messages=takes,
+                 send_stop=lambda: self.send_message(STOP_SIGNAL), on_stop=self._on_stop)
 
     def cancel(self, reason: str = "cancelled by the caller") -> None:
         """Terminate the run at once (TERMINATED). Its tools running in this process see

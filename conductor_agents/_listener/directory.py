@@ -200,6 +200,11 @@ class ChainDirectory:
             while len(self._accepted) > _CACHE_SIZE:
                 self._accepted.popitem(last=False)
 
+    def accepted_at(self, link: Link) -> list[str]:
+        """The messages this process sent that ``link`` accepted, as far as it remembers (oldest first)."""
+        with self._lock:
+            return [m for m, at in self._accepted.items() if at.execution_id == link.execution_id]
+
     def accepted_by(self, message_id: str) -> Link | None:
         """The link that accepted a message this process sent, if it remembers."""
         with self._lock:

@@ -40,7 +40,8 @@ from .following import end_mailbox, ended_from_outside, is_running
 from .mailbox import make_forward_tool
 from .parking import JoinParker
 from .retention import Retirer
-from .switch import LinkSpec, Switch
+from .stopping import stop_if_read
+from .switch import LinkSpec, Switch, read_commit
 from .switch_rule import SwitchVerdict, switch_verdict
 
 __all__ = ["ChainTracker", "ContinuationDriver"]
@@ -283,10 +284,31 @@ class ContinuationDriver:
                                   llm_result: Any | None = None, tool_calls: Any | None = None) -> dict[str, Any]:
             """Tells the serving process that a model turn of a continued listener begins (conductor-agents)."""
             match = _ITERATION.search(ctx.reference_name or "")
-            driver.on_turn(ctx.execution_id, int(match.group(1)) if match else 0)
+            turn = int(match.group(1)) if match else 0
+            driver.on_turn(ctx.execution_id, turn)
+            driver.stop_if_read(ctx.execution_id, turn, tool_calls)
             return {}
 
         return conductor_agents_turn
+
+    def stop_if_read(self, execution_id: str, turn: int, tool_calls: Any) -> None:
+        """Before model turn ``turn`` of link ``execution_id``: set its stop flag when that turn reads the stop
+        message (:func:`.stopping.stop_if_read`; at a later link's first turn, among the messages its switch carried
+        over). A failure is logged: the model still reads the stop, and the next turn looks again."""
+        with self._lock:
+            served = self._by_link.get(execution_id)
+        carried: tuple[Any, ...] = ()
+        try:
+            if served is not None and turn == 1:
+                link = next((link for link in (served.current, served.switch.new if served.switch else None)
+                             if link is not None and link.execution_id == execution_id), None)
+                if link is not None and link.number > 0:
+                    record, _ = read_commit(self._api, link)
+                    carried = record.pending if record is not None else ()
+            stop_if_read(self._api, execution_id, tool_calls=tool_calls, carried=carried, pause=self._closing.wait)
+        except ConductorAgentsError as err:
+            log.warning("run %s: whether its model turn %d reads a stop message is not known (%s); the model reads "
+                        "it anyway", execution_id, turn, err)
 
     def _batch_size_of(self, run_id: str) -> int:
         """How many messages the wait of the listener on ``run_id`` takes at once (1 when it is not served here)."""

@@ -5,7 +5,9 @@ evaluates it, and the run leaves the server's decider queue while it waits (``do
 writer that completes it is the forward of the listener's mailbox (:mod:`.mailbox`), which runs in the process that
 serves the listener: nothing else ever updates the wait, so no completion can be overwritten (a task update writes
 the whole task back). The wait is completed with ``{messages, count}``, the output of the server's own wait for
-messages, so the model and the SDK's delivery checks read it the same way.
+messages, so the model and the SDK's delivery checks read it the same way. A batch that begins with the stop
+message (nothing accepted before it is unread) sets the run's stop flag first: the loop ends after that wait,
+and no model turn reads the stop (:mod:`.stopping`).
 
 Only the newest link's wait is completed. A switch (:mod:`.switch`) ends the old link once it is at rest; it reads
 "at rest" under :func:`delivery_lock`, which the forward holds from reading the newest link to completing its wait,
@@ -25,6 +27,7 @@ from typing import Any
 
 from .._common.task_names import HUMAN_TASK_TYPE, is_message_wait
 from .._wire.api import ConductorApi
+from .stop_flag import post_stop_flag, stop_heads
 
 __all__ = ["complete_wait", "delivery_lock", "waiting_wait"]
 
@@ -65,6 +68,8 @@ def complete_wait(api: ConductorApi, execution_id: str, wait: Mapping[str, Any],
     Raises: as :meth:`ConductorApi.update_task`.
     """
     batch = [dict(m) for m in messages]
+    if stop_heads(batch):  # nothing before the stop in this batch: the loop ends after this wait, no model turn
+        post_stop_flag(api, execution_id)
     api.update_task({"workflowInstanceId": execution_id, "taskId": str(wait.get("taskId")), "status": "COMPLETED",
                      "workerId": worker_id, "outputData": {"messages": batch, "count": len(batch)}})
     log.debug("run %s: wait %s completed with %d message(s)", execution_id, wait.get("referenceTaskName"), len(batch))
