@@ -271,6 +271,9 @@ def wait_for_delivery(
                     return verdict
             except (MessageLostError, ExecutionNotFoundError):
                 pass  # not pulled by the earlier run (or it was retired): look in the newest
+    # A listener on a HUMAN wait takes every message through its mailbox: one a run was continued without is handed
+    # to a later run (the mailbox's forward), never dropped with that run.
+    handed_on = chain.continuable and directory.anchor(chain, cached=True).human_wait
     check = DeliveryCheck(link.execution_id, message_id, reported_as=chain.execution_id)
     deadline = clock.monotonic() + timeout
     budget = TransientErrors(max_transient_errors)
@@ -288,7 +291,14 @@ def wait_for_delivery(
             if sample.get("status") in _TERMINAL_RUN and chain.continuable \
                     and find_delivery(sample, link.execution_id, message_id) is None \
                     and directory.exists(chain, link.number + 1):
-                verdict = _continued_verdict(api, chain, link, message_id)
+                try:
+                    verdict = _continued_verdict(api, chain, link, message_id)
+                except MessageLostError:
+                    if not handed_on:
+                        raise
+                    link = chain.link(link.number + 1)  # still in the mailbox when this run was continued
+                    check = DeliveryCheck(link.execution_id, message_id, reported_as=chain.execution_id)
+                    continue
                 if verdict is not None:
                     return verdict
             else:
