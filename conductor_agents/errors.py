@@ -234,11 +234,14 @@ class MessageLostError(ConductorAgentsError, LookupError):
     Raised by ``wait_delivered()``. ``reason`` says how it is known:
     :attr:`RUN_ENDED`: the run ended (``run_status``) and never pulled the message;
     :attr:`NOT_IN_QUEUE`: the run waited for messages with the message neither pulled nor in
-    its queue (the queue is in memory on a SQLite server and a restart empties it).
+    its queue (the queue is in memory on a SQLite server and a restart empties it);
+    :attr:`NOT_ACTED_ON`: a wait took the message in behind the stop message: a listener told to stop
+    does not act on what follows the stop.
     """
 
     RUN_ENDED = "run_ended"
     NOT_IN_QUEUE = "not_in_queue"
+    NOT_ACTED_ON = "not_acted_on"
 
     def __init__(self, message: str, *, execution_id: str, message_id: str, reason: str,
                  run_status: str | None = None) -> None:

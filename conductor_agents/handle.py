@@ -403,7 +403,8 @@ class AgentHandle:
             MessageLostError: the message can no longer arrive: the run ended without it
                 (``reason == MessageLostError.RUN_ENDED``), or the run waited on an empty queue
                 after it was accepted (``NOT_IN_QUEUE``: the server lost it, e.g. a SQLite
-                server restarted). Send it again if it matters.
+                server restarted), or a wait took it in behind the stop message (``NOT_ACTED_ON``).
+                Send it again if it matters.
             WaitTimeoutError: the deadline passed (default 600 s) with nothing known; the
                 message may still arrive.
             ValueError: ``message_id`` is blank or ``timeout`` is not positive.

@@ -40,6 +40,7 @@ from ..errors import ExecutionNotFoundError, MessageLostError, ServerUnavailable
 from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
 from .naming import names_errors, run_name
+from .stop_flag import behind_stop
 from .switch import read_commit
 
 __all__ = ["MessageDelivery", "DeliveryCheck", "wait_for_delivery"]
@@ -108,9 +109,17 @@ class DeliveryCheck:
         """One sample (a workflow-shaped mapping: ``status``, ``tasks``). Raises MessageLostError when
         the message can no longer arrive."""
         delivery = find_delivery(workflow, self.execution_id, self.message_id)
+        status = str(workflow.get("status") or "")
+        if delivery is not None and any(behind_stop(t, self.message_id) for t in _pull_tasks(workflow)):
+            raise MessageLostError(
+                f"message {self.message_id} was not acted on: {run_name(self._reported_as, self.execution_id)} took "
+                "it in behind its stop (a listener told to stop acts on what came before the stop, not after); "
+                "send it again if it matters",
+                execution_id=self._reported_as, message_id=self.message_id,
+                reason=MessageLostError.NOT_ACTED_ON, run_status=status or None,
+            )
         if delivery is not None:
             return delivery
-        status = str(workflow.get("status") or "")
         if status in _TERMINAL_RUN:
             raise MessageLostError(
                 f"message {self.message_id} was not delivered: {run_name(self._reported_as, self.execution_id)} "

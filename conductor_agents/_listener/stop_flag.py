@@ -17,7 +17,7 @@ from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..result import STOP_SIGNAL, RunStatus, stop_requested
 
-__all__ = ["holds_stop", "post_stop_flag", "stop_heads", "stop_in_digest"]
+__all__ = ["behind_stop", "holds_stop", "post_stop_flag", "stop_heads", "stop_in_digest"]
 
 log = logging.getLogger("conductor_agents.handle")
 
@@ -40,6 +40,21 @@ def stop_heads(messages: Iterable[Any]) -> bool:
     """Whether the stop message is the first of a batch: nothing accepted before it is in the batch."""
     payloads = _payloads(messages)
     return bool(payloads) and payloads[0] == STOP_SIGNAL
+
+
+def behind_stop(wait: Mapping[str, Any], message_id: str) -> bool:
+    """Whether the wait ``wait`` (a task as the server lists it) took ``message_id`` in behind the stop message: a
+    listener told to stop does not act on what follows the stop."""
+    output = wait.get("outputData")
+    messages = output.get("messages") if isinstance(output, Mapping) else None
+    for message in messages if isinstance(messages, list) else ():
+        if not isinstance(message, Mapping):
+            continue
+        if str(message.get("id")) == message_id:
+            return False
+        if message.get("payload") == STOP_SIGNAL:
+            return True
+    return False
 
 
 def stop_in_digest(variables: Mapping[str, Any]) -> bool:

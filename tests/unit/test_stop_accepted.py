@@ -9,9 +9,11 @@ from typing import Any
 
 import pytest
 
+from conductor_agents import MessageLostError
+from conductor_agents._listener.delivery import DeliveryCheck
 from conductor_agents._listener.directory import Chain, Link
 from conductor_agents._listener.handover import complete_wait
-from conductor_agents._listener.stop_flag import holds_stop, post_stop_flag, stop_heads, stop_in_digest
+from conductor_agents._listener.stop_flag import behind_stop, holds_stop, post_stop_flag, stop_heads, stop_in_digest
 from conductor_agents._listener.stopping import resting, stop_if_read, stop_listener_in_order, turn_reads_messages
 from conductor_agents._wire.api import TaskPage
 from conductor_agents._wire.transport import HttpError
@@ -210,3 +212,17 @@ def test_the_forward_flags_a_wait_it_completes_with_a_batch_that_begins_with_the
     server = FakeServer()
     complete_wait(server, "run", {"taskId": "t"}, batch, worker_id="w")  # type: ignore[arg-type]
     assert server.calls == calls
+
+
+def test_a_message_a_wait_took_in_behind_the_stop_is_reported_not_acted_on():
+    wait = {"taskType": "PULL_WORKFLOW_MESSAGES", "referenceTaskName": "call__3", "taskId": "t",
+            "outputData": {"messages": [envelope("a", {"x": 1}), envelope("s", STOP), envelope("b", {"x": 2})]}}
+    assert (behind_stop(wait, "a"), behind_stop(wait, "b")) == (False, True)
+    assert not behind_stop({"outputData": {}}, "a")
+    sample = {"status": "COMPLETED", "tasks": [wait]}
+    assert DeliveryCheck("run", "a").observe(sample) is not None
+    with pytest.raises(MessageLostError) as info:
+        DeliveryCheck("run", "b", reported_as="listener").observe(sample)
+    err = info.value
+    assert (err.reason, err.execution_id) == (MessageLostError.NOT_ACTED_ON, "listener")
+    assert "behind its stop" in str(err)
