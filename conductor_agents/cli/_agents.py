@@ -69,7 +69,8 @@ def register(subparsers: Any) -> None:
     run = add("run", _run, "start an agent and serve its tools until the run ends",
               "Import MODULE:AGENT (an Agent, or a function returning one), start a run with PROMPT and "
               "serve its tools from this process, printing progress, until the run ends. Ctrl-C stops "
-              "the run gracefully (it ends after its current turn); a second Ctrl-C cancels it.", follow)
+              "the run gracefully (it ends once it has read what it was sent before); a second Ctrl-C cancels it.",
+              follow)
     add_target(run)
     run.add_argument("prompt", metavar="PROMPT", help="what the agent starts with")
     _foreground_args(run)
@@ -113,7 +114,8 @@ def register(subparsers: Any) -> None:
     _wait_timeout(wait, "give up waiting after SECONDS")
 
     stop = on_run("stop", _stop, "ask an execution to finish gracefully",
-                      "Ask the run to stop: it ends after its current turn, COMPLETED (a run blocked on "
+                      "Ask the run to stop, COMPLETED: a listener once its model read the messages sent before the "
+                      "stop, any other run after its current turn (a run blocked on "
                       "wait-for-message gets a stop signal). With --wait, wait for it to end.", follow)
     stop.add_argument("--wait", action="store_true", help="wait for the run to end")
     _wait_timeout(stop, "with --wait: give up after SECONDS")

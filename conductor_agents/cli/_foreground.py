@@ -77,7 +77,8 @@ class _Interrupts:
                 self._cancel(f"did not stop within {self._grace:g}s of a stop request")
 
     def _stop(self) -> None:
-        self._display.event("stopping: the run ends after its current turn (Ctrl-C again cancels it)")
+        self._display.event("stopping: the run ends once it has read what it was sent before (Ctrl-C again "
+                            "cancels it)")
         try:
             self._handle.stop()
         except ConductorAgentsError as err:
