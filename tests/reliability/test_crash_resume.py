@@ -171,7 +171,8 @@ def test_status_says_when_the_process_serving_a_run_was_killed(agent_settings, s
             after = eventually(lambda: (s := handle.status()).served is False and s, timeout=30, interval=0.5,
                                message="status says no process serves the run")
             assert after.status is RunStatus.RUNNING and after.waiting_for == "message", after
-            assert after.unserved_for is not None and after.unserved_for > 3.0, after
+            # past the 3 s bound, rounded to a tenth (3.04 s reads 3.0: the clean-clone CI saw it)
+            assert after.unserved_for is not None and after.unserved_for >= 3.0, after
             handle.cancel()
     finally:
         kill_all([child])
