@@ -106,7 +106,7 @@ def test_a_listener_waiting_on_a_human_task_keeps_its_join_parked_and_still_acts
 
         join = eventually(parked_join, timeout=60, interval=0.5, message="the join parked")
 
-        eventually(lambda: _held(stack.url, join["taskId"]), timeout=60, interval=0.1,
+        eventually(lambda: _held(stack.url, join["taskId"]), timeout=120, interval=0.1,  # loaded: over a minute seen
                    message="the join parked for good")
 
         handle.send_message({"note": "after a long wait"})
