@@ -62,6 +62,7 @@ from .chain import mailbox_key
 from .directory import Chain, ChainDirectory, Link
 from .following import end_mailbox, is_running, run_status, workflow_running
 from .handover import complete_wait, delivery_lock, waiting_wait
+from .holding import MAX_HELD, carried
 from .head import read_mailbox, write_mailbox
 from .parking import nudge
 from .sending import send_to_listener, wake
@@ -72,9 +73,9 @@ log = logging.getLogger("conductor_agents.continuation")
 
 #: The workflow every listener's mailbox runs.
 MAILBOX_WORKFLOW = "conductor_agents_mailbox"
-#: 2: the round below (a non-blocking pull, then a forward or a WAIT); runs of 1 (a blocking pull, then a
-#: forward) keep their own definition and the same forward.
-_VERSION = 2
+#: 3: the round below (a non-blocking pull, then a forward or a WAIT; the forward given what the previous one held);
+#: runs of 2 (no held messages) and 1 (a blocking pull, then a forward) keep their own definition and the same forward.
+_VERSION = 3
 #: Iterations whose tasks and outputs the loop keeps (the server removes older ones).
 _KEEP_ITERATIONS = 2
 #: Messages one PULL takes at most (the server's own cap).
@@ -102,11 +103,14 @@ def definitions() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                 "timeoutSeconds": 0, "responseTimeoutSeconds": _RESPONSE_TIMEOUT_SECONDS,
                 "timeoutPolicy": "RETRY", "ownerEmail": owner,
                 "description": "conductor-agents: forwards a listener's mailbox messages into its current run"}
+    # "forward" names the forward scheduled last (this round's is not yet): what it held, and which round's it is.
     forward = {"name": FORWARD_TASK, "taskReferenceName": "forward", "type": "SIMPLE",
-               "inputParameters": {"messages": "${pull.output.messages}"},
+               "inputParameters": {"messages": "${pull.output.messages}", "held": "${forward.output.held}",
+                                   "held_by": "${forward.referenceTaskName}", "holds": True},
                "taskDefinition": task_def}  # inline: no node's cache of task definitions can miss it
     rest = {"name": "mailbox_rest", "taskReferenceName": "rest", "type": "WAIT",
             "inputParameters": {"duration": "${workflow.input.checkEvery}"}}
+    rest_after = {**rest, "taskReferenceName": "rest_after"}  # the same WAIT: a reference name is used once
     workflow = {
         "name": MAILBOX_WORKFLOW, "version": _VERSION, "schemaVersion": 2, "ownerEmail": owner,
         "timeoutSeconds": 0, "restartable": True,
@@ -121,11 +125,12 @@ def definitions() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
             "loopOver": [
                 {"name": "mailbox_pull", "taskReferenceName": "pull", "type": "PULL_WORKFLOW_MESSAGES",
                  "inputParameters": {"batchSize": _BATCH, "blocking": False}},
-                # "value-param" (no script engine): an empty pull rests, any other count forwards.
+                # "value-param" (no script engine): an empty pull rests while the last forward holds nothing ("0/0";
+                # "0/null": it held nothing, or none is kept; the server writes a null as "null"), else forwards.
                 {"name": "mailbox_taken", "taskReferenceName": "taken", "type": "SWITCH",
-                 "evaluatorType": "value-param", "expression": "count",
-                 "inputParameters": {"count": "${pull.output.count}"},
-                 "decisionCases": {"0": [rest]}, "defaultCase": [forward]},
+                 "evaluatorType": "value-param", "expression": "taken",
+                 "inputParameters": {"taken": "${pull.output.count}/${forward.output.holding}"},
+                 "decisionCases": {"0/null": [rest], "0/0": [rest_after]}, "defaultCase": [forward]},
             ],
         }],
     }
@@ -212,17 +217,19 @@ def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wa
     many messages the wait of the listener on ``run_id`` takes at once (its ``WaitForMessageTool``'s batch size)."""
 
     @tool(name=FORWARD_TASK)
-    def conductor_agents_forward(ctx: ToolContext, messages: Any | None = None) -> dict[str, Any]:
+    def conductor_agents_forward(ctx: ToolContext, messages: Any | None = None, held: Any | None = None,
+                                 held_by: Any | None = None, holds: Any | None = None) -> dict[str, Any]:
         """Pushes a listener's mailbox messages into its current run (conductor-agents)."""
         try:
             chain = directory.chain(ctx.execution_id)
+            given = carried(api, ctx.execution_id, ctx.reference_name, messages, held, held_by)  # held ones first
             if chain.human_wait:
                 assert chain.run_id is not None
-                return hand_over(api, directory, chain, list(messages or ()), batch_size=batch_size_of(chain.run_id),
+                return hand_over(api, directory, chain, given, batch_size=batch_size_of(chain.run_id),
                                  worker_id=worker_id, clock=clock, pause=stopping.wait, parked_here=parked_here,
-                                 answered=answered)
-            return _forward(api, directory, ctx.execution_id, list(messages or ()), switch_wait=switch_wait,
-                            clock=clock, pause=stopping.wait)
+                                 answered=answered, holds=holds is True)
+            return _forward(api, directory, ctx.execution_id, given, switch_wait=switch_wait, clock=clock,
+                            pause=stopping.wait)
         except ToolRetry:
             raise
         except RunPausedError:  # kept in the mailbox until the listener is unpaused
@@ -273,11 +280,13 @@ def _forward(api: ConductorApi, directory: ChainDirectory, mailbox_id: str, mess
 def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messages: list[Any], *, batch_size: int,
               worker_id: str, clock: Clock, pause: Callable[[float], Any],
               parked_here: Callable[[str], bool] = lambda join_id: False,
-              answered: Callable[[Mapping[str, Any]], Any] = lambda join: None) -> dict[str, Any]:
+              answered: Callable[[Mapping[str, Any]], Any] = lambda join: None, holds: bool = False) -> dict[str, Any]:
     """Hand a mailbox's messages to a listener that waits on a ``HUMAN`` task (:mod:`.handover`), in order, up to
-    ``batch_size`` per wait. While the listener is busy it is looked at again for a few seconds, then the task is
-    handed back (``ToolRetry``). Before each completion the first message's id is marked, so a later delivery of
-    the task skips the messages a completed wait already holds (exactly once across a crash).
+    ``batch_size`` per wait. While the listener is busy it is looked at again for a second, then, with ``holds``
+    (mailbox version 3), the task completes with the messages not handed over (``held``, at most
+    :data:`~.holding.MAX_HELD`), which the next round's forward is given first (:mod:`.holding`); otherwise the task
+    is handed back (``ToolRetry``) with them. Before each completion the first message's id is marked, so a later
+    delivery of the task skips the messages a completed wait already holds (exactly once across a crash).
     """
     assert chain.run_id is not None
     envelopes = [m for m in messages if isinstance(m, Mapping) and m.get("id")]
@@ -322,6 +331,9 @@ def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messag
             end_mailbox(api, directory, chain)  # ended by the SDK: nobody takes it for an end from outside
             return {"end": True, "forwarded": handed, "undelivered": lost}
         if clock.monotonic() >= busy_until:
+            left = [dict(e) for e in envelopes[handed:]]
+            if holds and len(left) <= MAX_HELD:
+                return {"forwarded": handed, "held": left, "holding": len(left)}
             raise ToolRetry("the listener is busy", after_seconds=0.5)
         if pause(_BUSY_LOOK_EVERY):
             raise ToolRetry("the process is closing", after_seconds=1.0)

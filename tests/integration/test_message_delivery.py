@@ -16,11 +16,11 @@ import attrs
 import pytest
 
 from conductor_agents import AgentRuntime, MessageLostError, RunStatus, WaitTimeoutError, tool
-from conductor_agents._common.task_names import is_message_wait
+from conductor_agents._common.task_names import FORWARD_TASK, is_message_wait
 from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, listener
-from ..reliability.support import current_run, workflow
+from ..reliability.support import current_run, server_get, workflow
 from .test_cli_agents import Cli, cli  # noqa: F401 (the fixture)
 
 pytestmark = pytest.mark.integration
@@ -94,15 +94,18 @@ def test_a_pulled_message_is_reported_delivered(agent_runtime, scripted_llm, uni
 
 
 @contextlib.contextmanager
-def sent_while_busy(settings, wait, scripted_llm, unique_name, tools):
+def sent_while_busy(settings, wait, scripted_llm, unique_name, tools, after_first=lambda handle: None):
     """A listener (``listener_wait=wait``) sent three messages while busy in a tool: their deliveries, once the
-    tool returns (nothing is known while it is busy, and ``wait_delivered`` says so in time); stopped after."""
+    tool returns (nothing is known while it is busy, and ``wait_delivered`` says so in time); stopped after.
+    ``after_first(handle)`` runs between the first of the three and the other two."""
     model = scripted_llm.script(policy=listener_policy(act_on))
     with AgentRuntime(attrs.evolve(settings, listener_wait=wait)) as runtime:
         handle = runtime.start(listener(unique_name("batch"), model, tools, batch_size=5), "Start listening.")
         handle.send_message({"action": "hold"})
         assert tools.holding.wait(60)
-        ids = [handle.send_message({"action": f"queued-{n}"}) for n in range(3)]
+        ids = [handle.send_message({"action": "queued-0"})]
+        after_first(handle)
+        ids += [handle.send_message({"action": f"queued-{n}"}) for n in (1, 2)]
         with pytest.raises(WaitTimeoutError):
             handle.wait_delivered(ids[0], timeout=2)
         tools.gate.set()
@@ -119,17 +122,31 @@ def test_messages_pulled_in_one_batch_while_the_run_was_busy(agent_settings, scr
         assert [d.batch_count for d in deliveries] == [3, 3, 3]
 
 
-def test_messages_sent_while_a_human_wait_listener_was_busy_are_handed_in_order_in_at_most_two_batches(
+def _held_by_a_forward(base_url: str, mailbox_id: str) -> bool:
+    """Whether a forward of the mailbox completed holding messages for its busy listener (mailbox version 3)."""
+    tasks = server_get(base_url, f"/workflow/{mailbox_id}", includeTasks="true").get("tasks") or ()
+    return any(t.get("taskDefName") == FORWARD_TASK and t.get("status") == "COMPLETED"
+               and (t.get("outputData") or {}).get("holding") for t in tasks)
+
+
+def test_messages_sent_while_a_human_wait_listener_was_busy_are_handed_in_order_in_one_batch(
         agent_settings, scripted_llm, unique_name, tools):
     """A listener that waits on a HUMAN task (``listener_wait="human"``): messages sent while it is busy wait in its
-    mailbox. The forward holds what the mailbox's round took (the first of them, or more), the round after it takes
-    all the rest at once: so they reach the listener in order, in at most two waits, each reported with its batch."""
-    with sent_while_busy(agent_settings, "human", scripted_llm, unique_name, tools) as deliveries:
-        waits = [d.task_id for d in deliveries]
-        in_turn = [w for n, w in enumerate(waits) if n == 0 or w != waits[n - 1]]
-        assert len(in_turn) == len(set(waits)) <= 2, waits  # each wait took the next messages in order
-        assert [d.batch_count for d in deliveries] == [waits.count(w) for w in waits]
-        # A batch's messages are acted on by parallel tool calls, in no kept order.
+    mailbox. The forward that took the first one finds the listener busy and completes holding it; the next rounds'
+    forwards are given what was held first, then what their pull took: so the listener's next wait is handed all
+    three at once, in the order sent, each once (as the server's own wait takes everything queued)."""
+    base = agent_settings.server_url
+
+    def held_first(handle) -> None:
+        eventually(lambda: _held_by_a_forward(base, handle.execution_id), timeout=60, message="a forward held it")
+
+    with sent_while_busy(agent_settings, "human", scripted_llm, unique_name, tools, held_first) as deliveries:
+        assert {d.task_id for d in deliveries} == {deliveries[0].task_id}  # one wait was handed all three
+        assert [d.batch_count for d in deliveries] == [3, 3, 3]
+        wait = server_get(base, f"/tasks/{deliveries[0].task_id}")
+        assert [m["payload"]["action"] for m in wait["outputData"]["messages"]] == [
+            "queued-0", "queued-1", "queued-2"]
+        # A batch's messages are acted on by parallel tool calls, in no kept order; each once.
         eventually(lambda: sorted(tools.actions) == ["hold", "queued-0", "queued-1", "queued-2"], timeout=60,
                    message="all acted on")
 

@@ -47,22 +47,28 @@ def forward(server, messages):
 
 
 def test_the_round_pulls_without_blocking_then_forwards_or_rests_keeping_two_iterations():
-    """Version 2: DO_WHILE (keepLastN 2) [non-blocking PULL of up to 100, SWITCH on its count: "0" rests in a
-    WAIT of the run's checkEvery, anything else forwards (the same SIMPLE task as version 1)]."""
+    """Version 3: DO_WHILE (keepLastN 2) [non-blocking PULL of up to 100, SWITCH on its count and what the last
+    forward holds: "0/0" or "0/null" rests in a WAIT of the run's checkEvery, anything else forwards (the same SIMPLE
+    task as versions 1 and 2, given what the last forward held and which one it was)]."""
     task_defs, (workflow,) = mailbox.definitions()
-    assert (workflow["name"], workflow["version"]) == (mailbox.MAILBOX_WORKFLOW, 2)
+    assert (workflow["name"], workflow["version"]) == (mailbox.MAILBOX_WORKFLOW, 3)
     (loop,) = workflow["tasks"]
     assert loop["type"] == "DO_WHILE" and loop["inputParameters"]["keepLastN"] == 2
     pull, switch = loop["loopOver"]
     assert (pull["type"], pull["inputParameters"]) == ("PULL_WORKFLOW_MESSAGES", {"batchSize": 100, "blocking": False})
     assert pull["inputParameters"]["blocking"] is False  # the server reads a Boolean, not "false"
-    assert (switch["type"], switch["evaluatorType"], switch["expression"]) == ("SWITCH", "value-param", "count")
-    assert switch["inputParameters"] == {"count": f"${{{pull['taskReferenceName']}.output.count}}"}
-    (rest,) = switch["decisionCases"]["0"]
+    assert (switch["type"], switch["evaluatorType"], switch["expression"]) == ("SWITCH", "value-param", "taken")
+    assert switch["inputParameters"] == {"taken": "${pull.output.count}/${forward.output.holding}"}
+    assert set(switch["decisionCases"]) == {"0/0", "0/null"}  # the server writes a null as "null"
+    (rest,) = switch["decisionCases"]["0/null"]
+    (rest_after,) = switch["decisionCases"]["0/0"]  # the same WAIT under another name (a name is used once)
+    assert {**rest_after, "taskReferenceName": "rest"} == rest
     assert (rest["type"], rest["inputParameters"]) == ("WAIT", {"duration": "${workflow.input.checkEvery}"})
     (forward,) = switch["defaultCase"]
     assert forward["type"] == "SIMPLE" and task_defs[0]["name"] == forward["name"] == mailbox.FORWARD_TASK
-    assert forward["inputParameters"] == {"messages": f"${{{pull['taskReferenceName']}.output.messages}}"}
+    assert forward["inputParameters"] == {"messages": f"${{{pull['taskReferenceName']}.output.messages}}",
+                                          "held": "${forward.output.held}", "held_by": "${forward.referenceTaskName}",
+                                          "holds": True}
     # A round that rested has no forward of its own: the loop goes on unless the newest forward said "end".
     assert loop["loopCondition"] == "$.forward == null || $.forward['end'] != true"
 
@@ -130,7 +136,7 @@ def test_a_mailbox_opens_with_its_check_as_the_runs_input():
     api = Signals()
     assert mailbox.Mailboxes(api, check_every_seconds=7).open(RUN, "listener") == "5e1d7c3a-0b2f-4e6a-9c8d-1a2b3c4d5e6f"
     (body,) = api.started
-    assert (body["name"], body["version"], body["input"]) == (mailbox.MAILBOX_WORKFLOW, 2, {"checkEvery": "7s"})
+    assert (body["name"], body["version"], body["input"]) == (mailbox.MAILBOX_WORKFLOW, 3, {"checkEvery": "7s"})
     assert body["taskToDomain"] == {mailbox.FORWARD_TASK: RUN}
 
 
