@@ -6,21 +6,28 @@ link 0, a small workflow of its own, :data:`MAILBOX_WORKFLOW`, whose id is the o
 (``AgentHandle.execution_id``). It runs rounds::
 
     DO_WHILE (keepLastN 2) [ PULL_WORKFLOW_MESSAGES (blocking: false, up to 100),
-                             SWITCH (count 0 -> WAIT (checkEvery, e.g. "30s") ; otherwise -> forward (SIMPLE)) ]
+                             SWITCH ("count/holding": "0/null" or "0/0" -> WAIT (checkEvery, e.g. "30s") ;
+                                     otherwise -> forward (SIMPLE)) ]
 
-A round pulls what is queued without waiting; an empty pull rests in a ``WAIT`` of P seconds
-(``AgentSettings.mailbox_check_seconds``, the run's ``checkEvery`` input), after which the next round
-pulls again; a pull that took messages hands them to the forward, and the next round pulls again at
-once (messages pushed while a forward runs are taken without waiting P). While idle the server
-evaluates a mailbox once per P (the ``WAIT`` as it ends, one pull, one decide), instead of the
-blocking pull's once a second. A sender that pushes to the mailbox wakes it at once by completing its
-``WAIT``: :func:`wake` (the SDK), or by hand::
+A round pulls what is queued without waiting; an empty pull, while the last forward holds nothing, rests
+in a ``WAIT`` of P seconds (``AgentSettings.mailbox_check_seconds``, the run's ``checkEvery`` input), after
+which the next round pulls again; a pull that took messages (or a forward that holds some) hands them to
+the forward, and the next round pulls again at once (messages pushed while a forward runs are taken
+without waiting P). While idle the server evaluates a mailbox once per P (the ``WAIT`` as it ends, one
+pull, one decide), instead of the blocking pull's once a second. A sender that pushes to the mailbox
+wakes it at once by completing its ``WAIT``: :func:`wake` (the SDK), or by hand::
 
     POST /workflow/{mailbox}/messages               {...the message...}
     POST /tasks/{mailbox}/COMPLETED/signal          {}
 
-A raw push without the signal is taken within P. Runs of version 1 (a blocking pull, then the forward)
-keep running as they were started, served by the same forward.
+A raw push without the signal is taken within P. Runs of version 2 (the same round, the switch on the pull's
+count alone, the forward given only its pull) and 1 (a blocking pull, then the forward) keep running as they were
+started, served by the same forward (it accepts either shape of input).
+
+Version 3: the forward of a listener that waits on a ``HUMAN`` task, finding it busy, completes with the messages
+it did not hand over (``held``, ``holding``) instead of handing its task back with them, and the next round's
+forward is given those first, then what its pull took (:mod:`.holding`): what arrives while the listener is busy
+reaches it in one hand-over at its next wait, as the server's own wait takes everything queued at once.
 
 The ``forward`` task's domain is the listener's run id, so the process that serves the listener polls
 it like the listener's other tasks (also after an adoption or ``resume()``); it pushes each message it
@@ -62,8 +69,8 @@ from .chain import mailbox_key
 from .directory import Chain, ChainDirectory, Link
 from .following import end_mailbox, is_running, run_status, workflow_running
 from .handover import complete_wait, delivery_lock, waiting_wait
-from .holding import MAX_HELD, carried
 from .head import read_mailbox, write_mailbox
+from .holding import MAX_HELD, carried
 from .parking import nudge
 from .sending import send_to_listener, wake
 
