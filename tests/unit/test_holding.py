@@ -3,6 +3,7 @@ messages first, then the round's own, each once; only the previous round's held 
 forward's inputs were resolved again (a crash); a busy listener gets everything at its next wait, in one hand-over."""
 
 import logging
+import threading
 
 import pytest
 
@@ -146,3 +147,30 @@ def test_a_held_stop_signal_is_handed_over_after_what_was_held_before_it():
     assert hand_over(server, holding.carried(server, MAILBOX, "forward__2", [], first["held"], "forward__1")) \
         == {"forwarded": 2}
     assert server.handed == [(link, [IDS[0], IDS[1]])]
+
+
+def forward_tool(server):
+    from conductor_agents._tooldefs.context import ToolContext
+    clock = FakeClock()
+
+    class Stopping(threading.Event):  # never set: its waits pass the fake clock's time
+        def wait(self, timeout=None):
+            clock.advance(timeout or 0)
+            return False
+
+    tool = mailbox.make_forward_tool(server, ChainDirectory(server), switch_wait=30, clock=clock,
+                                     stopping=Stopping(), batch_size_of=lambda run_id: 100)
+    return lambda ref, **inputs: tool(ToolContext(execution_id=MAILBOX, task_id="t", reference_name=ref), **inputs)
+
+
+def test_the_forward_takes_either_shape_of_input_and_holds_only_for_a_version_3_mailbox():
+    """A version 2 round gives the forward its pull only: a busy listener's messages go back with the task (they
+    would be lost in an output nobody reads); version 3 gives it what the last forward held, and says it holds."""
+    server = Forwards()
+    server.waiting[server.key(0).execution_id] = 10_000
+    forward = forward_tool(server)
+    with pytest.raises(ToolRetry, match="busy"):
+        forward("forward__2", messages=envelopes(IDS[2]))
+    held = forward("forward__2", messages=envelopes(IDS[2]), held=envelopes(*IDS[:2]), held_by="forward__1",
+                   holds=True)
+    assert held == {"forwarded": 0, "held": envelopes(*IDS[:3]), "holding": 3}
