@@ -101,6 +101,8 @@ _MARK = re.compile(r"^sending:([0-9a-f-]{36})$")
 #: since it holds one of the tool pool's threads, which the listener's own turn may need.
 _BUSY_LOOK_SECONDS = 1.0
 _BUSY_LOOK_EVERY = 0.25
+#: A holding forward answers a wait only at its first look, while what its round pulled is all there is.
+_FRESH_SECONDS = 0.1
 
 
 def definitions() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
@@ -292,8 +294,10 @@ def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messag
     ``batch_size`` per wait. While the listener is busy it is looked at again for a second, then, with ``holds``
     (mailbox version 3), the task completes with the messages not handed over (``held``, at most
     :data:`~.holding.MAX_HELD`), which the next round's forward is given first (:mod:`.holding`); otherwise the task
-    is handed back (``ToolRetry``) with them. Before each completion the first message's id is marked, so a later
-    delivery of the task skips the messages a completed wait already holds (exactly once across a crash).
+    is handed back (``ToolRetry``) with them. Holding, a wait is answered only at the first look: one found later
+    completes the task holding everything, so the next round hands over what was pushed meanwhile too. Before each
+    completion the first message's id is marked, so a later delivery of the task skips the messages a completed wait
+    already holds (exactly once across a crash).
     """
     assert chain.run_id is not None
     envelopes = [m for m in messages if isinstance(m, Mapping) and m.get("id")]
@@ -307,15 +311,21 @@ def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messag
         if found is not None:  # the delivery that completed it may have died before it nudged the wait's join
             _wake_join(api, found[1], found[2], worker_id=worker_id, answered=answered)
     handed = start
+    fresh_until = clock.monotonic() + _FRESH_SECONDS
     busy_until = clock.monotonic() + _BUSY_LOOK_SECONDS
     while handed < len(envelopes):
         batch = envelopes[handed:handed + max(1, batch_size)]
+        # Holding, a wait found after the first look is not answered: what was pushed since this round's pull is
+        # queued, and the next round's forward, given what this one holds, hands it all over at once.
+        stale = holds and clock.monotonic() >= fresh_until and len(envelopes) - handed <= MAX_HELD
         with delivery_lock(chain.run_id):
             newest = directory.refresh(chain)
             wait, join = waiting_wait(api, newest.execution_id)
-            if wait is not None:
+            if wait is not None and not stale:
                 _write_mark(api, chain.run_id, str(batch[0]["id"]))
                 complete_wait(api, newest.execution_id, wait, batch, worker_id=worker_id)
+        if wait is not None and stale:
+            return _holding(envelopes[handed:], handed)
         if wait is not None:
             if join is not None:
                 nudge(api, join, worker_id=worker_id, parked_here=parked_here)
@@ -338,13 +348,16 @@ def hand_over(api: ConductorApi, directory: ChainDirectory, chain: Chain, messag
             end_mailbox(api, directory, chain)  # ended by the SDK: nobody takes it for an end from outside
             return {"end": True, "forwarded": handed, "undelivered": lost}
         if clock.monotonic() >= busy_until:
-            left = [dict(e) for e in envelopes[handed:]]
-            if holds and len(left) <= MAX_HELD:
-                return {"forwarded": handed, "held": left, "holding": len(left)}
+            if holds and len(envelopes) - handed <= MAX_HELD:
+                return _holding(envelopes[handed:], handed)
             raise ToolRetry("the listener is busy", after_seconds=0.5)
         if pause(_BUSY_LOOK_EVERY):
             raise ToolRetry("the process is closing", after_seconds=1.0)
     return {"forwarded": handed}
+
+
+def _holding(left: list[Mapping[str, Any]], handed: int) -> dict[str, Any]:
+    return {"forwarded": handed, "held": [dict(e) for e in left], "holding": len(left)}
 
 
 def _wake_join(api: ConductorApi, execution_id: str, wait: Mapping[str, Any], *, worker_id: str,

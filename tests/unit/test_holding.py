@@ -174,3 +174,16 @@ def test_the_forward_takes_either_shape_of_input_and_holds_only_for_a_version_3_
     held = forward("forward__2", messages=envelopes(IDS[2]), held=envelopes(*IDS[:2]), held_by="forward__1",
                    holds=True)
     assert held == {"forwarded": 0, "held": envelopes(*IDS[:3]), "holding": 3}
+
+
+def test_a_wait_found_after_the_first_look_is_not_answered_with_a_stale_pull_but_held_for_the_next_round():
+    """The listener came to wait while the forward looked: what was pushed since the round's pull is queued in the
+    mailbox. The forward completes holding everything; the next round's forward (its pull fresh) hands it all over."""
+    server = Forwards()
+    link = server.key(0).execution_id
+    server.waiting[link] = 2  # busy at the first two looks, then waiting
+    first = hand_over(server, envelopes(*IDS[:2]))
+    assert first == {"forwarded": 0, "held": envelopes(*IDS[:2]), "holding": 2} and server.handed == []
+    given = holding.carried(server, MAILBOX, "forward__2", envelopes(IDS[2]), first["held"], "forward__1")
+    assert hand_over(server, given) == {"forwarded": 3}
+    assert server.handed == [(link, list(IDS[:3]))]
