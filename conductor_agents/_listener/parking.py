@@ -51,6 +51,10 @@ _PARK_AGAIN_AFTER = 10.0
 #: way can write the task (and its queue message) after the first look, undoing the park.
 _HELD_LOOKS = 2
 _LOOK_AGAIN_AFTER = 5.0
+#: A park trusted is still looked at this often while its wait waits (until the watch ends, :data:`_WATCH_SECONDS`):
+#: on the cluster an evaluation that undid it came later than the looks above, and the join was evaluated at the
+#: server's pace again, the park lost (seen twice in a day's runs of tests/integration/test_human_wait.py).
+_LOOK_WHILE_PARKED = 30.0
 #: Joins a park was sent for, remembered for the forward's nudge (the oldest forgotten first).
 _SENT_KEPT = 100_000
 #: When the join of an answered wait is looked at again (seconds after the answer, then after each nudge): a
@@ -100,14 +104,15 @@ class _Watch:
     first_count: Any = None
     due: float = 0.0
     held_looks: int = 0  # looks that found the park holding (it is trusted after _HELD_LOOKS)
+    counted: bool = False  # in JoinParker.parked
 
 
 class JoinParker:
     """Parks the join of each watched link's next ``HUMAN`` wait, on one thread (started on first use).
 
     Each watched link is looked at every :data:`_LOOK_EVERY` seconds until it waits; its join is then parked and
-    read back half a second and a second and a half later, and once more five seconds after that (no thread sleeps
-    for one link: the others go on)."""
+    read back half a second and a second and a half later, once more five seconds after that, then every thirty
+    seconds while its wait waits, parked again if undone (no thread sleeps for one link: the others go on)."""
 
     def __init__(self, api: ConductorApi, *, worker_id: str, stopping: threading.Event,
                  clock: Clock = SYSTEM_CLOCK) -> None:
@@ -218,7 +223,9 @@ class JoinParker:
             self._stopping.wait(_LOOK_EVERY)
 
     def _step(self, execution_id: str, watch: _Watch) -> bool:
-        """One step of link ``execution_id``'s watch; whether it is done with (its join parked, or not to be)."""
+        """One step of link ``execution_id``'s watch; whether it is done with (its wait answered, or ended). A park
+        trusted is looked at every :data:`_LOOK_WHILE_PARKED` seconds while the watch lasts, and parked again if
+        undone."""
         now = self._clock.monotonic()
         if watch.join is None:
             wait, join = waiting_wait(self._api, execution_id)
@@ -234,11 +241,19 @@ class JoinParker:
             return False
         if int(task.get("callbackAfterSeconds") or 0) == PARK_SECONDS and task.get("pollCount") == watch.first_count:
             watch.held_looks += 1
-            if watch.held_looks >= _HELD_LOOKS:
-                self.parked += 1
-                return True
+            if watch.held_looks >= _HELD_LOOKS:  # trusted: still looked at now and then while the wait waits
+                if not watch.counted:
+                    watch.counted = True
+                    self.parked += 1
+                watch.due = now + _LOOK_WHILE_PARKED
+                return False
             watch.due = now + _LOOK_AGAIN_AFTER  # the same count then: nothing evaluated it since
             return False
+        if watch.held_looks >= _HELD_LOOKS:
+            log.info("run %s: the park of its join was undone after it held (an evaluation of the server's); "
+                     "parking it again", execution_id)
+            watch.held_looks, watch.rounds = 0, 1
+            return self._park(watch, now)
         watch.held_looks = 0
         if watch.rounds % _PARK_ROUNDS == 0:  # a young join: parks rarely hold before its 200 quick evaluations
             log.debug("run %s: %d parks of its join did not hold; again in %g s", execution_id, watch.rounds,

@@ -78,7 +78,10 @@ def test_a_listener_waiting_on_a_human_task_takes_every_sender_once_in_order_acr
         # The join ends up parked: its callback is the park's, and the server no longer evaluates it (a young join's
         # first parks may not hold: the serving process reads it back and parks it again; on a machine at load 25 no
         # park held within a minute).
-        eventually(lambda: _held(base, join["taskId"]), timeout=120, interval=0.1, message="the join parked for good")
+        eventually(lambda: _held(base, join["taskId"]), timeout=120, interval=0.1, message="the join parked for good",
+                   explain=lambda: str({k: v for k, v in requests.get(f"{base}/tasks/{join['taskId']}", timeout=10)
+                                        .json().items() if k in ("status", "callbackAfterSeconds", "pollCount",
+                                                                 "updateTime", "workerId")}))
         while handle.runs < 3:
             assert len(sent) < 40, "no switch for many messages"
             sent.append(f"m-{len(sent)}")
