@@ -25,11 +25,11 @@ from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import ExecutionNotRunningError
 from ..result import RunStatus
-from .directory import Chain, ChainDirectory
+from .directory import Chain, ChainDirectory, Link
 from .following import end_mailbox, is_running, live_links, newest_link, run_status
 from .naming import names_errors
 
-__all__ = ["cancel_listener", "pause_listener", "stop_listener", "unpause_listener"]
+__all__ = ["RunCallback", "cancel_listener", "flag_stop", "pause_listener", "stop_listener", "unpause_listener"]
 
 log = logging.getLogger("conductor_agents.handle")
 
@@ -42,14 +42,19 @@ RunCallback = Callable[[str], None] | None
 @names_errors
 def stop_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, on_stop: RunCallback) -> bool:
     """Ask the newest run to finish after its current turn; whether a running run was asked."""
-    link = newest_link(directory, chain)
+    return flag_stop(api, newest_link(directory, chain), on_stop)
+
+
+def flag_stop(api: ConductorApi, link: Link, on_stop: RunCallback) -> bool:
+    """Set the server's stop flag of ``link`` (this process's running tools of it see ``ctx.stop_requested`` at
+    once); whether it was running."""
     try:
         api.stop_agent(link.execution_id)
     except HttpError as err:
         if err.status != 409:
             raise
         return False
-    if on_stop is not None:  # this process's running tools see ctx.stop_requested at once
+    if on_stop is not None:
         on_stop(link.execution_id)
     return True
 

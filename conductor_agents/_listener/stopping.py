@@ -37,11 +37,10 @@ from typing import Any
 
 from .._common.task_names import HUMAN_TASK_TYPE, MESSAGE_WAIT_TASK_TYPE, is_message_wait
 from .._wire.api import ConductorApi
-from .._wire.transport import HttpError
 from ..errors import ExecutionNotRunningError, MessageQueueDisabledError, MessageQueueFullError, RunPausedError
 from ..result import RunStatus, stop_requested
 from .carryover import pulled_message_ids
-from .control import stop_listener
+from .control import RunCallback, flag_stop, stop_listener
 from .directory import Chain, ChainDirectory, Link
 from .naming import names_errors
 from .stop_flag import holds_stop, post_stop_flag, stop_in_digest
@@ -55,8 +54,6 @@ log = logging.getLogger("conductor_agents.handle")
 _RESTING = frozenset({"DO_WHILE", "JOIN", "FORK", "FORK_JOIN_DYNAMIC"})
 #: The types of a model's tool call that may be a wait for messages (a ``HUMAN`` one may be a person's question too).
 _WAIT_CALLS = frozenset({MESSAGE_WAIT_TASK_TYPE, HUMAN_TASK_TYPE})
-
-RunCallback = Callable[[str], None] | None
 
 
 def resting(tasks: Iterable[Mapping[str, Any]]) -> bool:
@@ -104,7 +101,7 @@ def stop_listener_in_order(api: ConductorApi, directory: ChainDirectory, chain: 
     newest = directory.refresh(chain)
     if not box.human_wait and at_rest(api, newest.execution_id) \
             and not _queued_here(api, newest, directory.accepted_at(newest)):
-        _stop_at_once(lambda: _flag(api, newest, on_stop), chain, send_stop=send_stop)
+        _stop_at_once(lambda: flag_stop(api, newest, on_stop), chain, send_stop=send_stop)
         return
     try:
         send_stop()
@@ -117,19 +114,6 @@ def stop_listener_in_order(api: ConductorApi, directory: ChainDirectory, chain: 
     if on_stop is not None:  # this process's tools of the listener see ctx.stop_requested at once
         for number in range(max(chain.first, newest.number - 1), newest.number + 1):  # and a run a switch drains
             on_stop(chain.link(number).execution_id)
-
-
-def _flag(api: ConductorApi, link: Link, on_stop: RunCallback) -> bool:
-    """The server's stop flag of ``link`` (this process's tools of it see ``ctx.stop_requested``); whether it runs."""
-    try:
-        api.stop_agent(link.execution_id)
-    except HttpError as err:
-        if err.status != 409:
-            raise
-        return False
-    if on_stop is not None:
-        on_stop(link.execution_id)
-    return True
 
 
 def _stop_at_once(flag: Callable[[], bool], chain: Chain, *, send_stop: Callable[[], str]) -> None:
