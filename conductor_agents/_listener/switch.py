@@ -45,7 +45,7 @@ import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.task_names import CARRY_TASK, MESSAGE_WAIT_MARK, MODEL_TASK_TYPE, TURN_TASK, is_message_wait
-from .._teams.model_settings import ModelSettings, apply_model_settings
+from .._teams.model_settings import ModelSettings, apply_model_settings, run_model
 from .._tooldefs.tooldef import HUMAN, PULL_WORKFLOW_MESSAGES
 from .._tracing import hooks as tracing
 from .._tracing.carrier import START_KEY as TRACE_START_KEY
@@ -225,8 +225,7 @@ class Switch:
         spec = attrs.evolve(self._spec, context=state) if isinstance(state, Mapping) and state else self._spec
         assert self.chain.run_id is not None
         traced = tracing.begin_run(spec.agent.name, parent=spec.trace_parent, owner=self._worker_id,
-                                   model=spec.model_settings.model_for(spec.agent.model) if spec.model_settings
-                                   else spec.agent.model)
+                                   model=run_model(spec.agent.model, spec.model_settings))
         body = link_start_body(spec, self.chain.run_id, self.chain.key(self.new.number).key,
                                number=self.new.number, turns_before=turns_before, traceparent=traced.traceparent)
         try:

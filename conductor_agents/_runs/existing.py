@@ -22,7 +22,7 @@ from .._listener.switch import LinkSpec, pending_switch, read_commit
 from .._liveness.tree import running_sub_runs
 from .._serving.live_workers import find_live_poller, freshness_window
 from .._serving.service import Service
-from .._teams.model_settings import ModelSettings, recorded_model_settings
+from .._teams.model_settings import ModelSettings, recorded_model_settings, run_model
 from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
 from .._wire.domains import single_domain
@@ -114,7 +114,7 @@ class RunTaker:
         if serve and traced is not None:  # its span here: a child of the span it was started with
             parent, how, settings = traced
             tracing.begin_run(agent.name, parent=parent, taken_up=how, owner=self._worker_id,
-                              model=settings.model_for(agent.model) if settings else agent.model).started(execution_id)
+                              model=run_model(agent.model, settings)).started(execution_id)
         if serve:
             reservation = self._workers.reserve(domain, agent)
             with released_on_failure(reservation, execution_id):
@@ -151,8 +151,7 @@ class RunTaker:
                             model_settings=recorded_model_settings(workflow),  # the start's, kept by the server
                             human_wait=box.human_wait)
             tracing.begin_run(agent.name, parent=carrier, taken_up=how, owner=self._worker_id,
-                              model=spec.model_settings.model_for(agent.model) if spec.model_settings
-                              else agent.model).started(
+                              model=run_model(agent.model, spec.model_settings)).started(
                 newest.execution_id, conversation_id=chain.execution_id)
             reservation = self._workers.reserve(domain, agent, continued=True)
             with released_on_failure(reservation, chain.execution_id):

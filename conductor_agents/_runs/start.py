@@ -19,7 +19,7 @@ from .._listener.chain import link_key, run_id_for_key
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._listener.mailbox import Mailboxes
 from .._listener.switch import LinkSpec, agent_key, link_start_body
-from .._teams.model_settings import ModelSettings, apply_model_settings
+from .._teams.model_settings import ModelSettings, apply_model_settings, run_model
 from .._tooldefs.run_state import check_context, check_media
 from .._tracing import hooks as tracing
 from .._tracing.carrier import START_KEY as TRACE_START_KEY
@@ -95,7 +95,7 @@ class RunStarter:
         checked_context = check_context(context) if context is not None else None
         spec = None
         traced = tracing.begin_run(agent.name, owner=self._workers.worker_id,  # a child of the caller's current span
-                                   model=model_settings.model_for(agent.model) if model_settings else agent.model)
+                                   model=run_model(agent.model, model_settings))
         if agent.is_listener:
             continuation = self._settings.continuation_for(agent)
             spec = LinkSpec(agent, prompt, continuation, context=checked_context or {},

@@ -22,7 +22,7 @@ from .._common.checks import Refusal, a_bool, a_number, an_int, optional
 from .._tooldefs.tooldef import AGENT_TOOL
 from ..errors import AgentDefinitionError, AgentTypeError
 
-__all__ = ["METADATA_KEY", "MODEL_PATTERN", "ModelSettings", "REASONING_EFFORTS", "apply_model_settings",
+__all__ = ["METADATA_KEY", "MODEL_PATTERN", "ModelSettings", "REASONING_EFFORTS", "apply_model_settings", "run_model",
            "recorded_model_settings"]
 
 #: Where the settings of a run are recorded in its ``agentConfig.metadata`` (the server keeps the config
@@ -87,10 +87,6 @@ class ModelSettings:
     #: Anthropic models without extended thinking).
     reasoning_effort: str | None = attrs.field(default=None, validator=_check_effort)
     sub_agents: bool = attrs.field(default=True, kw_only=True, validator=_check_bool)
-
-    def model_for(self, agent_model: str) -> str:
-        """The ``provider/model`` a run of an agent whose own is ``agent_model`` calls with these settings."""
-        return self.model or agent_model
 
     @property
     def is_empty(self) -> bool:
@@ -163,6 +159,11 @@ def _agent_tools(config: Mapping[str, Any]) -> list[str]:
             if isinstance(sub, Mapping):
                 found.extend(_agent_tools(sub))
     return found
+
+
+def run_model(agent_model: str, settings: ModelSettings | None) -> str:
+    """The ``provider/model`` a run of an agent whose own is ``agent_model`` calls with ``settings`` (or None)."""
+    return settings.model if settings is not None and settings.model else agent_model
 
 
 def recorded_model_settings(workflow: Mapping[str, Any]) -> ModelSettings | None:

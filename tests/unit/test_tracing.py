@@ -156,8 +156,10 @@ def test_sub_runs_get_their_spans_and_their_model_turns_theirs():
 
 def test_a_runs_model_is_its_settings_model_or_its_agents():
     from conductor_agents import ModelSettings
-    assert ModelSettings(model="openai/gpt-4o-mini").model_for("openai/gpt-4o") == "openai/gpt-4o-mini"
-    assert ModelSettings(temperature=0.1).model_for("openai/gpt-4o") == "openai/gpt-4o"
+    from conductor_agents._teams.model_settings import run_model
+    assert run_model("openai/gpt-4o", ModelSettings(model="openai/gpt-4o-mini")) == "openai/gpt-4o-mini"
+    assert run_model("openai/gpt-4o", ModelSettings(temperature=0.1)) == "openai/gpt-4o"
+    assert run_model("openai/gpt-4o", None) == "openai/gpt-4o"
 
 
 @pytest.mark.parametrize("status,reason,error", [("TERMINATED", "continued as x", None),
