@@ -131,9 +131,10 @@ class JoinParker:
         """Park the join of the next wait of link ``execution_id`` of the listener on ``run_id`` (its current
         one, if it waits now)."""
         with self._lock:
-            known = self._watched.get(execution_id)
-            if known is None or known.join is None:
-                self._watched[execution_id] = _Watch(until=self._clock.monotonic() + _WATCH_SECONDS, run_id=run_id)
+            # Always a new watch: a model turn means the link's previous wait was answered, and a watch still looking
+            # at that wait's park (a trusted park is looked at for minutes) must not stand in for the next one's (it
+            # did: the next wait was never parked, and its join was evaluated at the server's pace).
+            self._watched[execution_id] = _Watch(until=self._clock.monotonic() + _WATCH_SECONDS, run_id=run_id)
             self._start_locked()
 
     def forget(self, execution_id: str) -> None:

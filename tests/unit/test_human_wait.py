@@ -357,3 +357,29 @@ def test_a_park_that_held_at_the_first_look_is_looked_at_again_and_parked_again_
     for _ in range(10):
         step()
     assert parker.parked == 1 and watch.held_looks >= 2
+
+
+def test_the_next_turn_watches_the_next_wait_while_the_previous_park_is_still_looked_at():
+    """A trusted park is looked at every half-minute while its wait waits; the model turn after its answer begins a
+    watch of the next wait, which is parked in turn (the old watch stood in for it, and the next wait's join went
+    unparked: evaluated at the server's pace for as long as it waited)."""
+    server = HumanWaitServer()
+    clock = FakeClock()
+    parker = JoinParker(server, worker_id="test", stopping=threading.Event(), clock=clock)
+    link = server.key(0).execution_id
+    parker._start_locked = lambda: None  # the test steps the watches itself
+    parker.watch(link, RUN)
+
+    def step() -> bool:
+        watch = parker._watched[link]
+        clock.advance(max(0.0, watch.due - clock.monotonic()))
+        return parker._step(link, watch)
+
+    for _ in range(4):
+        step()
+    assert parker.parked == 1 and parker._watched[link].join["taskId"] == "join-0"
+    assert hand_over(server, envelopes(IDS[0])) == {"forwarded": 1}  # answered; the next turn begins
+    parker.watch(link, RUN)
+    assert step() is False  # the next wait found and its join parked
+    assert [u["taskId"] for u in server.updates if u.get("callbackAfterSeconds") == PARK_SECONDS] == [
+        "join-0", "join-1"]
