@@ -6,6 +6,7 @@ time: the pids that ran its tools follow the owners of its leases, in order."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -48,18 +49,35 @@ def _lease_pids(server_url: str, domain: str) -> "List[int]":
     return pids
 
 
-def _diagnose(base: str, started: "List[dict]", sent: "Dict[str, Dict[str, float]]") -> str:
-    lines = []
+def _diagnose(base: str, started: "List[dict]", sent: "Dict[str, Dict[str, float]]", log: Path) -> str:
+    lines, ids = [], set()
     for body in started:
         eid = body["execution_id"]
         done = {r["topic"] for r in _reports(base, eid)}
+        missing = sorted(set(sent[eid]) - done)
         runs = listener_runs(base, eid)
         last = requests.get(f"{base}/workflow/{runs[-1]}", params={"includeTasks": "true"}, timeout=10).json()
         open_tasks = [(t.get("taskType"), t.get("status"), t.get("workerId"), t.get("domain"))
                       for t in last.get("tasks") or () if t.get("status") in ("SCHEDULED", "IN_PROGRESS")]
-        lines.append(f"{eid}: missing {sorted(set(sent[eid]) - done)}; runs {len(runs)}, last {last.get('status')}; "
+        lines.append(f"{eid}: missing {missing}; runs {len(runs)}, last {last.get('status')}; "
                      f"leases {_lease_pids(base, body['run_id'])}; open {open_tasks}")
-    return "not every message was acted on:\n" + "\n".join(lines)
+        if missing:
+            ids.update([eid, body["run_id"], *runs])
+            mailbox = requests.get(f"{base}/workflow/{eid}", params={"includeTasks": "true"}, timeout=10).json()
+            lines.append(f"  its mailbox {mailbox.get('status')}, tasks (last 6): " + "; ".join(
+                f"{t.get('referenceTaskName')} {t.get('taskType')} {t.get('status')} domain={t.get('domain')} "
+                f"worker={t.get('workerId')} in={json.dumps(t.get('inputData'))[:200]} "
+                f"out={json.dumps(t.get('outputData'))[:300]}" for t in (mailbox.get("tasks") or ())[-6:]))
+            for run in runs:
+                flow = requests.get(f"{base}/workflow/{run}", params={"includeTasks": "true"}, timeout=10).json()
+                pulls = [((t.get("outputData") or {}).get("messages") or []) for t in flow.get("tasks") or ()
+                         if t.get("taskType") == "PULL_WORKFLOW_MESSAGES"]
+                lines.append(f"  run {run} {flow.get('status')}: pulled "
+                             f"{[[(m.get('payload') or {}).get('topic') for m in p] for p in pulls if p]}")
+    told = [line for line in log.read_text(errors="replace").splitlines()
+            if any(i and i in line for i in ids) or "WARNING" in line or "ERROR" in line]
+    return "not every message was acted on:\n" + "\n".join(lines) + "\nthe site's log about them:\n" + "\n".join(
+        told[-60:])
 
 
 def _is_subsequence(short: list, long: list) -> bool:
@@ -119,7 +137,7 @@ def test_listeners_survive_gunicorn_recycling_workers_under_them(agent_settings,
         try:
             eventually(all_acted, timeout=150, interval=1.0, message="every message acted on")
         except AssertionError:
-            raise AssertionError(_diagnose(base, started, sent)) from None
+            raise AssertionError(_diagnose(base, started, sent, log)) from None
         adoptions = 0
         for body in started:
             eid = body["execution_id"]
