@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._common.clock import Clock
+from .._common.task_names import is_message_wait
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError
 from ..result import RunStatus
@@ -40,10 +41,9 @@ _COMMIT_POLL = 0.25
 #: A continued run's final state is read for a message's fate only this long after it ended (a
 #: wait-for-message task evaluated as it ended writes its output a moment later).
 _FINAL_AFTER_SECONDS = 2.0
-#: A run still running this long after it accepted a message, while its switch is under way, pulls it
-#: before it ends (a switch re-drains when more than ``switch.QUIET_VALID_SECONDS`` pass between the
-#: drain's last look and the end of the run; this leaves as much again for that request).
-_RUNNING_IS_SAFE_AFTER = 10.0
+#: Evaluations of a wait-for-message task the run had when it accepted a message that prove the message was
+#: pulled (the first one seen may have begun before the push).
+_EVALUATIONS_AFTER = 2
 #: Pauses between the signals of one :func:`wake` that found no ``WAIT``: an empty pull and the ``WAIT`` after it
 #: are scheduled by one decide of the server's, so a wake that came between them finds the ``WAIT`` at once.
 _WAKE_RETRIES = (0.05, 0.1, 0.2)
@@ -150,12 +150,16 @@ def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout:
     so whoever completes the switch pulls it before ending ``link``).
 
     The switch's commit record says it; until it is written, ``link``'s own final state says it once
-    ``link`` has been terminated for a moment (the record is built from that same state).
+    ``link`` has been terminated for a moment (the record is built from that same state). While ``link`` runs, it
+    pulls the message before it ends (None) once one of its waits was evaluated after the push (:func:`_pulled_since`):
+    the switch's drain ends only after an evaluation of its wait, so a wait evaluated after the push took it. (Time
+    alone proves nothing: on a loaded server, the switch's terminate can land many seconds after its drain's last
+    look, with a message pushed meanwhile in the queue it drops.)
     """
     new = chain.link(link.number + 1)
-    started = clock.monotonic()
-    deadline = started + timeout
+    deadline = clock.monotonic() + timeout
     ended_seen: float | None = None  # when this process first saw ``link`` ended (its own clock)
+    waits_at_first_look: dict[str, int] | None = None
     while True:
         record, open_ = read_commit(api, new)
         if record is not None:
@@ -167,12 +171,30 @@ def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout:
             if clock.monotonic() - ended_seen >= _FINAL_AFTER_SECONDS:
                 _, tail, variables = read_final_state(api, link.execution_id)
                 return message_id in pulled_message_ids(variables, tail)
-        elif clock.monotonic() - started >= _RUNNING_IS_SAFE_AFTER:
-            # Still running this long after it took the message: a switch ends a run within seconds of the
-            # evaluation that found its queue empty (``switch``), so that evaluation came after the message,
-            # and whoever ends the run drains it first: the message is pulled there.
-            return None
+        else:
+            waits = _waits(api, link.execution_id)
+            if waits_at_first_look is None:
+                waits_at_first_look = waits
+            if _pulled_since(waits_at_first_look, waits):
+                return None
         if clock.monotonic() >= deadline:
             return None
         pause(_COMMIT_POLL)
 
+
+
+def _waits(api: ConductorApi, execution_id: str) -> dict[str, int]:
+    """The pending wait-for-message tasks of run ``execution_id``: task id -> how often the server evaluated it."""
+    page = api.workflow_tasks(execution_id, statuses=("IN_PROGRESS", "SCHEDULED"), start=0, count=50)
+    return {str(t.get("taskId")): int(t.get("pollCount") or 0) for t in page.tasks if is_message_wait(t)}
+
+
+def _pulled_since(first: Mapping[str, int], now: Mapping[str, int]) -> bool:
+    """Whether the run pulls a message pushed before ``first`` was read, given its pending waits then and now.
+
+    No wait then: the run was busy, and its next wait, scheduled after the push, pops the message at its first
+    evaluation (before any drain can call the run at rest). A wait then: once it has been evaluated
+    :data:`_EVALUATIONS_AFTER` more times, or has ended (an evaluation found messages), one evaluation began
+    after the push and took it.
+    """
+    return all(task_id not in now or now[task_id] >= count + _EVALUATIONS_AFTER for task_id, count in first.items())

@@ -205,3 +205,66 @@ def test_a_listener_that_ended_refuses_the_message():
     server.runs[root].update(status="COMPLETED")
     with pytest.raises(ExecutionNotRunningError):
         send(server, directory, root)
+
+
+class WaitingLinkServer(FakeChainServer):
+    """Link 0 waits on a pull whose evaluations this test counts; link 1 exists (a switch under way) with no commit
+    yet. ``evaluate`` is how many evaluations each read of link 0's tasks finds since the last one."""
+
+    def __init__(self, *, waiting=True, evaluate=0):
+        super().__init__(1)
+        self.add_link(1, committed=False)
+        self.count = 1
+        self.waiting = waiting
+        self.evaluate = evaluate
+        self.task_reads = 0
+        self.on_task_read = None
+
+    def workflow_tasks(self, execution_id, start=0, count=15, statuses=()):
+        from conductor_agents._wire.api import TaskPage
+        if execution_id != self.key(0).execution_id or not statuses:
+            return super().workflow_tasks(execution_id, start, count, statuses)
+        self.task_reads += 1
+        if self.on_task_read is not None:
+            self.on_task_read(self.task_reads)
+        self.count += self.evaluate
+        wait = {"taskType": "PULL_WORKFLOW_MESSAGES", "taskId": "pull-1", "status": "IN_PROGRESS",
+                "pollCount": self.count}
+        return TaskPage(total=1, tasks=[wait] if self.waiting else [])
+
+
+def test_a_message_caught_in_a_switch_while_the_old_run_waits_counts_once_its_wait_was_evaluated_twice_since():
+    server = WaitingLinkServer(evaluate=1)
+    directory, chain = directory_for(server, server.key(0).execution_id)
+    server.runs[server.key(1).execution_id]["carry"] = None
+    accepted = []
+    send(server, directory, chain.execution_id, on_accepted=lambda mid, link: accepted.append(link.number))
+    assert accepted == [0] and server.task_reads == 3  # the first look, then two evaluations later: pulled
+
+
+def test_a_message_caught_in_a_switch_while_the_old_run_is_busy_counts_at_once():
+    """Busy when it accepted the message: its next wait is scheduled later and pops it first."""
+    server = WaitingLinkServer(waiting=False)
+    directory, chain = directory_for(server, server.key(0).execution_id)
+    accepted = []
+    send(server, directory, chain.execution_id, on_accepted=lambda mid, link: accepted.append(link.number))
+    assert accepted == [0] and server.task_reads == 1
+
+
+def test_a_message_a_slow_switch_drops_long_after_the_push_is_sent_again():
+    """A loaded server: the old run's wait is not evaluated again, and the switch's terminate lands well over ten
+    seconds after the push, the message still in the queue it drops. The sender waited for the evidence (it used
+    to count the message as pulled once the run had run ten seconds more), so it sends it again."""
+    server = WaitingLinkServer(evaluate=0)
+    directory, chain = directory_for(server, server.key(0).execution_id)
+
+    def slow_switch(reads):
+        if reads == 80:  # 20 s of looks at a quarter second each
+            server.runs[server.key(0).execution_id].update(status="TERMINATED",
+                                                           reason=continued_reason(server.key(1).execution_id))
+            server.runs[server.key(1).execution_id]["carry"] = CommitRecord(
+                text="t", previous=server.key(0).execution_id, link=1, pulled=()).to_output()
+    server.on_task_read = slow_switch
+    accepted = []
+    send(server, directory, chain.execution_id, on_accepted=lambda mid, link: accepted.append(link.number))
+    assert accepted == [0, 1] and len(server.runs[server.key(1).execution_id]["queue"]) == 1
