@@ -119,6 +119,11 @@ class Adopter:
         with self._lock:
             return list(self._held)
 
+    def holds_lease(self, domain: str) -> bool:
+        """Whether this process holds the lease of the run on ``domain``."""
+        with self._lock:
+            return domain in self._held
+
     def drop_all(self) -> list[str]:
         """Forget every lease held (the fence): the runs are let go of by the caller."""
         with self._lock:

@@ -112,6 +112,7 @@ class ProcessServing:
                     self._api, worker_id=self._worker_id, dead_after=self._settings.liveness_stall_seconds,
                     adopt=self._adopt, serving_here=self._workers.serves_domain, let_go=self._workers.let_go,
                     pause=self._pause)
+                self._workers.serve_gate = self._service.may_serve  # no task of a lapsed lease runs here
             return self._service
 
     def serve_again(self, served: Callable[[], Iterable[tuple[Agent, AdoptHook]]]) -> None:

@@ -83,8 +83,12 @@ class DomainPoller:
         keepalive_seconds: float | None = None,
         max_backoff: float = _MAX_BACKOFF,
         on_recovered: Callable[[DomainPoller], None] | None = None,
+        may_serve: Callable[[], bool] | None = None,
     ) -> None:
         self.domain = domain
+        # Whether this process may run the domain's tasks now (False: its lease on the domain may have passed to
+        # another process, see :meth:`_hand_back_unserved`); None: always.
+        self._may_serve = may_serve
         self._max_backoff = max(_RUNG_RETRY_SECONDS, min(_MAX_BACKOFF, max_backoff))
         # Told (from the poller thread) after the first successful poll that follows failed ones.
         self._on_recovered = on_recovered
@@ -413,6 +417,10 @@ class DomainPoller:
                 if tool_def is None:
                     self._hand_back_unserved(task)
                     continue
+                if self._may_serve is not None and not self._may_serve():
+                    self._hand_back_unserved(task, because="this process's presence lapsed: another process may "
+                                                           "serve its run now")
+                    continue
                 self._executor.submit(task, tool_def)
         if recovered:  # after the round: every task it took counts as polled on the server now
             self._recovered()
@@ -446,13 +454,18 @@ class DomainPoller:
             except Exception:
                 log.exception("the recovery listener of the poller for domain %s failed", self.domain)
 
-    def _hand_back_unserved(self, task: Mapping[str, Any]) -> None:
+    def _hand_back_unserved(self, task: Mapping[str, Any], *, because: str = "") -> None:
         """A task polled for a type this poller no longer serves: the run whose tools it served left it between the
         poll and its answer (a listener's switch moving its tools from one run to the next was seen doing it, the
         soak's turn task left polled and never run). Handed back to its queue for the next delivery, here once
-        the tools are back or in another process: a polled task left alone waits for its response timeout."""
-        log.warning("polled a task of type %s (run %s) that this process no longer serves; handing it back",
-                    task.get("taskType"), task.get("workflowInstanceId"))
+        the tools are back or in another process: a polled task left alone waits for its response timeout.
+
+        Also a task polled while this process may not serve its domain (``because``): a process whose presence
+        thread was starved past the fence's bound answers its polls late, and the run's lease may be another
+        process's by then (seen under gunicorn recycling on a loaded machine: a tool ran in the old owner after
+        the new one had run one). The fence's own thread lets the runs go a moment later."""
+        log.warning("polled a task of type %s (run %s) that this process no longer serves%s; handing it back",
+                    task.get("taskType"), task.get("workflowInstanceId"), f" ({because})" if because else "")
         try:
             hand_back(self._api, workflow_id=str(task.get("workflowInstanceId")), task_id=str(task.get("taskId")),
                       worker_id=self._worker_id, note="polled by a process that no longer served its type")

@@ -10,8 +10,10 @@ watched here (end of run, liveness). A run's tools are registered through a
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from .._common.clock import SYSTEM_CLOCK, Clock
@@ -133,6 +135,9 @@ class WorkerSet:
         self._roots = RootFinder(api)
         #: Counts, timings and local tool events of this runtime's workers (runtime.stats(), handle.events()).
         self.observer = observer if observer is not None else TaskObserver(clock=clock)
+        #: Whether this process may run the tasks of a domain now (set by ``serve()``: not while the process's
+        #: presence has lapsed on a domain it holds a lease on); None: always.
+        self.serve_gate: Callable[[str], bool] | None = None
 
     # -- registration -----------------------------------------------------------------
 
@@ -187,7 +192,12 @@ class WorkerSet:
             keepalive_seconds=self._settings.liveness_stall_seconds / _KEEPALIVES_PER_STALL,
             max_backoff=self._settings.liveness_stall_seconds / _BACKOFFS_PER_STALL,
             on_recovered=self._poller_recovered,
+            may_serve=None if domain is None else functools.partial(self._may_serve, domain),
         )
+
+    def _may_serve(self, domain: str) -> bool:
+        gate = self.serve_gate
+        return gate is None or gate(domain)
 
     def _poller_recovered(self, poller: DomainPoller) -> None:
         """A poller polls again after failed polls: have its runs sampled now (a stall is over)."""
