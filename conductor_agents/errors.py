@@ -157,7 +157,13 @@ class ServerError(ConductorAgentsError):
 
 
 class ServerUnavailableError(ServerError, ConnectionError):
-    """The server could not be reached (connection refused, timed out, reset)."""
+    """The server could not be reached (connection refused, timed out, reset).
+
+    ``request_sent`` is False when the request never left this process (no connection could be made): the server
+    cannot have acted on it. True otherwise (a timeout or a reset may hide a request the server carried out).
+    """
+
+    request_sent: bool = True
 
 
 class AuthenticationError(ServerError, PermissionError):

@@ -181,13 +181,16 @@ class AgentRuntime:
 
         Concurrent first starts of an agent the server has never seen (threads of a web app, several processes) all
         succeed: the server's conflict on creating the agent's definition (no run is created then) is retried with a
-        short backoff.
+        short backoff. A start whose answer is lost (a timeout or a reset after the server got it) is sent again for
+        up to about half a minute: every start carries an idempotency key (``idempotency_key``, or one of the SDK's
+        own), so the server returns the run it made rather than a second one.
 
         Raises:
             RuntimeClosedError, AgentTypeError, ValueError: bad call (no request sent); also
                 AgentDefinitionError: ``model_settings`` cannot reach an agent tool of the agent.
             ServerUnavailableError, ServerError: the server refused the start or could not be
-                reached; no run was started.
+                reached; no run was started, except when no answer came for half a minute of tries: the message
+                then names the execution id the run would have.
             WorkerStartupError: the run started (``.execution_id``) but anything after that
                 failed: this process's workers could not reach the server, or a request of
                 the start-up (the idempotent domain lookup, the start-up check's poll data)

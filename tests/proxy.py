@@ -13,6 +13,9 @@ upstream server; :attr:`~LoopbackProxy.url` is the proxied API base URL (same pa
 - :meth:`~LoopbackProxy.refuse`: answers requests whose path contains a fragment with an error
   status itself (the request never reaches the server), then closes that connection; with
   ``status=0`` it closes the connection without any answer (the client sees a connection error).
+- :meth:`~LoopbackProxy.lose_answers`: forwards the next requests whose path contains a fragment to the
+  server, then drops the server's answer and closes the connection (the server acted; the client sees a
+  connection error, as when an answer is lost on the way back).
 - :meth:`~LoopbackProxy.requests_to`: the requests seen (method, path, lower-cased headers).
 
 Requests are recognised by their first bytes each time a client sends: fine for ``requests``,
@@ -57,6 +60,8 @@ class LoopbackProxy:
         self._threads: List[threading.Thread] = []
         self._refusals: Tuple[Tuple[bytes, int], ...] = ()
         self._requests: List[Request] = []
+        self._lose: List[List[object]] = []  # [fragment bytes, answers left to lose]
+        self.lost = 0  # answers dropped by lose_answers()
         self.refused = 0  # requests answered by refuse()
         self.dropped = 0  # requests abandoned by their client while frozen, never forwarded
         self.connections = 0
@@ -99,6 +104,11 @@ class LoopbackProxy:
         """
         with self._lock:
             self._refusals = tuple((f.encode(), status) for f in fragments)
+
+    def lose_answers(self, fragment: str, count: int = 1) -> None:
+        """Forward the next ``count`` requests whose path contains ``fragment``, and drop their answers."""
+        with self._lock:
+            self._lose.append([fragment.encode(), count])
 
     def requests_to(self, fragment: str) -> List[Request]:
         """The requests seen whose path contains ``fragment``, oldest first."""
@@ -158,10 +168,11 @@ class LoopbackProxy:
                 _close(client)  # the server is down: the client sees a reset, as it would directly
                 continue
             self._track(upstream)
-            self._spawn(self._pump, "c2s", client, upstream, True)
-            self._spawn(self._pump, "s2c", upstream, client, False)
+            lose = threading.Event()  # set: this connection's next answer is dropped
+            self._spawn(self._pump, "c2s", client, upstream, True, lose)
+            self._spawn(self._pump, "s2c", upstream, client, False, lose)
 
-    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool) -> None:
+    def _pump(self, src: socket.socket, dst: socket.socket, from_client: bool, lose: threading.Event) -> None:
         try:
             while not self._closed.is_set():
                 if not self._flowing.wait(_TICK):
@@ -185,12 +196,29 @@ class LoopbackProxy:
                     if gone:
                         self.dropped += 1
                         break
+                    if self._to_lose(data):
+                        lose.set()
+                elif lose.is_set():
+                    self.lost += 1
+                    break  # the server answered; the answer is lost on the way back
                 dst.sendall(data)
         except (OSError, ValueError):  # ValueError: the other side closed the socket under select()
             pass
         finally:
             _close(src)
             _close(dst)
+
+    def _to_lose(self, data: bytes) -> bool:
+        """Whether the request ``data`` starts is one whose answer :meth:`lose_answers` drops (counted)."""
+        match = _REQUEST_LINE.match(data)
+        if match is None:
+            return False
+        with self._lock:
+            for rule in self._lose:
+                if rule[0] in match.group(2) and int(rule[1]) > 0:  # type: ignore[operator,arg-type]
+                    rule[1] = int(rule[1]) - 1  # type: ignore[arg-type]
+                    return True
+        return False
 
     def _note_request(self, data: bytes) -> Optional[bytes]:
         """Record the request that ``data`` starts (if it starts one); the refusal to send, if any."""

@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from .._listener.chain import link_key, run_id_for_key
+from .._listener.chain import link_id, link_key, run_id_for_key
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._listener.mailbox import Mailboxes
 from .._listener.switch import LinkSpec, agent_key, link_start_body
@@ -27,7 +27,7 @@ from .._wire.api import ConductorApi
 from .._wire.starting import start_run
 from .._worker.workers import Reservation, WorkerSet
 from ..agent import Agent, check_agent
-from ..errors import AgentTypeError, ConductorAgentsError
+from ..errors import AgentTypeError, ConductorAgentsError, ServerUnavailableError
 from ..settings import AgentSettings
 from .existing import HandleFactory, RunTaker, released_on_failure
 
@@ -37,6 +37,11 @@ if TYPE_CHECKING:
 __all__ = ["RunStarter", "check_prompt", "check_start"]
 
 log = logging.getLogger("conductor_agents.runtime")
+
+#: The idempotency key of a start the caller gave none (``<prefix><32 hex>``): the server's create-once for it makes
+#: a start whose answer was lost safe to send again (:func:`~.._wire.starting.start_run`). The server sets a keyed
+#: run's ``correlationId`` to its key; this one matches neither a listener's link key nor a mailbox's.
+_OWN_KEY_PREFIX = "conductor-agents/start/"
 
 
 def check_start(agent: Any, prompt: Any, model_settings: Any) -> None:
@@ -108,6 +113,7 @@ class RunStarter:
                 run_id = run_id_for_key(agent.name, str(idempotency_key))
         body = start_body(agent, prompt, run_id, spec, context=checked_context, idempotency_key=idempotency_key,
                           model_settings=model_settings, config=config)
+        body.setdefault("idempotencyKey", f"{_OWN_KEY_PREFIX}{uuid.uuid4().hex}")
         if traced.traceparent is not None:
             body[TRACE_START_KEY] = traced.traceparent  # where later runs and other processes find it
         if media is not None:
@@ -128,9 +134,15 @@ class RunStarter:
         """Send the start, then commit ``reservation`` (if any) to the run the server started."""
         try:
             started = start_run(self._api, body, pause=self._pause)
-        except BaseException:
+        except BaseException as err:
             if reservation is not None:
                 reservation.cancel()
+            if isinstance(err, ServerUnavailableError) and body.get("idempotencyKey"):
+                maybe = link_id(agent.name, str(body["idempotencyKey"]))
+                raise ServerUnavailableError(
+                    f"{err}; the start was sent again for about half a minute without an answer: the server may "
+                    f"have started the run, whose execution id would be {maybe} (runtime.get_handle({maybe!r}) "
+                    "finds it once the server answers)", status=err.status) from err
             raise
         execution_id = str(started["executionId"])
         traced.started(execution_id)  # before its first tool runs here

@@ -469,11 +469,11 @@ class Transport:
                                              headers=send_headers, stream=stream, timeout=limits)
             return again_if_broken(send, f"GET {path}") if method == "GET" and not stream else send()
         except requests.exceptions.Timeout as err:
-            raise ServerUnavailableError(
-                f"{method} {path}: the server did not answer in time ({err.__class__.__name__})") from short_cause(err)
+            raise _unavailable(f"{method} {path}: the server did not answer in time ({err.__class__.__name__})",
+                               err) from short_cause(err)
         except requests.exceptions.ConnectionError as err:
-            raise ServerUnavailableError(
-                f"{method} {path}: cannot reach the server at {self.base_url}") from short_cause(err)
+            raise _unavailable(f"{method} {path}: cannot reach the server at {self.base_url}",
+                               err) from short_cause(err)
         except requests.exceptions.RequestException as err:
             raise ServerUnavailableError(
                 f"{method} {path}: request failed ({err.__class__.__name__})") from short_cause(err)
@@ -535,3 +535,19 @@ class Transport:
         return str(token)
 
 
+
+
+def _unavailable(message: str, err: requests.exceptions.RequestException) -> ServerUnavailableError:
+    """A ServerUnavailableError for ``err``; its ``request_sent`` is False when the request never left (no
+    connection was made), so the server cannot have acted on it (a start then needs no resend to find its run)."""
+    error = ServerUnavailableError(message)
+    error.request_sent = not _never_sent(err)
+    return error
+
+
+def _never_sent(err: requests.exceptions.RequestException) -> bool:
+    if isinstance(err, requests.exceptions.ConnectTimeout):
+        return True
+    reason = err.args[0] if err.args else None
+    reason = getattr(reason, "reason", reason)  # a MaxRetryError's cause
+    return isinstance(reason, urllib3.exceptions.NewConnectionError)

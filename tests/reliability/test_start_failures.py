@@ -56,3 +56,46 @@ def test_a_failure_after_the_start_names_the_run_and_serves_nothing(
         assert runtime.stats().active_runs == ()
         proxy.refuse([])
         runtime.attach(execution_id).cancel("test cleanup")
+
+
+@pytest.mark.parametrize("kind", ["plain", "listener"])
+def test_a_start_whose_answer_is_lost_gives_the_one_run_it_made(
+        conductor_server, agent_settings, proxy, scripted_llm, unique_name, kind):
+    """The server started the run but its answer was lost on the way back (issue 44): start() sends the same keyed
+    start again and returns the run the server made; no second run exists. A plain start carries the SDK's own key,
+    a listener its first link's."""
+    from conductor_agents import Agent, tool
+    from conductor_agents.testing import ToolCall
+
+    notes = []
+
+    @tool
+    def take_note(text: str) -> str:
+        """Take a note."""
+        notes.append(text)
+        return "noted"
+
+    name = unique_name(kind)
+    if kind == "plain":
+        agent = Agent(name=name, model=scripted_llm.script([ToolCall("take_note", {"text": "a"}), "done"]),
+                      tools=[take_note])
+    else:
+        tools = ActionTools()
+        agent = listener(name, scripted_llm.script(policy=listener_policy(act_on)), tools)
+    settings = attrs.evolve(agent_settings, server_url=proxy.url)
+    proxy.lose_answers("/agent/start")
+    with AgentRuntime(settings) as runtime:
+        handle = runtime.start(agent, "go" if kind == "plain" else "Start listening.")
+        assert proxy.lost == 1 and len(proxy.requests_to("/agent/start")) == 2  # lost once, sent again
+        running = server_get(conductor_server.url, f"/workflow/running/{name}")
+        assert len(running) == 1, running  # the one run, not a second one
+        if kind == "plain":
+            result = handle.wait(timeout=60)
+            assert result.ok and notes == ["a"]
+            assert running == [handle.execution_id]
+        else:
+            handle.send_message({"action": "after-a-lost-answer"})
+            eventually(lambda: [a for a, _ in tools.actions] == ["after-a-lost-answer"], timeout=60,
+                       message="the listener acts on a message, in this process")
+            handle.stop()
+            assert handle.wait(timeout=60).ok
