@@ -451,12 +451,13 @@ class AgentHandle:
         """Pause the run: it takes no model turn until :meth:`unpause` (tool calls already handed out
         finish). Messages are refused while it is paused (``RunPausedError``; a push to its id with the
         server's REST call answers 409), and the liveness monitor does not call it stalled. Idempotent.
+        A model call begun just before the pause ends first (a minute at most); then none comes until unpause.
 
         Raises:
             ExecutionNotRunningError: the run has ended.
             ExecutionNotFoundError: the server does not know the execution.
         """
-        pause_listener(self._api, self._directory, self._chain())
+        pause_listener(self._api, self._directory, self._chain(), clock=self._clock, pause=self._pause)
 
     def unpause(self) -> None:
         """Let a paused run go on where it stopped (a run that is not paused is left as it is).

@@ -19,8 +19,12 @@ turn), tasks already handed out still finish, and a push into it answers 409 (``
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
+from typing import Any
 
+from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.task_names import MODEL_TASK_TYPE
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import ExecutionNotRunningError
@@ -32,6 +36,10 @@ from .naming import names_errors
 __all__ = ["RunCallback", "cancel_listener", "flag_stop", "pause_listener", "stop_listener", "unpause_listener"]
 
 log = logging.getLogger("conductor_agents.handle")
+
+#: How long pause() waits for a model call under way (scheduled just before the pause) to end, and how often it looks.
+_MODEL_CALL_WAIT_SECONDS = 60.0
+_MODEL_CALL_LOOK_EVERY = 0.25
 
 #: Rounds of a cancel: a switch racing it starts a newer run, a stop racing it brings one back.
 _CANCEL_ROUNDS = 3
@@ -82,15 +90,18 @@ def cancel_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, 
 
 
 @names_errors
-def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain) -> None:
-    """Pause the mailbox and every live run.
+def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, *, clock: Clock = SYSTEM_CLOCK,
+                   pause: Callable[[float], Any] = time.sleep) -> None:
+    """Pause every live run, then the mailbox; return once no model call of theirs is under way.
+
+    A paused run is decided no more, but a model call the server scheduled just before the pause (a turn that began
+    as it came) still runs: so pause() waits for it to end (up to :data:`_MODEL_CALL_WAIT_SECONDS`), and once it
+    returns no model call comes until :func:`unpause_listener` (the turn's tool calls are scheduled then).
 
     Raises:
         ExecutionNotRunningError: the run (the listener) has ended.
         ExecutionNotFoundError: the server does not know the execution.
     """
-    if chain.mailbox:
-        _pause(api, chain.execution_id, chain.execution_id)
     newest, *before = live_links(api, directory, chain)
     _pause(api, newest.execution_id, chain.execution_id)
     for link in before:  # a switch under way: the run before may end meanwhile (its switch ends it)
@@ -99,6 +110,26 @@ def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain) -
         except HttpError as err:
             if err.status != 409:
                 raise
+    if chain.mailbox:
+        _pause(api, chain.execution_id, chain.execution_id)
+    _let_model_calls_end(api, [newest, *before], clock=clock, pause=pause)
+
+
+def _let_model_calls_end(api: ConductorApi, links: list[Link], *, clock: Clock,
+                         pause: Callable[[float], Any]) -> None:
+    deadline = clock.monotonic() + _MODEL_CALL_WAIT_SECONDS
+    while True:
+        calls = [t for link in links
+                 for t in api.workflow_tasks(link.execution_id, statuses=("SCHEDULED", "IN_PROGRESS"), start=0,
+                                             count=50).tasks
+                 if t.get("taskType") == MODEL_TASK_TYPE]
+        if not calls:
+            return
+        if clock.monotonic() >= deadline:
+            log.warning("listener %s paused, but a model call of run %s has not ended after %.0fs; it may still "
+                        "answer", links[0].execution_id, calls[0].get("workflowInstanceId"), _MODEL_CALL_WAIT_SECONDS)
+            return
+        pause(_MODEL_CALL_LOOK_EVERY)
 
 
 @names_errors

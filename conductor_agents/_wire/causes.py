@@ -10,7 +10,12 @@ fact. The transport raises its error from :func:`short_cause` instead: a copy of
 
 from __future__ import annotations
 
-__all__ = ["innermost", "short_cause"]
+import requests
+import urllib3
+
+from ..errors import ServerUnavailableError
+
+__all__ = ["innermost", "short_cause", "unavailable"]
 
 
 def innermost(err: BaseException) -> BaseException:
@@ -40,3 +45,14 @@ def short_cause(err: BaseException) -> BaseException:
     else:
         copy.__suppress_context__ = True
     return copy
+
+
+def unavailable(message: str, err: requests.exceptions.RequestException) -> ServerUnavailableError:
+    """A ServerUnavailableError for ``err``; its ``request_sent`` is False when the request never left (no
+    connection was made), so the server cannot have acted on it (a start then needs no resend to find its run)."""
+    error = ServerUnavailableError(message)
+    reason = err.args[0] if err.args else None
+    reason = getattr(reason, "reason", reason)  # a MaxRetryError's cause
+    error.request_sent = not (isinstance(err, requests.exceptions.ConnectTimeout)
+                              or isinstance(reason, urllib3.exceptions.NewConnectionError))
+    return error

@@ -38,7 +38,7 @@ from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.fork import rebuild_after_fork
 from ..errors import AuthenticationError, ServerError, ServerUnavailableError
 from .base_url import missing_api_prefix
-from .causes import short_cause
+from .causes import short_cause, unavailable
 from .retries import again_if_broken, connect_retries
 
 __all__ = ["HttpError", "Transport", "TRANSIENT_STATUSES"]
@@ -469,10 +469,10 @@ class Transport:
                                              headers=send_headers, stream=stream, timeout=limits)
             return again_if_broken(send, f"GET {path}") if method == "GET" and not stream else send()
         except requests.exceptions.Timeout as err:
-            raise _unavailable(f"{method} {path}: the server did not answer in time ({err.__class__.__name__})",
+            raise unavailable(f"{method} {path}: the server did not answer in time ({err.__class__.__name__})",
                                err) from short_cause(err)
         except requests.exceptions.ConnectionError as err:
-            raise _unavailable(f"{method} {path}: cannot reach the server at {self.base_url}",
+            raise unavailable(f"{method} {path}: cannot reach the server at {self.base_url}",
                                err) from short_cause(err)
         except requests.exceptions.RequestException as err:
             raise ServerUnavailableError(
@@ -533,21 +533,3 @@ class Transport:
             raise ServerError(f"POST {path}: the answer holds no token", status=response.status_code) from err
         log.debug("obtained an auth token from %s", self.base_url)
         return str(token)
-
-
-
-
-def _unavailable(message: str, err: requests.exceptions.RequestException) -> ServerUnavailableError:
-    """A ServerUnavailableError for ``err``; its ``request_sent`` is False when the request never left (no
-    connection was made), so the server cannot have acted on it (a start then needs no resend to find its run)."""
-    error = ServerUnavailableError(message)
-    error.request_sent = not _never_sent(err)
-    return error
-
-
-def _never_sent(err: requests.exceptions.RequestException) -> bool:
-    if isinstance(err, requests.exceptions.ConnectTimeout):
-        return True
-    reason = err.args[0] if err.args else None
-    reason = getattr(reason, "reason", reason)  # a MaxRetryError's cause
-    return isinstance(reason, urllib3.exceptions.NewConnectionError)

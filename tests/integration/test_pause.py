@@ -4,6 +4,7 @@ unpaused, it goes on where it stopped, across continuations."""
 
 from __future__ import annotations
 
+import threading
 import time
 
 import pytest
@@ -12,7 +13,7 @@ import requests
 from conductor_agents import Continuation, ExecutionNotRunningError, RunPausedError, RunStatus
 from conductor_agents.testing import listener_policy
 
-from ..helpers import eventually, listener, push_raw
+from ..helpers import eventually, listener, listener_runs, push_raw
 from .test_stateful_listener import ActionTools, act_on
 
 pytestmark = pytest.mark.integration
@@ -57,3 +58,44 @@ def test_a_paused_listener_takes_no_turn_and_refuses_messages_until_unpaused(
     with pytest.raises(ExecutionNotRunningError):
         handle.unpause()
     scripted_llm.assert_no_anomalies(model)
+
+
+
+def test_pause_returns_once_the_model_call_under_way_has_ended_and_none_comes_after(
+        agent_runtime, scripted_llm, unique_name, topology_server):
+    """pause() as a message's model call is under way (issue 44): the server runs a model call it scheduled before
+    the pause, so one could reach the model after pause() returned (1 of 8 tries on a plain listener, 3 of 6 on one
+    continued every two turns). pause() now returns once that call has ended: no model call is pending then, and
+    none comes until unpause()."""
+    base = getattr(topology_server, "url")
+    inner = listener_policy(act_on)
+    calling = threading.Event()
+
+    def slow_on_messages(request):
+        turn = inner(request)
+        if "ToolCall(name='act'" in repr(turn):
+            calling.set()
+            time.sleep(1.5)  # bounded: the model call of the message's turn is under way this long
+        return turn
+
+    model = scripted_llm.script(policy=slow_on_messages)
+    tools = ActionTools("pause-race")
+    agent = listener(unique_name("pause_race"), model, tools, continuation=Continuation(max_turns=2))
+    handle = agent_runtime.start(agent, "Start listening.")
+    for number in range(2):
+        calling.clear()
+        handle.send_message({"action": f"m{number}"})
+        assert calling.wait(60), "the message's model call began"
+        handle.pause()
+        calls = len(scripted_llm.requests_for(model))
+        pending = [t["taskType"] for run in listener_runs(base, handle.execution_id)
+                   for t in requests.get(f"{base}/workflow/{run}", params={"includeTasks": "true"},
+                                         timeout=30).json().get("tasks") or ()
+                   if t["taskType"] == "LLM_CHAT_COMPLETE" and t["status"] in ("SCHEDULED", "IN_PROGRESS")]
+        assert pending == [], "pause() returned with a model call under way"
+        time.sleep(1.0)  # bounded: nothing may come while paused
+        assert len(scripted_llm.requests_for(model)) == calls
+        handle.unpause()
+        eventually(lambda n=number: len(tools.actions) == n + 1, timeout=60, message=f"message m{number} acted on")
+    handle.stop()
+    assert handle.wait(timeout=90).status is RunStatus.COMPLETED
