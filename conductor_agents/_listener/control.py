@@ -92,7 +92,7 @@ def cancel_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, 
 @names_errors
 def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, *, clock: Clock = SYSTEM_CLOCK,
                    pause: Callable[[float], Any] = time.sleep) -> None:
-    """Pause every live run, then the mailbox; return once no model call of theirs is under way.
+    """Pause the mailbox, then every live run; return once no model call of theirs is under way.
 
     A paused run is decided no more, but a model call the server scheduled just before the pause (a turn that began
     as it came) still runs: so pause() waits for it to end (up to :data:`_MODEL_CALL_WAIT_SECONDS`), and once it
@@ -102,6 +102,8 @@ def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
         ExecutionNotRunningError: the run (the listener) has ended.
         ExecutionNotFoundError: the server does not know the execution.
     """
+    if chain.mailbox:  # first: no push is accepted that the listener cannot take
+        _pause(api, chain.execution_id, chain.execution_id)
     newest, *before = live_links(api, directory, chain)
     _pause(api, newest.execution_id, chain.execution_id)
     for link in before:  # a switch under way: the run before may end meanwhile (its switch ends it)
@@ -110,8 +112,6 @@ def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
         except HttpError as err:
             if err.status != 409:
                 raise
-    if chain.mailbox:
-        _pause(api, chain.execution_id, chain.execution_id)
     _let_model_calls_end(api, [newest, *before], clock=clock, pause=pause)
 
 
