@@ -36,7 +36,7 @@ from .budget import RunSize, SizeModel
 from .chain import is_continued
 from .control import cancel_listener
 from .directory import Chain, ChainDirectory, Link
-from .following import end_mailbox, ended_from_outside, is_running
+from .following import end_mailbox, ended_from_outside, is_running, retry_failed_mailbox
 from .mailbox import make_forward_tool
 from .parking import JoinParker
 from .retention import Retirer
@@ -247,6 +247,8 @@ class ContinuationDriver:
     def _mailbox_ended(self, served: _Served) -> None:
         mailbox = served.chain.execution_id
         try:
+            if retry_failed_mailbox(self._api, mailbox):  # (its watch here ended with the failure: a second one
+                return                                      # in this process is not seen, so not retried)
             why = ended_from_outside(self._api, mailbox)
             if why is None:
                 return

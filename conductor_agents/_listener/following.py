@@ -157,6 +157,20 @@ def listener_totals(api: ConductorApi, directory: ChainDirectory, chain: Chain) 
     )
 
 
+def retry_failed_mailbox(api: ConductorApi, mailbox_id: str) -> bool:
+    """Retry a listener's mailbox that failed (a task of it gave up, or it timed out): its failed task is scheduled
+    again and it takes messages again, by the same id; whether it was retried. A mailbox that runs, or was ended
+    (by the SDK, or from outside: see :func:`ended_from_outside`), is left as it is.
+
+    Raises: as :meth:`ConductorApi.get_workflow` and :meth:`ConductorApi.retry_workflow`."""
+    status = RunStatus.parse(api.get_workflow(mailbox_id, include_tasks=False).get("status"))
+    if status not in (RunStatus.FAILED, RunStatus.TIMED_OUT):
+        return False
+    api.retry_workflow(mailbox_id)
+    log.warning("the mailbox %s of a listener ended %s; retried, it takes messages again", mailbox_id, status.value)
+    return True
+
+
 def ended_from_outside(api: ConductorApi, mailbox_id: str) -> str | None:
     """Why a listener's mailbox was ended by someone else (the server's own cancel or terminate of the id
     callers hold, from its REST API or UI, or its removal), or None: it runs, or the SDK ended it, or it

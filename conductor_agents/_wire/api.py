@@ -158,6 +158,12 @@ class ConductorApi:
         with _not_found_is_unknown_execution(execution_id):
             self.transport.request("PUT", f"/workflow/{_seg(execution_id)}/resume")
 
+    def retry_workflow(self, execution_id: str) -> None:
+        """``POST /workflow/{id}/retry`` of a failed run: its last failed task is scheduled again, the run RUNNING."""
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("POST", f"/workflow/{_seg(execution_id)}/retry",
+                                   params={"resumeSubworkflowTasks": "false"})
+
     def cancel_agent(self, execution_id: str, reason: str) -> None:
         """``DELETE /agent/{id}/cancel?reason=`` (hard)."""
         with _not_found_is_unknown_execution(execution_id):

@@ -218,3 +218,35 @@ def test_a_cancel_of_the_id_from_outside_the_sdk_cancels_the_listener(agent_sett
         assert _live(base, execution_id) == []
     assert tools.snapshot() == ["before"]
     scripted_llm.assert_no_anomalies(model)
+
+
+def test_a_mailbox_that_failed_is_retried_and_takes_messages_again_by_the_same_id(
+        agent_settings, scripted_llm, unique_name, topology_server):
+    """A task of the mailbox gave up (here its resting WAIT, failed for good from outside): the mailbox FAILED while
+    its listener ran on, and every sender holding the id was refused as if the listener had ended. The serving
+    process retries the mailbox; raw pushes to the id reach the listener again (issue 44)."""
+    base = getattr(topology_server, "url")
+    tools = ActionTools()
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    settings = attrs.evolve(agent_settings, liveness_check_interval_seconds=1.0)
+    with AgentRuntime(settings) as runtime:
+        handle = runtime.start(listener(unique_name("failed_mailbox"), model, tools), "Start listening.")
+        execution_id = handle.execution_id
+        push(base, execution_id, "before")
+        eventually(lambda: "before" in tools.snapshot(), timeout=60, message="the first message acted on")
+        eventually(lambda: _resting(base, execution_id), timeout=60, message="the mailbox rests")
+        wait = next(t for t in _mailbox_tasks(base, execution_id)
+                    if t["taskType"] == "WAIT" and t["status"] == "IN_PROGRESS")
+        response = requests.post(f"{base}/tasks", json={
+            "workflowInstanceId": execution_id, "taskId": wait["taskId"], "status": "FAILED_WITH_TERMINAL_ERROR",
+            "reasonForIncompletion": "failed by the test"}, timeout=30)
+        assert response.status_code == 200, response.text
+        eventually(lambda: requests.get(f"{base}/workflow/{execution_id}/status", timeout=10).json()["status"]
+                   == "RUNNING" and _resting(base, execution_id), timeout=60, interval=0.5,
+                   message="the failed mailbox retried, resting again")
+        push(base, execution_id, "after")
+        eventually(lambda: "after" in tools.snapshot(), timeout=60, message="a raw push after the retry acted on")
+        assert handle.status().status is RunStatus.RUNNING
+        handle.stop()
+        assert handle.wait(timeout=90).ok
+    assert tools.snapshot() == ["before", "after"]
