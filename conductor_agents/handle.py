@@ -22,7 +22,7 @@ from ._listener.naming import held_stall, rename
 from ._listener.stopping import stop_run
 from ._liveness.model_calls import FirstModelTurn, ended_model_failure, unavailable_model_cancel_reason
 from ._people.pending import HumanAnswer, PendingRequest
-from ._serving.served import with_serving
+from ._serving.served import unserved_words, with_serving
 from ._wire.api import ConductorApi
 from ._wire.payload import message_payload
 from ._wire.transport import HttpError
@@ -196,10 +196,9 @@ class AgentHandle:
     def wait(self, timeout: float | None = None) -> AgentResult:
         """Block until the run ends and return its result; never longer than ``timeout``.
 
-        Polls the status every ``status_poll_interval_seconds`` (0.5 s). Up to
-        ``max_transient_errors`` (3) consecutive transient errors are tolerated. For a
-        stateful run started or resumed by this runtime, the watchdog's stall flag
-        (:attr:`stall`) is checked before each poll, and a stall wakes the wait at once.
+        Polls the status every ``status_poll_interval_seconds`` (0.5 s). Up to ``max_transient_errors`` (3)
+        consecutive transient errors are tolerated. For a stateful run started or resumed by this runtime, the
+        watchdog's stall flag (:attr:`stall`) is checked before each poll, and a stall wakes the wait at once.
         Safe to call again after it returned or raised.
 
         ``timeout`` is in seconds, default ``wait_timeout_seconds`` (600). ``math.inf`` waits with no
@@ -210,7 +209,7 @@ class AgentHandle:
 
         Raises:
             ValueError: ``timeout`` is not a number of seconds > 0 (``math.inf`` included).
-            WaitTimeoutError: the deadline passed (default 600 s); the run goes on.
+            WaitTimeoutError: the deadline passed (default 600 s); the run goes on (it says if no process serves it).
             WorkerStallError: a task of this run's domain is not being polled.
             ModelUnavailableError: the server cannot call the model (no route, a refused key, no such model): at
                 the first model turn's first failure (the run is cancelled), and from any later ``wait()``.
@@ -256,14 +255,13 @@ class AgentHandle:
                     return self._finish(status, link)
                 self._raise_if_model_unavailable(link, deadline)
             remaining = deadline - self._clock.monotonic()
-            if remaining <= 0:
+            if remaining <= 0:  # a run no process serves says so: it would wait for ever
+                unserved = unserved_words(self._api, self._settings, self._link().execution_id, self.execution_id,
+                                          clock=self._clock)
                 raise WaitTimeoutError(
                     f"run {self.execution_id} is still {self._last_status.value if self._last_status else 'going'} "
-                    f"after {limit:g}s; it goes on on the server and is not cancelled "
-                    "(call wait() again, stop() or cancel())",
-                    execution_id=self.execution_id,
-                    timeout=limit,
-                )
+                    f"after {limit:g}s{unserved}; it goes on on the server and is not cancelled "
+                    "(call wait() again, stop() or cancel())", execution_id=self.execution_id, timeout=limit)
             self._wake.wait(min(self._settings.status_poll_interval_seconds, remaining))
             self._wake.clear()
 

@@ -54,7 +54,8 @@ from ..result import AgentStatus, RunStatus
 from ..settings import AgentSettings
 from .live_workers import domain_polls, freshness_window, worker_is_dead_here
 
-__all__ = ["SERVE_HINT", "Serving", "read_serving", "row_with_serving", "unserved_line", "with_serving"]
+__all__ = ["SERVE_HINT", "Serving", "read_serving", "row_with_serving", "unserved_line", "unserved_words",
+           "with_serving"]
 
 log = logging.getLogger("conductor_agents.liveness")
 
@@ -182,3 +183,20 @@ def unserved_line(unserved_for: float | None) -> str:
     """What the CLI says of a run no process serves: ``not served: ... (serve it with: ...)``."""
     since = f" for {unserved_for:.0f} s" if unserved_for is not None else ""
     return f"not served: no process has polled its tasks{since} (serve it with: {SERVE_HINT})"
+
+
+def unserved_words(api: ConductorApi, settings: AgentSettings, execution_id: str, held: str, *,
+                   clock: Clock = SYSTEM_CLOCK) -> str:
+    """What ``wait()`` adds to its timeout when no process serves run ``execution_id`` (the current run of what the
+    caller holds as ``held``): ``, and no process has polled its tasks for 41 s (serve it with ...)``; else, and
+    when a read fails (logged), nothing."""
+    try:
+        serving = read_serving(api, settings, execution_id, also=(held,), clock=clock)
+    except ConductorAgentsError as err:
+        log.info("could not read whether run %s is served: %s", execution_id, err)
+        return ""
+    if serving.served is not False:
+        return ""
+    since = f" for {serving.unserved_for:.0f} s" if serving.unserved_for is not None else ""
+    return (f", and no process has polled its tasks{since} (serve it with runtime.resume({held!r}, agent), or "
+            f"{SERVE_HINT})")

@@ -12,7 +12,7 @@ import time
 import attrs
 import pytest
 
-from conductor_agents import AgentRuntime, RunStatus
+from conductor_agents import AgentRuntime, RunStatus, WaitTimeoutError
 from conductor_agents.cli._main import main
 from conductor_agents.testing import listener_policy
 
@@ -121,7 +121,8 @@ def test_a_listeners_errors_name_the_id_its_caller_holds(agent_settings, scripte
 def test_a_run_nobody_serves_says_so_in_status_list_and_wait_until_a_process_serves_it(
         agent_settings, scripted_llm, unique_name) -> None:
     """A listener started with no worker (as ``conductor-agents start`` does): ``status`` and ``list`` say that no
-    process serves it, for how long and what would serve it, ``wait`` says it once; served, it says so."""
+    process serves it, for how long and what would serve it, ``wait`` says it once, and Python's ``wait()`` says it
+    when it times out; served, it says so."""
     url = agent_settings.server_url
     model = scripted_llm.script(policy=listener_policy(act_on))
     name = unique_name("unserved")
@@ -148,6 +149,12 @@ def test_a_run_nobody_serves_says_so_in_status_list_and_wait_until_a_process_ser
     assert waited.returncode == 5, waited.stderr
     assert waited.stderr.count("not served: no process has polled its tasks") == 1, waited.stderr  # said once
     print(f"\n{line}\n{listed.stdout}{listed.stderr}{waited.stderr}")
+    with AgentRuntime(attrs.evolve(agent_settings, liveness_stall_seconds=3.0)) as looker, \
+            pytest.raises(WaitTimeoutError) as timed_out:  # Python's wait() of it, from a process that holds its id
+        looker.attach(execution_id).wait(timeout=1)
+    assert ", and no process has polled its tasks for " in str(timed_out.value), timed_out.value
+    assert f"(serve it with runtime.resume({execution_id!r}, agent), or conductor-agents serve MODULE:AGENT)" in str(
+        timed_out.value), timed_out.value
 
     with AgentRuntime(agent_settings) as serving:
         handle = serving.resume(execution_id, listener(name, model, tools))

@@ -21,6 +21,7 @@ from conductor_agents._serving.served import (
     read_serving,
     row_with_serving,
     unserved_line,
+    unserved_words,
     with_serving,
 )
 from conductor_agents._wire.api import TaskPage
@@ -211,6 +212,21 @@ def test_the_line_says_for_how_long_and_what_would_serve_it():
                                    "(serve it with: conductor-agents serve MODULE:AGENT)")
     assert unserved_line(None).startswith("not served: no process has polled its tasks (serve it with: ")
     assert SERVE_HINT == "conductor-agents serve MODULE:AGENT"
+
+
+def test_a_wait_that_timed_out_says_that_nobody_serves_the_run_and_nothing_else(dead):
+    """``wait()``'s timeout (issue 41, point 3): said only when no process serves the run; a failed read: nothing."""
+    assert unserved_words(FakeApi(age=100), SETTINGS, RUN, MAILBOX) == (  # type: ignore[arg-type]
+        ", and no process has polled its tasks for 100 s (serve it with runtime.resume('mailbox-1', agent), "
+        "or conductor-agents serve MODULE:AGENT)")
+    live = FakeApi(age=100, polls={TURN_TASK: [poll("w-live", 2)]})
+    assert unserved_words(live, SETTINGS, RUN, MAILBOX) == ""  # type: ignore[arg-type]
+
+    class Failing(FakeApi):
+        def get_workflow(self, execution_id: str) -> dict[str, Any]:
+            raise ServerError("the server is busy")
+
+    assert unserved_words(Failing(), SETTINGS, RUN, MAILBOX) == ""  # type: ignore[arg-type]
 
 
 def test_status_line_adds_what_the_run_waits_for_and_that_nobody_serves_it():
