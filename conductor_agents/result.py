@@ -89,7 +89,10 @@ class ListenerTotals:
 
 @attrs.frozen
 class ToolCallRecord:
-    """One tool call of a run: what the model asked for and what came back."""
+    """One tool call of a run: what the model asked for and what came back.
+
+    ``name`` is the tool's name, also readable as ``tool_name`` (what events and pending requests call it).
+    """
 
     name: str
     task_reference_name: str
@@ -97,6 +100,12 @@ class ToolCallRecord:
     arguments: Mapping[str, Any] = attrs.field(factory=dict)
     output: Mapping[str, Any] = attrs.field(factory=dict)
     error: str | None = None
+
+    @property
+    def tool_name(self) -> str:
+        """The tool's name (:attr:`name`), as events (``ToolCallEvent.tool_name``) and ``PendingRequest.tool_name``
+        say it."""
+        return self.name
 
     @classmethod
     def from_task(cls, task: Mapping[str, Any]) -> ToolCallRecord:

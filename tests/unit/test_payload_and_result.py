@@ -210,6 +210,7 @@ def test_tool_calls_from_tasks_keeps_tools_in_order_without_server_keys():
                        arguments={"n": 1}, output={}, error="ValueError: no"),
     )
     assert expected == tool_calls_from_tasks(TASKS)
+    assert [call.tool_name for call in expected] == ["lookup", "flaky"]  # as events call it (issue 41)
 
 
 def test_agent_result_from_server_combines_status_detail_and_tasks():
