@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import textwrap
 from collections.abc import Callable, Sequence
@@ -96,7 +97,8 @@ def error(message: str) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); return the exit code.
 
-    Ctrl-C at any point is exit 130 and an empty line (before this runs: see ``_common.early_interrupt``).
+    Ctrl-C at any point is exit 130 and an empty line (before this runs: see ``_common.early_interrupt``); a
+    reader of standard output that went away (``| head``) is exit 1 and no traceback.
     """
     restore_logging: Callable[[], None] = lambda: None  # noqa: E731 - until logging is configured
     try:
@@ -117,8 +119,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(file=sys.stderr)
         return _EXIT_INTERRUPTED
+    except BrokenPipeError:  # standard output's reader went away (`events ID | head`): nothing is left to say
+        _drop_stdout()
+        return EXIT_ERROR
     finally:
         restore_logging()
+
+
+def _drop_stdout() -> None:
+    """Point standard output at the null device, so that the interpreter's last flush meets no broken pipe."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(null, sys.stdout.fileno())
+    except (OSError, ValueError) as err:  # not a file of this process (a caller's capture): it is theirs
+        logging.getLogger("conductor_agents").debug("standard output left as it is: %s", err)
+    finally:
+        os.close(null)
 
 
 def _configure_logging(verbosity: int) -> Callable[[], None]:

@@ -113,6 +113,30 @@ def test_ctrl_c_while_the_package_is_imported_is_exit_130_without_a_traceback(tm
     assert (result.returncode, result.stderr, result.stdout) == (130, "\n", "")
 
 
+#: A command line whose verb prints a line at once (as ``events`` does), its standard output a pipe nobody reads.
+PRINTS_A_LINE = """
+import argparse, sys
+from conductor_agents.cli import _main
+parser = argparse.ArgumentParser()
+parser.set_defaults(verbose=0, handler=lambda args: print("an event", flush=True) or 0)
+_main.build_parser = lambda: parser
+sys.exit(_main.main([]))
+"""
+
+
+def test_a_reader_of_standard_output_that_went_away_is_exit_1_without_a_traceback() -> None:
+    """``conductor-agents events ID | head -5`` ended in a BrokenPipeError traceback once ``head`` left."""
+    read, write = os.pipe()
+    os.close(read)  # the reader is gone before the first line
+    try:
+        result = subprocess.run([sys.executable, "-c", PRINTS_A_LINE], stdout=write, stderr=subprocess.PIPE, text=True,
+                                timeout=60, env={**os.environ, "PYTHONPATH": os.pathsep.join(
+                                    [str(ROOT), os.environ.get("PYTHONPATH", "")])})
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (1, "")
+
+
 def test_ctrl_c_before_a_verb_runs_is_exit_130_without_a_traceback(monkeypatch, capsys) -> None:
     """A Ctrl-C while ``main`` builds its parser (it imports the verb groups) is caught as well."""
     def interrupted() -> argparse.ArgumentParser:
