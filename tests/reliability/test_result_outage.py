@@ -1,5 +1,6 @@
 """A tool's result posted while the server refuses every request: retried, and it lands exactly once
-when the server is back (issue 11, point 4). The outage is made by the loopback proxy."""
+when the server is back (issue 11, point 4); meanwhile the listener's status names the id its caller holds
+(issue 41, point 4). The outage is made by the loopback proxy."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 import attrs
 import pytest
 
-from conductor_agents import AgentRuntime, RunStatus, tool
+from conductor_agents import AgentRuntime, RunStatus, ServerUnavailableError, tool
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener
@@ -49,6 +50,12 @@ def test_a_result_posted_during_an_outage_lands_exactly_once(conductor_server, a
         handle.send_message({"action": "report"})
         assert tools.started.wait(60), "the tool started"
         proxy.refuse(["/api/"], status=status)  # the whole API is down
+        if status == 0:  # unreachable: a listener's status names the id its caller holds, then the run (issue 41)
+            with pytest.raises(ServerUnavailableError) as down:
+                handle.status()
+            assert handle.current_execution_id != handle.execution_id  # the caller holds the listener's mailbox
+            assert str(down.value).startswith(
+                f"listener {handle.execution_id}: GET /agent/{handle.current_execution_id}/status: "), down.value
         tools.gate.set()
         eventually(lambda: len([r for r in proxy.requests_to("/api/tasks") if r[0] == "POST"]) >= 3,
                    timeout=30, message="the result POST refused and retried")
