@@ -172,6 +172,36 @@ def test_frozen_polling_is_reported_by_a_direct_observer_and_the_run_recovers(
     assert sdk_threads() == before
 
 
+def test_a_served_listeners_stall_is_raised_by_the_id_its_caller_holds(
+        agent_settings, scripted_llm, unique_name, conductor_server):
+    """Issue 41, point 4: ``wait()`` of a listener served here raised a stall of its current run with that run's
+    id as ``execution_id``, an id its caller never held (it holds the listener's mailbox's). The proxy refuses
+    this process's polls only, so its reads (the watchdog's, ``wait()``'s) go on."""
+    base = agent_settings.server_url
+    settings = attrs.evolve(agent_settings, listener_wait="pull", liveness_stall_seconds=2.0,
+                            liveness_check_interval_seconds=0.25)
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("held")
+    with LoopbackProxy(conductor_server.url) as proxy, \
+            AgentRuntime(attrs.evolve(settings, server_url=proxy.url)) as serving:
+        handle = serving.start(listener(unique_name("held-stall"), model, tools), "Start listening.")
+        held, run = handle.execution_id, handle.current_execution_id
+        assert run != held  # the caller holds the listener's mailbox; its run is another
+        proxy.refuse(["/tasks/poll"])
+        quiet = agent_settings.worker_long_poll_ms / 1000.0 + 0.5  # a poll that reached the server before is over
+        eventually(lambda: all(time.time() - (last_poll_ms(base, kind, handle.run_id) or 0) / 1000.0 > quiet
+                               for kind in ("act", TURN_TASK)), timeout=30, interval=0.1, message="no poll in flight")
+        handle.send_message({"action": "unpolled"})  # its run's turn task now waits for a poll that never comes
+        with pytest.raises(WorkerStallError) as info:
+            handle.wait(timeout=60)
+        assert (info.value.execution_id, handle.stall.execution_id) == (held, held), info.value
+        assert f"of listener {held} (its run {run})" in str(info.value), info.value
+        proxy.refuse([])
+        eventually(lambda: tools.actions == [("unpolled", "")], timeout=60, message="acted on once polled again")
+        handle.stop()
+        assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+
+
 def mailbox_forward_task(base: str, mailbox_id: str) -> dict:
     """The forward task waiting in a listener's mailbox (the mailbox's own task list)."""
     tasks = server_get(base, f"/workflow/{mailbox_id}", includeTasks="true").get("tasks") or ()
