@@ -1,7 +1,11 @@
 """``python -m conductor_agents run|start|resume|send|status|wait|stop|cancel`` as a user runs them.
 
-Every verb runs as a subprocess against the session's server. The agent is a module written
-to a temporary directory (``MODULE:AGENT`` = ``agent_mod.py:make_agent``) whose model is a
+The verbs that serve a run (``run``, ``resume``, a ``wait`` beside them) run as subprocesses against the
+session's server, as do a few one-shot calls that prove the exit codes end to end (the code ``main``
+returns is the process's: 2, 3 and 4 below); the other one-shot verbs run the CLI's ``main`` in this
+process (``Cli.here``: same arguments, working directory and environment, output captured), which spares
+each an interpreter start and the package's import (seconds each on a loaded machine). The agent is a
+module written to a temporary directory (``MODULE:AGENT`` = ``agent_mod.py:make_agent``) whose model is a
 script of the session's ScriptedLLM: a listener that turns each message into an ``act`` call.
 """
 
@@ -17,12 +21,15 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Dict, List, Optional
+from unittest import mock
 
 import pytest
 
 from conductor_agents import Agent, ToolRegistry, WaitForMessageTool, tool
+from conductor_agents.cli import main
 from conductor_agents.cli._progress import ProgressDisplay, RunWatcher
 from conductor_agents.testing import ToolCall, listener_policy
 
@@ -77,6 +84,26 @@ class Cli:
                  ) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "conductor_agents", *args], cwd=self.cwd,
                               env={**self.env, **(env or {})}, capture_output=True, text=True, timeout=timeout)
+
+    def here(self, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+        """The CLI's ``main(args)`` in this process, as ``__call__`` runs it in a subprocess: this Cli's working
+        directory and environment, stdout and stderr captured; the exit code is what ``main`` returns
+        (``python -m conductor_agents`` exits with it). A target module it imports (from the working
+        directory) and the ``sys.path`` entries it adds are taken back afterwards."""
+        out, err = io.StringIO(), io.StringIO()
+        cwd, path, modules = os.getcwd(), list(sys.path), set(sys.modules)
+        try:
+            with mock.patch.dict(os.environ, {**self.env, **(env or {})}, clear=True), \
+                    redirect_stdout(out), redirect_stderr(err):
+                os.chdir(self.cwd)
+                code = main(list(args))
+        finally:
+            os.chdir(cwd)
+            sys.path[:] = path
+            for name in set(sys.modules) - modules:
+                if str(getattr(sys.modules[name], "__file__", None) or "").startswith(str(self.cwd)):
+                    del sys.modules[name]
+        return subprocess.CompletedProcess(["conductor-agents", *args], code, out.getvalue(), err.getvalue())
 
     def spawn(self, *args: str) -> "Running":
         return Running(subprocess.Popen([sys.executable, "-m", "conductor_agents", *args], cwd=self.cwd,
@@ -155,16 +182,16 @@ def test_run_serves_tools_prints_progress_and_ctrl_c_stops_gracefully(cli: Cli, 
         execution_id = execution_id_from(run.expect("started"))
         run.expect("waiting for a message")
 
-        sent = cli("send", execution_id, '{"action": "build"}')
+        sent = cli.here("send", execution_id, '{"action": "build"}')
         assert sent.returncode == 0, sent.stderr
         assert sent.stdout.strip()  # the message id
         run.expect("tool act(action=build)")
         run.expect("-> {\"done\":\"build\"}")
 
-        status = cli("status", execution_id)
+        status = cli.here("status", execution_id)
         assert status.returncode == 0, status.stderr
         assert "RUNNING" in status.stdout and execution_id in status.stdout
-        as_json = json.loads(cli("status", execution_id, "--json").stdout)
+        as_json = json.loads(cli.here("status", execution_id, "--json").stdout)
         assert as_json["executionId"] == execution_id and as_json["status"] == "RUNNING"
         assert as_json["runId"] and not as_json["terminal"]
         assert (as_json["served"], as_json["unservedFor"]) == (True, None)  # `run` polls its tasks (issue 41)
@@ -176,7 +203,7 @@ def test_run_serves_tools_prints_progress_and_ctrl_c_stops_gracefully(cli: Cli, 
     assert code == 0, stderr
     assert "stopping" in stderr and "COMPLETED" in stderr
     assert "Traceback" not in stderr
-    assert json.loads(cli("status", execution_id, "--json").stdout)["status"] == "COMPLETED"
+    assert json.loads(cli.here("status", execution_id, "--json").stdout)["status"] == "COMPLETED"
 
 
 def test_second_ctrl_c_cancels_the_run(cli: Cli, target: str) -> None:
@@ -184,7 +211,7 @@ def test_second_ctrl_c_cancels_the_run(cli: Cli, target: str) -> None:
     try:
         execution_id = execution_id_from(run.expect("started"))
         run.expect("waiting for a message")
-        assert cli("send", execution_id, "slow").returncode == 0  # text: the tool sleeps 3 s
+        assert cli.here("send", execution_id, "slow").returncode == 0  # text: the tool sleeps 3 s
         run.expect("model turn 2")
         run.process.send_signal(signal.SIGINT)
         run.expect("stopping")
@@ -209,11 +236,11 @@ def test_run_serves_until_the_end_and_timeout_is_only_there_when_given(cli: Cli,
         code, _, stderr = bounded.finish()
         assert code == 5, stderr
         assert "did not end within 3s" in stderr and "not cancelled" in stderr
-        assert json.loads(cli("status", bounded_id, "--json").stdout)["status"] == "RUNNING"
+        assert json.loads(cli.here("status", bounded_id, "--json").stdout)["status"] == "RUNNING"
 
         # started before the bounded one: past its 3 s, still there and still serving its tools
         assert endless.process.poll() is None, endless.stderr
-        assert cli("send", endless_id, '{"action": "after-the-deadline"}').returncode == 0
+        assert cli.here("send", endless_id, '{"action": "after-the-deadline"}').returncode == 0
         endless.expect("tool act(action=after-the-deadline)")
 
         endless.process.send_signal(signal.SIGINT)
@@ -222,13 +249,13 @@ def test_run_serves_until_the_end_and_timeout_is_only_there_when_given(cli: Cli,
         endless.kill()
         bounded.kill()
         if bounded_id is not None:
-            cli("cancel", bounded_id, "--reason", "test over")
+            cli.here("cancel", bounded_id, "--reason", "test over")
     assert code == 0, stderr
     assert "stopping" in stderr and "COMPLETED" in stderr and "Traceback" not in stderr
 
 
 def test_start_then_resume_serves_the_run_while_wait_and_stop_drive_it(cli: Cli, target: str) -> None:
-    started = cli("start", target, "Listen.")
+    started = cli.here("start", target, "Listen.")
     assert started.returncode == 0, started.stderr
     execution_id = started.stdout.strip()
     assert "resume" in started.stderr  # says that its tools are not served by `start`
@@ -237,9 +264,9 @@ def test_start_then_resume_serves_the_run_while_wait_and_stop_drive_it(cli: Cli,
     waiter = cli.spawn("wait", execution_id, "--timeout", "60")
     try:
         resume.expect("resumed")
-        assert cli("send", execution_id, "hello").returncode == 0  # text becomes {"message": "hello"}
+        assert cli.here("send", execution_id, "hello").returncode == 0  # text becomes {"message": "hello"}
         resume.expect("tool act(action=hello)")
-        stopped = cli("stop", execution_id)
+        stopped = cli.here("stop", execution_id)
         assert stopped.returncode == 0, stopped.stderr
         code, stdout, stderr = resume.finish()
         wait_code, _, wait_stderr = waiter.finish()
@@ -254,51 +281,51 @@ def test_start_then_resume_serves_the_run_while_wait_and_stop_drive_it(cli: Cli,
     assert wait_code == 0, wait_stderr
     assert "COMPLETED" in wait_stderr and "Traceback" not in wait_stderr
 
-    again = cli("stop", execution_id)  # stopping a run that ended is not an error
+    again = cli.here("stop", execution_id)  # stopping a run that ended is not an error
     assert again.returncode == 0 and "already ended" in again.stderr
 
 
 def test_cancel_wait_and_send_after_the_end(cli: Cli, target: str) -> None:
-    execution_id = cli("start", target, "Listen.").stdout.strip()
-    timed_out = cli("wait", execution_id, "--timeout", "1", "--quiet")
+    execution_id = cli.here("start", target, "Listen.").stdout.strip()
+    timed_out = cli.here("wait", execution_id, "--timeout", "1", "--quiet")
     assert timed_out.returncode == 5, timed_out.stderr
     assert timed_out.stderr.count("\n") == 1 and "not cancelled" in timed_out.stderr
 
     # Nothing waits for a person: `pending` answers "nobody" (exit 0); there is nothing to approve (exit 3).
-    nobody = cli("pending", execution_id)
+    nobody = cli.here("pending", execution_id)
     assert nobody.returncode == 0 and nobody.stdout == "" and "waits for no person" in nobody.stderr
-    as_json = cli("pending", execution_id, "--json")
+    as_json = cli.here("pending", execution_id, "--json")
     assert as_json.returncode == 0 and json.loads(as_json.stdout) == []
-    nothing = cli("approve", execution_id)
+    nothing = cli.here("approve", execution_id)
     assert nothing.returncode == 3 and nothing.stderr.count("\n") == 1, nothing.stderr
 
     # JSON-looking text that is not JSON is sent as text, with one warning saying why (point 7).
-    looks = cli("send", execution_id, '{"action": generate-report}')
+    looks = cli.here("send", execution_id, '{"action": generate-report}')
     assert looks.returncode == 0, looks.stderr
     assert looks.stderr.count("\n") == 1 and "warning: the message looks like JSON but is not" in looks.stderr
     assert "column 12" in looks.stderr
-    meant = cli("send", execution_id, "{not json}", "--text")
+    meant = cli.here("send", execution_id, "{not json}", "--text")
     assert meant.returncode == 0 and meant.stderr == ""
-    plain = cli("send", execution_id, "plain words")
+    plain = cli.here("send", execution_id, "plain words")
     assert plain.returncode == 0 and plain.stderr == ""
 
-    cancelled = cli("cancel", execution_id, "--reason", "test over")
+    cancelled = cli.here("cancel", execution_id, "--reason", "test over")
     assert cancelled.returncode == 0, cancelled.stderr
-    waited = cli("wait", execution_id, "--json")
+    waited = cli.here("wait", execution_id, "--json")
     assert waited.returncode == 1
     assert json.loads(waited.stdout)["status"] == "TERMINATED"
     # The summary gives the run's own duration (it lived for more than the 1 s wait above), not the
     # moment `wait` took to find it ended (point 9).
     took = float(waited.stderr.rsplit("TERMINATED after ", 1)[1].split("s:", 1)[0])
     assert took >= 1.0, waited.stderr
-    late = cli("send", execution_id, "anyone there?")
+    late = cli("send", execution_id, "anyone there?")  # a subprocess: exit 3 is the process's exit code
     assert late.returncode == 3 and late.stderr.startswith("conductor-agents: error: ")
     assert late.stderr.count("\n") == 1
 
 
 @pytest.mark.parametrize("verb", [["status"], ["wait"], ["send", "hi"], ["stop"], ["signal", "hi"], ["cancel"]])
 def test_unknown_execution_exits_3_with_one_line(cli: Cli, verb: List[str]) -> None:
-    result = cli(verb[0], "no-such-execution-0000", *verb[1:])
+    result = cli.here(verb[0], "no-such-execution-0000", *verb[1:])
     assert result.returncode == 3, result.stderr
     assert result.stderr.startswith("conductor-agents: error: ") and result.stderr.count("\n") == 1
     assert "no-such-execution-0000" in result.stderr
@@ -308,8 +335,8 @@ def test_unreachable_server_exits_4(cli: Cli, target: str) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         url = f"http://127.0.0.1:{sock.getsockname()[1]}/api"  # bound, never listening: refused
-        by_flag = cli("status", "some-id", "--server-url", url)
-        by_env = cli("run", target, "hi", env={"CONDUCTOR_SERVER_URL": url})
+        by_flag = cli.here("status", "some-id", "--server-url", url)
+        by_env = cli("run", target, "hi", env={"CONDUCTOR_SERVER_URL": url})  # a subprocess: its exit code
     for result in (by_flag, by_env):
         assert result.returncode == 4, result.stderr
         # `run` starts polling before it starts the run: the poller's first failures are not warned
@@ -322,14 +349,14 @@ def test_server_url_without_api_exits_2_naming_the_fix(cli: Cli, target: str) ->
     root = cli.env["CONDUCTOR_SERVER_URL"].rstrip("/")
     assert root.endswith("/api")
     root = root[: -len("/api")]
-    by_flag = cli("status", "some-id", "--server-url", root)
-    by_env = cli("run", target, "hi", env={"CONDUCTOR_SERVER_URL": root})
+    by_flag = cli.here("status", "some-id", "--server-url", root)
+    by_env = cli("run", target, "hi", env={"CONDUCTOR_SERVER_URL": root})  # a subprocess: its exit code
     for result in (by_flag, by_env):
         assert result.returncode == 2, result.stderr
         assert result.stderr.count("\n") == 1, result.stderr
         assert result.stderr.startswith(f"conductor-agents: error: the server URL {root} is not the Conductor API")
         assert f"{root}/api" in result.stderr
-    versioned = cli("status", "some-id", "--server-url", f"{root}/api/v1")  # issue 41: not .../api/v1/api
+    versioned = cli.here("status", "some-id", "--server-url", f"{root}/api/v1")  # issue 41: not .../api/v1/api
     assert versioned.returncode == 2, versioned.stderr
     assert versioned.stderr.rstrip().endswith(f"set CONDUCTOR_SERVER_URL (or --server-url) to {root}/api")
 
@@ -344,18 +371,18 @@ def test_server_url_without_api_exits_2_naming_the_fix(cli: Cli, target: str) ->
     (["run"], "required"),
 ])
 def test_usage_errors_exit_2(cli: Cli, target: str, args: List[str], message: str) -> None:
-    result = cli(*args)
+    result = cli.here(*args)
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr
 
 
 def test_help_documents_exit_codes(cli: Cli) -> None:
-    result = cli("--help")
+    result = cli.here("--help")
     assert result.returncode == 0
     for code in ("0    success", "3    unknown execution", "4    the Conductor server cannot be reached",
                  "5    the wait timed out", "6    send --wait-delivered", "7    approve, reject, respond"):
         assert code in result.stdout
-    verb = cli("wait", "--help")
+    verb = cli.here("wait", "--help")
     assert verb.returncode == 0 and "exit codes: see conductor-agents --help" in verb.stdout
     assert "5    the wait timed out" not in verb.stdout
 
@@ -406,16 +433,16 @@ def test_signal_sets_and_clears_the_standing_signal_of_a_run(cli: Cli, tmp_path:
     try:
         execution_id = execution_id_from(run.expect("started"))
         run.expect("waiting for a message")  # signalled once it waits (see test_steering)
-        done = cli("signal", execution_id, "Answer in French.")
+        done = cli.here("signal", execution_id, "Answer in French.")
         assert done.returncode == 0 and f"set the signal of execution {execution_id}" in done.stderr, done.stderr
-        assert cli("send", execution_id, '{"action": "a"}').returncode == 0
+        assert cli.here("send", execution_id, '{"action": "a"}').returncode == 0
         run.expect("tool act(action=a)")
         assert turn_after(scripted_llm, model, "a").signal == "Answer in French."
 
         run.expect("waiting for a message")
-        cleared = cli("signal", execution_id, "")
+        cleared = cli.here("signal", execution_id, "")
         assert cleared.returncode == 0 and "cleared the signal" in cleared.stderr, cleared.stderr
-        assert cli("send", execution_id, '{"action": "b"}').returncode == 0
+        assert cli.here("send", execution_id, '{"action": "b"}').returncode == 0
         run.expect("tool act(action=b)")
         assert turn_after(scripted_llm, model, "b").signal is None
 
@@ -424,6 +451,6 @@ def test_signal_sets_and_clears_the_standing_signal_of_a_run(cli: Cli, tmp_path:
     finally:
         run.kill()
     assert code == 0, stderr
-    ended = cli("signal", execution_id, "too late")
+    ended = cli.here("signal", execution_id, "too late")
     assert ended.returncode == 3 and ended.stderr.startswith("conductor-agents: error: "), ended.stderr
     assert ended.stderr.count("\n") == 1

@@ -3,10 +3,16 @@
 Every test isolates the CLI's state dir (CONDUCTOR_AGENTS_STATE_DIR) and data dir. The
 detached flow runs the real server once; the foreground flow uses a stand-in ``java``
 (found through JAVA_HOME) so Ctrl-C handling is checked in a second.
+
+``server start`` (which leaves a server behind it) and the calls that prove an exit code end to end run
+as subprocesses (``cli``); the other one-shot calls run the CLI's ``main`` in this process (``here``: the
+same arguments and environment, output captured), which spares each an interpreter start and the
+package's import (seconds each on a loaded machine).
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import signal
@@ -15,8 +21,10 @@ import stat
 import subprocess
 import sys
 import textwrap
+from contextlib import redirect_stderr, redirect_stdout
 from pathlib import Path
 from typing import Dict, Iterator
+from unittest import mock
 
 import pytest
 import requests
@@ -67,6 +75,15 @@ def cli(env: Dict[str, str], *args: str, timeout: float = CLI_TIMEOUT) -> subpro
     )
 
 
+def here(env: Dict[str, str], *args: str) -> subprocess.CompletedProcess:
+    """``main(args)`` in this process with ``env`` as its whole environment, as ``cli`` runs it in a subprocess:
+    the exit code is what ``main`` returns (``python -m conductor_agents`` exits with it); output captured."""
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, env, clear=True), redirect_stdout(out), redirect_stderr(err):
+        code = main(list(args))
+    return subprocess.CompletedProcess(["conductor-agents", *args], code, out.getvalue(), err.getvalue())
+
+
 def record(env: Dict[str, str]) -> dict:
     return json.loads((Path(env["CONDUCTOR_AGENTS_STATE_DIR"]) / "server.json").read_text())
 
@@ -74,13 +91,13 @@ def record(env: Dict[str, str]) -> dict:
 class TestNothingRunning:
     def test_status_stop_logs_exit_3(self, cli_env: Dict[str, str]) -> None:
         """With no recorded server, status, stop and logs exit 3 with a one-line message."""
-        status = cli(cli_env, "server", "status")
+        status = here(cli_env, "server", "status")
         assert (status.returncode, status.stdout.strip()) == (3, "not running")
-        stop = cli(cli_env, "server", "stop")
+        stop = here(cli_env, "server", "stop")
         assert stop.returncode == 3
         assert stop.stderr.count("\n") == 1 and "no server started with `conductor-agents server start` is running" \
             in stop.stderr
-        logs = cli(cli_env, "server", "logs")
+        logs = here(cli_env, "server", "logs")
         assert logs.returncode == 3 and "Traceback" not in logs.stderr
 
     def test_stale_record_is_detected(self, cli_env: Dict[str, str]) -> None:
@@ -92,18 +109,18 @@ class TestNothingRunning:
         (state / "server.json").write_text(
             json.dumps({"pid": dead.pid, "port": 1, "data_dir": "/tmp/x", "log_path": "/tmp/x/server.log"})
         )
-        status = cli(cli_env, "server", "status")
+        status = here(cli_env, "server", "status")
         assert status.returncode == 3 and "not running" in status.stdout
         assert not (state / "server.json").exists()
 
     def test_usage_error_exits_2(self, cli_env: Dict[str, str]) -> None:
         """A malformed --env is a usage error."""
-        result = cli(cli_env, "server", "start", "--env", "NO_EQUALS_SIGN")
+        result = here(cli_env, "server", "start", "--env", "NO_EQUALS_SIGN")
         assert result.returncode == 2 and "KEY=VALUE" in result.stderr
 
     def test_java_verb(self, cli_env: Dict[str, str]) -> None:
         """`server java` prints the runtime it would use."""
-        found = cli(cli_env, "server", "java")
+        found = here(cli_env, "server", "java")
         assert found.returncode == 0 and "(Java " in found.stdout
 
     def test_java_verb_without_java(
@@ -121,7 +138,7 @@ class TestNothingRunning:
 
     def test_fetch_verb(self, cli_env: Dict[str, str]) -> None:
         """`server fetch` prints the cached jar and the Java runtime."""
-        result = cli(cli_env, "server", "fetch")
+        result = here(cli_env, "server", "fetch")
         assert result.returncode == 0, result.stderr
         assert result.stdout.startswith("jar:  ") and "-boot.jar" in result.stdout and "java: " in result.stdout
 
@@ -149,21 +166,21 @@ def test_detached_start_status_logs_stop(cli_env: Dict[str, str], tmp_path: Path
         assert requests.get(f"http://127.0.0.1:{port}/health", timeout=10).json()["healthy"] is True
         assert record(cli_env)["data_dir"] == str(data_dir)
 
-        status = cli(cli_env, "server", "status")
+        status = here(cli_env, "server", "status")
         assert status.returncode == 0
         assert f"running at http://127.0.0.1:{port}/api (pid {pid}" in status.stdout and "healthy" in status.stdout
 
-        again = cli(cli_env, "server", "start", "--port", str(free_port()), "--data-dir", str(tmp_path / "other"))
+        again = here(cli_env, "server", "start", "--port", str(free_port()), "--data-dir", str(tmp_path / "other"))
         assert again.returncode == 1 and "already running" in again.stderr
 
-        logs = cli(cli_env, "server", "logs", "-n", "5")
+        logs = here(cli_env, "server", "logs", "-n", "5")
         assert logs.returncode == 0 and len(logs.stdout.splitlines()) == 5
 
-        stop = cli(cli_env, "server", "stop")
+        stop = here(cli_env, "server", "stop")
         assert stop.returncode == 0, stop.stderr
         assert not process_exists(pid)
         assert not (Path(cli_env["CONDUCTOR_AGENTS_STATE_DIR"]) / "server.json").exists()
-        assert cli(cli_env, "server", "status").returncode == 3
+        assert cli(cli_env, "server", "status").returncode == 3  # subprocesses: the exit code is the process's
         assert cli(cli_env, "server", "stop").returncode == 3
         assert (data_dir / "conductor.db").exists()
     finally:
@@ -223,7 +240,7 @@ def test_foreground_stops_cleanly_on_ctrl_c(fake_server_env: Dict[str, str], tmp
         state = Path(fake_server_env["CONDUCTOR_AGENTS_STATE_DIR"]) / "server.json"
         eventually(state.exists, timeout=60, interval=0.1, message="server recorded")
         pid = record(fake_server_env)["pid"]
-        status = cli(fake_server_env, "server", "status")
+        status = here(fake_server_env, "server", "status")
         assert status.returncode == 0 and "version 0.0.1" in status.stdout
         assert "FAKE_SETTING=hello" in (tmp_path / "data" / "server.log").read_text()
         proc.send_signal(signal.SIGINT)
@@ -261,17 +278,17 @@ def test_cluster_start_status_logs_stop_leaves_no_process(fake_server_env: Dict[
         cfg = (data_dir / "haproxy.cfg").read_text()
         assert "balance roundrobin" in cfg and "httpchk GET /health" in cfg and "bind 127.0.0.1:" in cfg
 
-        status = cli(cli_env, "server", "status")
+        status = here(cli_env, "server", "status")
         assert status.returncode == 0 and "redis" in status.stdout and "healthy" in status.stdout
         assert "node-2: pid" in status.stdout and "redis-server: pid" in status.stdout
 
-        logs = cli(cli_env, "server", "logs", "-n", "3")
+        logs = here(cli_env, "server", "logs", "-n", "3")
         assert logs.returncode == 0 and "==> node-1:" in logs.stdout and "==> redis-server:" in logs.stdout
 
-        stop = cli(cli_env, "server", "stop")
+        stop = here(cli_env, "server", "stop")
         assert stop.returncode == 0, stop.stderr
         assert [pid for pid in pids if process_exists(pid)] == []
-        assert cli(cli_env, "server", "status").returncode == 3
+        assert here(cli_env, "server", "status").returncode == 3
         assert (data_dir / "redis" / "appendonlydir").is_dir()
     finally:
         for pid in pids:
@@ -286,15 +303,15 @@ def test_sqlite_start_says_queued_messages_do_not_survive_a_restart(fake_server_
         assert start.returncode == 0, start.stderr
         assert "lost when the server restarts" in start.stdout
     finally:
-        stopped = cli(fake_server_env, "server", "stop")
+        stopped = here(fake_server_env, "server", "stop")
     assert stopped.returncode == 0, stopped.stderr
     # A second stop says nothing runs, not that none was ever started (issue 34, point 12).
-    again = cli(fake_server_env, "server", "stop")
+    again = here(fake_server_env, "server", "stop")
     assert again.returncode == 3 and again.stderr.count("\n") == 1
     assert "no server started with `conductor-agents server start` is running" in again.stderr
     assert "none was started" not in again.stderr
 
 
 def test_more_nodes_need_redis(cli_env: Dict[str, str]) -> None:
-    result = cli(cli_env, "server", "start", "--backend", "sqlite", "--nodes", "2")
+    result = here(cli_env, "server", "start", "--backend", "sqlite", "--nodes", "2")
     assert result.returncode == 2 and "--backend redis" in result.stderr
