@@ -60,8 +60,11 @@ def test_seed_scenario_runs_the_tool_in_this_process(agent_runtime, scripted_llm
     scripted_llm.assert_no_anomalies(model)
 
 
-#: Messages to each of two listeners that run at once: enough to interleave their turns many times.
-EACH = 12
+#: Messages to each of two listeners that run at once: enough to interleave their turns several times. Each
+#: message is a model turn of its own (about 1.5 s on an idle machine, several times that on a loaded one),
+#: one after the other: a message routed to the wrong run shows at the first one that is, so six each prove
+#: what twelve did (issue 44: twelve made the single-node case the suite's third slowest test).
+EACH = 6
 
 
 @pytest.mark.both_topologies
