@@ -1,16 +1,18 @@
 """Crash and resume: the process serving a stateful run is SIGKILLed; a new one resumes it.
 
-One listener run lives through ten crash/resume cycles. In each cycle the process serving it
+One listener run lives through four crash/resume cycles. In each cycle the process serving it
 is SIGKILLed while the run waits for a message, five messages are sent while *no* worker
 lives, and a new process calls ``resume()``. Every message must be acted on exactly once,
 by the process that resumed: the actions are fsync'ed lines in a shared file, so a killed
-process cannot take its evidence with it. The first nine resumers are child processes
-(``crash_child.py``); the tenth is this test process, which then stops the run and waits
+process cannot take its evidence with it. The first three resumers are child processes
+(``crash_child.py``); the fourth is this test process, which then stops the run and waits
 for COMPLETED, and finally checks that ``close()`` leaves no SDK thread behind.
 
-One run with ten generations of workers (rather than ten runs with one) also proves that a
-run resumed once can be resumed again: each resumer registers on the domain the first
-process minted, read back from the server.
+One run with four generations of workers (rather than four runs with one) also proves that a
+run resumed once can be resumed again, and again by a process that was itself resumed from: each
+resumer registers on the domain the first process minted, read back from the server. Every cycle
+after the second repeats the proof of the one before it (the suite ran ten until issue 44: 40 more
+seconds of the suite's budget for the same proof).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from .support import Child, kill_all, quiescent, tasks_of
 
 pytestmark = pytest.mark.reliability
 
-CYCLES = 10
+CYCLES = 4
 MESSAGES_PER_CYCLE = 5
 
 
@@ -39,7 +41,7 @@ def act_on(payload: dict) -> ToolCall:
     return ToolCall("act", {"action": payload["action"], "tag": payload.get("tag", "")})
 
 
-def test_ten_crash_resume_cycles_lose_and_duplicate_nothing(agent_settings, scripted_llm, unique_name, tmp_path):
+def test_crash_resume_cycles_lose_and_duplicate_nothing(agent_settings, scripted_llm, unique_name, tmp_path):
     base = agent_settings.server_url
     model = scripted_llm.script(policy=listener_policy(act_on))
     name = unique_name("crashy")
@@ -103,7 +105,7 @@ def test_ten_crash_resume_cycles_lose_and_duplicate_nothing(agent_settings, scri
     expected = {f"c{c}-m{i}" for c in range(1, CYCLES + 1) for i in range(MESSAGES_PER_CYCLE)}
     assert not duplicated, f"acted on more than once: {duplicated}"
     assert set(counts) == expected, f"lost: {sorted(expected - set(counts))}"
-    assert len({a["pid"] for a in everything}) == CYCLES  # ten worker generations did the work
+    assert len({a["pid"] for a in everything}) == CYCLES  # one worker generation per cycle did the work
     print(f"\n{CYCLES} crash/resume cycles, {len(everything)} actions, each exactly once; "
           f"seconds per cycle: {', '.join(f'{t:.1f}' for t in timings)}")
     # Thread leak: the runtime that resumed and finished the run is closed; nothing of it is left.
