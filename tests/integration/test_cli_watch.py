@@ -1,13 +1,20 @@
 """``conductor-agents list AGENT`` and ``conductor-agents events ID`` through the real CLI: the running runs of an
-agent with what each waits for, and a run's events followed until it ends."""
+agent with what each waits for, and a run's events followed until it ends.
+
+The one-shot verbs run the CLI's ``main`` in this process (``cli``: the same arguments and environment, output
+captured; a process each costs an interpreter start and the package's import, seconds on a loaded machine, and
+some are polled); ``events`` following a run runs as a process of its own, as a user runs it."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 import time
+from contextlib import redirect_stderr, redirect_stdout
+from unittest import mock
 
 import attrs
 import pytest
@@ -27,9 +34,13 @@ pytestmark = pytest.mark.integration
 SHORT_STALL = {"CONDUCTOR_AGENT_LIVENESS_STALL_SECONDS": "3", "CONDUCTOR_AGENT_LIVENESS_CHECK_INTERVAL_SECONDS": "0.5"}
 
 
-def cli(server_url: str, *args: str, timeout: float = 90, env: "dict | None" = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "conductor_agents", *args, "--server-url", server_url],
-                          capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})})
+def cli(server_url: str, *args: str, env: "dict | None" = None) -> subprocess.CompletedProcess:
+    """``conductor-agents ARGS --server-url URL`` by the CLI's ``main`` in this process, with ``env`` added to the
+    environment; the exit code is what ``main`` returns (``python -m conductor_agents`` exits with it)."""
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, env or {}), redirect_stdout(out), redirect_stderr(err):
+        code = main([*args, "--server-url", server_url])
+    return subprocess.CompletedProcess(["conductor-agents", *args], code, out.getvalue(), err.getvalue())
 
 
 def test_list_shows_what_each_run_waits_for_and_events_follows_a_run_to_its_end(
