@@ -35,7 +35,7 @@ def push(base: str, execution_id: str, action: str) -> None:
 @pytest.mark.both_topologies
 def test_raw_rest_pushes_to_the_one_id_reach_the_listener_once_across_switches(
         agent_settings, scripted_llm, unique_name, topology_server):
-    """Raw pushes to ``handle.execution_id``, each once the previous was acted on, across at least five
+    """Raw pushes to ``handle.execution_id``, each once the previous was acted on, across at least three
     switches, then a burst of twenty pushed at once while switches happen: every message is acted on
     exactly once, the listener comes to rest (one live run), its first run is retired (``keep_runs=1``)
     and the id still answers status, totals, events and pending from a fresh runtime; after the listener
@@ -52,7 +52,7 @@ def test_raw_rest_pushes_to_the_one_id_reach_the_listener_once_across_switches(
         status = requests.get(f"{base}/workflow/{execution_id}", timeout=10).json()
         assert parse_mailbox_key(status.get("correlationId")) is not None  # the id callers hold is the mailbox
         assert handle.current_execution_id != execution_id
-        while handle.runs < 6:
+        while handle.runs < 4:  # three switches (five until issue 44: each is two model turns, the same proof)
             assert len(sent) < 40, "no switch for many messages"
             sent.append(f"one-{len(sent)}")
             push(base, execution_id, sent[-1])
@@ -74,7 +74,7 @@ def test_raw_rest_pushes_to_the_one_id_reach_the_listener_once_across_switches(
             watched = other.attach(execution_id)
             status = watched.status()
             assert (status.execution_id, status.is_terminal) == (execution_id, False)
-            assert status.runs == handle.runs >= 7
+            assert status.runs == handle.runs > runs_before_burst
             assert watched.pending() == ()
             # Once the last switch is committed (its record holds the totals of the runs before it):
             eventually(lambda: watched.totals().runs == handle.runs, timeout=30, interval=0.2,
