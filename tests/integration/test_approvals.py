@@ -8,12 +8,15 @@ answers give one winner and tell the loser; answering when nothing waits is a ty
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 import threading
 import time
+from contextlib import redirect_stderr, redirect_stdout
+from unittest import mock
 
 import attrs
 import pytest
@@ -34,6 +37,7 @@ from conductor_agents import (
     WaitTimeoutError,
     tool,
 )
+from conductor_agents.cli import main
 from conductor_agents.testing import ToolCall, listener_policy
 
 from ..helpers import eventually, sdk_threads
@@ -149,6 +153,17 @@ def cli(args: list, settings, timeout: float = 120) -> subprocess.CompletedProce
                           text=True, timeout=timeout)
 
 
+def cli_here(args: list, settings) -> subprocess.CompletedProcess:
+    """The same verb by the CLI's ``main`` in this process (output captured, the exit code ``main`` returns): for
+    the calls around the one that answers from a process of its own, each of which would cost an interpreter start
+    and the package's import (seconds on a loaded machine)."""
+    out, err = io.StringIO(), io.StringIO()
+    with mock.patch.dict(os.environ, {"CONDUCTOR_SERVER_URL": settings.server_url}), redirect_stdout(out), \
+            redirect_stderr(err):
+        code = main([str(arg) for arg in args])
+    return subprocess.CompletedProcess(["conductor-agents", *args], code, out.getvalue(), err.getvalue())
+
+
 @pytest.mark.both_topologies
 def test_a_listener_waits_for_approval_from_another_process_while_messages_keep_arriving(
         agent_settings, scripted_llm, unique_name):
@@ -209,18 +224,19 @@ def test_a_question_is_answered_from_any_process_and_the_model_gets_the_answer(
     assert (request.question, request.tool_name) == ("Which colour?", ask.name)
     assert agent_runtime.attach(handle.execution_id).status().is_waiting
 
-    listed = cli(["pending", handle.execution_id, "--json"], agent_runtime.settings)
+    listed = cli_here(["pending", handle.execution_id, "--json"], agent_runtime.settings)
     assert listed.returncode == 0, listed.stderr
     assert [(r["kind"], r["question"], r["taskReferenceName"]) for r in json.loads(listed.stdout)] == [
         ("question", "Which colour?", request.task_reference_name)]
-    wrong = cli(["approve", handle.execution_id], agent_runtime.settings)
+    wrong = cli_here(["approve", handle.execution_id], agent_runtime.settings)
     assert wrong.returncode == 3 and "respond()" in wrong.stderr  # it waits for an answer, not an approval
 
+    # answered from a process of its own
     answered = cli(["respond", handle.execution_id, "teal", "--by", "carol", "--json"], agent_runtime.settings)
     assert answered.returncode == 0, answered.stderr
     assert json.loads(answered.stdout)["answer"] == "teal"
-    again = cli(["respond", handle.execution_id, "red", "--request", request.task_reference_name],
-                agent_runtime.settings)
+    again = cli_here(["respond", handle.execution_id, "red", "--request", request.task_reference_name],
+                     agent_runtime.settings)
     assert again.returncode == 7 and "another answer won" in again.stderr and "carol" in again.stderr
     result = handle.wait(timeout=90)
     assert result.output == "answer: teal"
