@@ -247,8 +247,9 @@ class ContinuationDriver:
     def _mailbox_ended(self, served: _Served) -> None:
         mailbox = served.chain.execution_id
         try:
-            if retry_failed_mailbox(self._api, mailbox):  # (its watch here ended with the failure: a second one
-                return                                      # in this process is not seen, so not retried)
+            if retry_failed_mailbox(self._api, mailbox):
+                served.handle_link(True, mailbox)  # served and watched again (its watch ended with the failure)
+                return
             why = ended_from_outside(self._api, mailbox)
             if why is None:
                 return

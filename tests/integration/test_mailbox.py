@@ -234,19 +234,21 @@ def test_a_mailbox_that_failed_is_retried_and_takes_messages_again_by_the_same_i
         execution_id = handle.execution_id
         push(base, execution_id, "before")
         eventually(lambda: "before" in tools.snapshot(), timeout=60, message="the first message acted on")
-        eventually(lambda: _resting(base, execution_id), timeout=60, message="the mailbox rests")
-        wait = next(t for t in _mailbox_tasks(base, execution_id)
-                    if t["taskType"] == "WAIT" and t["status"] == "IN_PROGRESS")
-        response = requests.post(f"{base}/tasks", json={
-            "workflowInstanceId": execution_id, "taskId": wait["taskId"], "status": "FAILED_WITH_TERMINAL_ERROR",
-            "reasonForIncompletion": "failed by the test"}, timeout=30)
-        assert response.status_code == 200, response.text
-        eventually(lambda: requests.get(f"{base}/workflow/{execution_id}/status", timeout=10).json()["status"]
-                   == "RUNNING" and _resting(base, execution_id), timeout=60, interval=0.5,
-                   message="the failed mailbox retried, resting again")
-        push(base, execution_id, "after")
-        eventually(lambda: "after" in tools.snapshot(), timeout=60, message="a raw push after the retry acted on")
+        for time_no in ("first", "second"):  # a mailbox that fails again is retried again
+            eventually(lambda: _resting(base, execution_id), timeout=60, message="the mailbox rests")
+            wait = next(t for t in _mailbox_tasks(base, execution_id)
+                        if t["taskType"] == "WAIT" and t["status"] == "IN_PROGRESS")
+            response = requests.post(f"{base}/tasks", json={
+                "workflowInstanceId": execution_id, "taskId": wait["taskId"], "status": "FAILED_WITH_TERMINAL_ERROR",
+                "reasonForIncompletion": "failed by the test"}, timeout=30)
+            assert response.status_code == 200, response.text
+            eventually(lambda: requests.get(f"{base}/workflow/{execution_id}/status", timeout=10).json()["status"]
+                       == "RUNNING" and _resting(base, execution_id), timeout=60, interval=0.5,
+                       message=f"the mailbox failed a {time_no} time retried, resting again")
+            push(base, execution_id, f"after-{time_no}")
+            eventually(lambda t=time_no: f"after-{t}" in tools.snapshot(), timeout=60,
+                       message=f"a raw push after the {time_no} retry acted on")
         assert handle.status().status is RunStatus.RUNNING
         handle.stop()
         assert handle.wait(timeout=90).ok
-    assert tools.snapshot() == ["before", "after"]
+    assert tools.snapshot() == ["before", "after-first", "after-second"]
