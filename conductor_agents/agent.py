@@ -466,6 +466,11 @@ def _check_gates(agent: Agent) -> None:
             "(the server never runs a gate after the last stage)", field="gate", value=agent.agents[last].name)
 
 
+def is_agent_name(value: str) -> bool:
+    """Whether ``value`` can be an :attr:`Agent.name` (a letter or ``_``, then letters, digits, ``_``, ``-``)."""
+    return bool(_NAME.match(value))
+
+
 def check_agent(agent: Any) -> Agent:
     """``agent`` if it is an Agent (what every runtime call given an agent checks first).
 

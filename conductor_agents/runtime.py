@@ -351,7 +351,7 @@ class AgentRuntime:
         see ``docs/concepts.md``, "Who serves a run"): a page of a dashboard, not something to call in a loop.
 
         Raises:
-            AgentTypeError: ``agent`` is neither an Agent nor a name.
+            AgentTypeError: ``agent`` is neither an Agent nor a name; ConfigurationError: not a valid agent name.
         """
         self._check_open()
         rows = running_runs(self._api, self._directory, agent_name_of(agent))

@@ -16,8 +16,8 @@ import attrs
 from .._common.task_names import HUMAN_TASK_TYPE, is_message_wait
 from .._people.pending import waits_on_person
 from .._wire.api import ConductorApi
-from ..agent import Agent
-from ..errors import AgentTypeError, ConductorAgentsError, ExecutionNotFoundError
+from ..agent import Agent, is_agent_name
+from ..errors import AgentTypeError, ConductorAgentsError, ConfigurationError, ExecutionNotFoundError
 from ..result import AgentStatus, RunStatus
 from .directory import ChainDirectory
 
@@ -111,9 +111,13 @@ def running_runs(api: ConductorApi, directory: ChainDirectory, agent_name: str) 
 def agent_name_of(agent: Agent | str) -> str:
     """The name of ``agent`` (an Agent or its name).
 
-    Raises: AgentTypeError: anything else.
+    Raises: AgentTypeError: anything else; ConfigurationError: a str that cannot be an agent's name.
     """
     name = agent.name if isinstance(agent, Agent) else agent
     if not isinstance(name, str) or not name:
         raise AgentTypeError(f"agent must be an Agent or its name, got {agent!r}", field="agent", value=agent)
+    if not is_agent_name(name):  # e.g. a MODULE:AGENT target: no run has that name, so it lists nothing
+        raise ConfigurationError(
+            f"{name!r} is not an agent name (Agent.name: a letter or '_', then letters, digits, '_' and '-')"
+            + ("; give the agent's name, not a MODULE:AGENT target" if ":" in name else ""))
     return name

@@ -215,3 +215,20 @@ def test_every_json_the_cli_prints_is_camel_case() -> None:
     assert _snake_keys(row) == []
     event = _event_dict(ToolCallEvent(execution_id="wf-1", id="e1", tool_name="t", arguments={"user_key": 1}))
     assert event["toolName"] == "t" and _snake_keys(event) == []
+
+
+def test_list_of_a_module_agent_target_is_a_usage_error_naming_the_fix(capsys):
+    """`list agents:listener` (a MODULE:AGENT where the agent's name goes) printed nothing and exited 0: no run has
+    that name. It is refused before any request (issue 41's audit)."""
+    assert main(["list", "agents:listener", "--server-url", "http://127.0.0.1:9/api"]) == 2
+    err = capsys.readouterr().err
+    assert "'agents:listener' is not an agent name" in err and "not a MODULE:AGENT target" in err
+
+
+def test_an_agent_name_is_checked_as_agent_names_are():
+    from conductor_agents._listener.running import agent_name_of
+    from conductor_agents.errors import ConfigurationError
+
+    assert agent_name_of("my_listener-2") == "my_listener-2"
+    with pytest.raises(ConfigurationError, match="not an agent name"):
+        agent_name_of("samples/listener.py")
