@@ -41,7 +41,7 @@ from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
 from .naming import names_errors, run_name
 from .stop_flag import behind_stop
-from .switch import read_commit
+from .switch import EVALUATIONS_SINCE, read_commit
 
 __all__ = ["MessageDelivery", "DeliveryCheck", "wait_for_delivery"]
 
@@ -50,8 +50,6 @@ log = logging.getLogger("conductor_agents.delivery")
 #: The server's task type of a wait-for-message call.
 PULL_TASK_TYPE = MESSAGE_WAIT_TASK_TYPE
 _TERMINAL_RUN = frozenset({"COMPLETED", "FAILED", "TERMINATED", "TIMED_OUT"})
-#: Evaluations after the first sample that prove one of them started after the push.
-_EVALUATIONS_FOR_PROOF = 2
 
 
 @attrs.frozen
@@ -146,7 +144,7 @@ class DeliveryCheck:
             if not task_id or not isinstance(count, int) or task.get("status") != "IN_PROGRESS":
                 continue
             first = self._first_poll_count.setdefault(task_id, count)
-            if count >= first + _EVALUATIONS_FOR_PROOF:
+            if count >= first + EVALUATIONS_SINCE:
                 log.debug("run %s: task %s evaluated %d times while %s was missing", self.execution_id,
                           task.get("referenceTaskName"), count - first, self.message_id)
                 return True

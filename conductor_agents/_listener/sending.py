@@ -30,7 +30,7 @@ from ..result import RunStatus
 from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
 from .naming import named_for
-from .switch import read_commit, read_final_state
+from .switch import EVALUATIONS_SINCE, read_commit, read_final_state
 
 __all__ = ["push_to_mailbox", "send_to_listener", "wake"]
 
@@ -41,9 +41,6 @@ _COMMIT_POLL = 0.25
 #: A continued run's final state is read for a message's fate only this long after it ended (a
 #: wait-for-message task evaluated as it ended writes its output a moment later).
 _FINAL_AFTER_SECONDS = 2.0
-#: Evaluations of a wait-for-message task the run had when it accepted a message that prove the message was
-#: pulled (the first one seen may have begun before the push).
-_EVALUATIONS_AFTER = 2
 #: Pauses between the signals of one :func:`wake` that found no ``WAIT``: an empty pull and the ``WAIT`` after it
 #: are scheduled by one decide of the server's, so a wake that came between them finds the ``WAIT`` at once.
 _WAKE_RETRIES = (0.05, 0.1, 0.2)
@@ -182,7 +179,6 @@ def _fate(api: ConductorApi, chain: Chain, link: Link, message_id: str, timeout:
         pause(_COMMIT_POLL)
 
 
-
 def _waits(api: ConductorApi, execution_id: str) -> dict[str, int]:
     """The pending wait-for-message tasks of run ``execution_id``: task id -> how often the server evaluated it."""
     page = api.workflow_tasks(execution_id, statuses=("IN_PROGRESS", "SCHEDULED"), start=0, count=50)
@@ -194,7 +190,7 @@ def _pulled_since(first: Mapping[str, int], now: Mapping[str, int]) -> bool:
 
     No wait then: the run was busy, and its next wait, scheduled after the push, pops the message at its first
     evaluation (before any drain can call the run at rest). A wait then: once it has been evaluated
-    :data:`_EVALUATIONS_AFTER` more times, or has ended (an evaluation found messages), one evaluation began
+    :data:`~.switch.EVALUATIONS_SINCE` more times, or has ended (an evaluation found messages), one evaluation began
     after the push and took it.
     """
-    return all(task_id not in now or now[task_id] >= count + _EVALUATIONS_AFTER for task_id, count in first.items())
+    return all(task_id not in now or now[task_id] >= count + EVALUATIONS_SINCE for task_id, count in first.items())

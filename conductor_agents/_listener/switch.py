@@ -68,8 +68,10 @@ log = logging.getLogger("conductor_agents.continuation")
 #: The drain's verdict ("link n is at rest, its queue empty") holds this long: the run must be ended
 #: within it, or it is drained again (``sending`` counts on it to know a message is safe).
 QUIET_VALID_SECONDS = 5.0
-#: Evaluations of link n's waiting wait-for-message task, after link n+1 exists, that end the drain.
-_EVALUATIONS = 2
+#: Evaluations of a waiting wait-for-message task, more than when it was first seen, that prove one of them began
+#: after that look (the first may have begun before it): link n's, after link n+1 exists, end the drain; a run's,
+#: after it accepted a message, prove the message pulled (``sending``, ``delivery``).
+EVALUATIONS_SINCE = 2
 #: A wait-for-message task scheduled this long after link n+1 was created certainly began popping
 #: after it (the margin covers the clocks of a cluster's nodes, which stamp the two times).
 _SCHEDULED_AFTER_MARGIN_MS = 250
@@ -303,7 +305,7 @@ class Switch:
             if pull is not None and idle:
                 count = int(pull.get("pollCount") or 0)
                 if (count >= 1 and self._scheduled_after_new(pull)) or \
-                        (pull.get("taskId") == pull_id and count >= first_count + _EVALUATIONS):
+                        (pull.get("taskId") == pull_id and count >= first_count + EVALUATIONS_SINCE):
                     self._quiet_at = self._clock.monotonic()
                     return "quiet", None
                 if pull.get("taskId") != pull_id:

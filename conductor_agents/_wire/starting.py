@@ -9,10 +9,10 @@ Sent again, the start finds the definition and updates it, so the conflict is sa
 
 A start whose answer is lost (a read timeout, a reset connection, a proxy's 502/503/504: the server may have
 started the run), or that meets the run of its key being evaluated (``Error acquiring lock``), is sent again
-when it carries an idempotency key: the server gives a keyed start a stable
-execution id and returns the run it made for that key, so the caller gets the one run either way, and never
-hears of a lost answer while the server can still say. :class:`~conductor_agents._runs.start.RunStarter` gives every
-start a key (the caller's, a listener's link key, or one of its own).
+when it carries an idempotency key: the server gives a keyed start a stable execution id and returns the run it
+made for that key, so the caller gets the one run either way, and never hears of a lost answer while the server
+can still say. :class:`~conductor_agents._runs.start.RunStarter` gives every start a key (the caller's, a
+listener's link key, or one of its own).
 """
 
 from __future__ import annotations
