@@ -30,7 +30,7 @@ import attrs
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
 from .._wire.api import ConductorApi
-from ..errors import ConductorAgentsError
+from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from .handover import delivery_lock, waiting_wait
 
 __all__ = ["JoinParker", "PARK_SECONDS", "nudge"]
@@ -55,6 +55,9 @@ _LOOK_AGAIN_AFTER = 5.0
 #: on the cluster an evaluation that undid it came later than the looks above, and the join was evaluated at the
 #: server's pace again, the park lost (seen twice in a day's runs of tests/integration/test_human_wait.py).
 _LOOK_WHILE_PARKED = 30.0
+#: After a request of a watch failed (a read timeout on a loaded server), the watch is looked at again this much
+#: later, while it lasts (it was dropped, and the wait's join left at the server's pace for as long as it waited).
+_AFTER_FAILURE = 2.0
 #: Joins a park was sent for, remembered for the forward's nudge (the oldest forgotten first).
 _SENT_KEPT = 100_000
 #: When the join of an answered wait is looked at again (seconds after the answer, then after each nudge): a
@@ -214,9 +217,13 @@ class JoinParker:
                     return
                 try:
                     done = self._step(execution_id, watch)
-                except ConductorAgentsError as err:  # gone, or the server is away: its own pace
+                except ExecutionNotFoundError as err:  # gone: nothing to park
                     log.debug("run %s: parking its join failed (%s)", execution_id, err)
                     done = True
+                except ConductorAgentsError as err:  # a request failed (a loaded server): looked at again later
+                    log.info("run %s: parking its join failed (%s); trying again in %g s", execution_id, err,
+                             _AFTER_FAILURE)
+                    watch.due, done = self._clock.monotonic() + _AFTER_FAILURE, False
                 if done:
                     with self._lock:
                         if self._watched.get(execution_id) is watch:

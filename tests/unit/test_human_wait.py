@@ -383,3 +383,29 @@ def test_the_next_turn_watches_the_next_wait_while_the_previous_park_is_still_lo
     assert step() is False  # the next wait found and its join parked
     assert [u["taskId"] for u in server.updates if u.get("callbackAfterSeconds") == PARK_SECONDS] == [
         "join-0", "join-1"]
+
+
+def test_a_watch_whose_request_failed_is_kept_and_parks_the_join_later(monkeypatch):
+    """A read that timed out on a loaded server dropped the watch, and the wait's join went unparked for as long as
+    it waited (the server's own pace). The watch is kept and looked at again a little later."""
+    from conductor_agents._listener import parking
+    from conductor_agents.errors import ServerUnavailableError
+
+    monkeypatch.setattr(parking, "_AFTER_FAILURE", 0.05, raising=False)
+    server = HumanWaitServer()
+    failures = [ServerUnavailableError("GET /workflow/x/tasks: the server did not answer in time (ReadTimeout)")]
+    tasks = server.workflow_tasks
+
+    def flaky_tasks(*args, **kwargs):
+        if failures:
+            raise failures.pop()
+        return tasks(*args, **kwargs)
+    server.workflow_tasks = flaky_tasks
+    stopping = threading.Event()
+    parker = JoinParker(server, worker_id="test", stopping=stopping)
+    try:
+        parker.watch(server.key(0).execution_id, RUN)
+        eventually(lambda: PARK_SECONDS in join_callbacks(server), timeout=10, message="the join parked after all")
+        assert failures == []
+    finally:
+        parker.close(timeout=10)
