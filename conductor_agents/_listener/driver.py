@@ -259,8 +259,8 @@ class ContinuationDriver:
                         mailbox, why)
             cancel_listener(self._api, self._directory, served.chain, f"its mailbox {mailbox} ended: {why}", None)
         except ConductorAgentsError as err:
-            log.warning("listener %s: its mailbox ended, and the listener could not be cancelled (%s); the next "
-                        "process that takes it up tries again", mailbox, err)
+            log.warning("listener %s: its mailbox ended, and it could not be retried (when it failed) or the "
+                        "listener cancelled (when ended from outside) (%s)", mailbox, err)
 
     def served_links(self) -> list[str]:
         with self._lock:

@@ -181,8 +181,7 @@ SERVE_HINT = "conductor-agents serve MODULE:AGENT"
 
 def unserved_line(unserved_for: float | None) -> str:
     """What the CLI says of a run no process serves: ``not served: ... (serve it with: ...)``."""
-    since = f" for {unserved_for:.0f} s" if unserved_for is not None else ""
-    return f"not served: no process has polled its tasks{since} (serve it with: {SERVE_HINT})"
+    return f"not served: no process has polled its tasks{_for(unserved_for)} (serve it with: {SERVE_HINT})"
 
 
 def unserved_words(api: ConductorApi, settings: AgentSettings, execution_id: str, held: str, *,
@@ -197,6 +196,10 @@ def unserved_words(api: ConductorApi, settings: AgentSettings, execution_id: str
         return ""
     if serving.served is not False:
         return ""
-    since = f" for {serving.unserved_for:.0f} s" if serving.unserved_for is not None else ""
-    return (f", and no process has polled its tasks{since} (serve it with runtime.resume({held!r}, agent), or "
-            f"{SERVE_HINT})")
+    return (f", and no process has polled its tasks{_for(serving.unserved_for)} (serve it with "
+            f"runtime.resume({held!r}, agent), or {SERVE_HINT})")
+
+
+def _for(unserved_for: float | None) -> str:
+    """`` for 41 s`` (how long a run has not been served), or nothing when that is not known."""
+    return f" for {unserved_for:.0f} s" if unserved_for is not None else ""
