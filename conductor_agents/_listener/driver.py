@@ -184,6 +184,11 @@ class ContinuationDriver:
             if pending_from is not None:
                 self._by_link[pending_from.execution_id] = served
         self._directory.advance(chain, current)
+        if spec.human_wait:
+            # Its first turn may have begun before this (the run's domain is polled from its start, and a mailbox
+            # is opened in between): that turn's watch was missed, and the wait's join was never parked. A run
+            # adopted while it waits has a wait to park too.
+            self.parker.watch(current.execution_id, str(chain.run_id))
         if fresh and chain.mailbox:
             with self._lock:
                 self._by_mailbox[chain.execution_id] = served

@@ -139,6 +139,7 @@ class JoinParker:
             # did: the next wait was never parked, and its join was evaluated at the server's pace).
             self._watched[execution_id] = _Watch(until=self._clock.monotonic() + _WATCH_SECONDS, run_id=run_id)
             self._start_locked()
+        log.debug("run %s: watching for its next wait, to park its join", execution_id)
 
     def forget(self, execution_id: str) -> None:
         """Link ``execution_id`` ended (or is no longer served here): stop watching it, and drop the later looks at
@@ -204,7 +205,10 @@ class JoinParker:
             with self._lock:
                 now = self._clock.monotonic()
                 for gone in [e for e, w in self._watched.items() if w.until <= now]:
-                    del self._watched[gone]
+                    ended = self._watched.pop(gone)
+                    if not ended.counted:  # a turn that outlasted the watch, or a park that never held
+                        log.info("run %s: its join was not parked within %g s (found: %s, parks sent: %d); left "
+                                 "to the server's pace", gone, _WATCH_SECONDS, ended.join is not None, ended.rounds)
                 due = [(e, w) for e, w in self._watched.items() if w.due <= now]
                 checks = [(j, c) for j, c in self._answered.items() if c[0] <= now]
                 if not self._watched and not self._answered:
@@ -240,6 +244,8 @@ class JoinParker:
             if wait is None or join is None:
                 return False
             watch.join, watch.wait_id = join, str(wait.get("taskId"))
+            log.debug("run %s: waits (%s); parking its join %s", execution_id, wait.get("referenceTaskName"),
+                      join.get("taskId"))
             return self._park(watch, now)
         task = self._api.get_task(str(watch.join.get("taskId")))
         if task.get("status") != "IN_PROGRESS":
@@ -253,6 +259,8 @@ class JoinParker:
                 if not watch.counted:
                     watch.counted = True
                     self.parked += 1
+                    log.debug("run %s: the park of its join %s holds (%d sent)", execution_id,
+                              watch.join.get("taskId"), watch.rounds)
                 watch.due = now + _LOOK_WHILE_PARKED
                 return False
             watch.due = now + _LOOK_AGAIN_AFTER  # the same count then: nothing evaluated it since

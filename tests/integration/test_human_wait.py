@@ -9,6 +9,7 @@ question on the same listener is still a request to a person, and the wait never
 from __future__ import annotations
 
 import collections
+import logging
 import time
 
 import attrs
@@ -53,10 +54,11 @@ def _tasks(base: str, run: str) -> str:
 
 @pytest.mark.both_topologies
 def test_a_listener_waiting_on_a_human_task_takes_every_sender_once_in_order_across_switches(
-        agent_settings, scripted_llm, unique_name, topology_server):
+        agent_settings, scripted_llm, unique_name, topology_server, caplog):
     """SDK sends and raw REST pushes to the listener's id, one after the other across at least two switches, then
     a burst of both at once: each acted on exactly once, each sender's in order; while it waits, its wait is a
     marked HUMAN task that is no request to a person, and its join is parked (not evaluated); stop ends it."""
+    caplog.set_level(logging.DEBUG, logger="conductor_agents.continuation")  # a failure shows each park's story
     base = topology_server.url
     settings = attrs.evolve(agent_settings, listener_wait="human")
     tools = ActionTools()

@@ -11,6 +11,7 @@ its join parked by its serving process instead, and woken when its wait is answe
 
 from __future__ import annotations
 
+import logging
 import threading
 
 import attrs
@@ -86,10 +87,11 @@ def test_the_join_after_a_long_wait_never_backs_off_past_one_second(stack):
     http.close()
 
 
-def test_a_listener_waiting_on_a_human_task_keeps_its_join_parked_and_still_acts_on_a_message_at_once(stack):
+def test_a_listener_waiting_on_a_human_task_keeps_its_join_parked_and_still_acts_on_a_message_at_once(stack, caplog):
     """``listener_wait="human"``: the join around the wait is parked (this server would otherwise back it off from
     its first check), not evaluated while it waits, and the answer of the wait wakes it: on this server a parked join
     nobody woke would wait out its park (an hour)."""
+    caplog.set_level(logging.DEBUG, logger="conductor_agents.continuation")  # a failure shows each park's story
     listening = Listener(stack.llm, "long_wait_human_listener")
     http = requests.Session()
     with AgentRuntime(attrs.evolve(stack.settings, listener_wait="human")) as runtime:

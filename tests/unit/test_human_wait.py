@@ -409,3 +409,35 @@ def test_a_watch_whose_request_failed_is_kept_and_parks_the_join_later(monkeypat
         assert failures == []
     finally:
         parker.close(timeout=10)
+
+
+def test_serving_a_link_that_waits_on_a_human_task_watches_its_wait_though_its_first_turn_came_first():
+    """The run's domain is polled from its start, and its mailbox is opened before the driver serves it: on a loaded
+    machine the first turn's task was handled first, found nothing served, and the first wait's join was never
+    parked (the server evaluated it every second, ``pollCount`` 300 in two minutes). Serving the link watches it."""
+    from conductor_agents import Agent
+    from conductor_agents._listener.directory import Chain, Link
+    from conductor_agents._listener.driver import ContinuationDriver
+    from conductor_agents._listener.switch import LinkSpec
+    from conductor_agents.continuation import Continuation
+
+    class Directory:
+        def advance(self, chain, link):
+            pass
+
+    link = "0b7a5c1e-2f3d-4e5a-8b6c-7d8e9f0a1b2c"
+    driver = ContinuationDriver(object(), Directory(), worker_id="w",  # type: ignore[arg-type]
+                                locally_busy=lambda _: False)
+    watched = []
+    driver.parker.watch = lambda execution_id, run_id: watched.append((execution_id, run_id))  # type: ignore
+    try:
+        driver.on_turn(link, 1)  # before it is served: nothing known of it
+        assert watched == []
+        for human_wait in (False, True):
+            spec = LinkSpec(Agent(name=NAME, model="openai/x"), "go", Continuation(max_turns=4),
+                            human_wait=human_wait)
+            driver.serve(Chain(link, RUN, NAME, 0), spec, Link(0, link), turns_before=0,
+                         handle_link=lambda on, execution_id: None)
+        assert watched == [(link, RUN)]  # the pull listener's wait is the server's: nothing to park
+    finally:
+        driver.close()
