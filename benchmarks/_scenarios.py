@@ -236,6 +236,7 @@ def scenario_long(adapter: Any, cfg: dict, log: EntryLog) -> None:
     window = cfg.get("window", 1000)
     timeout = cfg.get("message_timeout", 120.0)
     sent: Dict[str, float] = {}
+    sending: List[float] = []  # how long each send call took (the next send waits for it)
     total = cfg["messages"]
 
     def settle(i: int) -> bool:
@@ -263,6 +264,7 @@ def scenario_long(adapter: Any, cfg: dict, log: EntryLog) -> None:
         sent[key] = time.time()
         try:
             adapter.send(eid, {"key": key, "text": filler})
+            sending.append(time.time() - sent[key])
         except Exception as err:  # the listener's run has ended (failed): this is where it stops
             failure = {"message": i, "error": f"{type(err).__name__}: {str(err)[:300]}"}
             sent.pop(key)
@@ -275,6 +277,7 @@ def scenario_long(adapter: Any, cfg: dict, log: EntryLog) -> None:
     time.sleep(2.0)  # a late second run of a tool would show here
     log.refresh()
     emit(event="result", done=len(latencies), failure=failure, repeats=log.repeats,
+         send_s={"p50": sorted(sending)[len(sending) // 2] if sending else None, "total": sum(sending)},
          latencies_tail=latencies[-(len(latencies) % window or window):])
     wait_command(("stop",), 300)
 

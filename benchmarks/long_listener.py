@@ -27,6 +27,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from typing import Any, Dict, List, Optional
 
@@ -38,6 +39,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from _harness import Bench, percentiles, redis_used_memory  # noqa: E402
 
+from conductor_agents._common.task_names import is_message_wait  # noqa: E402
 from conductor_agents._listener.chain import parse_link_key, parse_mailbox_key  # noqa: E402
 from conductor_agents._listener.directory import Chain  # noqa: E402
 
@@ -54,6 +56,9 @@ def parse_args(argv: "list[str]") -> argparse.Namespace:
     p.add_argument("--peer-messages", type=int, default=500, help="most messages the peer is sent")
     p.add_argument("--peer-python", default=os.path.join(HERE, ".venv-peer", "bin", "python"))
     p.add_argument("--out", default=None, help="JSON results (default benchmarks/results-long-listener-<server>.json)")
+    p.add_argument("--wait-stats", action="store_true",
+                   help="sample the listener's waits on the server (ours): how long each waited with messages sent "
+                        "and not acted on, how many it took, how long each turn between two waits lasted")
     return p.parse_args(argv)
 
 
@@ -127,6 +132,53 @@ def link_sizes(url: str, execution_id: str, runs: int, sample: int = 5) -> List[
     return sizes
 
 
+class WaitSampler:
+    """Reads the listener's newest two links every ``every`` seconds and keeps each wait for messages it saw (a
+    ``HUMAN`` wait or the server's ``PULL_WORKFLOW_MESSAGES``): scheduled, ended, how many messages it took. Bounded
+    by ``stop``; reads that fail are skipped."""
+
+    def __init__(self, url: str, execution_id: str, every: float = 1.0) -> None:
+        self.url, self.execution_id, self.every = url, execution_id, every
+        self.waits: Dict[str, Dict[str, Any]] = {}
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, name="wait-sampler", daemon=True)
+
+    def _run(self) -> None:
+        chain, newest = None, 0
+        while not self.stop.wait(self.every):
+            try:
+                chain = chain or _chain_of(self.url, self.execution_id)
+                if chain is None:
+                    continue
+                while requests.get(f"{self.url}/workflow/{chain.link(newest + 1).execution_id}/status",
+                                   timeout=30).status_code == 200:
+                    newest += 1
+                for number in range(max(0, newest - 1), newest + 1):
+                    response = requests.get(f"{self.url}/workflow/{chain.link(number).execution_id}",
+                                            params={"includeTasks": "true"}, timeout=60)
+                    if response.status_code != 200:
+                        continue
+                    for task in response.json().get("tasks") or ():
+                        if is_message_wait(task):
+                            out = task.get("outputData") or {}
+                            self.waits[str(task["taskId"])] = {
+                                "link": number, "scheduled": task.get("scheduledTime"), "end": task.get("endTime"),
+                                "status": task.get("status"), "count": out.get("count", len(out.get("messages") or ()))}
+            except (requests.RequestException, ValueError):
+                continue
+
+    def summary(self) -> Dict[str, Any]:
+        done = sorted((w for w in self.waits.values() if w["status"] == "COMPLETED" and w["end"]),
+                      key=lambda w: w["scheduled"])
+        waited = [(w["end"] - w["scheduled"]) / 1000 for w in done]
+        turns = [(b["scheduled"] - a["end"]) / 1000 for a, b in zip(done, done[1:]) if b["link"] == a["link"]]
+        counts = [int(w["count"] or 0) for w in done]
+        return {"waits": len(done), "messages": sum(counts), "per_wait": percentiles(counts),
+                "empty_waits": sum(1 for c in counts if c == 0), "waited_s": percentiles(waited),
+                "waited_total_s": round(sum(waited), 1), "turn_s": percentiles(turns),
+                "turns_total_s": round(sum(turns), 1)}
+
+
 def drive(bench: Bench, sdk: str, python_sdk: str, messages: int, args: argparse.Namespace) -> Dict[str, Any]:
     proxy = bench.proxy()
     cfg = dict(model=bench.models[sdk]["listen"], messages=messages, size=args.size, window=args.window,
@@ -137,6 +189,9 @@ def drive(bench: Bench, sdk: str, python_sdk: str, messages: int, args: argparse
     try:
         started = driver.expect("started", timeout=600)
         eid = started["ids"][0]
+        sampler = WaitSampler(bench.url, eid) if args.wait_stats and sdk == "ours" else None
+        if sampler is not None:
+            sampler.thread.start()
         last: Dict[str, Any] = {"cpu": cpu_seconds(bench.server_pids), "bytes": proxy.bytes, "t": time.monotonic(),
                                 "done": 0, "runs": 1, "store": store_bytes(bench)}
         last_runs = 1
@@ -170,7 +225,14 @@ def drive(bench: Bench, sdk: str, python_sdk: str, messages: int, args: argparse
                         "runs": last_runs, "store": window["store_bytes"]}
             if event["event"] == "result":
                 status = bench.workflow(eid).get("status")
-                return {"sdk": sdk, "execution_id": eid, "done": event.get("done"), "failure": event.get("failure"),
+                waits = None
+                if sampler is not None:
+                    sampler.stop.set()
+                    sampler.thread.join(120)
+                    waits = sampler.summary()
+                    print(f"[{sdk}] waits {json.dumps(waits)}", flush=True)
+                print(f"[{sdk}] send {json.dumps(event.get('send_s'))}", flush=True)
+                return {"sdk": sdk, "waits": waits, "send_s": event.get("send_s"), "execution_id": eid, "done": event.get("done"), "failure": event.get("failure"),
                         "repeats": event.get("repeats"),
                         "final_status": status, "windows": windows}
     finally:

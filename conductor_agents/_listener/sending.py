@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._common.clock import Clock
-from .._common.task_names import is_message_wait
+from .._common.task_names import FORWARD_TASK, is_message_wait
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError
 from ..result import RunStatus
@@ -102,20 +102,24 @@ def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any]) -
     """Have mailbox ``mailbox_id`` take what was just pushed to it now rather than within P: complete its
     resting ``WAIT`` (:meth:`ConductorApi.signal_wait`); whether one was completed. Call it right after the push.
 
-    No ``WAIT`` means the mailbox is mid-round: its pull has not run yet, or a forward runs, after which it
-    pulls again; either takes the message. Only a push that lands just after an empty pull, before that
-    round's ``WAIT`` is scheduled, would wait for P: so the signal is sent again a few times within about a
+    No ``WAIT`` means the mailbox is mid-round. A forward in flight (scheduled or running: its listener is busy, or
+    it hands over what the round pulled) is followed by another pull, which takes the message: one read says so,
+    and the caller goes on (a sender of a busy listener waited about 0.5 s per message for the signals below, and
+    that, not the listener, paced it). Otherwise the round is at its pull, or between an empty pull and its
+    ``WAIT`` (both scheduled by one decide of the server's): so the signal is sent again a few times within about a
     third of a second (:data:`_WAKE_RETRIES`, each ``pause`` returning True ends it: the process is closing). Two
-    senders that wake one mailbox at once do no harm: the second finds no ``WAIT`` or completes the next
-    round's (one more empty pull), and nothing reads a ``WAIT``'s output. Never raises: the message is
-    queued already, and a mailbox that is not woken takes it within P. The caller waits one signal (tens of
-    ms) when the mailbox rests, up to about 0.4 s when it finds none (mid-round, or a mailbox of version 1,
-    which has no ``WAIT`` and checks every second anyway).
+    senders that wake one mailbox at once do no harm: the second finds no ``WAIT`` or completes the next round's
+    (one more empty pull), and nothing reads a ``WAIT``'s output. Never raises: the message is queued already, and
+    a mailbox that is not woken takes it within P. The caller waits one signal (tens of ms) when the mailbox rests
+    or forwards, up to about 0.4 s when it finds neither (a mailbox of version 1, which has no ``WAIT``, checks
+    every second anyway).
     """
-    for delay in (*_WAKE_RETRIES, None):
+    for attempt, delay in enumerate((*_WAKE_RETRIES, None)):
         try:
             if api.signal_wait(mailbox_id):
                 return True
+            if attempt == 0 and _forwarding(api, mailbox_id):
+                return False
         except ConductorAgentsError as err:
             log.info("mailbox %s: not woken (%s: %s); it takes the message at its next check", mailbox_id,
                      type(err).__name__, err)
@@ -123,6 +127,16 @@ def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any]) -
         if delay is None or pause(delay):
             return False
     return False
+
+
+def _forwarding(api: ConductorApi, mailbox_id: str) -> bool:
+    """Whether mailbox ``mailbox_id`` has a forward scheduled or running: a pull follows it, so a message pushed
+    before this look is taken without a wake. A forward read as in flight ends after the look, hence after the push.
+
+    Raises: as :meth:`ConductorApi.workflow_tasks`.
+    """
+    tasks = api.workflow_tasks(mailbox_id, statuses=("SCHEDULED", "IN_PROGRESS"), start=0, count=20).tasks
+    return any(t.get("taskType") == FORWARD_TASK for t in tasks)
 
 
 def push_to_mailbox(api: ConductorApi, mailbox_id: str, body: Mapping[str, Any], *,

@@ -39,11 +39,15 @@ def _waiting(base: str, run: str) -> tuple[dict | None, dict | None]:
 
 
 def _held(base: str, task_id: str) -> bool:
-    """Whether a join is parked and not evaluated for 2 s."""
-    before = requests.get(f"{base}/tasks/{task_id}", timeout=10).json()
+    """Whether a join is parked and not evaluated for 2 s (not known, so False, when a read is refused: the cluster's
+    balancer answers 502 now and then on a loaded machine)."""
+    before = requests.get(f"{base}/tasks/{task_id}", timeout=10)
     time.sleep(2)
-    after = requests.get(f"{base}/tasks/{task_id}", timeout=10).json()
-    return after["callbackAfterSeconds"] == PARK_SECONDS and after["pollCount"] == before["pollCount"]
+    after = requests.get(f"{base}/tasks/{task_id}", timeout=10)
+    if before.status_code != 200 or after.status_code != 200:
+        return False
+    now = after.json()
+    return now["callbackAfterSeconds"] == PARK_SECONDS and now["pollCount"] == before.json()["pollCount"]
 
 
 def _tasks(base: str, run: str) -> str:
