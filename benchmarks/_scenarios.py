@@ -277,7 +277,7 @@ def scenario_long(adapter: Any, cfg: dict, log: EntryLog) -> None:
     time.sleep(2.0)  # a late second run of a tool would show here
     log.refresh()
     emit(event="result", done=len(latencies), failure=failure, repeats=log.repeats,
-         send_s={"p50": sorted(sending)[len(sending) // 2] if sending else None, "total": sum(sending)},
+         send_seconds=sending,
          latencies_tail=latencies[-(len(latencies) % window or window):])
     wait_command(("stop",), 300)
 

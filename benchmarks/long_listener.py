@@ -231,8 +231,10 @@ def drive(bench: Bench, sdk: str, python_sdk: str, messages: int, args: argparse
                     sampler.thread.join(120)
                     waits = sampler.summary()
                     print(f"[{sdk}] waits {json.dumps(waits)}", flush=True)
-                print(f"[{sdk}] send {json.dumps(event.get('send_s'))}", flush=True)
-                return {"sdk": sdk, "waits": waits, "send_s": event.get("send_s"), "execution_id": eid, "done": event.get("done"), "failure": event.get("failure"),
+                sends = event.get("send_seconds") or []
+                send_s = {**percentiles(sends), "total": round(sum(sends), 1)}  # how long each send call took
+                print(f"[{sdk}] send {json.dumps(send_s)}", flush=True)
+                return {"sdk": sdk, "waits": waits, "send_s": send_s, "execution_id": eid, "done": event.get("done"), "failure": event.get("failure"),
                         "repeats": event.get("repeats"),
                         "final_status": status, "windows": windows}
     finally:
