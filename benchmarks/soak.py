@@ -44,9 +44,15 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import attrs
 import requests
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+#: Task types every listener's domain is polled for by the process that serves it (its mailbox's forward, its turn
+#: gate), and how long a live owner may go without polling any of them before its runs count as unserved (a poller
+#: polls each type at least every 60 s, ``SAFETY_POLL_SECONDS``).
+SERVED_TASK_TYPES = ("conductor_agents_forward", "conductor_agents_turn")
+UNPOLLED_SECONDS = 90.0
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
@@ -83,6 +89,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     p.add_argument("--processes", type=int, default=3, help="serving processes")
     p.add_argument("--interval", type=float, default=3.0, help="seconds between two messages of one sender")
     p.add_argument("--continue-every", type=int, default=4, help="turn budget of the continued listeners")
+    p.add_argument("--listener-wait", choices=("pull", "human"), default=None,
+                   help="the serving processes' listener_wait (default: the SDK's)")
     p.add_argument("--stall-seconds", type=float, default=10.0, help="the serving processes' liveness stall")
     p.add_argument("--fault-gap", type=float, nargs=2, default=(35.0, 80.0), help="seconds between faults")
     p.add_argument("--faults", default="", help="comma-separated fault kinds (default: every kind of the topology)")
@@ -136,6 +144,7 @@ class Child:
     def __init__(self, mode: str, cfg: dict[str, Any], log_path: str) -> None:
         env = {**os.environ, "PYTHONPATH": os.path.dirname(HERE) + os.pathsep + os.environ.get("PYTHONPATH", "")}
         self.out_path = log_path + ".out"
+        self.mode = mode
         with open(log_path, "ab") as log, open(self.out_path, "ab") as out:
             self.proc = subprocess.Popen([sys.executable, os.path.join(HERE, "soak_child.py"), mode, json.dumps(cfg)],
                                          stdin=subprocess.PIPE, stdout=out, stderr=log, env=env,
@@ -226,9 +235,12 @@ class Soak:
                        for kind in KINDS}
         settings = AgentSettings.from_env(environ={}, server_url=self.url, http_timeout_seconds=60.0,
                                           auto_start_workers=False)
+        if self.args.listener_wait:
+            settings = attrs.evolve(settings, listener_wait=self.args.listener_wait)
         self.runtime = AgentRuntime(settings)
         self.serve_cfg = {"server_url": self.proxy.url, "models": self.models, "tag": self.tag,
                           "continue_every": self.args.continue_every, "stall_seconds": self.args.stall_seconds,
+                          "listener_wait": self.args.listener_wait,
                           "max_seconds": self.args.minutes * 60 + self.args.drain + 3600}
 
     @property
@@ -421,10 +433,28 @@ class Soak:
         for eid, row in second.items():
             view["listeners"][eid] = {k: row.get(k) for k in ("status", "current", "runs", "lease", "owner")}
             served = row.get("owner_alive") or first.get(eid, {}).get("owner_alive")
+            # A live owner that has not polled the run's domain lately does not serve it either (seen: a process
+            # that let its runs go at a fence and never took them up again, while its presence was renewed).
+            polled = [age for age in (row.get("owner_poll_age_s"), first.get(eid, {}).get("owner_poll_age_s"))
+                      if age is not None]
+            if served and (not polled or min(polled) > UNPOLLED_SECONDS):
+                served = False
             if row.get("status") == "RUNNING" and not served:
                 view["unserved"].append({"to": eid, **{k: row.get(k) for k in ("current", "lease", "owner")},
-                                         "first_sample": first.get(eid), "last_poll_age_s": None})
+                                         "first_sample": first.get(eid), "last_poll_age_s": min(polled, default=None)})
         return view
+
+    def _owner_poll_age(self, domain: str, owner: str, polls: dict[str, list[dict[str, Any]]]) -> float | None:
+        """Seconds since ``owner`` last polled a task type of the listeners on ``domain`` (None: never seen).
+        ``polls`` caches one sample's poll data (a read per task type)."""
+        for task_type in SERVED_TASK_TYPES:
+            if task_type not in polls:
+                polls[task_type] = list(_get(f"{self.url}/tasks/queue/polldata", taskType=task_type) or [])
+        now_ms = time.time() * 1000.0  # the server runs on this machine: one clock
+        ages = [max(0.0, now_ms - float(row["lastPollTime"])) / 1000.0
+                for rows in polls.values() for row in rows
+                if row.get("domain") == domain and row.get("workerId") == owner and row.get("lastPollTime")]
+        return min(ages, default=None)
 
     def _lease_sample(self) -> dict[str, dict[str, Any]]:
         from conductor_agents._serving.leases import lease_execution_id
@@ -432,6 +462,7 @@ class Soak:
         assert self.runtime is not None
         live = {c.worker_id for c in self.serving if c.alive()} - {None}
         out: dict[str, dict[str, Any]] = {}
+        polls: dict[str, list[dict[str, Any]]] = {}
         for eid, info in self.listeners.items():
             try:
                 st = self.runtime.get_handle(eid).status()
@@ -448,6 +479,8 @@ class Soak:
                 epoch, owner = n, ((record.get("input") or {}).get("context") or {}).get("owner")
             self._leases[eid] = max(0, epoch)
             row.update(lease=epoch, owner=owner, owner_alive=bool(owner) and owner in live)
+            if row["owner_alive"]:
+                row["owner_poll_age_s"] = self._owner_poll_age(info["run_id"], str(owner), polls)
             out[eid] = row
         return out
 
@@ -655,6 +688,12 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
                 break
             time.sleep(5.0)
         result["drain_s"] = round(time.monotonic() - drain_began, 1)
+        if waiting:  # every serving thread's stack, in each live child's log (soak_child registers SIGUSR1)
+            for child in soak.children:
+                if child.alive and child.mode == "serve":
+                    with contextlib.suppress(OSError):
+                        os.kill(child.proc.pid, signal.SIGUSR1)
+            time.sleep(2.0)
         approving.set()
         helpers[3].join(120)
         end = time.time()

@@ -13,6 +13,7 @@ appends one fsync'ed line per attempt (accepted, refused by the server, or uncer
 
 from __future__ import annotations
 
+import faulthandler
 import json
 import logging
 import os
@@ -107,11 +108,13 @@ def population(models: dict[str, str], tag: str, recorder: Recorder | None, cont
 def settings_for(cfg: dict[str, Any], *, serving: bool) -> AgentSettings:
     settings = AgentSettings.from_env(environ={}, server_url=cfg["server_url"], http_timeout_seconds=60.0,
                                       auto_start_workers=serving)
-    if cfg.get("stall_seconds"):
-        import attrs
+    import attrs
 
+    if cfg.get("stall_seconds"):
         settings = attrs.evolve(settings, liveness_stall_seconds=float(cfg["stall_seconds"]),
                                 liveness_check_interval_seconds=1.0)
+    if cfg.get("listener_wait"):
+        settings = attrs.evolve(settings, listener_wait=str(cfg["listener_wait"]))
     return settings
 
 
@@ -166,6 +169,9 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(stream=sys.stderr, level=logging.WARNING,
                         format="%(asctime)s %(process)d %(threadName)s %(name)s %(levelname)s %(message)s")
     logging.getLogger("conductor_agents").setLevel(logging.INFO)
+    for name in filter(None, os.environ.get("SOAK_DEBUG_LOGGERS", "").split(",")):
+        logging.getLogger(name).setLevel(logging.DEBUG)  # e.g. conductor_agents.serve
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # `kill -USR1 PID`: every thread's stack in its log
     done = threading.Event()
 
     def watch_stdin() -> None:

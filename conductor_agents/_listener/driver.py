@@ -20,7 +20,8 @@ import json
 import logging
 import re
 import threading
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from .._common.clock import SYSTEM_CLOCK, Clock
@@ -127,6 +128,9 @@ class _Served:
         self.switch: Switch | None = None  # a switch under way (steps 2-4 left)
         self.thread: BackgroundLoop | None = None
         self.disabled = False
+        #: Set when this process stops serving the listener (it closes, or lets the listener go at a fence): its
+        #: job stops between steps, and a switch under way is left to the next process that serves it.
+        self.stopping = threading.Event()
         self.agent_key = spec.key()  # compiled once, by the start, when it is one
 
 
@@ -152,6 +156,7 @@ class ContinuationDriver:
         self._by_run: dict[str, _Served] = {}
         self._by_link: dict[str, _Served] = {}
         self._by_mailbox: dict[str, _Served] = {}  # the id callers hold -> its listener (mailbox listeners)
+        self._every_served: weakref.WeakSet[_Served] = weakref.WeakSet()  # close() stops each one's job
         self._closing = threading.Event()
         self._threads: list[BackgroundLoop] = []
         self.switches = 0  # committed switches (tests, stats)
@@ -179,6 +184,9 @@ class ContinuationDriver:
             if served is None:
                 served = _Served(chain, spec, current, turns_before, handle_link, ChainTracker(chain, current))
                 self._by_run[str(chain.run_id)] = served
+                self._every_served.add(served)
+                if self._closing.is_set():
+                    served.stopping.set()
             served.current = current
             self._by_link[current.execution_id] = served
             if pending_from is not None:
@@ -229,6 +237,29 @@ class ContinuationDriver:
         served.tracker.link_removed(Link(-1, execution_id))
         if ended and served.chain.mailbox:
             self._listener_ended(served, execution_id)
+
+    def let_go(self, executions: Iterable[str]) -> None:
+        """This process stops serving these runs (its presence lapsed: another process may serve them next).
+        Their listeners are forgotten here, with nothing looked at or ended on the server: no mailbox check, no
+        end of a mailbox, and a switch under way stops between steps (whoever serves the listener next finishes
+        it). Serving a listener again (an adoption) starts afresh."""
+        gone = set(executions)
+        with self._lock:
+            released = {id(s): s for e in gone for s in (self._by_link.get(e), self._by_mailbox.get(e)) if s}
+            for served in released.values():
+                served.stopping.set()
+                self._by_run.pop(str(served.chain.run_id), None)
+                self._by_mailbox.pop(served.chain.execution_id, None)
+            links = [e for e, s in self._by_link.items() if id(s) in released]
+            for execution_id in links:
+                del self._by_link[execution_id]
+        for execution_id in gone | set(links):
+            self.parker.forget(execution_id)
+        for served in released.values():
+            for execution_id in links:
+                served.tracker.link_removed(Link(-1, execution_id))
+        for served in released.values():
+            log.debug("listener %s: let go of (another process may serve it next)", served.chain.execution_id)
 
     def _listener_ended(self, served: _Served, last: str) -> None:
         """The listener's last link is no longer served here: end its mailbox if that link has ended
@@ -353,7 +384,8 @@ class ContinuationDriver:
 
     def _start_job(self, served: _Served, *, turn: int = 0, resume_switch: bool = False) -> None:
         with self._lock:
-            if self._closing.is_set() or (served.thread is not None and served.thread.is_alive):
+            busy = served.thread is not None and served.thread.is_alive
+            if self._closing.is_set() or served.stopping.is_set() or busy:
                 return
             served.thread = thread = self._spawn(f"continue-{served.chain.run_id}", lambda: self._job(served, turn))
         thread.start()
@@ -382,7 +414,7 @@ class ContinuationDriver:
                 else:  # a switch under way waits for no turn (its new run takes none): try again soon
                     log.warning("listener %s: a step of its switch to run %d failed (%s); trying again in %.0fs",
                                 served.chain.execution_id, served.switch.new.number + 1, err, retry)
-                    if not self._closing.wait(retry):
+                    if not served.stopping.wait(retry):
                         retry = min(_RETRY_MAX, retry * 2)
                         continue
                     return
@@ -390,7 +422,7 @@ class ContinuationDriver:
                 log.exception("listener %s: continuation failed", served.chain.execution_id)
             with self._lock:  # a turn reported meanwhile (of the current link) is looked at now
                 turn, served.missed_turn = served.missed_turn, 0
-                if not turn or self._closing.is_set() or served.disabled or turn < served.next_check:
+                if not turn or served.stopping.is_set() or served.disabled or turn < served.next_check:
                     return
 
     # -- deciding ---------------------------------------------------------------------
@@ -439,7 +471,7 @@ class ContinuationDriver:
     def _new_switch(self, served: _Served, old: Link) -> Switch:
         return Switch(self._api, served.chain, old, served.spec, worker_id=self._worker_id,
                       locally_idle=lambda execution_id: not self._locally_busy(execution_id),
-                      stopping=self._closing, drain_seconds=self._drain_seconds, clock=self._clock)
+                      stopping=served.stopping, drain_seconds=self._drain_seconds, clock=self._clock)
 
     def _begin(self, served: _Served) -> None:
         old = served.current
@@ -508,6 +540,8 @@ class ContinuationDriver:
         self._closing.set()
         with self._lock:
             threads = list(self._threads)
+            for served in list(self._every_served):
+                served.stopping.set()
         deadline = self._clock.monotonic() + timeout
         for thread in threads:
             thread.join(max(0.0, deadline - self._clock.monotonic()))

@@ -74,16 +74,21 @@ class Adopter:
     """The ``conductor-agents-adopt`` thread of one process. Thread-safe."""
 
     def __init__(self, api: ConductorApi, book: LeaseBook, presence: Presence, *, worker_id: str,
-                 adopt: Callable[[str, Any], Any], serving_here: Callable[[str], bool]) -> None:
+                 adopt: Callable[[str, Any], Any], serving_here: Callable[[str], bool],
+                 let_go: Callable[[str], None] = lambda domain: None) -> None:
         self._api = api
         self._book = book
         self._presence = presence
         self._worker_id = worker_id
         self._adopt = adopt
         self._serving_here = serving_here
+        self._let_go = let_go
         self._lock = threading.Lock()
         self._agents: dict[str, ServedAgent] = {}
         self._held: dict[str, Lease] = {}
+        #: Held domains whose lease lapsed at a fence: no task of theirs runs here until the lease is renewed (the
+        #: next lease won by this process), or they are let go of (another process took the next lease meanwhile).
+        self._lapsed: set[str] = set()
         self._runs: dict[str, _RunInfo] = {}
         self._orphan_since: dict[str, float] = {}
         self._taken: dict[str, set[str]] = {}  # held domain -> the runs of it taken up here
@@ -96,6 +101,14 @@ class Adopter:
         # other present processes adopt the orphans).
         self._thread = BackgroundLoop("adopt", self._loop, daemon=True, wake=self._wake)
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None  # take-ups of one round, at once
+        #: Domains whose look (and take-up) is still under way, and since when: a later round skips them. A take-up
+        #: can be slow (a start whose answer was lost is sent again for up to half a minute, each try bounded by the
+        #: HTTP timeout); the rounds go on meanwhile, so one slow run never keeps the others unserved.
+        self._in_flight: dict[str, float] = {}
+        self._slow: set[str] = set()  # those of them said to be slow (once each)
+        self._why: dict[str, str] = {}  # why each domain was last left alone (said at DEBUG when it changes)
+        #: Each agent's runs and their domains as its latest round listed them.
+        self._seen: dict[str, tuple[frozenset[str], frozenset[str]]] = {}
         #: Counts, for tests and stats: runs adopted, leases lost to another process.
         self.adopted = 0
         self.lost = 0
@@ -124,15 +137,59 @@ class Adopter:
         with self._lock:
             return domain in self._held
 
-    def drop_all(self) -> list[str]:
-        """Forget every lease held (the fence): the runs are let go of by the caller."""
+    def lapse_all(self) -> list[str]:
+        """The fence: every lease held lapses (:meth:`lapsed`); the domains, sorted. The runs stay registered here:
+        once this process's presence is renewed, each round renews their leases first (:meth:`renew_lapsed`)."""
         with self._lock:
-            domains = list(self._held)
-            self._held.clear()
-            self._rested.clear()
-        for domain in domains:
-            self._book.forget(domain)
-        return domains
+            self._lapsed |= set(self._held)  # (a rested domain's next run checks that its lease is still the newest)
+            return sorted(self._lapsed)
+
+    def lapsed(self, domain: str) -> bool:
+        """Whether this process holds the lease of ``domain`` and it lapsed at a fence, not yet renewed."""
+        with self._lock:
+            return domain in self._lapsed
+
+    def renew_lapsed(self) -> int:
+        """Take the next lease of each lapsed domain (at once, on the round's pool; bounded by a round's wait): won,
+        the runs are served here again as they were; lost (another process adopted the run while this one could
+        not renew its presence), they are let go of. Kept lapsed when the server cannot say. The number renewed."""
+        with self._lock:
+            lapsed = [(domain, self._held[domain]) for domain in sorted(self._lapsed) if domain in self._held]
+        futures = [f for domain, lease in lapsed if (f := self._in_flight_look(domain, self._renew, lease)) is not None]
+        done, _ = concurrent.futures.wait(futures, timeout=self._round_wait())
+        renewed = 0
+        for future in done:
+            try:
+                renewed += bool(future.result())
+            except (ServerError, OSError) as err:
+                log.debug("renewing a lapsed lease failed: %s", err)
+        return renewed
+
+    def _renew(self, lease: Lease) -> bool:
+        if self._stopping():
+            return False
+        won = self._book.claim(lease.domain, lease.epoch + 1, self._worker_id)
+        if won is not None and won.owner == self._worker_id:
+            with self._lock:
+                if lease.domain in self._held:
+                    self._held[lease.domain] = won
+                self._lapsed.discard(lease.domain)
+            log.info("kept serving the runs on domain %s after the fence (lease %d: no other process took them)",
+                     lease.domain, won.epoch)
+            return True
+        if won is None:
+            return False  # its record could not be read back: looked at again next round
+        with self._lock:
+            self._held.pop(lease.domain, None)
+            self._lapsed.discard(lease.domain)
+        self._book.forget(lease.domain)
+        log.info("process %s took the runs on domain %s while this one could not renew its presence (lease %d): "
+                 "letting them go", won.owner or "(none: released)", lease.domain, won.epoch)
+        try:
+            self._let_go(lease.domain)
+        except Exception:
+            log.exception("could not stop serving domain %s", lease.domain)
+        return False
 
     def wake(self) -> None:
         self._wake.set()
@@ -164,6 +221,12 @@ class Adopter:
                 return
             with self._lock:
                 agents = list(self._agents.values())
+                renew = bool(self._lapsed)
+            if renew and self._presence.holds():
+                try:
+                    self.renew_lapsed()
+                except Exception:  # the thread must go on
+                    log.exception("renewing lapsed leases failed")
             for served in agents:
                 if self._stopping():
                     return
@@ -191,17 +254,12 @@ class Adopter:
                 continue
             by_domain.setdefault(info.domain, []).append(execution_id)
             oldest[info.domain] = min(oldest.get(info.domain, info.start_ms), info.start_ms)
-        self._prune(set(ids), set(by_domain))
-        pool = self._round_pool()
-        futures = []
-        for domain, executions in by_domain.items():
-            try:
-                futures.append(pool.submit(self._adopt_if_orphan, served, view, domain, executions[0],
-                                           oldest[domain]))
-            except RuntimeError:  # the interpreter is exiting (its executors are shut down)
-                break
+        self._prune(agent.name, set(ids), set(by_domain))
+        futures = [future for domain, executions in by_domain.items()
+                   if (future := self._look_at(served, view, domain, executions[0], oldest[domain])) is not None]
+        done, _ = concurrent.futures.wait(futures, timeout=self._round_wait())
         adopted = 0
-        for future in futures:
+        for future in done:
             try:
                 adopted += bool(future.result())
             except (ServerError, OSError) as err:
@@ -209,6 +267,44 @@ class Adopter:
         if not agent.is_listener:  # a listener's runs share its domain one after the other: its chain follows them
             adopted += self._take_up_siblings(served, by_domain)
         return adopted
+
+    def _look_at(self, served: ServedAgent, view: PeerView, domain: str, execution_id: str,
+                 start_ms: float) -> concurrent.futures.Future[bool] | None:
+        """Look at the runs on ``domain`` (and take them up if orphaned) on the round's pool; None when a look at
+        that domain is still under way (said at INFO once it has taken longer than a round's wait)."""
+        return self._in_flight_look(domain, self._adopt_if_orphan, served, view, domain, execution_id, start_ms)
+
+    def _in_flight_look(self, domain: str, look: Callable[..., bool],
+                        *args: Any) -> concurrent.futures.Future[bool] | None:
+        """``look(*args)`` on the round's pool, unless a look at ``domain`` is still under way (None then; said at INFO
+        once it has taken longer than a round's wait)."""
+        now = time.monotonic()
+        with self._lock:
+            since = self._in_flight.setdefault(domain, now)
+            tell = since != now and now - since > self._round_wait() and domain not in self._slow
+            if tell:
+                self._slow.add(domain)
+        if since != now:
+            if tell:
+                log.info("a look at the runs on domain %s is still under way after %.0fs (other runs are looked at "
+                         "meanwhile)", domain, now - since)
+            return None
+        try:
+            future = self._round_pool().submit(look, *args)
+        except RuntimeError:  # the interpreter is exiting (its executors are shut down)
+            self._landed(domain)
+            return None
+        future.add_done_callback(lambda _: self._landed(domain))
+        return future
+
+    def _landed(self, domain: str) -> None:
+        with self._lock:
+            self._in_flight.pop(domain, None)
+            self._slow.discard(domain)
+
+    def _round_wait(self) -> float:
+        """How long a round waits for its looks before the next may begin (they go on meanwhile)."""
+        return self._presence.interval * 4
 
     def _take_up_siblings(self, served: ServedAgent, by_domain: dict[str, list[str]]) -> int:
         """Take up the running runs of a domain this process holds that it does not serve yet: the runs of
@@ -248,33 +344,35 @@ class Adopter:
                          start_ms: float) -> bool:
         me = self._worker_id
         with self._lock:
-            if domain in self._held:
-                return False
-            rested = self._rested.pop(domain, None)
+            held = domain in self._held
+            rested = None if held else self._rested.pop(domain, None)
+        if held:
+            return self._not_now(domain, "held here")
         if rested is not None and self._take_up_rested(served, domain, execution_id, rested[0]):
             return True
-        if self._serving_here(domain):
-            return False  # served here without a lease of its own making (resume() without serve())
+        if self._serving_here(domain):  # served here without a lease of its own making (resume() without serve())
+            return self._not_now(domain, "served here without a lease")
         known = self._book.known(domain)
         if known is not None and self._present(view, known.owner):
-            return False
+            return self._not_now(domain, f"lease {known.epoch} held by {known.owner}, present")
         lease = self._book.newest(domain)
         if lease is not None and self._present(view, lease.owner):
-            return False
+            return self._not_now(domain, f"lease {lease.epoch} held by {lease.owner}, present")
         now = time.monotonic()
         if lease is None and (time.time() - start_ms / 1000.0) < self._presence.dead_after:
-            return False  # started lately by a runtime that does not serve the agent: it polls soon
+            return self._not_now(domain, "started lately, with no lease")  # by a runtime that does not serve it
         if self._stopping():
             return False
         with self._lock:
             first = self._orphan_since.setdefault(domain, now)
         if view.assignee(domain) != me and now - first < self._presence.interval * 2 + 1.0:
-            return False
+            return self._not_now(domain, f"an orphan for its assignee {view.assignee(domain)} first")
         previous = lease.owner if lease is not None else None
         ignore = set(view.gone) | ({previous} if previous else set())
         tool_types = [t.name for t in served.agent.worker_tools]
-        if find_live_poller(self._api, tool_types, domain, own_worker_id=me, ignore=ignore) is not None:
-            return False  # someone else polls it (a resume() elsewhere): not an orphan
+        live = find_live_poller(self._api, tool_types, domain, own_worker_id=me, ignore=ignore)
+        if live is not None:  # someone else polls it (a resume() elsewhere): not an orphan
+            return self._not_now(domain, f"polled by {live.worker_id} {live.seconds_ago:.0f}s ago")
         epoch = lease.epoch + 1 if lease is not None else 0
         if self._stopping():
             return False
@@ -285,6 +383,14 @@ class Adopter:
         log.info("adopting %s run %s (domain %s, lease %d, previous owner %s)", served.agent.name,
                  execution_id, domain, epoch, previous or "none")
         return self._serve_on(won, served, execution_id, adopting=True)
+
+    def _not_now(self, domain: str, why: str) -> bool:
+        """False, having said at DEBUG why the run on ``domain`` is not taken up now (when the reason changed)."""
+        with self._lock:
+            told, self._why[domain] = self._why.get(domain), why
+        if told != why:
+            log.debug("not adopting the run on domain %s: %s", domain, why)
+        return False
 
     def _serve_on(self, lease: Lease, served: ServedAgent, execution_id: str, *, adopting: bool = False) -> bool:
         """Hold ``lease`` and take up ``execution_id`` on it (``adopting``: counted as an adoption); a take-up
@@ -341,19 +447,30 @@ class Adopter:
         self._runs[execution_id] = info
         return info
 
-    def _prune(self, running: set[str], domains: set[str]) -> None:
-        for execution_id in [e for e in self._runs if e not in running]:
+    def _prune(self, agent_name: str, running: set[str], domains: set[str]) -> None:
+        """Forget what is gone since the last rounds. A round lists one agent's runs: what it does not list may be
+        another agent's, still running (a process may serve several agents), so only what no agent's latest round
+        listed is forgotten (pruning by one agent's list restarted the orphan grace of every other agent's runs at
+        each round, and a fenced process then never took back the runs that hashed to another process)."""
+        with self._lock:
+            self._seen[agent_name] = (frozenset(running), frozenset(domains))
+            all_running = frozenset().union(*(r for r, _ in self._seen.values()))
+            all_domains = frozenset().union(*(d for _, d in self._seen.values()))
+        for execution_id in [e for e in self._runs if e not in all_running]:
             del self._runs[execution_id]
         now = time.monotonic()
         with self._lock:
-            ended = [d for d in self._held if d not in domains and not self._serving_here(d)]
+            ended = [d for d in self._held if d not in all_domains and not self._serving_here(d)]
             for domain in ended:
                 self._rested[domain] = (self._held.pop(domain), now)
+                self._lapsed.discard(domain)
             for domain in [d for d, (_, since) in self._rested.items() if now - since > _RESTED_SECONDS]:
                 del self._rested[domain]
-            for domain in [d for d in self._orphan_since if d not in domains]:
+            for domain in [d for d in self._orphan_since if d not in all_domains]:
                 del self._orphan_since[domain]
-            self._taken = {d: {e for e in runs if e in running} for d, runs in self._taken.items()
+            for domain in [d for d in self._why if d not in all_domains]:
+                del self._why[domain]
+            self._taken = {d: {e for e in runs if e in all_running} for d, runs in self._taken.items()
                            if d in self._held}
         for domain in ended:
             self._book.forget(domain)

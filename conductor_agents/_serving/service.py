@@ -50,7 +50,7 @@ class Service:
         self.presence = Presence(api, worker_id, dead_after=dead_after, interval=serve_interval(dead_after),
                                  on_fenced=self._fenced, on_read=self._after_read)
         self.adopter = Adopter(api, self.book, self.presence, worker_id=worker_id, adopt=adopt,
-                               serving_here=serving_here)
+                               serving_here=serving_here, let_go=let_go)
 
     def add(self, agent: Any, on_adopt: Callable[[Any], Any] | None) -> None:
         """Serve ``agent`` from this process too; the first call starts the threads.
@@ -104,7 +104,7 @@ class Service:
         """Whether this process may run the tasks of ``domain`` now: not while it holds the domain's lease and its
         presence has lapsed (:meth:`Presence.holds`), even before the fence's thread has let the run go: a process
         starved that long answers its polls late, and others may have adopted the run meanwhile."""
-        return not self.adopter.holds_lease(domain) or self.presence.holds()
+        return not self.adopter.holds_lease(domain) or (self.presence.holds() and not self.adopter.lapsed(domain))
 
     # -- internals ----------------------------------------------------------------------
 
@@ -128,8 +128,7 @@ class Service:
         self.adopter.wake()
 
     def _fenced(self) -> None:
-        for domain in self.adopter.drop_all():
-            try:
-                self._let_go(domain)
-            except Exception:
-                log.exception("could not stop serving domain %s after the fence", domain)
+        domains = self.adopter.lapse_all()
+        log.info("no task of the runs on %d domain(s) runs here until this process has renewed its presence and "
+                 "their leases (%s); a run another process took meanwhile is let go of", len(domains),
+                 ", ".join(domains) or "none")

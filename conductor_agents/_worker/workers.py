@@ -245,14 +245,7 @@ class WorkerSet:
             driver = self._driver
         if driver is not None:
             driver.link_ended(execution_id)
-        if executor is not None:
-            executor.run_ended(execution_id)
-            for sub_run in self._sub_runs_here(executor, execution_id):
-                executor.run_ended(sub_run)
-        for poller in pollers:
-            poller.remove_execution(execution_id)
-            self.retire_if_idle(poller)
-        self.unwatch(execution_id)
+        self._stop_serving(execution_id, executor, pollers)
         tracing.run_ended(execution_id, lambda: self._api.get_workflow(execution_id, include_tasks=True),
                           continued=is_continued,
                           read_run=lambda run_id: self._api.get_workflow(run_id, include_tasks=True))
@@ -263,12 +256,31 @@ class WorkerSet:
             poller = self._pollers.get(domain)
         return poller is not None and not poller.is_idle()
 
+    def _stop_serving(self, execution_id: str, executor: ToolExecutor | None, pollers: list[DomainPoller]) -> None:
+        """Stop running, polling and watching ``execution_id`` here (its tools still running are cancelled)."""
+        if executor is not None:
+            executor.run_ended(execution_id)
+            for sub_run in self._sub_runs_here(executor, execution_id):
+                executor.run_ended(sub_run)
+        for poller in pollers:
+            poller.remove_execution(execution_id)
+            self.retire_if_idle(poller)
+        self.unwatch(execution_id)
+
     def let_go(self, domain: str) -> None:
-        """Stop serving every run on ``domain`` at once (another process may serve them next)."""
+        """Stop serving every run on ``domain`` at once: another process may serve them next (this process's
+        presence lapsed). Nothing about them is looked at or ended on the server: they have not ended."""
         with self._lock:
             poller = self._pollers.get(domain)
-        for execution_id in poller.executions if poller is not None else ():
-            self.execution_ended(execution_id)
+            executor = self._executor
+            driver = self._driver
+        if poller is None:
+            return
+        executions = poller.executions
+        if driver is not None:
+            driver.let_go(executions)
+        for execution_id in executions:
+            self._stop_serving(execution_id, executor, [poller])
 
     # -- continued listeners ----------------------------------------------------------
 

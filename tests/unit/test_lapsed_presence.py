@@ -69,3 +69,55 @@ def test_the_gate_closes_only_on_a_domain_whose_lease_is_held_while_the_presence
     service.presence._own = (time.monotonic() - 4.0, 0.6)  # 4.6 s: past the fence's 3/4 of 6 s
     assert not service.may_serve(DOMAIN)
     assert service.may_serve(OTHER)  # a run it holds no lease on (a plain start()) is its own
+
+
+class _Book:
+    """The server's leases of DOMAIN: lease ``taken_by`` holds the next one if set (another process adopted)."""
+
+    def __init__(self, taken_by=None):
+        self.taken_by, self.claims = taken_by, []
+
+    def claim(self, domain, epoch, owner, *, execution_id=""):
+        self.claims.append((domain, epoch, owner))
+        return Lease(domain, epoch, self.taken_by or owner)
+
+    def forget(self, domain):
+        pass
+
+
+def _fenced_service(book):
+    let_go = []
+    service = Service(object(), worker_id="me", dead_after=6.0, adopt=lambda *a: None,  # type: ignore[arg-type]
+                      serving_here=lambda domain: False, let_go=let_go.append, pause=lambda s: False)
+    service.adopter._book = book
+    service.adopter.hold(Lease(DOMAIN, 1, "me"))
+    service._fenced()  # what the presence thread does once the row could not be renewed for 3/4 of 6 s
+    service.presence._own = (time.monotonic(), 0.5)  # the server is back: the row renewed just now
+    return service, let_go
+
+
+def test_after_a_fence_a_renewed_presence_alone_does_not_reopen_the_gate_the_renewed_lease_does():
+    """Seen in a soak: after a server restart longer than 3/4 of the stall, processes that let their runs go at the
+    fence did not all take them up again, and nobody else did (their presence was renewed). Now the runs stay
+    registered; their tasks wait until the run's next lease is this process's, and serving goes on as it was."""
+    book = _Book()
+    service, let_go = _fenced_service(book)
+    try:
+        assert service.adopter.lapsed(DOMAIN) and not service.may_serve(DOMAIN)
+        assert service.adopter.renew_lapsed() == 1
+        assert book.claims == [(DOMAIN, 2, "me")]
+        assert service.may_serve(DOMAIN) and not service.adopter.lapsed(DOMAIN)
+        assert service.adopter.held() == [DOMAIN] and let_go == []
+    finally:
+        service.adopter.close()
+
+
+def test_after_a_fence_a_run_another_process_took_meanwhile_is_let_go_of():
+    book = _Book(taken_by="other")
+    service, let_go = _fenced_service(book)
+    try:
+        assert service.adopter.renew_lapsed() == 0
+        assert let_go == [DOMAIN]
+        assert service.adopter.held() == [] and not service.adopter.lapsed(DOMAIN)
+    finally:
+        service.adopter.close()
