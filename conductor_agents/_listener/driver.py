@@ -250,14 +250,13 @@ class ContinuationDriver:
                 served.stopping.set()
                 self._by_run.pop(str(served.chain.run_id), None)
                 self._by_mailbox.pop(served.chain.execution_id, None)
-            links = [e for e, s in self._by_link.items() if id(s) in released]
-            for execution_id in links:
+            links = [(e, s) for e, s in self._by_link.items() if id(s) in released]
+            for execution_id, _ in links:
                 del self._by_link[execution_id]
-        for execution_id in gone | set(links):
+        for execution_id in gone | {e for e, _ in links}:
             self.parker.forget(execution_id)
-        for served in released.values():
-            for execution_id in links:
-                served.tracker.link_removed(Link(-1, execution_id))
+        for execution_id, served in links:
+            served.tracker.link_removed(Link(-1, execution_id))
         for served in released.values():
             log.debug("listener %s: let go of (another process may serve it next)", served.chain.execution_id)
 

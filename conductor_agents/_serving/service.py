@@ -43,7 +43,6 @@ class Service:
                  adopt: Callable[[str, Any], Any], serving_here: Callable[[str], bool],
                  let_go: Callable[[str], None], pause: Callable[[float], bool]) -> None:
         self.worker_id = worker_id
-        self._let_go = let_go
         self._lock = threading.Lock()
         self._started = False
         self.book = LeaseBook(api, pause=pause)
