@@ -156,14 +156,7 @@ class Adopter:
         with self._lock:
             lapsed = [(domain, self._held[domain]) for domain in sorted(self._lapsed) if domain in self._held]
         futures = [f for domain, lease in lapsed if (f := self._in_flight_look(domain, self._renew, lease)) is not None]
-        done, _ = concurrent.futures.wait(futures, timeout=self._round_wait())
-        renewed = 0
-        for future in done:
-            try:
-                renewed += bool(future.result())
-            except (ServerError, OSError) as err:
-                log.debug("renewing a lapsed lease failed: %s", err)
-        return renewed
+        return self._count_done(futures, "renewing a lapsed lease")
 
     def _renew(self, lease: Lease) -> bool:
         if self._stopping():
@@ -257,13 +250,7 @@ class Adopter:
         self._prune(agent.name, set(ids), set(by_domain))
         futures = [future for domain, executions in by_domain.items()
                    if (future := self._look_at(served, view, domain, executions[0], oldest[domain])) is not None]
-        done, _ = concurrent.futures.wait(futures, timeout=self._round_wait())
-        adopted = 0
-        for future in done:
-            try:
-                adopted += bool(future.result())
-            except (ServerError, OSError) as err:
-                log.debug("adopting a run of %s failed: %s", agent.name, err)
+        adopted = self._count_done(futures, f"adopting a run of {agent.name}")
         if not agent.is_listener:  # a listener's runs share its domain one after the other: its chain follows them
             adopted += self._take_up_siblings(served, by_domain)
         return adopted
@@ -296,6 +283,17 @@ class Adopter:
             return None
         future.add_done_callback(lambda _: self._landed(domain))
         return future
+
+    def _count_done(self, futures: list[concurrent.futures.Future[bool]], what: str) -> int:
+        """How many of ``futures`` came back True within a round's wait (the others go on); failures said at DEBUG."""
+        done, _ = concurrent.futures.wait(futures, timeout=self._round_wait())
+        count = 0
+        for future in done:
+            try:
+                count += bool(future.result())
+            except (ServerError, OSError) as err:
+                log.debug("%s failed: %s", what, err)
+        return count
 
     def _landed(self, domain: str) -> None:
         with self._lock:
