@@ -304,8 +304,9 @@ class AgentRuntime:
           ``serve_interval`` (2 s each by default), not after the stall threshold.
         - A process that dies is replaced once its presence row is older than
           ``liveness_stall_seconds`` (at once for a process of this host whose pid is gone).
-        - A process that cannot renew its presence for ¾ of that stops serving its runs by itself
-          (the fence), before any other process may take them.
+        - A process that cannot renew its presence for ¾ of that stops running its runs' tasks by itself
+          (the fence), before any other process may take them; once back, it serves on each run it still
+          holds the next lease of, and lets go of the others.
         - An adopted run is served as :meth:`resume` would: tasks the dead process had taken are
           handed back (``ctx.attempt`` 2), a listener keeps its identity and its budget.
 

@@ -6,7 +6,7 @@ share one) and, for each run this process does not hold, decides from what it al
 
 - its newest lease's owner is present (its presence row is fresh): nothing to do, no request;
 - the owner is gone (closed, marked gone), silent past ``dead_after``, a process of this host that
-  no longer exists, or this very process after a fence: the run is an orphan;
+  no longer exists, or this very process (a run it released): the run is an orphan;
 - it never had a lease (a runtime that does not serve the agent started it): an orphan once it is
   older than ``dead_after`` and no other worker polled its domain within the freshness window.
 
@@ -249,17 +249,12 @@ class Adopter:
             oldest[info.domain] = min(oldest.get(info.domain, info.start_ms), info.start_ms)
         self._prune(agent.name, set(ids), set(by_domain))
         futures = [future for domain, executions in by_domain.items()
-                   if (future := self._look_at(served, view, domain, executions[0], oldest[domain])) is not None]
+                   if (future := self._in_flight_look(domain, self._adopt_if_orphan, served, view, domain,
+                                                      executions[0], oldest[domain])) is not None]
         adopted = self._count_done(futures, f"adopting a run of {agent.name}")
         if not agent.is_listener:  # a listener's runs share its domain one after the other: its chain follows them
             adopted += self._take_up_siblings(served, by_domain)
         return adopted
-
-    def _look_at(self, served: ServedAgent, view: PeerView, domain: str, execution_id: str,
-                 start_ms: float) -> concurrent.futures.Future[bool] | None:
-        """Look at the runs on ``domain`` (and take them up if orphaned) on the round's pool; None when a look at
-        that domain is still under way (said at INFO once it has taken longer than a round's wait)."""
-        return self._in_flight_look(domain, self._adopt_if_orphan, served, view, domain, execution_id, start_ms)
 
     def _in_flight_look(self, domain: str, look: Callable[..., bool],
                         *args: Any) -> concurrent.futures.Future[bool] | None:

@@ -15,7 +15,8 @@ at once instead of waiting ``dead_after``.
 The fence: the owner of a run must stop serving it before others may think it dead. A process
 knows its own row's age from its last successful read; once that age plus the time since the read
 reaches ¾ of ``dead_after`` (its server cannot be reached, its beacon thread is starved), it calls
-``on_fenced`` and lets go of every run it holds (see ``docs/operations.md``).
+``on_fenced``: no task of the runs it holds runs in it until its presence and their leases are renewed
+(see ``docs/operations.md``).
 """
 
 from __future__ import annotations
@@ -202,7 +203,7 @@ class Presence:
         try:
             self._on_fenced()
         except Exception:
-            log.exception("letting go of runs after the fence failed")
+            log.exception("fencing this process's runs failed")
         with self._lock:
             self._fenced = False  # serving again means holding new leases, after a fresh row
             self._own = None

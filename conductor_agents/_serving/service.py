@@ -101,8 +101,9 @@ class Service:
 
     def may_serve(self, domain: str) -> bool:
         """Whether this process may run the tasks of ``domain`` now: not while it holds the domain's lease and its
-        presence has lapsed (:meth:`Presence.holds`), even before the fence's thread has let the run go: a process
-        starved that long answers its polls late, and others may have adopted the run meanwhile."""
+        presence has lapsed (:meth:`Presence.holds`), even before the fence's thread has run, nor after the fence
+        until the lease is renewed: a process starved that long answers its polls late, and others may have adopted
+        the run meanwhile."""
         return not self.adopter.holds_lease(domain) or (self.presence.holds() and not self.adopter.lapsed(domain))
 
     # -- internals ----------------------------------------------------------------------

@@ -463,7 +463,7 @@ class DomainPoller:
         Also a task polled while this process may not serve its domain (``because``): a process whose presence
         thread was starved past the fence's bound answers its polls late, and the run's lease may be another
         process's by then (seen under gunicorn recycling on a loaded machine: a tool ran in the old owner after
-        the new one had run one). The fence's own thread lets the runs go a moment later."""
+        the new one had run one). The fence's own thread lapses the runs' leases a moment later."""
         log.warning("polled a task of type %s (run %s) that this process no longer serves%s; handing it back",
                     task.get("taskType"), task.get("workflowInstanceId"), f" ({because})" if because else "")
         try:
