@@ -690,7 +690,7 @@ def run(args: argparse.Namespace, workdir: str) -> dict[str, Any]:
         result["drain_s"] = round(time.monotonic() - drain_began, 1)
         if waiting:  # every serving thread's stack, in each live child's log (soak_child registers SIGUSR1)
             for child in soak.children:
-                if child.alive and child.mode == "serve":
+                if child.alive() and child.mode == "serve":
                     with contextlib.suppress(OSError):
                         os.kill(child.proc.pid, signal.SIGUSR1)
             time.sleep(2.0)
