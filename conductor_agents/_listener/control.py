@@ -10,7 +10,9 @@ its mailbox (the id callers hold). Each verb here reaches the ones it must:
 - pause: the mailbox first (a sender pushing to the listener's id then gets 409 at once, nothing is
   accepted that the listener cannot take), then every live run (a switch under way keeps both paused:
   its new run is committed paused and takes no turn until unpaused).
-- unpause: the runs, then the mailbox. Both are idempotent.
+- unpause: the runs, then the mailbox. Both are idempotent, and both hold across a switch racing them: pause()
+  looks again for a newer run once it has paused, and a switch whose run was paused as it began pauses its new run
+  before it ends the old one (``Switch.keep_paused``).
 
 Pausing uses the server's own ``PUT /workflow/{id}/pause``: the run schedules nothing new (no model
 turn), tasks already handed out still finish, and a push into it answers 409 (``RunPausedError``).
@@ -32,6 +34,7 @@ from ..result import RunStatus
 from .directory import Chain, ChainDirectory, Link
 from .following import end_mailbox, is_running, live_links, newest_link, run_status
 from .naming import names_errors
+from .pausing import pause_run, resume_run
 
 __all__ = ["RunCallback", "cancel_listener", "flag_stop", "pause_listener", "stop_listener", "unpause_listener"]
 
@@ -107,11 +110,13 @@ def pause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
     newest, *before = live_links(api, directory, chain)
     _pause(api, newest.execution_id, chain.execution_id)
     for link in before:  # a switch under way: the run before may end meanwhile (its switch ends it)
-        try:
-            api.pause_workflow(link.execution_id)
-        except HttpError as err:
-            if err.status != 409:
-                raise
+        pause_run(api, link.execution_id)
+    latest = newest_link(directory, chain)
+    if latest.number > newest.number:
+        # A switch began as the runs were read: its new run is paused too. One that begins after this look finds
+        # the run it continues paused and pauses its new run itself (Switch.keep_paused).
+        pause_run(api, latest.execution_id)
+        before, newest = [newest, *before], latest
     _let_model_calls_end(api, [newest, *before], clock=clock, pause=pause)
 
 
@@ -147,9 +152,13 @@ def unpause_listener(api: ConductorApi, directory: ChainDirectory, chain: Chain)
                                        execution_id=chain.execution_id)
     for execution_id, status in statuses:
         if status is RunStatus.PAUSED:
-            api.resume_workflow(execution_id)
-    if chain.mailbox and run_status(api, chain.execution_id) is RunStatus.PAUSED:
-        api.resume_workflow(chain.execution_id)
+            resume_run(api, execution_id)
+    # A switch that found the run it continues paused as it was read pauses its new run (Switch.keep_paused), then
+    # looks again: it resumes the new run itself when it sees the old one resumed, else this second look sees it.
+    for link in live_links(api, directory, chain):
+        resume_run(api, link.execution_id)
+    if chain.mailbox:
+        resume_run(api, chain.execution_id)
 
 
 def _pause(api: ConductorApi, execution_id: str, held_as: str) -> None:

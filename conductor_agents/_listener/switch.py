@@ -22,6 +22,8 @@ the middle of them (every fact lives on the server):
 3. **Terminate link n** with the reason ``conductor-agents: continued as <id>``. Its queue is deleted;
    a message accepted after the drain's last evaluation is dropped with it, and the SDK sender that
    pushed it sends it again to link n+1 (it waits for step 4 to know).
+   Just before, a link n paused meanwhile pauses link n+1 (``keep_paused``): a listener paused while its
+   switch was under way stays paused.
 4. **Commit**: read link n's final state (its last model turn, the tasks after it, its variables),
    build the :class:`~conductor_agents._listener.carryover.CommitRecord` and write it as the carry task's output. The
    server keeps the first output written (a finished task ignores later updates), so two processes that
@@ -59,6 +61,7 @@ from .carryover import CommitRecord, build_record
 from .chain import ABANDONED_REASON, continued_reason, is_continued
 from .directory import Chain, Link
 from .handover import delivery_lock
+from .pausing import is_paused, pause_run, resume_run
 from .signals import carry_signal
 
 __all__ = ["LinkSpec", "Switch", "SwitchOutcome", "link_start_body"]
@@ -327,6 +330,24 @@ class Switch:
         scheduled = pull.get("scheduledTime")
         return isinstance(scheduled, (int, float)) and scheduled > self._new_created_ms + _SCHEDULED_AFTER_MARGIN_MS
 
+    def keep_paused(self) -> None:
+        """Before step 3: a listener paused while this switch was under way stays paused across it.
+
+        ``pause()`` pauses every run it finds, then looks once more for a newer one; a pause that read the listener
+        before link n+1 began, and looked again before it began too, paused link n alone. So link n paused means
+        link n+1 is paused as well, before link n ends (it takes no turn until unpaused). Then link n is read again:
+        an ``unpause()`` that came meanwhile may have read link n+1 before this pause, so it is resumed here (and an
+        unpause after this read finds it paused).
+        """
+        if not is_paused(self._api, self.old.execution_id):
+            return
+        pause_run(self._api, self.new.execution_id)
+        if is_paused(self._api, self.old.execution_id):
+            log.info("listener %s: link %d paused with the link it continues", self.chain.execution_id,
+                     self.new.number)
+        else:
+            resume_run(self._api, self.new.execution_id)
+
     def terminate_old(self) -> str | None:
         """Step 3. Returns None, or the status link n ended with on its own (the switch is off).
 
@@ -408,6 +429,7 @@ class Switch:
                         self.old.execution_id, self._drain_seconds)
         if state == "quiet" and self._clock.monotonic() - self._quiet_at > QUIET_VALID_SECONDS:
             return self.finish()  # too long since the drain looked (a stalled process): look again
+        self.keep_paused()
         ended = self.terminate_old()
         if ended is not None:
             self.abandon(ended.lower())
