@@ -298,10 +298,11 @@ class AgentSettings:
     #: id callers hold by a sender that does not wake it (a raw ``POST /workflow/{id}/messages``) is taken
     #: within this; each look costs the server one round of a small run. Fixed when the mailbox opens.
     mailbox_check_seconds: int = attrs.field(default=30, validator=an_int(at_least=1, refusal=_SETTING))
-    #: What a continued listener with a mailbox waits in: ``"pull"``, the server's wait for messages
-    #: (evaluated every second), or ``"human"``, a ``HUMAN`` task its mailbox's forward completes, which costs the
-    #: server nothing while it waits (``docs/idle-listeners.md``; experimental).
-    listener_wait: str = attrs.field(default="pull", validator=_is_listener_wait)
+    #: What a continued listener with a mailbox waits in: ``"human"`` (the default), a ``HUMAN`` task its
+    #: mailbox's forward completes, which costs the server nothing while it waits, or ``"pull"``, the server's
+    #: wait for messages, evaluated every second (``docs/idle-listeners.md``). A listener keeps the kind it was
+    #: started with; a listener without a mailbox or without continuation always waits in ``"pull"``.
+    listener_wait: str = attrs.field(default="human", validator=_is_listener_wait)
 
     def __attrs_post_init__(self) -> None:
         floor = minimum_stall_seconds(self.worker_long_poll_ms)

@@ -28,7 +28,7 @@ GOOD = {
     "CONDUCTOR_AGENT_KEEP_FOR": ("30d", "keep_for", timedelta(days=30)),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("1.5", "pending_check_interval_seconds", 1.5),
     "CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS": (" 3 ", "mailbox_check_seconds", 3),
-    "CONDUCTOR_AGENT_LISTENER_WAIT": ("human", "listener_wait", "human"),
+    "CONDUCTOR_AGENT_LISTENER_WAIT": ("pull", "listener_wait", "pull"),
 }
 
 #: Malformed values of every variable that has a format (key and secret are free text).
