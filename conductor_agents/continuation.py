@@ -118,8 +118,8 @@ class Continuation:
         mailbox: give the listener a mailbox, a small run of the SDK's whose id is the one callers
             hold (``execution_id``) for the listener's whole life: a sender that pushes with the
             server's own REST call (``POST /workflow/{id}/messages``) to that id reaches the listener
-            after any number of continuations (within ``AgentSettings.mailbox_check_seconds``, or at once
-            when the push is followed by ``POST /tasks/{id}/COMPLETED/signal``). It costs one more run per
+            after any number of continuations, at once (one that lands within a second of the mailbox's
+            previous round within ``AgentSettings.mailbox_check_seconds``). It costs one more run per
             listener and, while idle, one short round of it per ``mailbox_check_seconds`` on the server.
             ``False``: the id callers hold is the first run's, and outside senders get 409 once it was
             continued (see ``docs/operations.md``).

@@ -26,6 +26,8 @@ __all__ = [
     "MODEL_TASK_TYPE",
     "CARRY_TASK",
     "FORWARD_TASK",
+    "MAILBOX_REST_TASK",
+    "REST_SECONDS",
     "INTERNAL_TASK_TYPES",
     "PICK_SUFFIX",
     "SELECTION_SUFFIX",
@@ -77,6 +79,10 @@ CARRY_TASK = "conductor_agents_carry"
 TURN_TASK = "conductor_agents_turn"
 #: The worker task of a listener's mailbox (``_listener.mailbox``): pushes its messages into the listener.
 FORWARD_TASK = "conductor_agents_forward"
+#: A mailbox's rest (version 4: a ``HUMAN`` task that the next decide of the mailbox ends once it has rested
+#: ``REST_SECONDS``, whole seconds: the least the server's task timeout takes).
+MAILBOX_REST_TASK = "mailbox_rest"
+REST_SECONDS = 1
 #: The task types the SDK adds to a listener's runs for itself: never a tool call of the model's.
 INTERNAL_TASK_TYPES = frozenset({CARRY_TASK, TURN_TASK, FORWARD_TASK})
 

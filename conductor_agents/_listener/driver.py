@@ -39,6 +39,7 @@ from .control import cancel_listener
 from .directory import Chain, ChainDirectory, Link
 from .following import end_mailbox, ended_from_outside, is_running, retry_failed_mailbox
 from .mailbox import make_forward_tool
+from .mailbox_checks import MailboxChecks
 from .parking import JoinParker
 from .retention import Retirer
 from .stopping import stop_if_read
@@ -51,8 +52,7 @@ log = logging.getLogger("conductor_agents.continuation")
 
 _ITERATION = re.compile(r"__(\d+)$")
 #: A switch step that failed (the server unreachable, a 5xx) is tried again after these pauses.
-_RETRY_FIRST = 0.5
-_RETRY_MAX = 15.0
+_RETRY_FIRST, _RETRY_MAX = 0.5, 15.0
 
 
 class ChainTracker:
@@ -144,7 +144,8 @@ class ContinuationDriver:
 
     def __init__(self, api: ConductorApi, directory: ChainDirectory, *, worker_id: str,
                  locally_busy: Callable[[str], bool], drain_seconds: float = 60.0,
-                 switch_wait: float = 300.0, clock: Clock = SYSTEM_CLOCK) -> None:
+                 switch_wait: float = 300.0, mailbox_check_seconds: float = 300.0,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self._api = api
         self._directory = directory
         self._worker_id = worker_id
@@ -166,10 +167,11 @@ class ContinuationDriver:
         #: The worker of the listeners' mailboxes (:mod:`.mailbox`), served on each listener's domain.
         #: Parks the join of each wait of the listeners here that wait on a HUMAN task (:mod:`.parking`).
         self.parker = JoinParker(api, worker_id=worker_id, stopping=self._closing, clock=clock)
+        self.mailbox_checks = MailboxChecks(api, every=mailbox_check_seconds, stopping=self._closing, clock=clock)
         self.forward_tool = make_forward_tool(api, directory, switch_wait=switch_wait, clock=clock,
                                               stopping=self._closing, worker_id=worker_id,
                                               batch_size_of=self._batch_size_of, parked_here=self.parker.sent_park,
-                                              answered=self.parker.answered)
+                                              answered=self.parker.answered, forwarded=self.mailbox_checks.soon)
 
     # -- registration -----------------------------------------------------------------
 
@@ -201,6 +203,7 @@ class ContinuationDriver:
             with self._lock:
                 self._by_mailbox[chain.execution_id] = served
             handle_link(True, chain.execution_id)  # its forward task runs here too; its end is looked at
+            self.mailbox_checks.watch(chain.execution_id)  # a push nobody woke is taken within its checks
         self._attach(served, current)
         if pending_from is not None:
             self._attach(served, pending_from)
@@ -250,6 +253,7 @@ class ContinuationDriver:
                 served.stopping.set()
                 self._by_run.pop(str(served.chain.run_id), None)
                 self._by_mailbox.pop(served.chain.execution_id, None)
+                self.mailbox_checks.forget(served.chain.execution_id)
             links = [(e, s) for e, s in self._by_link.items() if id(s) in released]
             for execution_id, _ in links:
                 del self._by_link[execution_id]
@@ -265,6 +269,7 @@ class ContinuationDriver:
         (not when this process only lets it go), and stop serving the mailbox."""
         with self._lock:
             self._by_mailbox.pop(served.chain.execution_id, None)
+        self.mailbox_checks.forget(served.chain.execution_id)
         try:
             if not is_running(self._api, last):
                 end_mailbox(self._api, self._directory, served.chain)
@@ -273,9 +278,8 @@ class ContinuationDriver:
         served.handle_link(False, served.chain.execution_id)
 
     def _start_mailbox_check(self, served: _Served) -> None:
-        """The listener's mailbox ended (called under the lock): if someone else ended it (the server's cancel of
-        the id callers hold, from a client that is not this SDK, or the UI), cancel the listener, on a thread
-        of its own (a few requests): else it would run on, reachable by no sender holding that id."""
+        """The listener's mailbox ended (called under the lock): if someone else ended it (a client that is not this
+        SDK, the UI), cancel the listener on a thread of its own, else it runs on, reachable by no sender."""
         if not self._closing.is_set():
             self._spawn(f"mailbox-ended-{served.chain.run_id}", lambda: self._mailbox_ended(served)).start()
 
@@ -352,11 +356,9 @@ class ContinuationDriver:
         """How many messages the wait of the listener on ``run_id`` takes at once (1 when it is not served here)."""
         with self._lock:
             served = self._by_run.get(run_id)
-        if served is None:
-            return 1
-        sizes = [int((t.config or {}).get("batchSize") or 1) for t in served.spec.agent.tools
-                 if t.tool_type == PULL_WORKFLOW_MESSAGES]
-        return max(sizes, default=1)
+        tools = served.spec.agent.tools if served is not None else ()
+        return max((int((t.config or {}).get("batchSize") or 1) for t in tools
+                    if t.tool_type == PULL_WORKFLOW_MESSAGES), default=1)
 
     def on_turn(self, execution_id: str, turn: int) -> None:
         """Link ``execution_id`` begins model turn ``turn`` (its own count, from 1)."""
@@ -390,10 +392,9 @@ class ContinuationDriver:
         thread.start()
 
     def _spawn(self, name: str, body: Callable[[], None]) -> BackgroundLoop:
-        """A job's thread (called under the lock; the caller starts it), joined by :meth:`close`.
-
-        Not a daemon: a job's steps are each short and bounded, and close() joins it; an interpreter exit
-        without close() leaves it for the next process (a switch resumes). Every job stops on ``_closing``."""
+        """A job's thread (called under the lock; the caller starts it), joined by :meth:`close`. Not a daemon: a
+        job's steps are each short and bounded, and close() joins it; an interpreter exit without close() leaves it
+        for the next process (a switch resumes). Every job stops on ``_closing``."""
         thread = BackgroundLoop(name, body, daemon=False, stop=self._closing)
         self._threads = [t for t in self._threads if t.is_alive] + [thread]
         return thread
@@ -545,4 +546,5 @@ class ContinuationDriver:
         for thread in threads:
             thread.join(max(0.0, deadline - self._clock.monotonic()))
         self.parker.close(max(0.0, deadline - self._clock.monotonic()))
+        self.mailbox_checks.close(max(0.0, deadline - self._clock.monotonic()))
         self.retirer.close(max(0.0, deadline - self._clock.monotonic()))

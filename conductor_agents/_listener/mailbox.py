@@ -6,28 +6,34 @@ link 0, a small workflow of its own, :data:`MAILBOX_WORKFLOW`, whose id is the o
 (``AgentHandle.execution_id``). It runs rounds::
 
     DO_WHILE (keepLastN 2) [ PULL_WORKFLOW_MESSAGES (blocking: false, up to 100),
-                             SWITCH ("count/holding": "0/null" or "0/0" -> WAIT (checkEvery, e.g. "30s") ;
+                             SWITCH ("count/holding": "0/null" or "0/0" -> rest (HUMAN, optional, 1 s timeout) ;
                                      otherwise -> forward (SIMPLE)) ]
 
-A round pulls what is queued without waiting; an empty pull, while the last forward holds nothing, rests
-in a ``WAIT`` of P seconds (``AgentSettings.mailbox_check_seconds``, the run's ``checkEvery`` input), after
-which the next round pulls again; a pull that took messages (or a forward that holds some) hands them to
-the forward, and the next round pulls again at once (messages pushed while a forward runs are taken
-without waiting P). While idle the server evaluates a mailbox once per P (the ``WAIT`` as it ends, one
-pull, one decide), instead of the blocking pull's once a second. A sender that pushes to the mailbox
-wakes it at once by completing its ``WAIT``: :func:`wake` (the SDK), or by hand::
+A round pulls what is queued without waiting; a pull that took messages (or a forward that holds some) hands them
+to the forward, and the next round pulls again at once (messages pushed while a forward runs are taken without a
+rest). An empty pull, while the last forward holds nothing, *rests* (version 4): a ``HUMAN`` task, which the server
+never evaluates (a run waiting in one even leaves the server's decider queue), so an idle mailbox costs the server
+nothing. The rest is optional and times out after a second (``timeoutSeconds`` of its inline definition): the server
+checks that timeout only when it decides the run, and the server decides a run after every push to it
+(``POST /workflow/{id}/messages``). So a push ends a rest older than a second and the round's next pull takes it:
+a raw sender needs nothing but the push. A push that lands within a second of the previous round (its rest too
+young) waits for the next decide: the SDK's own sender asks for one (:func:`~.sending.wake`,
+``PUT /workflow/decide/{id}``), and the serving process has the server decide each mailbox it serves now and then
+(:mod:`.mailbox_checks`: 2.5 s after each forward, and every ``AgentSettings.mailbox_check_seconds``).
 
-    POST /workflow/{mailbox}/messages               {...the message...}
-    POST /tasks/{mailbox}/COMPLETED/signal          {}
+Only decides end a rest, never a task update of the SDK's: an update writes the whole task back and could undo the
+server's own end of it (``docs/idle-listeners.md``, *The constraint*); decides of one run follow one another.
 
-A raw push without the signal is taken within P. Runs of version 2 (the same round, the switch on the pull's
-count alone, the forward given only its pull) and 1 (a blocking pull, then the forward) keep running as they were
-started, served by the same forward (it accepts either shape of input).
+Runs of version 3 (the rest a ``WAIT`` of ``checkEvery`` seconds, ended early by
+``POST /tasks/{id}/COMPLETED/signal``), 2 (the switch on the pull's count alone, the forward given only its pull) and
+1 (a blocking pull, then the forward) keep running as they were started, served by the same forward (it accepts
+either shape of input).
 
-Version 3: the forward of a listener that waits on a ``HUMAN`` task, finding it busy, completes with the messages
-it did not hand over (``held``, ``holding``) instead of handing its task back with them, and the next round's
-forward is given those first, then what its pull took (:mod:`.holding`): what arrives while the listener is busy
-reaches it in one hand-over at its next wait, as the server's own wait takes everything queued at once.
+Version 3 brought held messages: the forward of a listener that waits on a ``HUMAN`` task, finding it busy, completes
+with the messages it did not hand over (``held``, ``holding``) instead of handing its task back with them, and the
+next round's forward is given those first, then what its pull took (:mod:`.holding`): what arrives while the
+listener is busy reaches it in one hand-over at its next wait, as the server's own wait takes everything queued at
+once.
 
 The ``forward`` task's domain is the listener's run id, so the process that serves the listener polls
 it like the listener's other tasks (also after an adoption or ``resume()``); it pushes each message it
@@ -59,7 +65,7 @@ from datetime import datetime
 from typing import Any
 
 from .._common.clock import Clock
-from .._common.task_names import FORWARD_TASK, is_message_wait
+from .._common.task_names import FORWARD_TASK, MAILBOX_REST_TASK, REST_SECONDS, is_message_wait
 from .._tooldefs.context import ToolContext
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, RunPausedError, ToolRetry
@@ -80,9 +86,10 @@ log = logging.getLogger("conductor_agents.continuation")
 
 #: The workflow every listener's mailbox runs.
 MAILBOX_WORKFLOW = "conductor_agents_mailbox"
-#: 3: the round below (a non-blocking pull, then a forward or a WAIT; the forward given what the previous one held);
-#: runs of 2 (no held messages) and 1 (a blocking pull, then a forward) keep their own definition and the same forward.
-_VERSION = 3
+#: 4: the round below (a non-blocking pull, then a forward or a rest; the forward given what the previous one held);
+#: runs of 3 (the rest a WAIT of ``checkEvery``), 2 (no held messages) and 1 (a blocking pull, then a forward) keep
+#: their own definition and the same forward.
+_VERSION = 4
 #: Iterations whose tasks and outputs the loop keeps (the server removes older ones).
 _KEEP_ITERATIONS = 2
 #: Messages one PULL takes at most (the server's own cap).
@@ -117,14 +124,21 @@ def definitions() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
                "inputParameters": {"messages": "${pull.output.messages}", "held": "${forward.output.held}",
                                    "held_by": "${forward.referenceTaskName}", "holds": True},
                "taskDefinition": task_def}  # inline: no node's cache of task definitions can miss it
-    rest = {"name": "mailbox_rest", "taskReferenceName": "rest", "type": "WAIT",
-            "inputParameters": {"duration": "${workflow.input.checkEvery}"}}
-    rest_after = {**rest, "taskReferenceName": "rest_after"}  # the same WAIT: a reference name is used once
+    # The rest: a HUMAN task, which the server never evaluates (and a run waiting in one leaves its decider queue), made
+    # optional with a one-second timeout, so that any decide of the mailbox once it has rested a second ends it and
+    # the next round pulls: the decide the server runs after every push (POST /workflow/{id}/messages), or one asked
+    # for (PUT /workflow/decide/{id}). Only decides end it (never a task update: see the module's docstring).
+    rest = {"name": MAILBOX_REST_TASK, "taskReferenceName": "rest", "type": "HUMAN", "optional": True,
+            "inputParameters": {}, "taskDefinition": {
+                "name": MAILBOX_REST_TASK, "timeoutSeconds": REST_SECONDS, "responseTimeoutSeconds": REST_SECONDS,
+                "retryCount": 0, "timeoutPolicy": "RETRY", "ownerEmail": owner,
+                "description": "conductor-agents: a listener's mailbox at rest (ended by the next decide)"}}
+    rest_after = {**rest, "taskReferenceName": "rest_after"}  # the same rest: a reference name is used once
     workflow = {
         "name": MAILBOX_WORKFLOW, "version": _VERSION, "schemaVersion": 2, "ownerEmail": owner,
         "timeoutSeconds": 0, "restartable": True,
-        "description": "conductor-agents: the one id of a continued listener (push messages here, then "
-                       "POST /tasks/{id}/COMPLETED/signal to have them taken at once)",
+        "description": "conductor-agents: the one id of a continued listener (push messages here: they are taken "
+                       "at once)",
         "inputParameters": ["checkEvery"],
         "tasks": [{
             "name": "mailbox_loop", "taskReferenceName": "loop", "type": "DO_WHILE",
@@ -221,9 +235,11 @@ def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wa
                       stopping: threading.Event, worker_id: str = "conductor-agents",
                       batch_size_of: Callable[[str], int] = lambda run_id: 1,
                       parked_here: Callable[[str], bool] = lambda join_id: False,
-                      answered: Callable[[Mapping[str, Any]], Any] = lambda join: None) -> ToolDef:
+                      answered: Callable[[Mapping[str, Any]], Any] = lambda join: None,
+                      forwarded: Callable[[str], Any] = lambda mailbox_id: None) -> ToolDef:
     """The worker of the mailbox's forward task (served on the listener's domain). ``batch_size_of(run_id)``: how
-    many messages the wait of the listener on ``run_id`` takes at once (its ``WaitForMessageTool``'s batch size)."""
+    many messages the wait of the listener on ``run_id`` takes at once (its ``WaitForMessageTool``'s batch size);
+    ``forwarded(mailbox_id)`` is told of each forward that ends (:meth:`.mailbox_checks.MailboxChecks.soon`)."""
 
     @tool(name=FORWARD_TASK)
     def conductor_agents_forward(ctx: ToolContext, messages: Any | None = None, held: Any | None = None,
@@ -234,11 +250,14 @@ def make_forward_tool(api: ConductorApi, directory: ChainDirectory, *, switch_wa
             given = carried(api, ctx.execution_id, ctx.reference_name, messages, held, held_by)  # held ones first
             if chain.human_wait:
                 assert chain.run_id is not None
-                return hand_over(api, directory, chain, given, batch_size=batch_size_of(chain.run_id),
+                done = hand_over(api, directory, chain, given, batch_size=batch_size_of(chain.run_id),
                                  worker_id=worker_id, clock=clock, pause=stopping.wait, parked_here=parked_here,
                                  answered=answered, holds=holds is True)
-            return _forward(api, directory, ctx.execution_id, given, switch_wait=switch_wait, clock=clock,
-                            pause=stopping.wait)
+            else:
+                done = _forward(api, directory, ctx.execution_id, given, switch_wait=switch_wait, clock=clock,
+                                pause=stopping.wait)
+            forwarded(ctx.execution_id)  # a push that lands as the next round rests is taken soon after
+            return done
         except ToolRetry:
             raise
         except RunPausedError:  # kept in the mailbox until the listener is unpaused

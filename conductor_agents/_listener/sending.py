@@ -22,8 +22,8 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .._common.clock import Clock
-from .._common.task_names import FORWARD_TASK, is_message_wait
+from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.task_names import FORWARD_TASK, MAILBOX_REST_TASK, REST_SECONDS, is_message_wait
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError
 from ..result import RunStatus
@@ -41,9 +41,11 @@ _COMMIT_POLL = 0.25
 #: A continued run's final state is read for a message's fate only this long after it ended (a
 #: wait-for-message task evaluated as it ended writes its output a moment later).
 _FINAL_AFTER_SECONDS = 2.0
-#: Pauses between the signals of one :func:`wake` that found no ``WAIT``: an empty pull and the ``WAIT`` after it
-#: are scheduled by one decide of the server's, so a wake that came between them finds the ``WAIT`` at once.
+#: Pauses between the looks of one :func:`wake` that found the mailbox mid-round, with no forward: a pull that took
+#: nothing just before the push shows as a rest (or, version 3, a ``WAIT``) within a few tens of ms.
 _WAKE_RETRIES = (0.05, 0.1, 0.2)
+#: A mailbox's rest is ended by a decide once it has rested this long (a second, with a margin for clocks apart).
+_REST_ENDS_AFTER = REST_SECONDS + 0.2
 #: Most times one message is sent again (each resend follows a switch that dropped it).
 _MAX_ATTEMPTS = 50
 
@@ -98,28 +100,38 @@ def send_to_listener(api: ConductorApi, directory: ChainDirectory, execution_id:
             "it was not delivered", execution_id=execution_id)
 
 
-def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any]) -> bool:
-    """Have mailbox ``mailbox_id`` take what was just pushed to it now rather than within P: complete its
-    resting ``WAIT`` (:meth:`ConductorApi.signal_wait`); whether one was completed. Call it right after the push.
+def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any], clock: Clock = SYSTEM_CLOCK) -> bool:
+    """Make sure mailbox ``mailbox_id`` takes what was just pushed to it now, not at its next check; whether it had
+    to be woken. Call it right after the push. Never raises: the message is queued already, and a mailbox not woken
+    takes it at its next check.
 
-    No ``WAIT`` means the mailbox is mid-round. A forward in flight (scheduled or running: its listener is busy, or
-    it hands over what the round pulled) is followed by another pull, which takes the message: one read says so,
-    and the caller goes on (a sender of a busy listener waited about 0.5 s per message for the signals below, and
-    that, not the listener, paced it). Otherwise the round is at its pull, or between an empty pull and its
-    ``WAIT`` (both scheduled by one decide of the server's): so the signal is sent again a few times within about a
-    third of a second (:data:`_WAKE_RETRIES`, each ``pause`` returning True ends it: the process is closing). Two
-    senders that wake one mailbox at once do no harm: the second finds no ``WAIT`` or completes the next round's
-    (one more empty pull), and nothing reads a ``WAIT``'s output. Never raises: the message is queued already, and
-    a mailbox that is not woken takes it within P. The caller waits one signal (tens of ms) when the mailbox rests
-    or forwards, up to about 0.4 s when it finds neither (a mailbox of version 1, which has no ``WAIT``, checks
-    every second anyway).
+    Version 4 (a rest that any decide ends once it has rested a second, :mod:`.mailbox`): the server decided the
+    mailbox after the push, which ended a rest older than a second, and the round's pull takes the message. So one
+    look at the mailbox's tasks is usually all: a pull or a forward in flight. Left to do:
+
+    - a rest in progress (it began less than a second before the push, or after it: a pull that had taken nothing
+      just before the push): the server is asked to decide the mailbox once the rest has rested a second
+      (``PUT /workflow/decide/{id}``; the caller waits up to a second for that, rarely);
+    - a pull in flight may have taken nothing just before the push (its result not yet written): looked at again a
+      few times within about a third of a second (:data:`_WAKE_RETRIES`), until a forward or a rest shows.
+
+    Version 3 (a ``WAIT`` of P seconds): the ``WAIT`` is completed (:meth:`ConductorApi.signal_wait`). Only decides
+    and a ``WAIT``'s signal end a rest, never a task update of the SDK's, which could write over the server's own
+    end of it (``docs/idle-listeners.md``, *The constraint*); two senders that wake one mailbox at once ask for two
+    decides, which the server runs one after the other. Each ``pause`` returning True ends it (the process is
+    closing).
     """
-    for attempt, delay in enumerate((*_WAKE_RETRIES, None)):
+    for delay in (*_WAKE_RETRIES, None):
         try:
-            if api.signal_wait(mailbox_id):
+            tasks = api.workflow_tasks(mailbox_id, statuses=("SCHEDULED", "IN_PROGRESS"), start=0, count=20).tasks
+            if any(t.get("taskType") == FORWARD_TASK for t in tasks):
+                return False  # a pull follows the forward, after the push
+            rest = next((t for t in tasks if t.get("taskType") == "HUMAN"  # version 3's WAIT has the same name
+                         and t.get("taskDefName") == MAILBOX_REST_TASK), None)
+            if rest is not None:
+                return _end_rest(api, mailbox_id, rest, pause=pause, clock=clock)
+            if any(t.get("taskType") == "WAIT" for t in tasks) and api.signal_wait(mailbox_id):  # version 3
                 return True
-            if attempt == 0 and _forwarding(api, mailbox_id):
-                return False
         except ConductorAgentsError as err:
             log.info("mailbox %s: not woken (%s: %s); it takes the message at its next check", mailbox_id,
                      type(err).__name__, err)
@@ -129,14 +141,23 @@ def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any]) -
     return False
 
 
-def _forwarding(api: ConductorApi, mailbox_id: str) -> bool:
-    """Whether mailbox ``mailbox_id`` has a forward scheduled or running: a pull follows it, so a message pushed
-    before this look is taken without a wake. A forward read as in flight ends after the look, hence after the push.
-
-    Raises: as :meth:`ConductorApi.workflow_tasks`.
-    """
-    tasks = api.workflow_tasks(mailbox_id, statuses=("SCHEDULED", "IN_PROGRESS"), start=0, count=20).tasks
-    return any(t.get("taskType") == FORWARD_TASK for t in tasks)
+def _end_rest(api: ConductorApi, mailbox_id: str, rest: Mapping[str, Any], *, pause: Callable[[float], Any],
+              clock: Clock) -> bool:
+    """Have the server decide the mailbox once ``rest`` has rested a second (by its start on the server's clock,
+    with a margin for a cluster's clocks), then look once more: a rest still there (the clocks further apart than the
+    margin) gets one more decide. Raises: as :meth:`ConductorApi.decide_workflow`."""
+    started = rest.get("startTime") or rest.get("scheduledTime")
+    age = clock.time() - float(started) / 1000 if isinstance(started, (int, float)) and started > 0 else 0.0
+    for attempt in range(2):
+        if pause(min(max(0.0, _REST_ENDS_AFTER - age), _REST_ENDS_AFTER)):
+            return False
+        api.decide_workflow(mailbox_id)
+        if attempt == 0:
+            tasks = api.workflow_tasks(mailbox_id, statuses=("IN_PROGRESS",), start=0, count=20).tasks
+            if not any(t.get("taskId") == rest.get("taskId") for t in tasks):
+                return True
+            age = 0.0  # its own second from here, at most
+    return True
 
 
 def push_to_mailbox(api: ConductorApi, mailbox_id: str, body: Mapping[str, Any], *,

@@ -341,6 +341,15 @@ class ConductorApi:
             raise
         return str(result).strip() if result is not None else ""
 
+    def decide_workflow(self, execution_id: str) -> None:
+        """``PUT /workflow/decide/{id}``: the server decides the run now (a mailbox: ends a rest over a second old).
+
+        Raises:
+            ExecutionNotFoundError: the server does not know the run.
+        """
+        with _not_found_is_unknown_execution(execution_id):
+            self.transport.request("PUT", f"/workflow/decide/{_seg(execution_id)}")
+
     def signal_wait(self, execution_id: str) -> bool:
         """``POST /tasks/{id}/COMPLETED/signal/sync?timeoutMillis=0`` (3.32.0+): complete the run's first
         ``WAIT`` task not yet ended (empty output); whether it had one.

@@ -293,7 +293,8 @@ class WorkerSet:
                     self._api, self.directory, worker_id=self._worker_id, clock=self._clock,
                     locally_busy=self._runs_tools_of,
                     drain_seconds=self._settings.continuation_drain_seconds,
-                    switch_wait=self._settings.switch_wait_seconds)
+                    switch_wait=self._settings.switch_wait_seconds,
+                    mailbox_check_seconds=self._settings.mailbox_check_seconds)
                 if self._closed:
                     self._driver.close()
             return self._driver

@@ -3,6 +3,7 @@ a first delivery, after a crash (the mark) and once the listener has ended."""
 
 import pytest
 
+from conductor_agents._common.task_names import MAILBOX_REST_TASK, REST_SECONDS
 from conductor_agents._listener import mailbox
 from conductor_agents._listener.directory import ChainDirectory
 from conductor_agents.errors import ExecutionNotRunningError, RunPausedError, ServerUnavailableError
@@ -47,11 +48,12 @@ def forward(server, messages):
 
 
 def test_the_round_pulls_without_blocking_then_forwards_or_rests_keeping_two_iterations():
-    """Version 3: DO_WHILE (keepLastN 2) [non-blocking PULL of up to 100, SWITCH on its count and what the last
-    forward holds: "0/0" or "0/null" rests in a WAIT of the run's checkEvery, anything else forwards (the same SIMPLE
-    task as versions 1 and 2, given what the last forward held and which one it was)]."""
+    """Version 4: DO_WHILE (keepLastN 2) [non-blocking PULL of up to 100, SWITCH on its count and what the last
+    forward holds: "0/0" or "0/null" rests, anything else forwards (the same SIMPLE task as versions 1 to 3, given
+    what the last forward held and which one it was)]. The rest: a HUMAN task (nothing evaluates it), optional, timed
+    out after a second: the next decide of the mailbox ends it and the round goes on."""
     task_defs, (workflow,) = mailbox.definitions()
-    assert (workflow["name"], workflow["version"]) == (mailbox.MAILBOX_WORKFLOW, 3)
+    assert (workflow["name"], workflow["version"]) == (mailbox.MAILBOX_WORKFLOW, 4)
     (loop,) = workflow["tasks"]
     assert loop["type"] == "DO_WHILE" and loop["inputParameters"]["keepLastN"] == 2
     pull, switch = loop["loopOver"]
@@ -61,9 +63,12 @@ def test_the_round_pulls_without_blocking_then_forwards_or_rests_keeping_two_ite
     assert switch["inputParameters"] == {"taken": "${pull.output.count}/${forward.output.holding}"}
     assert set(switch["decisionCases"]) == {"0/0", "0/null"}  # the server writes a null as "null"
     (rest,) = switch["decisionCases"]["0/null"]
-    (rest_after,) = switch["decisionCases"]["0/0"]  # the same WAIT under another name (a name is used once)
+    (rest_after,) = switch["decisionCases"]["0/0"]  # the same rest under another name (a name is used once)
     assert {**rest_after, "taskReferenceName": "rest"} == rest
-    assert (rest["type"], rest["inputParameters"]) == ("WAIT", {"duration": "${workflow.input.checkEvery}"})
+    assert (rest["type"], rest["name"], rest["optional"]) == ("HUMAN", MAILBOX_REST_TASK, True)
+    rest_def = rest["taskDefinition"]
+    assert (rest_def["timeoutSeconds"], rest_def["responseTimeoutSeconds"], rest_def["retryCount"],
+            rest_def["timeoutPolicy"]) == (REST_SECONDS, REST_SECONDS, 0, "RETRY")
     (forward,) = switch["defaultCase"]
     assert forward["type"] == "SIMPLE" and task_defs[0]["name"] == forward["name"] == mailbox.FORWARD_TASK
     assert forward["inputParameters"] == {"messages": f"${{{pull['taskReferenceName']}.output.messages}}",
@@ -78,27 +83,45 @@ def test_the_check_is_given_to_the_wait_as_the_servers_duration(seconds, duratio
     assert mailbox.check_every(seconds) == duration
 
 
-class Signals:
-    """An api whose ``signal_wait`` answers from a script (True: a WAIT was completed; an exception: raised)."""
+LOOP = {"taskType": "DO_WHILE", "status": "IN_PROGRESS", "referenceTaskName": "loop", "taskId": "loop"}
+FORWARD = {"taskType": "conductor_agents_forward", "status": "IN_PROGRESS", "referenceTaskName": "forward__3",
+           "taskId": "forward"}
+PULL = {"taskType": "PULL_WORKFLOW_MESSAGES", "status": "SCHEDULED", "referenceTaskName": "pull__3", "taskId": "pull"}
+WAIT = {"taskType": "WAIT", "taskDefName": MAILBOX_REST_TASK, "status": "IN_PROGRESS", "referenceTaskName": "rest__3",
+        "taskId": "wait"}  # version 3's rest: the same name
 
-    def __init__(self, *answers, in_flight=()):
-        self.answers = list(answers)
+
+def resting(started_ms: float, task_id: str = "rest") -> dict:
+    return {"taskType": "HUMAN", "taskDefName": MAILBOX_REST_TASK, "status": "IN_PROGRESS",
+            "referenceTaskName": "rest__3", "taskId": task_id, "startTime": started_ms}
+
+
+class Mailbox:
+    """The server as a wake sees a mailbox: its tasks in flight at each read (``frames``, the last one repeated),
+    the decides and signals asked for, and what ``signal_wait`` answers."""
+
+    def __init__(self, *frames, signals=(), clock=None):
+        self.frames = [f if isinstance(f, Exception) else list(f) for f in frames] or [[LOOP]]
+        self.signals = list(signals)
+        self.clock = clock
         self.calls = []
         self.started = []
-        self.in_flight = list(in_flight)  # the mailbox's tasks scheduled or in progress
-        self.reads = []
+        self.reads = 0
 
     def workflow_tasks(self, execution_id, statuses=(), start=0, count=15):
         from conductor_agents._wire.api import TaskPage
-        self.reads.append((execution_id, tuple(statuses)))
-        return TaskPage(total=len(self.in_flight), tasks=self.in_flight[start:start + count])
+        tasks = self.frames[min(self.reads, len(self.frames) - 1)]
+        self.reads += 1
+        if isinstance(tasks, Exception):
+            raise tasks
+        return TaskPage(total=len(tasks), tasks=[t for t in tasks if not statuses or t["status"] in statuses])
+
+    def decide_workflow(self, execution_id):
+        self.calls.append(("decide", execution_id, self.clock.time() if self.clock else None))
 
     def signal_wait(self, execution_id):
-        self.calls.append(execution_id)
-        answer = self.answers.pop(0)
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
+        self.calls.append(("signal", execution_id))
+        return self.signals.pop(0)
 
     def register_definitions(self, task_defs, workflow_defs):
         self.calls.append(("register", workflow_defs[0]["version"]))
@@ -115,51 +138,80 @@ class Signals:
         return [{"workerId": m} for m in marks]
 
 
-def test_a_wake_signals_once_when_the_mailbox_rests():
-    api, clock = Signals(True), FakeClock()
-    assert mailbox.wake(api, MAILBOX, pause=clock.advance) is True
-    assert api.calls == [MAILBOX] and clock.monotonic() == FakeClock().monotonic()
+def test_a_wake_that_finds_the_round_going_on_asks_for_nothing():
+    """The common case: the server's decide after the push ended a rest over a second old, and its pull (or, for a
+    busy listener, a forward, whose next pull follows) is in flight: one look, then the sender goes on."""
+    clock = FakeClock()
+    api = Mailbox([LOOP, FORWARD])
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is False
+    assert (api.calls, api.reads, clock.monotonic()) == ([], 1, FakeClock().monotonic())
+    api = Mailbox([LOOP, PULL], [LOOP, FORWARD])  # a pull first: looked at again until its forward shows
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is False
+    assert (api.calls, api.reads) == ([], 2)
 
 
-def test_a_wake_that_finds_the_mailbox_mid_round_signals_again_for_a_third_of_a_second():
-    """No WAIT yet (the push landed after an empty pull, before its WAIT): signalled again until one is found,
-    at most three more times within 0.35 s in all."""
-    api, clock = Signals(False, False, True), FakeClock()
-    assert mailbox.wake(api, MAILBOX, pause=clock.advance) is True
-    assert len(api.calls) == 3
-    api, clock = Signals(*[False] * 4), FakeClock()
-    assert mailbox.wake(api, MAILBOX, pause=clock.advance) is False
-    assert len(api.calls) == 4 and clock.monotonic() - FakeClock().monotonic() == pytest.approx(0.35)
+def test_a_rest_younger_than_a_second_is_ended_by_a_decide_once_it_has_rested_one():
+    """A push within a second of the previous round: the rest was too young for the push's decide to end it, so the
+    wake asks for a decide once it has rested a second (by its start on the server's clock, with 0.2 s margin)."""
+    clock = FakeClock()
+    started_ms = (clock.time() - 0.3) * 1000  # it began 0.3 s before the look
+    api = Mailbox([LOOP, resting(started_ms)], [LOOP, PULL], clock=clock)
+    t0 = clock.time()
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is True
+    ((what, box, at),) = api.calls
+    assert (what, box) == ("decide", MAILBOX) and at - t0 == pytest.approx(REST_SECONDS + 0.2 - 0.3)
 
 
-def test_a_wake_that_finds_a_forward_in_flight_signals_once_and_returns():
-    """A busy listener's mailbox forwards (or holds) most of the time: the pull after that forward takes the message,
-    so the sender goes on after one look instead of signalling for a third of a second (that paced its sends at
-    about two a second)."""
-    forward = {"taskType": "conductor_agents_forward", "status": "IN_PROGRESS", "referenceTaskName": "forward__3"}
-    loop = {"taskType": "DO_WHILE", "status": "IN_PROGRESS", "referenceTaskName": "rounds"}
-    api, clock = Signals(False, in_flight=[loop, forward]), FakeClock()
-    assert mailbox.wake(api, MAILBOX, pause=clock.advance) is False
-    assert api.calls == [MAILBOX] and api.reads == [(MAILBOX, ("SCHEDULED", "IN_PROGRESS"))]
-    assert clock.monotonic() == FakeClock().monotonic()
-    # Only the loop in flight (between an empty pull and its WAIT): signalled again, the tasks read once.
-    api, clock = Signals(False, False, True, in_flight=[loop]), FakeClock()
-    assert mailbox.wake(api, MAILBOX, pause=clock.advance) is True
-    assert len(api.calls) == 3 and len(api.reads) == 1
+def test_a_rest_a_decide_did_not_end_gets_one_more_after_its_own_second():
+    """Clocks further apart than the margin (a cluster): the rest is still there after the decide; one more comes,
+    at most a second and a fifth later, and the wake ends there (the checks of the serving process are the rest)."""
+    clock = FakeClock()
+    api = Mailbox([LOOP, resting(clock.time() * 1000 + 5_000)], clock=clock)  # a clock five seconds ahead
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is True
+    assert [c[0] for c in api.calls] == ["decide", "decide"]
+    assert api.calls[1][2] - api.calls[0][2] == pytest.approx(REST_SECONDS + 0.2)
+    assert clock.time() - FakeClock().time() <= 2 * (REST_SECONDS + 0.2) + 1e-6
+
+
+def test_a_pull_that_took_nothing_just_before_the_push_is_followed_by_its_rest():
+    """The pull's result not yet written when first looked at: looked at again; the rest that follows is ended."""
+    clock = FakeClock()
+    api = Mailbox([LOOP, PULL], [LOOP], [LOOP, resting(clock.time() * 1000)], [LOOP, PULL], clock=clock)
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is True
+    assert [c[0] for c in api.calls] == ["decide"]
+
+
+def test_a_wake_that_finds_no_rest_or_forward_looks_for_a_third_of_a_second_then_gives_up():
+    clock = FakeClock()
+    api = Mailbox([LOOP, PULL])
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is False
+    assert (api.calls, api.reads) == ([], 4) and clock.monotonic() - FakeClock().monotonic() == pytest.approx(0.35)
+
+
+def test_a_mailbox_of_version_3_resting_in_a_wait_is_signalled():
+    clock = FakeClock()
+    api = Mailbox([LOOP, WAIT], signals=[True])
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is True
+    assert api.calls == [("signal", MAILBOX)]
 
 
 def test_a_wake_never_raises_and_stops_when_the_process_closes():
-    assert mailbox.wake(Signals(ServerUnavailableError("down")), MAILBOX, pause=FakeClock().advance) is False
-    api = Signals(False, False)
+    api = Mailbox(ServerUnavailableError("down"))
+    assert mailbox.wake(api, MAILBOX, pause=FakeClock().advance) is False
+    api = Mailbox([LOOP, PULL])
     assert mailbox.wake(api, MAILBOX, pause=lambda seconds: True) is False
-    assert len(api.calls) == 1
+    assert api.reads == 1
+    clock = FakeClock()
+    api = Mailbox([LOOP, resting(clock.time() * 1000)], clock=clock)
+    assert mailbox.wake(api, MAILBOX, pause=lambda seconds: True, clock=clock) is False
+    assert api.calls == []  # closing while it waited for the rest's second: no decide
 
 
 def test_a_mailbox_opens_with_its_check_as_the_runs_input():
-    api = Signals()
+    api = Mailbox()
     assert mailbox.Mailboxes(api, check_every_seconds=7).open(RUN, "listener") == "5e1d7c3a-0b2f-4e6a-9c8d-1a2b3c4d5e6f"
     (body,) = api.started
-    assert (body["name"], body["version"], body["input"]) == (mailbox.MAILBOX_WORKFLOW, 3, {"checkEvery": "7s"})
+    assert (body["name"], body["version"], body["input"]) == (mailbox.MAILBOX_WORKFLOW, 4, {"checkEvery": "7s"})
     assert body["taskToDomain"] == {mailbox.FORWARD_TASK: RUN}
 
 
