@@ -51,9 +51,11 @@ _PARK_AGAIN_AFTER = 10.0
 #: way can write the task (and its queue message) after the first look, undoing the park.
 _HELD_LOOKS = 2
 _LOOK_AGAIN_AFTER = 5.0
-#: A park trusted is still looked at this often while its wait waits (until the watch ends, :data:`_WATCH_SECONDS`):
-#: on the cluster an evaluation that undid it came later than the looks above, and the join was evaluated at the
-#: server's pace again, the park lost (seen twice in a day's runs of tests/integration/test_human_wait.py).
+#: A park trusted is still looked at while its wait waits (until the watch ends, :data:`_WATCH_SECONDS`), first this
+#: long after it was trusted, then at twice the last gap (30, 60, 120, 240 s: four looks in ten minutes, where one
+#: every 30 s cost a thousand idle listeners' server 33 requests a second): on the cluster an evaluation that undid
+#: it came later than the looks above, and the join was evaluated at the server's pace again, the park lost (seen
+#: twice in a day's runs of tests/integration/test_human_wait.py).
 _LOOK_WHILE_PARKED = 30.0
 #: After a request of a watch failed (a read timeout on a loaded server), the watch is looked at again this much
 #: later, while it lasts (it was dropped, and the wait's join left at the server's pace for as long as it waited).
@@ -107,6 +109,7 @@ class _Watch:
     first_count: Any = None
     due: float = 0.0
     held_looks: int = 0  # looks that found the park holding (it is trusted after _HELD_LOOKS)
+    gap: float = 0.0  # seconds between the looks at a trusted park (doubling from _LOOK_WHILE_PARKED)
     counted: bool = False  # in JoinParker.parked
 
 
@@ -236,8 +239,8 @@ class JoinParker:
 
     def _step(self, execution_id: str, watch: _Watch) -> bool:
         """One step of link ``execution_id``'s watch; whether it is done with (its wait answered, or ended). A park
-        trusted is looked at every :data:`_LOOK_WHILE_PARKED` seconds while the watch lasts, and parked again if
-        undone."""
+        trusted is looked at while the watch lasts, at doubling gaps from :data:`_LOOK_WHILE_PARKED` seconds, and parked
+        again if undone."""
         now = self._clock.monotonic()
         if watch.join is None:
             wait, join = waiting_wait(self._api, execution_id)
@@ -261,14 +264,15 @@ class JoinParker:
                     self.parked += 1
                     log.debug("run %s: the park of its join %s holds (%d sent)", execution_id,
                               watch.join.get("taskId"), watch.rounds)
-                watch.due = now + _LOOK_WHILE_PARKED
+                watch.gap = _LOOK_WHILE_PARKED if watch.gap == 0 else watch.gap * 2
+                watch.due = now + watch.gap
                 return False
             watch.due = now + _LOOK_AGAIN_AFTER  # the same count then: nothing evaluated it since
             return False
         if watch.held_looks >= _HELD_LOOKS:
             log.info("run %s: the park of its join was undone after it held (an evaluation of the server's); "
                      "parking it again", execution_id)
-            watch.held_looks, watch.rounds = 0, 1
+            watch.held_looks, watch.rounds, watch.gap = 0, 1, 0.0
             return self._park(watch, now)
         watch.held_looks = 0
         if watch.rounds % _PARK_ROUNDS == 0:  # a young join: parks rarely hold before its 200 quick evaluations

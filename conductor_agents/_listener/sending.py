@@ -106,14 +106,13 @@ def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any], c
     takes it at its next check.
 
     Version 4 (a rest that any decide ends once it has rested a second, :mod:`.mailbox`): the server decided the
-    mailbox after the push, which ended a rest older than a second, and the round's pull takes the message. So one
-    look at the mailbox's tasks is usually all: a pull or a forward in flight. Left to do:
-
-    - a rest in progress (it began less than a second before the push, or after it: a pull that had taken nothing
-      just before the push): the server is asked to decide the mailbox once the rest has rested a second
-      (``PUT /workflow/decide/{id}``; the caller waits up to a second for that, rarely);
-    - a pull in flight may have taken nothing just before the push (its result not yet written): looked at again a
-      few times within about a third of a second (:data:`_WAKE_RETRIES`), until a forward or a rest shows.
+    mailbox after the push, which ended a rest older than a second, and the round's pull takes the message. So a look
+    at the mailbox's tasks finds a forward in flight (its next pull follows, after the push: done), or a pull, which
+    may have taken nothing just before the push (its result not yet written): looked at again a few times within
+    about a third of a second (:data:`_WAKE_RETRIES`), until a forward or a rest shows. A rest in progress began
+    less than a second before the push, or after it: the server is asked to decide the mailbox once the rest has
+    rested a second (``PUT /workflow/decide/{id}``; the caller waits up to a second for that: only when the
+    mailbox's previous round was less than a second before).
 
     Version 3 (a ``WAIT`` of P seconds): the ``WAIT`` is completed (:meth:`ConductorApi.signal_wait`). Only decides
     and a ``WAIT``'s signal end a rest, never a task update of the SDK's, which could write over the server's own

@@ -239,6 +239,8 @@ def test_a_join_is_parked_while_its_wait_waits_and_nudged_after_the_wait_is_answ
     assert parker._step(link, watch) is False and parker._step(link, watch) is False  # held: looked at again
     assert parker._step(link, watch) is False and parker.parked == 1  # trusted: looked at now and then while it waits
     assert watch.due == clock.monotonic() + 30.0
+    assert parker._step(link, watch) is False and watch.due == clock.monotonic() + 60.0  # then at doubling gaps
+    assert parker._step(link, watch) is False and watch.due == clock.monotonic() + 120.0
     # The forward answers the wait, then nudges the parked join: due at once.
     assert hand_over(server, envelopes(IDS[0])) == {"forwarded": 1}
     assert join_callbacks(server) == [PARK_SECONDS, 0]
