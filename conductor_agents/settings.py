@@ -297,8 +297,9 @@ class AgentSettings:
     #: How often (whole seconds) the serving process has the server look at each idle listener's mailbox. A raw
     #: ``POST /workflow/{id}/messages`` to the id callers hold is taken at once, except one that lands within a
     #: second of the mailbox's previous round, which is taken within this; each look costs the server one round of
-    #: a small run. (A mailbox of version 3, opened by an earlier release, rests in a ``WAIT`` of the value it had.)
-    mailbox_check_seconds: int = attrs.field(default=300, validator=an_int(at_least=1, refusal=_SETTING))
+    #: a small run; they also time out a forward whose result was lost (a run resting in a ``HUMAN`` task leaves the
+    #: server's sweeps). A mailbox of version 3, opened by an earlier release, rests in a ``WAIT`` of the value it had.
+    mailbox_check_seconds: int = attrs.field(default=30, validator=an_int(at_least=1, refusal=_SETTING))
     #: What a continued listener with a mailbox waits in: ``"human"`` (the default), a ``HUMAN`` task its
     #: mailbox's forward completes, which costs the server nothing while it waits, or ``"pull"``, the server's
     #: wait for messages, evaluated every second (``docs/idle-listeners.md``). A listener keeps the kind it was

@@ -9,8 +9,11 @@ does not. So the process that serves a listener has the server decide its mailbo
 - twice, :data:`AFTER_ROUND_SECONDS` apart, after each round that forwarded (:meth:`MailboxChecks.soon`), and a
   few seconds after it begins to serve the mailbox (its first rest begins as it opens): a raw sender that pushes
   again as soon as its last message was acted on, or right after the start, lands in such a window;
-- every ``every`` seconds (``AgentSettings.mailbox_check_seconds``) for each mailbox served here, counted from its
-  last check or round: the bound on how long any such push can wait.
+- every ``every`` seconds (``AgentSettings.mailbox_check_seconds``, 30 by default) for each mailbox served here,
+  counted from its last check or round: the bound on how long any such push can wait. These decides are also the
+  only sweep a mailbox gets: a run whose ``HUMAN`` task was ended by a decide (not by a task update) is not put back
+  in the server's decider queue, so a forward whose result was lost (a restart of the whole cluster) is timed out
+  (its 60 s lease) and delivered again only at such a decide.
 
 A decide of a mailbox at rest is one small round of the server's (the rest ended, a non-blocking pull, a rest
 again); of a mailbox mid-round, nothing. Version 3 mailboxes (a ``WAIT`` of ``checkEvery``) are left as they are
