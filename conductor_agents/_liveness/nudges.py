@@ -82,9 +82,10 @@ def stuck_joins(waiting: Iterable[Mapping[str, Any]]) -> list[Mapping[str, Any]]
 
 
 def unpolled_tasks(tasks: Iterable[Mapping[str, Any]], *, domain: str, server_now: float,
-                   seconds: float = UNPOLLED_SECONDS) -> list[Mapping[str, Any]]:
+                   seconds: float | None = None) -> list[Mapping[str, Any]]:
     """The tasks of ``domain`` SCHEDULED, never polled, and due (retry delay included) for over ``seconds``
-    by the server's clock ``server_now`` (epoch seconds)."""
+    (:data:`UNPOLLED_SECONDS` as it is at the call) by the server's clock ``server_now`` (epoch seconds)."""
+    seconds = UNPOLLED_SECONDS if seconds is None else seconds
     found = []
     for task in tasks:
         if task.get("domain") != domain or task.get("status") != "SCHEDULED" or int(task.get("pollCount") or 0):

@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from conductor_agents import AgentRuntime, AgentSettings, RunStatus, tool
+from conductor_agents._wire.api import ConductorApi
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener, run_tasks_summary
@@ -298,8 +299,23 @@ def test_a_tool_task_whose_queue_message_was_leased_away_is_handed_out_again(con
     """The state a node's SIGKILL can leave (a tool's task popped by the dying node: SCHEDULED, never polled,
     its message leased for an hour) made on purpose: every message of the run's ``act`` queue is leased an
     hour ahead until the task for ``q0`` waits so; the SDK, polling that domain in vain, makes it due again
-    and acts on it, with the warning."""
+    and acts on it, with the warning. After its first poll of ``act`` (the one start() confirms, before any task),
+    this process's poller answers nothing for ``act`` until the lease is made: a poll between the task's queueing
+    and the lease took it (CI stop 51)."""
     monkeypatch.setattr("conductor_agents._liveness.nudges.UNPOLLED_SECONDS", 3.0)
+    lease_made = threading.Event()
+    first_polls: "list[str]" = []
+    real_poll = ConductorApi.poll_tasks
+
+    def poll_after_the_lease(api: ConductorApi, task_type: str, **kwargs: object) -> "list[dict]":
+        if task_type == "act" and first_polls and not lease_made.is_set():
+            lease_made.wait(0.5)
+            return []
+        if task_type == "act":
+            first_polls.append(task_type)
+        return real_poll(api, task_type, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(ConductorApi, "poll_tasks", poll_after_the_lease)
     caplog.set_level(logging.WARNING, logger="conductor_agents.liveness")
     port = conductor_cluster.redis.port
     tools = GatedTools()
@@ -312,6 +328,7 @@ def test_a_tool_task_whose_queue_message_was_leased_away_is_handed_out_again(con
             leaser = LeaseAway(port, f"*QUEUE.{handle.run_id}:act*")  # every act task, as soon as it is queued
             handle.send_message({"action": "q0"})
             eventually(lambda: leaser.leased, timeout=60, message="the act task leased away")
+            lease_made.set()
             time.sleep(1.0)
             leaser.stop()
             assert tools.snapshot() == [], "the poller took the task before it was leased away"
