@@ -32,9 +32,9 @@ from .._wire.transport import HttpError
 from ..errors import ExecutionNotRunningError
 from ..result import RunStatus
 from .directory import Chain, ChainDirectory, Link
-from .following import end_mailbox, is_running, live_links, newest_link, run_status
+from .following import end_mailbox, is_running, live_links, newest_link
 from .naming import names_errors
-from .pausing import pause_run, resume_run
+from .pausing import pause_run, resume_run, run_status
 
 __all__ = ["RunCallback", "cancel_listener", "flag_stop", "pause_listener", "stop_listener", "unpause_listener"]
 

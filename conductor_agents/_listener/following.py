@@ -25,13 +25,14 @@ from .chain import is_abandoned, is_continued
 from .directory import Chain, ChainDirectory, Link
 from .history import with_history
 from .naming import names_errors, run_name
+from .pausing import run_status
 from .switch import read_commit, read_final_state, run_tokens
 
 if TYPE_CHECKING:
     from ..agent import Agent
 
 __all__ = ["current_runs", "current_status", "end_mailbox", "ended_from_outside", "ended_result", "is_running",
-           "listener_totals", "live_links", "newest_link", "run_identity", "run_status", "workflow_running"]
+           "listener_totals", "live_links", "newest_link", "run_identity", "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -117,15 +118,6 @@ def is_running(api: ConductorApi, execution_id: str) -> bool:
 def workflow_running(api: ConductorApi, execution_id: str) -> bool:
     """Whether a run of any workflow (a mailbox: not an agent run) has not ended; False once removed."""
     return not run_status(api, execution_id).is_terminal
-
-
-def run_status(api: ConductorApi, execution_id: str) -> RunStatus:
-    """The status of a run of any workflow (one small request); TERMINATED once it was removed (retired
-    runs ended long ago)."""
-    try:
-        return RunStatus.parse(api.workflow_status(execution_id).get("status"))
-    except ExecutionNotFoundError:
-        return RunStatus.TERMINATED
 
 
 @names_errors

@@ -73,11 +73,12 @@ from ..result import STOP_SIGNAL, RunStatus
 from ..tools import ToolDef, tool
 from .chain import mailbox_key
 from .directory import Chain, ChainDirectory, Link
-from .following import end_mailbox, is_running, run_status, workflow_running
+from .following import end_mailbox, is_running, workflow_running
 from .handover import complete_wait, delivery_lock, waiting_wait
 from .head import read_mailbox, write_mailbox
 from .holding import MAX_HELD, carried
 from .parking import nudge
+from .pausing import run_status
 from .sending import send_to_listener, wake
 
 __all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool", "wake"]

@@ -1,5 +1,5 @@
-"""Pausing and resuming one run, each safe to repeat and to race: the moves ``pause()``/``unpause()`` and a
-switch share (a switch keeps a listener paused across it: ``Switch.keep_paused``)."""
+"""One run's status, and pausing and resuming it, each safe to repeat and to race: the moves ``pause()``/``unpause()``
+and a switch share (a switch keeps a listener paused across it: ``Switch.keep_paused``)."""
 
 from __future__ import annotations
 
@@ -8,15 +8,21 @@ from .._wire.transport import HttpError
 from ..errors import ExecutionNotFoundError
 from ..result import RunStatus
 
-__all__ = ["is_paused", "pause_run", "resume_run"]
+__all__ = ["is_paused", "pause_run", "resume_run", "run_status"]
+
+
+def run_status(api: ConductorApi, execution_id: str) -> RunStatus:
+    """The status of a run of any workflow (one small request); TERMINATED once it was removed (retired
+    runs ended long ago)."""
+    try:
+        return RunStatus.parse(api.workflow_status(execution_id).get("status"))
+    except ExecutionNotFoundError:
+        return RunStatus.TERMINATED
 
 
 def is_paused(api: ConductorApi, execution_id: str) -> bool:
     """Whether run ``execution_id`` is paused now (one small request; False once it ended or was removed)."""
-    try:
-        return RunStatus.parse(api.workflow_status(execution_id).get("status")) is RunStatus.PAUSED
-    except ExecutionNotFoundError:
-        return False
+    return run_status(api, execution_id) is RunStatus.PAUSED
 
 
 def pause_run(api: ConductorApi, execution_id: str) -> bool:
