@@ -26,10 +26,14 @@ of ``run.py``; not part of ``make bench``.
 from __future__ import annotations
 
 import argparse
+import collections
+import importlib
 import os
+import re
 import shutil
 import sys
 import tempfile
+import threading
 import time
 from typing import Dict, List, Optional
 
@@ -49,6 +53,45 @@ STAGES = ("message check", "join + state", "turn pickup", "turn done", "turn →
           "tool scheduled", "pickup", "whole answer")
 
 
+def print_tally(counts: "collections.Counter[str]", seconds: float) -> None:
+    total = sum(counts.values())
+    print(f"the SDK's requests: {total / seconds:.1f} a second", flush=True)
+    for path, n in counts.most_common(12):
+        print(f"  {n / seconds:8.2f}/s  {path}", flush=True)
+
+
+_ID = re.compile(r"/[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|/[0-9a-f]{32}")
+
+
+class RequestTally:
+    """Counts the SDK's requests by method and path (ids made ``{id}``), for ``--tally``: what an idle fleet sends."""
+
+    def __init__(self) -> None:
+        self.counts: "collections.Counter[str]" = collections.Counter()
+        self.lock = threading.Lock()
+        transport = importlib.import_module("conductor_agents._wire.transport").Transport
+        sent, direct = transport._send, transport._direct_get
+        tally = self
+
+        def counted_send(self, method, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+            tally.note(method, path)
+            return sent(self, method, path, *args, **kwargs)
+
+        def counted_direct(self, direct_gets, path, *args, **kwargs):  # type: ignore[no-untyped-def]
+            tally.note("GET", path)
+            return direct(self, direct_gets, path, *args, **kwargs)
+
+        transport._send, transport._direct_get = counted_send, counted_direct
+
+    def note(self, method: str, path: str) -> None:
+        with self.lock:
+            self.counts[f"{method} {_ID.sub('/{id}', path)}"] += 1
+
+    def snapshot(self) -> "collections.Counter[str]":
+        with self.lock:
+            return collections.Counter(self.counts)
+
+
 @tool
 def stage_act(key: str = "") -> dict:
     """Act on a message."""
@@ -60,6 +103,13 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--runs", type=int, default=200)
     p.add_argument("--rate", type=float, default=10.0, help="messages per second (one per run)")
     p.add_argument("--idle", type=float, default=30.0, help="seconds between the last start and the first message")
+    p.add_argument("--mailbox-check-max", type=int, default=None,
+                   help="AgentSettings.mailbox_check_max_seconds (30: the checks of an idle mailbox never spread out)")
+    p.add_argument("--settle", type=float, default=None,
+                   help="seconds of the idle window left out of its measure, or before --profile begins "
+                        "(default: a third of it, at most 10; before a profile, half of it, at most 10)")
+    p.add_argument("--tally", action="store_true",
+                   help="count the SDK's requests by path over the idle measure (or the profile) and print the rates")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE", help="a server property")
     p.add_argument("--no-mailbox", action="store_true", help="listeners without a mailbox (Continuation(mailbox=False))")
     p.add_argument("--listener-wait", choices=("human", "pull"), default=None,
@@ -135,12 +185,15 @@ def main(argv: List[str]) -> int:
             settings = stack.settings
             if args.listener_wait:
                 settings = attrs.evolve(settings, listener_wait=args.listener_wait)
+            if args.mailbox_check_max is not None:
+                settings = attrs.evolve(settings, mailbox_check_max_seconds=args.mailbox_check_max)
             server_pids = _procs.tree(stack.server.pid)
             time.sleep(args.baseline)  # the JVM's warm-up after the start is not the empty server's cost
             cpu_before, base_began = _procs.cpu_seconds(server_pids), time.monotonic()
             time.sleep(args.baseline)
             base_share = _procs.cpu_delta(cpu_before, _procs.cpu_seconds(server_pids)) / (time.monotonic() - base_began)
             print(f"empty server: {100 * base_share:.1f} % of a core ({args.baseline:.0f} s)", flush=True)
+            tally = RequestTally() if args.tally else None
             with AgentRuntime(settings) as runtime, requests.Session() as http:
                 began = time.monotonic()
                 handles = [runtime.start(agent, "Listen.") for _ in range(args.runs)]
@@ -148,27 +201,40 @@ def main(argv: List[str]) -> int:
                 print(f"started {len(ids)} runs in {time.monotonic() - began:.1f}s; idle {args.idle:.0f}s", flush=True)
                 if args.profile:
                     idle_end = time.monotonic() + args.idle
-                    time.sleep(min(args.idle / 2, 10.0))
+                    time.sleep(min(args.idle / 2, 10.0) if args.settle is None else min(args.settle, args.idle / 2))
                     sample = [(handle.current_execution_id, handle.execution_id) for handle in handles[:20]]
 
                     def counts() -> Dict[str, Dict[str, int]]:
                         return {"listener": evaluation_counts(http, stack.url, [a for a, _ in sample]),
                                 "mailbox": evaluation_counts(http, stack.url, [b for a, b in sample if b != a])}
                     before, began = counts(), time.monotonic()
+                    tallied = tally.snapshot() if tally else None
                     _jvm.main([str(stack.server.pid), str(args.profile)])
                     after, took = counts(), time.monotonic() - began
+                    if tally and tallied is not None:
+                        print_tally(tally.snapshot() - tallied, took)
                     print_evaluations(before, after, took, len(sample))
                     time.sleep(max(0.0, idle_end - time.monotonic()))
                 else:
-                    settle = min(10.0, args.idle / 3)
+                    settle = min(10.0, args.idle / 3) if args.settle is None else min(args.settle, args.idle - 1.0)
                     time.sleep(settle)
                     cpu_before, idle_began = _procs.cpu_seconds(server_pids), time.monotonic()
-                    time.sleep(args.idle - settle)
+                    tallied = tally.snapshot() if tally else None
+                    idle_end = idle_began + args.idle - settle
+                    while time.monotonic() < idle_end - 1.0:  # a share per minute: how it moves as the wait lasts
+                        slice_cpu, slice_began = _procs.cpu_seconds(server_pids), time.monotonic()
+                        time.sleep(min(60.0, idle_end - slice_began))
+                        slice_share = (_procs.cpu_delta(slice_cpu, _procs.cpu_seconds(server_pids))
+                                       / (time.monotonic() - slice_began))
+                        print(f"  idle {slice_began - began:.0f}-{time.monotonic() - began:.0f} s after the first "
+                              f"start: {100 * slice_share:.1f} % of a core", flush=True)
                     share = _procs.cpu_delta(cpu_before, _procs.cpu_seconds(server_pids)) / (time.monotonic() - idle_began)
                     print(f"idle server with {len(ids)} listeners: {100 * share:.1f} % of a core "
                           f"({1000 * (share - base_share) / len(ids):.3f} ms per idle listener-second above the empty "
                           f"server's {100 * base_share:.1f} %; the last {args.idle - settle:.0f} s of the idle window)",
                           flush=True)
+                    if tally and tallied is not None:
+                        print_tally(tally.snapshot() - tallied, time.monotonic() - idle_began)
                 sent: Dict[str, float] = {}
                 for i, eid in enumerate(ids):
                     time.sleep(max(0.0, (sent[ids[i - 1]] / 1000.0 + 1.0 / args.rate - time.time()) if i else 0.0))

@@ -119,8 +119,9 @@ class Continuation:
             hold (``execution_id``) for the listener's whole life: a sender that pushes with the
             server's own REST call (``POST /workflow/{id}/messages``) to that id reaches the listener
             after any number of continuations, at once (one that lands within a second of the mailbox's
-            previous round within ``AgentSettings.mailbox_check_seconds``). It costs one more run per
-            listener and, while idle, one short round of it per ``mailbox_check_seconds`` on the server.
+            previous round at the serving process's next look: ``AgentSettings.mailbox_check_seconds`` after
+            the listener's last message, then at gaps doubling up to ``mailbox_check_max_seconds``). It costs one
+            more run per listener and, while idle, one short round of it per look on the server.
             ``False``: the id callers hold is the first run's, and outside senders get 409 once it was
             continued (see ``docs/operations.md``).
     """

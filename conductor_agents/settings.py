@@ -140,6 +140,7 @@ ENV_VARS: Mapping[str, tuple[str, Callable[[str], Any]]] = {
     "CONDUCTOR_AGENT_KEEP_FOR": ("keep_for", _parse_duration),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("pending_check_interval_seconds", _parse_positive_float),
     "CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS": ("mailbox_check_seconds", _parse_positive_int),
+    "CONDUCTOR_AGENT_MAILBOX_CHECK_MAX_SECONDS": ("mailbox_check_max_seconds", _parse_positive_int),
     "CONDUCTOR_AGENT_LISTENER_WAIT": ("listener_wait", _parse_listener_wait),
 }
 
@@ -294,12 +295,17 @@ class AgentSettings:
     switch_wait_seconds: float = attrs.field(default=300.0, validator=_positive)
     #: How often the runtime's ``on_pending`` hook samples runs that can wait for a person.
     pending_check_interval_seconds: float = attrs.field(default=5.0, validator=_positive)
-    #: How often (whole seconds) the serving process has the server look at each idle listener's mailbox. A raw
-    #: ``POST /workflow/{id}/messages`` to the id callers hold is taken at once, except one that lands within a
-    #: second of the mailbox's previous round, which is taken within this; each look costs the server one round of
-    #: a small run; they also time out a forward whose result was lost (a run resting in a ``HUMAN`` task leaves the
-    #: server's sweeps). A mailbox of version 3, opened by an earlier release, rests in a ``WAIT`` of the value it had.
+    #: How soon (whole seconds) after a listener's last message the serving process has the server look at its
+    #: mailbox; the looks then come at gaps that double while the listener stays idle, up to
+    #: ``mailbox_check_max_seconds``. A raw ``POST /workflow/{id}/messages`` to the id callers hold is taken at once,
+    #: except one that lands within a second of the mailbox's previous round, which is taken at the next look; each
+    #: look costs the server one round of a small run; they also time out a forward whose result was lost (a run
+    #: resting in a ``HUMAN`` task leaves the server's sweeps). A mailbox of version 3, opened by an earlier release,
+    #: rests in a ``WAIT`` of the value it had.
     mailbox_check_seconds: int = attrs.field(default=30, validator=an_int(at_least=1, refusal=_SETTING))
+    #: The longest gap (whole seconds) between two looks at an idle listener's mailbox (at least
+    #: ``mailbox_check_seconds``, which a smaller value means): the bound for a raw push caught by a young rest.
+    mailbox_check_max_seconds: int = attrs.field(default=480, validator=an_int(at_least=1, refusal=_SETTING))
     #: What a continued listener with a mailbox waits in: ``"human"`` (the default), a ``HUMAN`` task its
     #: mailbox's forward completes, which costs the server nothing while it waits, or ``"pull"``, the server's
     #: wait for messages, evaluated every second (``docs/idle-listeners.md``). A listener keeps the kind it was

@@ -4,9 +4,10 @@ The listener is started with this SDK; the messages come from a "webhook" that k
 ``POST {server}/workflow/{execution_id}/messages`` with ``urllib`` (what another SDK, a webhook or the
 Conductor UI would send). ``execution_id`` is the listener's *mailbox*, which lives as long as the listener,
 so every push reaches it, exactly once, though the listener is continued as a fresh run every few turns
-here. Once the listener has ended, a push answers 409. Each push is followed by a signal
-(``POST {server}/tasks/{execution_id}/COMPLETED/signal`` with ``{}``), which has the mailbox take it at
-once; without it the mailbox takes it at its next check (``CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS``, 30 s).
+here. Once the listener has ended, a push answers 409. The push alone is enough: the server looks at the
+mailbox after every push, and the mailbox takes the message at once. (One that lands within a second of the
+mailbox's previous round is taken a moment later, at the serving process's next look; a sender that cannot wait
+asks the server to look itself a second after its push: ``PUT {server}/workflow/decide/{execution_id}``.)
 
 Run it offline (a real Conductor server on this machine, with a scripted model):
 
@@ -56,11 +57,8 @@ def post(url: str, payload: dict) -> int:
 
 
 def webhook_push(server_url: str, execution_id: str, payload: dict) -> int:
-    """What a sender outside this SDK does: push the message, then wake the mailbox; the push's HTTP status."""
-    status = post(f"{server_url}/workflow/{execution_id}/messages", payload)
-    if status == 200:
-        post(f"{server_url}/tasks/{execution_id}/COMPLETED/signal", {})  # take it now, not at the next check
-    return status
+    """What a sender outside this SDK does: push the message; the push's HTTP status."""
+    return post(f"{server_url}/workflow/{execution_id}/messages", payload)
 
 
 def run_scenario(settings: AgentSettings, model: str) -> int:

@@ -145,7 +145,7 @@ class ContinuationDriver:
     def __init__(self, api: ConductorApi, directory: ChainDirectory, *, worker_id: str,
                  locally_busy: Callable[[str], bool], drain_seconds: float = 60.0,
                  switch_wait: float = 300.0, mailbox_check_seconds: float = 300.0,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 mailbox_check_max_seconds: float | None = None, clock: Clock = SYSTEM_CLOCK) -> None:
         self._api = api
         self._directory = directory
         self._worker_id = worker_id
@@ -164,12 +164,12 @@ class ContinuationDriver:
         #: Retires each listener's older runs after its switches, on a thread of its own (:mod:`.retention`).
         self.retirer = Retirer(api, directory, clock=clock)
         self.turn_tool = self._make_turn_tool()
-        #: The worker of the listeners' mailboxes (:mod:`.mailbox`), served on each listener's domain.
         #: Parks the join of each wait of the listeners here that wait on a HUMAN task (:mod:`.parking`).
         self.parker = JoinParker(api, worker_id=worker_id, stopping=self._closing, clock=clock)
-        self.mailbox_checks = MailboxChecks(api, every=mailbox_check_seconds, stopping=self._closing, clock=clock)
-        self.forward_tool = make_forward_tool(api, directory, switch_wait=switch_wait, clock=clock,
-                                              stopping=self._closing, worker_id=worker_id,
+        self.mailbox_checks = MailboxChecks(api, every=mailbox_check_seconds, most=mailbox_check_max_seconds,
+                                            stopping=self._closing, clock=clock)
+        self.forward_tool = make_forward_tool(api, directory, switch_wait=switch_wait, clock=clock,  # the mailboxes'
+                                              stopping=self._closing, worker_id=worker_id,  # worker, on each domain
                                               batch_size_of=self._batch_size_of, parked_here=self.parker.sent_park,
                                               answered=self.parker.answered, forwarded=self.mailbox_checks.soon)
 

@@ -19,7 +19,8 @@ checks that timeout only when it decides the run, and the server decides a run a
 a raw sender needs nothing but the push. A push that lands within a second of the previous round (its rest too
 young) waits for the next decide: the SDK's own sender asks for one (:func:`~.sending.wake`,
 ``PUT /workflow/decide/{id}``), and the serving process has the server decide each mailbox it serves now and then
-(:mod:`.mailbox_checks`: twice after each forward, and every ``AgentSettings.mailbox_check_seconds``).
+(:mod:`.mailbox_checks`: twice after each forward, ``AgentSettings.mailbox_check_seconds`` later, then at gaps that
+double while it stays idle, up to ``mailbox_check_max_seconds``).
 
 Only decides end a rest, never a task update of the SDK's: an update writes the whole task back and could undo the
 server's own end of it (``docs/idle-listeners.md``, *The constraint*); decides of one run follow one another.

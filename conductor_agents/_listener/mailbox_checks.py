@@ -9,8 +9,13 @@ does not. So the process that serves a listener has the server decide its mailbo
 - twice, :data:`AFTER_ROUND_SECONDS` apart, after each round that forwarded (:meth:`MailboxChecks.soon`), and a
   few seconds after it begins to serve the mailbox (its first rest begins as it opens): a raw sender that pushes
   again as soon as its last message was acted on, or right after the start, lands in such a window;
-- every ``every`` seconds (``AgentSettings.mailbox_check_seconds``, 30 by default) for each mailbox served here,
-  counted from its last check or round: the bound on how long any such push can wait. These decides are also the
+- ``every`` seconds (``AgentSettings.mailbox_check_seconds``, 30 by default) after its last round or first check,
+  then at gaps that double while the mailbox stays idle, up to ``most`` (``AgentSettings.mailbox_check_max_seconds``,
+  480 by default): the bound on how long any such push can wait. Each check of an idle mailbox is itself a round,
+  which leaves a young rest behind it, so checks at a fixed period cost the server a round per period per idle
+  listener for ever (1,000 idle listeners checked every 30 s: about a quarter of a core of a SQLite node); a
+  mailbox that had no round for long is the one least likely to be sent a raw push in the second after a check.
+  Any forward (a message, from any sender) starts the gaps again from ``every``. These decides are also the
   only sweep a mailbox gets: a run whose ``HUMAN`` task was ended by a decide (not by a task update) is not put back
   in the server's decider queue, so a forward whose result was lost (a restart of the whole cluster) is timed out
   (its 60 s lease) and delivered again only at such a decide.
@@ -51,17 +56,20 @@ _AFTER_FAILURE = 5.0
 
 
 class MailboxChecks:
-    """Has the server decide each watched mailbox every ``every`` seconds, and once soon after each of its rounds."""
+    """Has the server decide each watched mailbox twice soon after each of its rounds, then ``every`` seconds later
+    and at gaps doubling up to ``most`` (at least ``every``) while it stays idle."""
 
-    def __init__(self, api: ConductorApi, *, every: float, stopping: threading.Event,
+    def __init__(self, api: ConductorApi, *, every: float, stopping: threading.Event, most: float | None = None,
                  clock: Clock = SYSTEM_CLOCK) -> None:
         self._api = api
         self._every = every
+        self._most = max(every, every if most is None else most)
         self._stopping = stopping
         self._clock = clock
         self._lock = threading.Lock()
         self._due: dict[str, float] = {}  # mailbox id -> when it is decided next (monotonic)
         self._soon: dict[str, int] = {}  # mailbox id -> checks left to make AFTER_ROUND_SECONDS apart
+        self._gap: dict[str, float] = {}  # mailbox id -> the gap after its next idle check (doubles up to _most)
         self._heap: list[tuple[float, str]] = []  # (due, mailbox id); entries not in _due any more are skipped
         self._changed = threading.Event()
         self._thread: BackgroundLoop | None = None
@@ -75,14 +83,16 @@ class MailboxChecks:
         with self._lock:
             if mailbox_id not in self._due:
                 spread = random.uniform(0.0, min(_FIRST_SPREAD, self._every))  # noqa: S311 - in time, not a secret
+                self._gap[mailbox_id] = self._every
                 self._schedule_locked(mailbox_id, self._clock.monotonic() + AFTER_ROUND_SECONDS + spread)
 
     def soon(self, mailbox_id: str) -> None:
         """Mailbox ``mailbox_id`` just forwarded: decide it :data:`AFTER_ROUND_SECONDS` from now and as long after
-        that (if watched)."""
+        that, then ``every`` seconds later (if watched)."""
         with self._lock:
             if mailbox_id in self._due:
                 self._soon[mailbox_id] = _AFTER_ROUND_CHECKS
+                self._gap[mailbox_id] = self._every
                 self._schedule_locked(mailbox_id, min(self._due[mailbox_id],
                                                       self._clock.monotonic() + AFTER_ROUND_SECONDS))
 
@@ -91,10 +101,16 @@ class MailboxChecks:
         with self._lock:
             self._due.pop(mailbox_id, None)
             self._soon.pop(mailbox_id, None)
+            self._gap.pop(mailbox_id, None)
 
     def watched(self) -> int:
         with self._lock:
             return len(self._due)
+
+    def gap(self, mailbox_id: str) -> float | None:
+        """The gap after the next idle check of ``mailbox_id`` (None: not watched) (tests, stats)."""
+        with self._lock:
+            return self._gap.get(mailbox_id)
 
     def close(self, timeout: float) -> None:
         """Stop the thread and join it (bounded); a watch after that starts none. Idempotent."""
@@ -157,5 +173,11 @@ class MailboxChecks:
                     left = self._soon.pop(mailbox_id, 0) - (not failed)
                     if left > 0:
                         self._soon[mailbox_id] = left
-                    after = _AFTER_FAILURE if failed else AFTER_ROUND_SECONDS if left > 0 else self._every
+                    if failed:
+                        after = _AFTER_FAILURE
+                    elif left > 0:
+                        after = AFTER_ROUND_SECONDS
+                    else:  # an idle check: the next one is further off
+                        after = self._gap.get(mailbox_id, self._every)
+                        self._gap[mailbox_id] = min(after * 2, self._most)
                     self._schedule_locked(mailbox_id, self._clock.monotonic() + after)

@@ -294,7 +294,8 @@ class WorkerSet:
                     locally_busy=self._runs_tools_of,
                     drain_seconds=self._settings.continuation_drain_seconds,
                     switch_wait=self._settings.switch_wait_seconds,
-                    mailbox_check_seconds=self._settings.mailbox_check_seconds)
+                    mailbox_check_seconds=self._settings.mailbox_check_seconds,
+                    mailbox_check_max_seconds=self._settings.mailbox_check_max_seconds)
                 if self._closed:
                     self._driver.close()
             return self._driver

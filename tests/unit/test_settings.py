@@ -28,6 +28,7 @@ GOOD = {
     "CONDUCTOR_AGENT_KEEP_FOR": ("30d", "keep_for", timedelta(days=30)),
     "CONDUCTOR_AGENT_PENDING_CHECK_INTERVAL_SECONDS": ("1.5", "pending_check_interval_seconds", 1.5),
     "CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS": (" 3 ", "mailbox_check_seconds", 3),
+    "CONDUCTOR_AGENT_MAILBOX_CHECK_MAX_SECONDS": ("600", "mailbox_check_max_seconds", 600),
     "CONDUCTOR_AGENT_LISTENER_WAIT": ("pull", "listener_wait", "pull"),
 }
 
@@ -67,6 +68,8 @@ BAD = [
     ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "0"),
     ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "2.5"),
     ("CONDUCTOR_AGENT_MAILBOX_CHECK_SECONDS", "30s"),
+    ("CONDUCTOR_AGENT_MAILBOX_CHECK_MAX_SECONDS", "0"),
+    ("CONDUCTOR_AGENT_MAILBOX_CHECK_MAX_SECONDS", "8m"),
     ("CONDUCTOR_AGENT_LISTENER_WAIT", "poll"),
 ]
 
@@ -110,6 +113,7 @@ def test_defaults():
         "liveness_enabled": True, "liveness_check_interval_seconds": 10.0,
         "liveness_stall_seconds": 30.0, "status_poll_interval_seconds": 0.5,
         "wait_timeout_seconds": 600.0, "max_transient_errors": 3, "mailbox_check_seconds": 30,
+        "mailbox_check_max_seconds": 480,
     }
     assert expected == {name: getattr(settings, name) for name in expected}
     assert AgentSettings() == settings
@@ -221,6 +225,7 @@ def test_bad_explicit_value_names_the_field(field, value):
     ("worker_poll_interval_ms", 0.5),
     ("mailbox_check_seconds", 0),
     ("mailbox_check_seconds", 1.5),
+    ("mailbox_check_max_seconds", 0),
 ])
 def test_bad_explicit_count_is_a_configuration_error(field, value):
     """A negative or fractional count raises ConfigurationError naming the field, like every other setting."""
