@@ -82,47 +82,52 @@ def test_a_forward_brings_the_next_two_checks_forward(checks, monkeypatch):
         slow.close(5)
 
 
-def test_the_checks_of_an_idle_mailbox_come_ever_further_apart_up_to_the_most_and_a_forward_starts_again(monkeypatch):
+@pytest.fixture
+def spreading(monkeypatch):
+    """Makes ``(api, checks)`` with ``every`` and ``most`` given, the first check soon after a watch; closes them."""
+    monkeypatch.setattr(mailbox_checks, "AFTER_ROUND_SECONDS", 0.02)
+    monkeypatch.setattr(mailbox_checks, "_FIRST_SPREAD", 0.0)
+    made: list[MailboxChecks] = []
+
+    def make(every: float, most: float) -> tuple[Decides, MailboxChecks]:
+        api = Decides()
+        made.append(MailboxChecks(api, every=every, most=most, stopping=threading.Event()))  # type: ignore[arg-type]
+        return api, made[-1]
+
+    yield make
+    for checks in made:
+        checks.close(5)
+
+
+def test_the_checks_of_an_idle_mailbox_come_ever_further_apart_up_to_the_most_and_a_forward_starts_again(spreading):
     """Each check of an idle mailbox is a round of its own (a young rest after it), so checking at a fixed period cost
     a round per period per idle listener for ever: the gaps double, ``every`` then up to ``most``; a forward (a message
     came) has the two checks soon after it, then ``every`` again."""
-    monkeypatch.setattr(mailbox_checks, "AFTER_ROUND_SECONDS", 0.02)
-    monkeypatch.setattr(mailbox_checks, "_FIRST_SPREAD", 0.0)
-    api = Decides()
-    checks = MailboxChecks(api, every=0.1, most=0.4, stopping=threading.Event())  # type: ignore[arg-type]
-    try:
-        checks.watch("m")
-        assert checks.gap("m") == 0.1
-        eventually(lambda: len(api.of("m")) >= 5, timeout=20, interval=0.02, message="five idle checks")
-        times = api.of("m")[:5]
-        gaps = [later - earlier for earlier, later in zip(times, times[1:])]
-        assert [round(g, 2) >= want for g, want in zip(gaps, (0.1, 0.2, 0.4, 0.4))] == [True] * 4, gaps
-        assert checks.gap("m") == 0.4  # the most: it doubles no further
-        seen = len(api.of("m"))
-        checks.soon("m")
-        assert checks.gap("m") == 0.1
-        eventually(lambda: len(api.of("m")) >= seen + 3, timeout=20, interval=0.02, message="two soon, one idle")
-        after = api.of("m")[seen - 1:seen + 3]
-        assert round(after[3] - after[2], 2) >= 0.1, after  # the first idle gap after a round is ``every`` again
-        assert checks.gap("m") in (0.2, 0.4)  # doubling again from there (one more check may have come)
-        assert checks.gap("unwatched") is None
-        checks.forget("m")
-        assert checks.gap("m") is None
-    finally:
-        checks.close(5)
+    api, checks = spreading(every=0.1, most=0.4)
+    checks.watch("m")
+    assert checks.gap("m") == 0.1
+    eventually(lambda: len(api.of("m")) >= 5, timeout=20, interval=0.02, message="five idle checks")
+    times = api.of("m")[:5]
+    gaps = [later - earlier for earlier, later in zip(times, times[1:])]
+    assert [round(g, 2) >= want for g, want in zip(gaps, (0.1, 0.2, 0.4, 0.4))] == [True] * 4, gaps
+    assert checks.gap("m") == 0.4  # the most: it doubles no further
+    seen = len(api.of("m"))
+    checks.soon("m")
+    assert checks.gap("m") == 0.1
+    eventually(lambda: len(api.of("m")) >= seen + 3, timeout=20, interval=0.02, message="two soon, one idle")
+    after = api.of("m")[seen - 1:seen + 3]
+    assert round(after[3] - after[2], 2) >= 0.1, after  # the first idle gap after a round is ``every`` again
+    assert checks.gap("m") in (0.2, 0.4)  # doubling again from there (one more check may have come)
+    assert checks.gap("unwatched") is None
+    checks.forget("m")
+    assert checks.gap("m") is None
 
 
-def test_a_most_below_every_means_every(monkeypatch):
-    monkeypatch.setattr(mailbox_checks, "AFTER_ROUND_SECONDS", 0.02)
-    monkeypatch.setattr(mailbox_checks, "_FIRST_SPREAD", 0.0)
-    api = Decides()
-    checks = MailboxChecks(api, every=0.1, most=0.05, stopping=threading.Event())  # type: ignore[arg-type]
-    try:
-        checks.watch("m")
-        eventually(lambda: len(api.of("m")) >= 3, timeout=20, interval=0.02, message="three idle checks")
-        assert checks.gap("m") == 0.1
-    finally:
-        checks.close(5)
+def test_a_most_below_every_means_every(spreading):
+    api, checks = spreading(every=0.1, most=0.05)
+    checks.watch("m")
+    eventually(lambda: len(api.of("m")) >= 3, timeout=20, interval=0.02, message="three idle checks")
+    assert checks.gap("m") == 0.1
 
 
 def test_a_mailbox_the_server_does_not_know_is_forgotten_and_a_failed_check_is_tried_again(checks, monkeypatch):
