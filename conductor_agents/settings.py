@@ -305,7 +305,7 @@ class AgentSettings:
     mailbox_check_seconds: int = attrs.field(default=30, validator=an_int(at_least=1, refusal=_SETTING))
     #: The longest gap (whole seconds) between two looks at an idle listener's mailbox (at least
     #: ``mailbox_check_seconds``, which a smaller value means): the bound for a raw push caught by a young rest.
-    mailbox_check_max_seconds: int = attrs.field(default=480, validator=an_int(at_least=1, refusal=_SETTING))
+    mailbox_check_max_seconds: int = attrs.field(default=30, validator=an_int(at_least=1, refusal=_SETTING))
     #: What a continued listener with a mailbox waits in: ``"human"`` (the default), a ``HUMAN`` task its
     #: mailbox's forward completes, which costs the server nothing while it waits, or ``"pull"``, the server's
     #: wait for messages, evaluated every second (``docs/idle-listeners.md``). A listener keeps the kind it was
