@@ -23,9 +23,16 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._common.clock import SYSTEM_CLOCK, Clock
-from .._common.task_names import FORWARD_TASK, MAILBOX_REST_TASK, REST_SECONDS, is_message_wait
+from .._common.task_names import (
+    FORWARD_TASK,
+    MAILBOX_REST_TASK,
+    MESSAGE_WAIT_TASK_TYPE,
+    REST_SECONDS,
+    is_message_wait,
+)
 from .._wire.api import ConductorApi
-from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError
+from .._wire.transport import HttpError
+from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, ServerUnavailableError
 from ..result import RunStatus
 from .carryover import pulled_message_ids
 from .directory import Chain, ChainDirectory, Link
@@ -42,8 +49,12 @@ _COMMIT_POLL = 0.25
 #: wait-for-message task evaluated as it ended writes its output a moment later).
 _FINAL_AFTER_SECONDS = 2.0
 #: Pauses between the looks of one :func:`wake` that found the mailbox mid-round, with no forward: a pull that took
-#: nothing just before the push shows as a rest (or, version 3, a ``WAIT``) within a few tens of ms.
-_WAKE_RETRIES = (0.05, 0.1, 0.2)
+#: nothing just before the push shows as a rest (or, version 3, a ``WAIT``) within a few tens of ms, or seconds on a
+#: loaded server; after the last pause, the wake goes on looking every second.
+_WAKE_PAUSES = (0.05, 0.1, 0.2, 0.4, 0.8)
+#: How long one :func:`wake` goes on looking (and trying again after an error that may pass) before it leaves the
+#: message to the serving process's next check, which can be minutes away while the mailbox is idle.
+_WAKE_SECONDS = 15.0
 #: A mailbox's rest is ended by a decide once it has rested this long (a second, with a margin for clocks apart).
 _REST_ENDS_AFTER = REST_SECONDS + 0.2
 #: Most times one message is sent again (each resend follows a switch that dropped it).
@@ -107,36 +118,76 @@ def wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any], c
 
     Version 4 (a rest that any decide ends once it has rested a second, :mod:`.mailbox`): the server decided the
     mailbox after the push, which ended a rest older than a second, and the round's pull takes the message. So a look
-    at the mailbox's tasks finds a forward in flight (its next pull follows, after the push: done), or a pull, which
-    may have taken nothing just before the push (its result not yet written): looked at again a few times within
-    about a third of a second (:data:`_WAKE_RETRIES`), until a forward or a rest shows. A rest in progress began
-    less than a second before the push, or after it: the server is asked to decide the mailbox once the rest has
-    rested a second (``PUT /workflow/decide/{id}``; the caller waits up to a second for that: only when the
-    mailbox's previous round was less than a second before).
+    at the mailbox's tasks finds a forward in flight (its next pull follows, after the push: done), a pull whose
+    evaluation has not begun (it reads the queue after the push: done), or a pull being evaluated, which may have taken
+    nothing just before the push (its result not yet written): looked at again (:data:`_WAKE_PAUSES`, then every
+    second) until a forward or a rest shows. A rest in progress began less than a second before the push,
+    or after it: the server is asked to decide the mailbox once the rest has rested a second
+    (``PUT /workflow/decide/{id}``; the caller waits up to a second for that: only when the mailbox's previous round
+    was less than a second before).
 
     Version 3 (a ``WAIT`` of P seconds): the ``WAIT`` is completed (:meth:`ConductorApi.signal_wait`). Only decides
     and a ``WAIT``'s signal end a rest, never a task update of the SDK's, which could write over the server's own
     end of it (``docs/idle-listeners.md``, *The constraint*); two senders that wake one mailbox at once ask for two
-    decides, which the server runs one after the other. Each ``pause`` returning True ends it (the process is
-    closing).
+    decides, which the server runs one after the other.
+
+    The serving process's checks of an idle mailbox grow minutes apart (:mod:`.mailbox_checks`), so a wake does not
+    give up early: a server too slow to answer, or one that answers 5xx or not at all for a moment, is asked again,
+    for up to :data:`_WAKE_SECONDS`. Each ``pause`` returning True ends it (the process is closing).
     """
-    for delay in (*_WAKE_RETRIES, None):
+    deadline = clock.monotonic() + _WAKE_SECONDS
+    looks = 0
+    while True:
         try:
-            tasks = api.workflow_tasks(mailbox_id, statuses=("SCHEDULED", "IN_PROGRESS"), start=0, count=20).tasks
-            if any(t.get("taskType") == FORWARD_TASK for t in tasks):
-                return False  # a pull follows the forward, after the push
-            rest = next((t for t in tasks if t.get("taskType") == "HUMAN"  # version 3's WAIT has the same name
-                         and t.get("taskDefName") == MAILBOX_REST_TASK), None)
-            if rest is not None:
-                return _end_rest(api, mailbox_id, rest, pause=pause, clock=clock)
-            if any(t.get("taskType") == "WAIT" for t in tasks) and api.signal_wait(mailbox_id):  # version 3
-                return True
-        except ConductorAgentsError as err:
-            log.info("mailbox %s: not woken (%s: %s); it takes the message at its next check", mailbox_id,
-                     type(err).__name__, err)
+            woken = _look_and_wake(api, mailbox_id, pause=pause, clock=clock)
+            if woken is not None:
+                return woken
+            why = "no forward or rest showed"
+        except (ServerUnavailableError, HttpError) as err:
+            if isinstance(err, HttpError) and err.status < 500 and err.status != 429:
+                return _not_woken(mailbox_id, err)
+            why = f"{type(err).__name__}: {err}"
+        except ConductorAgentsError as err:  # not found, not running: nothing to wake
+            return _not_woken(mailbox_id, err)
+        delay = _WAKE_PAUSES[looks] if looks < len(_WAKE_PAUSES) else 1.0
+        looks += 1
+        if clock.monotonic() + delay > deadline:
+            log.info("mailbox %s: not woken within %.0fs (%s); it takes the message at its next check", mailbox_id,
+                     _WAKE_SECONDS, why)
             return False
-        if delay is None or pause(delay):
+        if pause(delay):
             return False
+
+
+def _look_and_wake(api: ConductorApi, mailbox_id: str, *, pause: Callable[[float], Any], clock: Clock) -> bool | None:
+    """One look at the mailbox: False when its round takes the message anyway (a forward in flight, or the process is
+    closing), True when it was woken, None when it must be looked at again (a pull whose result is not yet written).
+    Raises: as :meth:`ConductorApi.workflow_tasks`, :meth:`ConductorApi.decide_workflow`."""
+    tasks = api.workflow_tasks(mailbox_id, statuses=("SCHEDULED", "IN_PROGRESS"), start=0, count=20).tasks
+    if any(t.get("taskType") == FORWARD_TASK for t in tasks):
+        return False  # a pull follows the forward, after the push
+    if any(_not_begun(t) for t in tasks if t.get("taskType") == MESSAGE_WAIT_TASK_TYPE):
+        return False  # its evaluation, which reads the queue, begins after this read, so after the push
+    rest = next((t for t in tasks if t.get("taskType") == "HUMAN"  # version 3's WAIT has the same name
+                 and t.get("taskDefName") == MAILBOX_REST_TASK), None)
+    if rest is not None:
+        return _end_rest(api, mailbox_id, rest, pause=pause, clock=clock)
+    if any(t.get("taskType") == "WAIT" for t in tasks) and api.signal_wait(mailbox_id):  # version 3
+        return True
+    return None
+
+
+def _not_begun(pull: Mapping[str, Any]) -> bool:
+    """Whether the server has not begun to evaluate ``pull`` (an async system task): since 3.32.0 it writes the task's
+    start time and poll count before it runs it (``AsyncSystemTaskExecutor.execute``), so a pull still ``SCHEDULED``
+    without them reads the queue after this was read. (A loaded server's system-task queue can hold it for seconds.)
+    """
+    return pull.get("status") == "SCHEDULED" and not pull.get("startTime") and not pull.get("pollCount")
+
+
+def _not_woken(mailbox_id: str, err: Exception) -> bool:
+    log.info("mailbox %s: not woken (%s: %s); it takes the message at its next check", mailbox_id,
+             type(err).__name__, err)
     return False
 
 

@@ -47,7 +47,7 @@ def test_fifty_request_threads_each_drive_their_own_listener(agent_settings, scr
             handle.stop()
             statuses[i] = handle.wait(timeout=240).status
         except Exception as err:  # collected: the test reports every failure at once
-            errors.append(f"request {i}: {err!r}{_server_side(runtime, handle)}")
+            errors.append(f"request {i}: {err!r}, acted on {tools[i].actions}{_server_side(runtime, handle)}")
 
     began = time.monotonic()
     threads = [threading.Thread(target=request, args=(i,), name=f"test-request-{i}") for i in range(REQUESTS)]
@@ -79,11 +79,24 @@ def test_fifty_request_threads_each_drive_their_own_listener(agent_settings, scr
 
 
 def _server_side(runtime, handle) -> str:
-    """The server's own account of a run that went wrong (e.g. its database timed out under load)."""
+    """The server's own account of a run that went wrong (e.g. its database timed out under load): the current run's
+    status, and the tasks in flight of it and of the listener's mailbox (the id the handle holds)."""
     if handle is None:
         return ""
     try:
         run = runtime._api.get_workflow(handle.current_execution_id)
+        said = f" (server: {run.get('status')}, {run.get('reasonForIncompletion') or 'no reason'}"
+        now_ms = time.time() * 1000
+        for label, run_id in (("run", handle.current_execution_id), ("mailbox", handle.execution_id)):
+            tasks = runtime._api.workflow_tasks(run_id, statuses=("SCHEDULED", "IN_PROGRESS"), count=20).tasks
+            said += f"; {label} {run_id} in flight: " + ", ".join(
+                f"{t.get('referenceTaskName')} {t.get('taskType')} {t.get('status')} polls {t.get('pollCount')} "
+                f"callback {t.get('callbackAfterSeconds')} started {_ago(now_ms, t.get('startTime'))} "
+                f"updated {_ago(now_ms, t.get('updateTime'))}" for t in tasks)
+        return said + ")"
     except Exception as err:  # a diagnostic only
         return f" (server: unreadable, {err!r})"
-    return f" (server: {run.get('status')}, {run.get('reasonForIncompletion') or 'no reason'})"
+
+
+def _ago(now_ms: float, at) -> str:
+    return f"{(now_ms - at) / 1000:.1f}s ago" if isinstance(at, (int, float)) and at > 0 else "never"

@@ -4,9 +4,15 @@ a first delivery, after a crash (the mark) and once the listener has ended."""
 import pytest
 
 from conductor_agents._common.task_names import MAILBOX_REST_TASK, REST_SECONDS
-from conductor_agents._listener import mailbox
+from conductor_agents._listener import mailbox, sending
 from conductor_agents._listener.directory import ChainDirectory
-from conductor_agents.errors import ExecutionNotRunningError, RunPausedError, ServerUnavailableError
+from conductor_agents._wire.transport import HttpError
+from conductor_agents.errors import (
+    ExecutionNotFoundError,
+    ExecutionNotRunningError,
+    RunPausedError,
+    ServerUnavailableError,
+)
 from tests.unit.fakes import FakeClock
 from tests.unit.test_retention import MAILBOX, RUN, MailboxServer, chain_of
 
@@ -86,7 +92,11 @@ def test_the_check_is_given_to_the_wait_as_the_servers_duration(seconds, duratio
 LOOP = {"taskType": "DO_WHILE", "status": "IN_PROGRESS", "referenceTaskName": "loop", "taskId": "loop"}
 FORWARD = {"taskType": "conductor_agents_forward", "status": "IN_PROGRESS", "referenceTaskName": "forward__3",
            "taskId": "forward"}
-PULL = {"taskType": "PULL_WORKFLOW_MESSAGES", "status": "SCHEDULED", "referenceTaskName": "pull__3", "taskId": "pull"}
+#: A pull the server is evaluating (it wrote its start first): it may have read the queue before the push.
+PULL = {"taskType": "PULL_WORKFLOW_MESSAGES", "status": "SCHEDULED", "referenceTaskName": "pull__3", "taskId": "pull",
+        "startTime": 1_700_000_000_000, "pollCount": 1}
+#: A pull whose evaluation has not begun (a loaded server's system-task queue holds it): it reads the queue later.
+PULL_NOT_BEGUN = {**PULL, "startTime": 0, "pollCount": 0}
 WAIT = {"taskType": "WAIT", "taskDefName": MAILBOX_REST_TASK, "status": "IN_PROGRESS", "referenceTaskName": "rest__3",
         "taskId": "wait"}  # version 3's rest: the same name
 
@@ -150,6 +160,14 @@ def test_a_wake_that_finds_the_round_going_on_asks_for_nothing():
     assert (api.calls, api.reads) == ([], 2)
 
 
+def test_a_pull_not_yet_begun_takes_the_message_so_the_wake_asks_for_nothing():
+    """A pull still waiting in the server's system-task queue (no start written) reads the queue after the push."""
+    clock = FakeClock()
+    api = Mailbox([LOOP, PULL_NOT_BEGUN])
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is False
+    assert (api.calls, api.reads, clock.monotonic()) == ([], 1, FakeClock().monotonic())
+
+
 def test_a_rest_younger_than_a_second_is_ended_by_a_decide_once_it_has_rested_one():
     """A push within a second of the previous round: the rest was too young for the push's decide to end it, so the
     wake asks for a decide once it has rested a second (by its start on the server's clock, with 0.2 s margin)."""
@@ -181,11 +199,46 @@ def test_a_pull_that_took_nothing_just_before_the_push_is_followed_by_its_rest()
     assert [c[0] for c in api.calls] == ["decide"]
 
 
-def test_a_wake_that_finds_no_rest_or_forward_looks_for_a_third_of_a_second_then_gives_up():
+def test_a_wake_that_finds_no_rest_or_forward_looks_on_for_its_bound_then_gives_up():
+    """A pull whose result a loaded server has not written yet: looked at again, soon at first, then every second,
+    for at most ``_WAKE_SECONDS`` (the serving process's next check may be minutes away), then left to that check."""
     clock = FakeClock()
     api = Mailbox([LOOP, PULL])
     assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is False
-    assert (api.calls, api.reads) == ([], 4) and clock.monotonic() - FakeClock().monotonic() == pytest.approx(0.35)
+    waited = clock.monotonic() - FakeClock().monotonic()
+    assert api.calls == [] and sending._WAKE_SECONDS - 1 < waited <= sending._WAKE_SECONDS
+    assert api.reads == 1 + len(sending._WAKE_PAUSES) + int(sending._WAKE_SECONDS - sum(sending._WAKE_PAUSES))
+
+
+def test_a_slow_round_is_waited_for_seconds_until_its_rest_shows():
+    """The rest showed 3 s after the push (a server slow to write the pull's result): it is ended all the same."""
+    clock = FakeClock()
+    frames = [[LOOP, PULL]] * 7 + [[LOOP, resting(clock.time() * 1000 + 3_000)], [LOOP, PULL]]
+    api = Mailbox(*frames, clock=clock)
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is True
+    assert [c[0] for c in api.calls] == ["decide"]
+
+
+@pytest.mark.parametrize("error", [ServerUnavailableError("read timed out"), HttpError(
+    "boom", status=500, server_message="Failed to connect", method="GET", path="/workflow/x/tasks")])
+def test_a_wake_asks_again_after_an_error_that_may_pass(error):
+    """A read that timed out, or a server answering 500 for a moment (a Redis restart): asked again, and the rest
+    found then is ended. Given up only after ``_WAKE_SECONDS`` of them."""
+    clock = FakeClock()
+    api = Mailbox(error, error, [LOOP, resting(clock.time() * 1000 - 5_000)], [LOOP, PULL], clock=clock)
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is True
+    assert [c[0] for c in api.calls] == ["decide"] and api.reads == 4
+    api = Mailbox(error)
+    assert mailbox.wake(api, MAILBOX, pause=clock.advance, clock=clock) is False
+    assert api.calls == [] and api.reads > 10
+
+
+def test_a_wake_of_a_mailbox_that_is_gone_asks_nothing_again():
+    for error in (ExecutionNotRunningError("ended", execution_id=MAILBOX),
+                  ExecutionNotFoundError("no such run", execution_id=MAILBOX)):
+        api = Mailbox(error)
+        assert mailbox.wake(api, MAILBOX, pause=FakeClock().advance) is False
+        assert api.reads == 1
 
 
 def test_a_mailbox_of_version_3_resting_in_a_wait_is_signalled():
@@ -196,8 +249,6 @@ def test_a_mailbox_of_version_3_resting_in_a_wait_is_signalled():
 
 
 def test_a_wake_never_raises_and_stops_when_the_process_closes():
-    api = Mailbox(ServerUnavailableError("down"))
-    assert mailbox.wake(api, MAILBOX, pause=FakeClock().advance) is False
     api = Mailbox([LOOP, PULL])
     assert mailbox.wake(api, MAILBOX, pause=lambda seconds: True) is False
     assert api.reads == 1

@@ -113,7 +113,7 @@ def test_defaults():
         "liveness_enabled": True, "liveness_check_interval_seconds": 10.0,
         "liveness_stall_seconds": 30.0, "status_poll_interval_seconds": 0.5,
         "wait_timeout_seconds": 600.0, "max_transient_errors": 3, "mailbox_check_seconds": 30,
-        "mailbox_check_max_seconds": 30,
+        "mailbox_check_max_seconds": 480,
     }
     assert expected == {name: getattr(settings, name) for name in expected}
     assert AgentSettings() == settings
