@@ -24,7 +24,11 @@ finds the lowest link still there with a binary search and goes on from it.
 Removal is ``DELETE /workflow/{id}/remove?archiveWorkflow=false``, the only call that frees every row
 and key of a run on both SQLite and Redis. On a SQLite server with task indexing on, that call holds
 the server's only database connection for 30 s and fails; the first failure or timeout is logged
-once and the process uses ``archiveWorkflow=true`` from then on (frees the run, keeps its index rows).
+once and the process uses ``archiveWorkflow=true`` from then on (frees the run, keeps its index rows). It also
+records that failure on the server (a poll-data row of :data:`FULL_REMOVAL_FAILED`), which every process reads before
+its own first removal: a new process (a deploy, a web server's recycled worker) archives at once instead of holding the
+server's connection for another 30 s. The record holds for :data:`FAILURE_HOLDS_SECONDS`; after that one process tries
+a full removal again (the server's settings may have changed).
 Sweeps run on one background thread per process (``conductor-agents-retire``), never on a switch's
 or a tool's path; with ``keep_for``, that thread sweeps a listener again when its next ended link
 comes of age (a quiet listener has no switch to trigger one).
@@ -41,6 +45,7 @@ import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
+from .._liveness.stall import server_time_from_date
 from .._liveness.tree import all_sub_runs
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
@@ -55,20 +60,28 @@ log = logging.getLogger("conductor_agents.continuation")
 
 #: The longest one removal may take before it counts as hanging (a healthy server answers in 0.1 s).
 REMOVE_TIMEOUT = 15.0
+#: The task type whose poll data records that a full removal failed on this server (a poll that takes nothing; no
+#: task of it ever exists), and how long that record makes every process archive.
+FULL_REMOVAL_FAILED = "conductor_agents_full_removal_failed"
+FAILURE_HOLDS_SECONDS = 24 * 3600.0
+_RECORD_DOMAIN = "retention"
 
 
 class Remover:
     """Removes runs from the server, falling back to archiving where a full removal fails. Thread-safe."""
 
-    def __init__(self, api: ConductorApi, *, timeout: float = REMOVE_TIMEOUT) -> None:
+    def __init__(self, api: ConductorApi, *, timeout: float = REMOVE_TIMEOUT, clock: Clock = SYSTEM_CLOCK) -> None:
         self._api = api
         self._timeout = timeout
+        self._clock = clock
         self._lock = threading.Lock()
-        self.archive = False  # True once a full removal failed here: archive from then on
+        self._record_read = False  # whether this process read the server's record of a failed full removal
+        self.archive = False  # True once a full removal failed here (or the server's record says one did)
         self.removed = 0  # runs removed (tests, stats)
 
     def remove(self, execution_id: str) -> bool:
         """Remove one run; False when it could not be removed (logged), True when it is gone."""
+        self._read_record_once()
         with self._lock:
             archive = self.archive
         if not archive:
@@ -87,8 +100,9 @@ class Remover:
                     log.warning(
                         "the server could not remove run %s in full (%s): on a SQLite server this is task "
                         "indexing (start it with conductor.app.taskIndexingEnabled=false, see "
-                        "docs/operations.md). This process archives ended runs instead from now on (their "
-                        "index rows stay)", execution_id, err)
+                        "docs/operations.md). Processes of this server archive ended runs instead for a day "
+                        "(their index rows stay)", execution_id, err)
+                    self._record_failure()
         try:
             self._api.remove_workflow(execution_id, archive=True, timeout=self._timeout)
             return self._gone()
@@ -102,6 +116,34 @@ class Remover:
         with self._lock:
             self.removed += 1
         return True
+
+    def _read_record_once(self) -> None:
+        """Before this process's first removal: archive from the start if another process (or an earlier life of
+        this one) found within :data:`FAILURE_HOLDS_SECONDS` that this server cannot remove a run in full."""
+        with self._lock:
+            if self._record_read:
+                return
+            self._record_read = True
+        try:
+            rows, date = self._api.poll_data_sample(FULL_REMOVAL_FAILED)
+        except ConductorAgentsError as err:  # not known: the full removal is tried, and its failure said
+            log.debug("the record of failed full removals could not be read (%s)", err)
+            return
+        now = server_time_from_date(date)
+        now = self._clock.time() if now is None else now
+        ages = [now - float(row["lastPollTime"]) / 1000.0 for row in rows
+                if row.get("domain") == _RECORD_DOMAIN and row.get("lastPollTime")]
+        if ages and min(ages) < FAILURE_HOLDS_SECONDS:
+            with self._lock:
+                self.archive = True
+            log.info("a full removal failed on this server %.0f minutes ago (task indexing on a SQLite server: "
+                     "docs/operations.md); this process archives ended runs (their index rows stay)", min(ages) / 60)
+
+    def _record_failure(self) -> None:
+        try:
+            self._api.mark_presence(FULL_REMOVAL_FAILED, worker_id="full removal failed", domain=_RECORD_DOMAIN)
+        except ConductorAgentsError as err:  # the next process tries for itself
+            log.debug("the failed full removal could not be recorded on the server (%s)", err)
 
 
 @attrs.frozen

@@ -3,6 +3,7 @@ finding its newest run once the runs in between are gone (_listener.directory)."
 
 import logging
 import threading
+import time
 from datetime import timedelta
 
 import pytest
@@ -12,7 +13,14 @@ from conductor_agents._listener.directory import ChainDirectory
 from conductor_agents._listener.following import current_status
 from conductor_agents._listener.head import SLOTS, read_head, write_head
 from conductor_agents import Continuation
-from conductor_agents._listener.retention import RESWEEP_FLOOR, Remover, Retirer, sweep
+from conductor_agents._listener.retention import (
+    FAILURE_HOLDS_SECONDS,
+    FULL_REMOVAL_FAILED,
+    RESWEEP_FLOOR,
+    Remover,
+    Retirer,
+    sweep,
+)
 from conductor_agents._wire.transport import HttpError
 from conductor_agents.errors import (AgentDefinitionError, AgentTypeError, ExecutionNotFoundError,
                                      ServerUnavailableError)
@@ -28,6 +36,9 @@ class RetentionServer(FakeChainServer):
         self.subs = {}  # execution id -> [sub-run ids]
         self.removed = []  # (execution id, archive) in order
         self.fail_full_removal = None  # an exception the archive=False call raises
+        self.full_attempts = 0  # archive=False calls
+        self.poll_times = {}  # (task type, domain) -> epoch ms of the last mark
+        self.fail_poll_data = None  # an exception reading the poll data raises
         self.sub_gone = set()
         self.ended = {}  # execution id -> endTime (epoch ms) the server reports once the run ended
 
@@ -46,8 +57,23 @@ class RetentionServer(FakeChainServer):
             status["endTime"] = self.ended.get(execution_id)
         return status
 
+    def poll_data_sample(self, task_type):
+        """The poll data with each row's time of its last poll (``poll_times``, epoch ms), and no ``Date`` header."""
+        if self.fail_poll_data is not None:
+            raise self.fail_poll_data
+        rows = self.poll_data(task_type)
+        for row in rows:
+            row["lastPollTime"] = self.poll_times.get((task_type, row["domain"]), 1)
+        return rows, None
+
+    def mark_presence(self, task_type, worker_id, domain):
+        super().mark_presence(task_type, worker_id, domain)
+        self.poll_times[(task_type, domain)] = time.time() * 1000
+
     def remove_workflow(self, execution_id, *, archive, timeout=15.0):
         self.calls.append(("remove", execution_id))
+        if not archive:
+            self.full_attempts += 1
         if not archive and self.fail_full_removal is not None:
             raise self.fail_full_removal
         if execution_id in self.runs:
@@ -173,6 +199,37 @@ def test_a_server_that_cannot_remove_in_full_gets_archived_removals_and_one_warn
     full = [i for kind, i in server.calls if kind == "remove"]
     assert len(full) == 6  # one full attempt, then five archived removals
     assert len([r for r in caplog.records if "taskIndexingEnabled=false" in r.getMessage()]) == 1
+
+
+def test_a_failed_full_removal_is_recorded_on_the_server_and_a_new_process_archives_from_its_first_removal(caplog):
+    """Under gunicorn recycling each new worker paid the 30 s stall again: the failure is now recorded in the server's
+    poll data, which the next process reads once, before its first removal."""
+    server = RetentionServer()
+    directory, chain = chain_of(server, 12)
+    server.fail_full_removal = ServerUnavailableError("read timed out")
+    sweep(server, directory, chain, 7, 1, Remover(server))
+    assert server.full_attempts == 1 and (FULL_REMOVAL_FAILED, "retention") in server.poll_rows
+    with caplog.at_level(logging.INFO, logger="conductor_agents.continuation"):
+        later = Remover(server)  # another process
+        assert sweep(server, directory, chain, 11, 1, later).retired == 4
+    assert server.full_attempts == 1 and later.archive and all(archive for _, archive in server.removed)
+    assert [c for c in server.calls if c == ("polldata", FULL_REMOVAL_FAILED)] == [("polldata", FULL_REMOVAL_FAILED)] * 2
+    assert len([r for r in caplog.records if "a full removal failed on this server" in r.getMessage()]) == 1
+
+
+def test_a_record_older_than_it_holds_or_unreadable_lets_a_process_try_a_full_removal_again():
+    server = RetentionServer()
+    directory, chain = chain_of(server, 8)
+    server.mark_presence(FULL_REMOVAL_FAILED, "full removal failed", "retention")
+    server.poll_times[(FULL_REMOVAL_FAILED, "retention")] = (time.time() - FAILURE_HOLDS_SECONDS - 60) * 1000
+    remover = Remover(server)
+    assert sweep(server, directory, chain, 4, 1, remover).retired == 2
+    assert server.full_attempts == 2 and not remover.archive
+    server.poll_times[(FULL_REMOVAL_FAILED, "retention")] = time.time() * 1000
+    server.fail_poll_data = ServerUnavailableError("read timed out")
+    remover = Remover(server)
+    assert sweep(server, directory, chain, 7, 1, remover).retired == 3
+    assert server.full_attempts == 5 and not remover.archive
 
 
 def test_the_retirer_sweeps_in_the_background_and_closes():
