@@ -373,9 +373,8 @@ class AgentHandle:
         """Push a message into the run's queue (a listener's current run); return the message id.
 
         A mapping is sent as is, a string as ``{"message": s}``, any other JSON value as ``{"message": value}``.
-        To a listener with a mailbox it returns once the mailbox is sure to take the message now: at once as a rule,
-        about a second later when the mailbox's last round has just ended, and on a loaded or failing server after
-        up to 15 s (the message is accepted either way; past that the serving process's next look takes it).
+        To a listener's mailbox: returns once it is sure to take the message now (at once as a rule, a second after a
+        round that just ended, up to 15 s on a loaded or failing server; past that the next look takes it).
 
         Raises:
             PayloadError: (a TypeError) not JSON-serialisable; nothing is sent. ExecutionNotFoundError: unknown
