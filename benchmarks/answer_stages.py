@@ -27,12 +27,10 @@ from __future__ import annotations
 
 import argparse
 import collections
-import contextlib
 import importlib
 import os
 import re
 import shutil
-import sqlite3
 import sys
 import tempfile
 import threading
@@ -49,7 +47,6 @@ import _jvm  # noqa: E402
 import _procs  # noqa: E402
 from conductor_agents import Agent, AgentRuntime, Continuation, WaitForMessageTool, tool  # noqa: E402
 from conductor_agents._common.task_names import TURN_TASK, is_message_wait  # noqa: E402
-from conductor_agents.local_server._queue_index import INDEX_NAME  # noqa: E402
 from conductor_agents.testing import LocalStack, ToolCall, listener_policy  # noqa: E402
 
 STAGES = ("message check", "join + state", "turn pickup", "turn done", "turn → LLM", "LLM queue", "LLM call",
@@ -114,8 +111,6 @@ def parse_args(argv: List[str]) -> argparse.Namespace:
     p.add_argument("--tally", action="store_true",
                    help="count the SDK's requests by path over the idle measure (or the profile) and print the rates")
     p.add_argument("--property", action="append", default=[], metavar="KEY=VALUE", help="a server property")
-    p.add_argument("--no-queue-index", action="store_true",
-                   help="drop the index LocalServer adds to the SQLite queue (its polls scan the table, as on a stock server)")
     p.add_argument("--no-mailbox", action="store_true", help="listeners without a mailbox (Continuation(mailbox=False))")
     p.add_argument("--listener-wait", choices=("human", "pull"), default=None,
                    help="what the listeners wait in (AgentSettings.listener_wait; default: the SDK's)")
@@ -192,11 +187,6 @@ def main(argv: List[str]) -> int:
                 settings = attrs.evolve(settings, listener_wait=args.listener_wait)
             if args.mailbox_check_max is not None:
                 settings = attrs.evolve(settings, mailbox_check_max_seconds=args.mailbox_check_max)
-            if args.no_queue_index:
-                with contextlib.closing(sqlite3.connect(stack.server.data_dir / "conductor.db", timeout=15)) as db:
-                    db.execute(f"DROP INDEX IF EXISTS {INDEX_NAME}")
-                    db.commit()
-                print(f"dropped the index {INDEX_NAME}: the queue's polls scan their table", flush=True)
             server_pids = _procs.tree(stack.server.pid)
             time.sleep(args.baseline)  # the JVM's warm-up after the start is not the empty server's cost
             cpu_before, base_began = _procs.cpu_seconds(server_pids), time.monotonic()

@@ -25,7 +25,6 @@ from ._exit_registry import unregister as _unregister
 from ._jar import PathLike, resolve_server_jar
 from ._java import JavaRuntime, find_java, probe_java
 from ._node_options import NodeOptions
-from ._queue_index import add_queue_index
 from ._redis import RedisServer
 from ._server_process import LOG_TAIL_LINES, ExitedDuringStartupError, spawn, wait_healthy
 
@@ -383,8 +382,6 @@ class LocalServer:
             raise
         if launch.archive is not None and _boot_archive.rejected_archive(_logs.read_from(log_path, offset)):
             _boot_archive.discard(launch)  # the server runs (without it); the next start makes a new one
-        if self._backend == "sqlite" and "spring.datasource.url" not in self._options.properties:
-            add_queue_index(data_dir / "conductor.db")  # its queue polls no longer scan the whole table
         _log.info(
             "Conductor server up at %s (pid %d) in %.1f s%s",
             self.url,

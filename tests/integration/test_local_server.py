@@ -8,11 +8,9 @@ that answers ``/health``, so they cost well under a second each.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import signal
 import socket
-import sqlite3
 import stat
 import subprocess
 import sys
@@ -26,7 +24,6 @@ import requests
 
 from conductor_agents.errors import ConfigurationError, LocalServerError
 from conductor_agents.local_server import LocalServer, _proc
-from conductor_agents.local_server._queue_index import INDEX_NAME
 from tests.helpers import eventually
 
 pytestmark = pytest.mark.integration
@@ -120,17 +117,6 @@ class TestRealServer:
         assert "SystemTaskWorker initialized with 16 threads" in log
         pollers = [line for line in log.splitlines() if "Starting poller" in line and "PULL_WORKFLOW_MESSAGES" in line]
         assert pollers and all("permits: 16" in line for line in pollers), pollers[:2]
-
-    def test_the_queue_has_the_index_its_pop_needs(self, server: LocalServer) -> None:
-        """The server's pop (``SqliteQueueDAO.popMessages``, 3.32.3) looks its messages up by id instead of scanning
-        the whole queue table at every poll of every system task's queue (each waiting listener keeps a row there)."""
-        pop = ("UPDATE queue_message SET popped = true WHERE message_id IN (SELECT message_id FROM queue_message "
-               "WHERE queue_name = ? AND popped = false AND deliver_on <= strftime('%Y-%m-%d %H:%M:%f', 'now') "
-               "ORDER BY priority DESC, deliver_on, created_on LIMIT ?) RETURNING message_id, priority, payload")
-        uri = f"file:{server.data_dir / 'conductor.db'}?mode=ro"
-        with contextlib.closing(sqlite3.connect(uri, uri=True, timeout=15)) as db:
-            plan = [row[-1] for row in db.execute("EXPLAIN QUERY PLAN " + pop, ("JOIN", 10))]
-        assert plan[0] == f"SEARCH queue_message USING COVERING INDEX {INDEX_NAME} (message_id=?)", plan
 
     def test_start_twice_raises(self, server: LocalServer) -> None:
         """A second start() is refused."""
