@@ -61,9 +61,11 @@ def send_until_the_child_crashes(child: Child, sender: AgentRuntime, execution_i
                    timeout=30, interval=0.05, message="the message acted on, or the crash")
 
 
-def turn_limit(base: str, execution_id: str) -> int:
-    """The most turns run ``execution_id`` may take, from its compiled loop on the server."""
+def turn_limit(base: str, execution_id: str) -> "int | None":
+    """The most turns run ``execution_id`` may take, from its compiled loop on the server; None once it is retired."""
     flow = requests.get(f"{base}/workflow/{execution_id}", params={"includeTasks": "false"}, timeout=10)
+    if flow.status_code == 404:
+        return None  # retired (retention)
     flow.raise_for_status()
     (limit,) = set(re.findall(r"_loop\['iteration'\] < (\d+)", flow.text))
     return int(limit)
@@ -168,15 +170,25 @@ def test_a_crash_mid_switch_under_serve_leaves_one_live_run_adopted_with_its_ide
         counts = collections.Counter(a["action"] for a in read_actions(log))
         assert sorted(counts) == sorted(sent) and set(counts.values()) == {1}, counts
         assert {a["pid"] for a in read_actions(log) if a["tag"] == "after"} == {os.getpid()}
-        # One live run once any switch under way is done (a switch runs both links for a moment).
-        links = eventually(lambda: (lambda ls: ls if [s for _, s, _ in ls].count("RUNNING") == 1 else None)(
-            chain_state(base, adopter, execution_id)), timeout=30, interval=0.2, message="one live run")
-        limits = [turn_limit(base, link) for link, _, _ in links]
+        # One live run once any switch under way is done (a switch runs both links for a moment), read with each
+        # link's turn limit and the first link held, all in one view: retention retires ended links in the
+        # background after each commit, so a link listed can be gone when its limit is read (seen in a full run).
+        def settled():
+            listed = chain_state(base, adopter, execution_id)
+            if [s for _, s, _ in listed].count("RUNNING") != 1:
+                return None
+            limits = [turn_limit(base, link) for link, _, _ in listed]
+            chain = ChainDirectory(adopter._api).chain(execution_id)
+            first = chain.link(chain.first).execution_id
+            if None in limits or chain_state(base, adopter, execution_id) != listed:
+                return None  # retention moved meanwhile: read again
+            return listed, limits, first
+
+        links, limits, first = eventually(settled, timeout=30, interval=0.2, message="one live run")
         print(f"\nadopted {took:.1f}s after the crash; links' turn limits {limits}")
         # The budget is the listener's: each link may take what the ones before it left (10,000 in all). Retention
         # may have removed the first links by now (it keeps the newest ended ones): only link 0 has it all.
-        chain = ChainDirectory(adopter._api).chain(execution_id)
-        first_held = links[0][0] == chain.link(chain.first).execution_id
+        first_held = links[0][0] == first
         assert (limits[0] == 10_000) == first_held and limits[0] <= 10_000, (limits, first_held)
         assert all(a > b for a, b in zip(limits, limits[1:])), limits
         status = handle.status()  # (retention may have removed the oldest ended links: runs counts them all)
