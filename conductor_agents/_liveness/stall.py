@@ -22,7 +22,7 @@ import attrs
 
 from ..errors import WorkerStallError
 
-__all__ = ["Stall", "find_stall", "run_words", "server_time_from_date", "stall_error"]
+__all__ = ["Stall", "find_stall", "poll_age", "run_words", "server_time_from_date", "stall_error"]
 
 _WAITING = frozenset({"SCHEDULED", "IN_PROGRESS"})
 
@@ -48,6 +48,17 @@ def server_time_from_date(value: str | None) -> float | None:
     if parsed.tzinfo is None:  # every HTTP date format is GMT (RFC 7231), even asctime's
         parsed = parsed.replace(tzinfo=timezone.utc)
     return parsed.timestamp() + 0.5
+
+
+def poll_age(row: Mapping[str, Any], date: str | None, fallback_now: float) -> float | None:
+    """How long ago (seconds) the poll-data ``row`` was last polled, on the server's clock: its ``Date`` header
+    ``date`` against the row's ``lastPollTime`` (``fallback_now``, this machine's clock, without a usable header);
+    None for a row with no poll."""
+    at = row.get("lastPollTime")
+    if not at:
+        return None
+    now = server_time_from_date(date)
+    return max(0.0, (fallback_now if now is None else now) - float(at) / 1000.0)
 
 
 def find_stall(

@@ -28,7 +28,7 @@ from collections.abc import Iterable
 import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
-from .._liveness.stall import server_time_from_date
+from .._liveness.stall import poll_age
 from .._wire.api import ConductorApi
 from .._worker import poller as _poller
 
@@ -170,12 +170,10 @@ def domain_polls(api: ConductorApi, task_types: Iterable[str], domain: str, *,
     polls: list[LivePoller] = []
     for task_type in task_types:
         rows, date = api.poll_data_sample(task_type)
-        now = server_time_from_date(date)
-        if now is None:  # no usable Date header: fall back to this machine's clock
-            now = clock.time()
+        here_now = clock.time()
         for row in rows:
-            if row.get("domain") != domain or not row.get("lastPollTime"):
+            age = poll_age(row, date, here_now)
+            if row.get("domain") != domain or age is None:
                 continue
-            age = max(0.0, now - float(row["lastPollTime"]) / 1000.0)
             polls.append(LivePoller(worker_id=str(row.get("workerId") or ""), task_type=task_type, seconds_ago=age))
     return polls

@@ -31,7 +31,7 @@ import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
-from .._liveness.stall import server_time_from_date
+from .._liveness.stall import poll_age
 from .._wire.api import ConductorApi
 from ..errors import ServerError
 from .live_workers import worker_is_dead_here
@@ -218,13 +218,12 @@ class Presence:
         gone: set[str] = set()
         for h in (hour - 1, hour, hour + 1):
             rows, date = self._api.poll_data_sample(presence_task_type(agent_name, h))
-            now = server_time_from_date(date)
-            now = self._clock.time() if now is None else now
+            here_now = self._clock.time()
             for row in rows:
                 worker = str(row.get("workerId") or "")
-                if not worker or not row.get("lastPollTime"):
+                age = poll_age(row, date, here_now)
+                if not worker or age is None:
                     continue
-                age = max(0.0, now - float(row["lastPollTime"]) / 1000.0)
                 if worker.endswith(GONE_MARK):
                     gone.add(worker[: -len(GONE_MARK)])
                     continue
