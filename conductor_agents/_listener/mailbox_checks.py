@@ -11,8 +11,7 @@ does not. So the process that serves a listener has the server decide its mailbo
   again as soon as its last message was acted on, or right after the start, lands in such a window;
 - ``every`` seconds (``AgentSettings.mailbox_check_seconds``, 30 by default) after its last round or first check,
   then at gaps that double while the mailbox stays idle, up to ``most`` (``AgentSettings.mailbox_check_max_seconds``,
-  480 by default): the bound on how long any such push can wait. Each check
-  of an idle mailbox is itself a round,
+  480 by default): the bound on how long any such push can wait. Each check of an idle mailbox is itself a round,
   which leaves a young rest behind it, so checks at a fixed period cost the server a round per period per idle
   listener for ever (1,000 idle listeners checked every 30 s: 29 % of a core of a SQLite node, 0.38x with the
   gaps doubling, measured in their 6th-12th minute of idleness); a

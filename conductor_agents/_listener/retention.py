@@ -45,7 +45,7 @@ import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
-from .._liveness.stall import poll_age
+from .._liveness.stall import poll_age, server_now
 from .._liveness.tree import all_sub_runs
 from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
@@ -129,9 +129,9 @@ class Remover:
         except ConductorAgentsError as err:  # not known: the full removal is tried, and its failure said
             log.debug("the record of failed full removals could not be read (%s)", err)
             return
-        here_now = self._clock.time()
+        now = server_now(date, self._clock.time())
         ages = [age for row in rows if row.get("domain") == _RECORD_DOMAIN
-                and (age := poll_age(row, date, here_now)) is not None]
+                and (age := poll_age(row, now)) is not None]
         if ages and min(ages) < FAILURE_HOLDS_SECONDS:
             with self._lock:
                 self.archive = True

@@ -22,7 +22,8 @@ import attrs
 
 from ..errors import WorkerStallError
 
-__all__ = ["Stall", "find_stall", "poll_age", "run_words", "server_time_from_date", "stall_error"]
+__all__ = ["Stall", "find_stall", "poll_age", "run_words", "server_now", "server_time_from_date",
+           "stall_error"]
 
 _WAITING = frozenset({"SCHEDULED", "IN_PROGRESS"})
 
@@ -50,15 +51,17 @@ def server_time_from_date(value: str | None) -> float | None:
     return parsed.timestamp() + 0.5
 
 
-def poll_age(row: Mapping[str, Any], date: str | None, fallback_now: float) -> float | None:
-    """How long ago (seconds) the poll-data ``row`` was last polled, on the server's clock: its ``Date`` header
-    ``date`` against the row's ``lastPollTime`` (``fallback_now``, this machine's clock, without a usable header);
+def server_now(date: str | None, fallback: float) -> float:
+    """The server's clock from its ``Date`` header ``date``, else ``fallback`` (this machine's clock)."""
+    now = server_time_from_date(date)
+    return fallback if now is None else now
+
+
+def poll_age(row: Mapping[str, Any], now: float) -> float | None:
+    """How long before ``now`` (the server's clock: :func:`server_now`) the poll-data ``row`` was last polled;
     None for a row with no poll."""
     at = row.get("lastPollTime")
-    if not at:
-        return None
-    now = server_time_from_date(date)
-    return max(0.0, (fallback_now if now is None else now) - float(at) / 1000.0)
+    return max(0.0, now - float(at) / 1000.0) if at else None
 
 
 def find_stall(

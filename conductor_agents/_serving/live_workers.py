@@ -28,7 +28,7 @@ from collections.abc import Iterable
 import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
-from .._liveness.stall import poll_age
+from .._liveness.stall import poll_age, server_now
 from .._wire.api import ConductorApi
 from .._worker import poller as _poller
 
@@ -170,9 +170,9 @@ def domain_polls(api: ConductorApi, task_types: Iterable[str], domain: str, *,
     polls: list[LivePoller] = []
     for task_type in task_types:
         rows, date = api.poll_data_sample(task_type)
-        here_now = clock.time()
+        now = server_now(date, clock.time())
         for row in rows:
-            age = poll_age(row, date, here_now)
+            age = poll_age(row, now)
             if row.get("domain") != domain or age is None:
                 continue
             polls.append(LivePoller(worker_id=str(row.get("workerId") or ""), task_type=task_type, seconds_ago=age))

@@ -31,7 +31,7 @@ import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
-from .._liveness.stall import poll_age
+from .._liveness.stall import poll_age, server_now
 from .._wire.api import ConductorApi
 from ..errors import ServerError
 from .live_workers import worker_is_dead_here
@@ -218,10 +218,10 @@ class Presence:
         gone: set[str] = set()
         for h in (hour - 1, hour, hour + 1):
             rows, date = self._api.poll_data_sample(presence_task_type(agent_name, h))
-            here_now = self._clock.time()
+            now = server_now(date, self._clock.time())
             for row in rows:
                 worker = str(row.get("workerId") or "")
-                age = poll_age(row, date, here_now)
+                age = poll_age(row, now)
                 if not worker or age is None:
                     continue
                 if worker.endswith(GONE_MARK):
