@@ -28,7 +28,9 @@ When (:class:`Nudges`, called by the watchdog at a run's samples; only runs this
 - after this process posted the result of one of the run's tools and no task of the run's own machinery
   (the turn callback and the like, which come after the ``JOIN``) followed within
   :data:`JOIN_CHECK_SECONDS`: one read of the run's waiting tasks; each ``JOIN`` in progress none of
-  whose branches waits is nudged;
+  whose branches waits is nudged. A look that nudged is followed by another, twice as late each time,
+  at most :data:`JOIN_LOOKS` in all: a nudge is not always enough (seen once on the local cluster after a
+  node's SIGKILL: the ``JOIN`` nudged, its message due, and still not evaluated 128 s later);
 - a task of the run's domain ``SCHEDULED`` and never polled for :data:`UNPOLLED_SECONDS` (the sample
   read it anyway): nudged once.
 
@@ -46,7 +48,8 @@ from .._common.clock import SYSTEM_CLOCK, Clock
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError
 
-__all__ = ["JOIN_CHECK_SECONDS", "UNPOLLED_SECONDS", "Nudges", "nudge_result", "stuck_joins", "unpolled_tasks"]
+__all__ = ["JOIN_CHECK_SECONDS", "JOIN_LOOKS", "UNPOLLED_SECONDS", "Nudges", "nudge_result", "stuck_joins",
+           "unpolled_tasks"]
 
 log = logging.getLogger("conductor_agents.liveness")
 
@@ -54,6 +57,9 @@ log = logging.getLogger("conductor_agents.liveness")
 #: a waiting ``JOIN`` at least every 30 s (its ``systemTaskWorkerCallbackDuration``), so a healthy one
 #: has ended by then.
 JOIN_CHECK_SECONDS = 45.0
+#: How many looks at a run's joins one tool result may lead to (the first and those after a nudge: 45 s, then
+#: 90, 180 and 360 s later: about 11 minutes in all).
+JOIN_LOOKS = 4
 #: How long a task of a served domain may wait unpolled (server clock) before its message is made due
 #: again. A polling process takes a task within a second; a full tool pool makes tasks wait longer, and
 #: the nudge then changes nothing.
@@ -112,7 +118,7 @@ class Nudges:
         self._api = api
         self._clock = clock
         self._lock = threading.Lock()
-        self._joins_due: dict[str, float] = {}  # run id -> monotonic time of the look at its joins
+        self._joins_due: dict[str, tuple[float, int]] = {}  # run id -> (monotonic time of its next look, looks made)
         self._nudged: dict[str, set[str]] = {}  # run id -> ids of its unpolled tasks nudged
 
     def note_result(self, execution_id: str, *, tool: bool) -> None:
@@ -121,27 +127,34 @@ class Nudges:
         its join) calls that look off."""
         with self._lock:
             if tool:
-                self._joins_due[execution_id] = self._clock.monotonic() + JOIN_CHECK_SECONDS
+                self._joins_due[execution_id] = (self._clock.monotonic() + JOIN_CHECK_SECONDS, 0)
             else:
                 self._joins_due.pop(execution_id, None)
 
     def check_joins(self, execution_id: str) -> None:
         """When the run's look is due: one read of its waiting tasks, and each :func:`stuck_joins` one
-        nudged; tried again at the next call if the server did not answer."""
+        nudged, then looked at again later (see the module's docstring); tried again at the next call if the
+        server did not answer."""
         now = self._clock.monotonic()
         with self._lock:
-            if self._joins_due.get(execution_id, now + 1.0) > now:
+            due, looks = self._joins_due.get(execution_id, (now + 1.0, 0))
+            if due > now:
                 return
             del self._joins_due[execution_id]
         try:
             page = self._api.workflow_tasks(execution_id, statuses=("SCHEDULED", "IN_PROGRESS"), count=100)
-            for join in stuck_joins(page.tasks):
+            stuck = stuck_joins(page.tasks)
+            for join in stuck:
                 self._nudge(join, "left unevaluated though its branches ended")
         except ConductorAgentsError as err:
             log.info("looking at the joins of run %s failed (%s); trying again at its next sample",
                      execution_id, err)
             with self._lock:
-                self._joins_due.setdefault(execution_id, now)
+                self._joins_due.setdefault(execution_id, (now, looks))
+            return
+        if stuck and looks + 1 < JOIN_LOOKS:
+            with self._lock:  # unless a newer result of the run asked for a look of its own meanwhile
+                self._joins_due.setdefault(execution_id, (now + JOIN_CHECK_SECONDS * 2 ** (looks + 1), looks + 1))
 
     def check_unpolled(self, execution_id: str, tasks: Iterable[Mapping[str, Any]], *, domain: str,
                        server_now: float | None) -> None:

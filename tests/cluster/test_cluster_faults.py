@@ -10,9 +10,12 @@ Also: a message sent through either node's own URL reaches the run.
 from __future__ import annotations
 
 import logging
+import os
 import socket
+import subprocess
 import threading
 import time
+from pathlib import Path
 from typing import List
 
 import pytest
@@ -70,13 +73,50 @@ def start_holding_listener(runtime, scripted_llm, unique_name, tools: GatedTools
     return model, handle
 
 
-def explain_run(handle, tools: GatedTools, base_url: str) -> str:
+def explain_run(handle, tools: GatedTools, base_url: str, cluster=None) -> str:
     """The actions, then the listener's current run and its mailbox (the id the handle holds), as the server has
-    them: a timed-out wait's state."""
+    them: a timed-out wait's state; with ``cluster``, what each running node's system-task threads do."""
     current = handle.current_execution_id
     runs = [current] if current == handle.execution_id else [current, handle.execution_id]
     return "\n".join([f"actions: {tools.snapshot()}", *(run_tasks_summary(base_url, run) for run in runs),
-                      *waiting_queues(base_url, current)])
+                      *waiting_queues(base_url, current), *(node_threads(cluster) if cluster is not None else ())])
+
+
+#: The frames a system-task thread waits in when it has nothing to do (a poller's pop or sleep, a sweeper's sleep).
+_IDLE_FRAMES = ("QueueMonitor.pop(", "sleepUninterruptibly", "sleepWhenIdle")
+
+
+def node_threads(cluster) -> "list[str]":
+    """For each running node: its threads dumped (``jcmd Thread.print``, the JDK the node runs on) into a file
+    beside its log, and the system-task threads that are not idle (name, state, top frames). Written after a
+    JOIN stayed unevaluated on the surviving node although it was made due (CI stop 52)."""
+    lines = []
+    for index, node in enumerate(cluster.nodes):
+        pid, log = node.pid, node.log_path
+        if pid is None or log is None:
+            continue
+        try:
+            jcmd = Path(os.readlink(f"/proc/{pid}/exe")).with_name("jcmd")
+            dump = subprocess.run([str(jcmd), str(pid), "Thread.print"], capture_output=True, text=True,
+                                  timeout=30, check=False).stdout
+        except (OSError, subprocess.SubprocessError) as err:
+            lines.append(f"  node {index}: no thread dump ({err!r})")
+            continue
+        path = log.with_name(f"threads-{int(time.time())}.txt")
+        path.write_text(dump)
+        lines.append(f"  node {index} threads (all in {path}):")
+        for block in dump.split("\n\n"):
+            rows = [row.strip() for row in block.strip().splitlines()]
+            if not rows or not any(word in rows[0] for word in ("system-task", "queue-monitor", "sweeper")):
+                continue
+            state = next((row.split(":", 1)[1].strip() for row in rows if row.startswith("java.lang.Thread.State")),
+                         "?")
+            ours = [row[3:] for row in rows[1:8]
+                    if row.startswith("at ") and not row.startswith(("at java.", "at jdk."))]
+            idle = not ours or any(mark in ours[0] for mark in _IDLE_FRAMES)
+            if not idle or "JOIN" in rows[0]:
+                lines.append(f"    {rows[0].split(' #')[0]} {state}: {' < '.join(ours[:3]) or '(idle)'}")
+    return lines
 
 
 def waiting_queues(base_url: str, run_id: str) -> "list[str]":
@@ -149,7 +189,7 @@ def test_sigkill_of_a_node_with_a_tool_in_flight_loses_and_repeats_nothing(condu
             after = [f"after{i}" for i in range(3)]
             eventually(lambda: len(tools.snapshot()) >= 1 + len(queued), timeout=180, interval=0.1,
                        message="the queued messages acted on after the kill",
-                       explain=lambda: explain_run(handle, tools, conductor_cluster.node_urls[1]))
+                       explain=lambda: explain_run(handle, tools, conductor_cluster.node_urls[1], conductor_cluster))
             for action in after:
                 handle.send_message({"action": action})
             finish(handle, tools, ["hold", *queued, *after], scripted_llm, model,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from conductor_agents._liveness.nudges import JOIN_CHECK_SECONDS, UNPOLLED_SECONDS, nudge_result, stuck_joins, unpolled_tasks
+from conductor_agents._liveness.nudges import (JOIN_CHECK_SECONDS, JOIN_LOOKS, UNPOLLED_SECONDS, nudge_result, stuck_joins,
+                                               unpolled_tasks)
 from conductor_agents._liveness.watchdog import RunWatchdog
 from conductor_agents.errors import ServerUnavailableError
 from tests.unit.fakes import FakeClock
@@ -61,7 +62,7 @@ def advance(dog, clock, seconds):
         dog.run_due()
 
 
-def test_after_a_tools_result_with_nothing_after_it_a_stuck_join_is_nudged_once(watchdog):
+def test_after_a_tools_result_with_nothing_after_it_a_stuck_join_is_nudged(watchdog):
     dog, api, clock = watchdog
     api.answer(RUN, running(join(), branch("loop", task_type="DO_WHILE")))
     dog.note_result(RUN, tool=True)
@@ -69,8 +70,31 @@ def test_after_a_tools_result_with_nothing_after_it_a_stuck_join_is_nudged_once(
     assert api.count("page", RUN) == 0  # not before its time
     advance(dog, clock, 2 * INTERVAL)
     assert [u["taskId"] for u in api.updates] == ["id-agent_fork_join__2"]
-    advance(dog, clock, 10 * INTERVAL)
-    assert api.count("page", RUN) == 1 and len(api.updates) == 1  # one look per result
+    advance(dog, clock, 2 * JOIN_CHECK_SECONDS - 2 * INTERVAL)
+    assert api.count("page", RUN) == 1 and len(api.updates) == 1  # the next look comes twice as late
+
+
+def test_a_join_still_stuck_after_its_nudge_is_looked_at_and_nudged_again_twice_as_late_a_bounded_number_of_times(
+        watchdog):
+    dog, api, clock = watchdog
+    api.answer(RUN, running(join()))
+    dog.note_result(RUN, tool=True)
+    advance(dog, clock, JOIN_CHECK_SECONDS + INTERVAL)
+    assert len(api.updates) == 1
+    advance(dog, clock, 2 * JOIN_CHECK_SECONDS - 2 * INTERVAL)
+    assert len(api.updates) == 1  # not before its time
+    advance(dog, clock, 2 * INTERVAL)
+    assert len(api.updates) == 2
+    advance(dog, clock, 100 * JOIN_CHECK_SECONDS)
+    assert len(api.updates) == api.count("page", RUN) == JOIN_LOOKS
+
+
+def test_a_join_evaluated_after_its_nudge_ends_the_looks(watchdog):
+    dog, api, clock = watchdog
+    api._next = lambda run: running(join()) if not api.updates else running(branch("loop", task_type="DO_WHILE"))
+    dog.note_result(RUN, tool=True)
+    advance(dog, clock, 100 * JOIN_CHECK_SECONDS)
+    assert len(api.updates) == 1 and api.count("page", RUN) == 2
 
 
 def test_a_task_of_the_run_after_the_tools_result_calls_the_look_off(watchdog):
