@@ -12,8 +12,10 @@ order. On a Redis-backed server (``LocalServer(backend="redis")``, its own redis
 append-only file, kept across the restart) the same two messages are delivered, whatever the
 listener waits in. Either way the run goes on: a message sent afterwards is delivered and acted on.
 
-Each case restarts a server of its own backend, not the session's (that would disturb every other
-test); the restart tests share them (``restartable_servers`` in tests/conftest.py).
+Each backend's server is restarted once, not the session's (that would disturb every other test); the restart
+tests share them (``restartable_servers`` in tests/conftest.py). On SQLite both kinds of listener meet the same
+restart, and on Redis a plain run completed before it is read back after it (what LocalServer(backend="redis")
+promises).
 """
 
 from __future__ import annotations
@@ -28,24 +30,11 @@ from conductor_agents._common.task_names import FORWARD_TASK
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener, sdk_threads
+from ..integration.test_local_server import COLD_SERVER_TIMEOUT, WORKFLOW, process_exists
 from ..integration.test_message_delivery import HeldTools, act_on
 from .support import quiescent, run_summary, server_get, waits_on_human_task
 
 pytestmark = pytest.mark.reliability
-
-
-@pytest.fixture(params=[("sqlite", "pull"), ("sqlite", "human"), ("redis", None)],
-                ids=["sqlite-pull", "sqlite-human", "redis"])
-def restarting_server(request, restartable_servers):
-    """``(backend, what listeners wait in (None: the default), the server)``. SQLite loses its queue in a restart,
-    so what the listener waits in decides what happens to the messages: each kind has its case; on Redis nothing is
-    lost either way.
-
-    SQLite is the default backend. The servers are shared with the other restart tests (each JVM start costs
-    20-50 s here); their budgets are generous: six servers share two cores on the machine these tests run on
-    (start-ups of 390 s and the server's own 4 s limit on its agent-loop scripts were both seen to run out)."""
-    backend, wait = request.param
-    return backend, wait, restartable_servers.get(backend)
 
 
 _TERMINAL = {"COMPLETED", "FAILED", "FAILED_WITH_TERMINAL_ERROR", "CANCELED", "TIMED_OUT", "SKIPPED"}
@@ -73,46 +62,53 @@ def queue_two(base: str, handle) -> list[str]:
     return ids
 
 
-def test_messages_queued_across_a_restart(restarting_server, scripted_llm, unique_name):
-    backend, wait, server = restarting_server
-    base = server.url
-    tools = HeldTools()
-    before = sdk_threads()
-    model = scripted_llm.script(policy=listener_policy(act_on))
-    # A fresh server compiles its first agent slowly on a loaded machine (read timeouts of 30 s and
-    # of 120 s were seen on POST /agent/start).
-    settings = AgentSettings.from_env(environ={}, server_url=base, http_timeout_seconds=300,
-                                      **({"listener_wait": wait} if wait else {}))
-    with AgentRuntime(settings) as runtime:
-        handle = runtime.start(listener(unique_name(f"restart-{backend}"), model, tools), "Start listening.")
-        handle.send_message({"action": "hold"})
-        assert tools.holding.wait(240), "the held tool never started"  # three LLM turns on a fresh server
+class Case:
+    """One listener of the restart: started, its tool held, two messages queued; after the restart, what became of
+    them and of the run. ``wait``: what the listener waits in (None: the default)."""
+
+    def __init__(self, server, scripted_llm, unique_name, backend: str, wait: "str | None") -> None:
+        self.base, self.backend = server.url, backend
+        self.tools = HeldTools()
+        self.model = scripted_llm.script(policy=listener_policy(act_on))
+        # A fresh server compiles its first agent slowly on a loaded machine (read timeouts of 30 s and
+        # of 120 s were seen on POST /agent/start).
+        self.settings = AgentSettings.from_env(environ={}, server_url=self.base, http_timeout_seconds=300,
+                                               **({"listener_wait": wait} if wait else {}))
+        self.runtime = AgentRuntime(self.settings)
+        self.handle = self.runtime.start(listener(unique_name(f"restart-{backend}-{wait or 'default'}"), self.model,
+                                                  self.tools), "Start listening.")
+        self.handle.send_message({"action": "hold"})
+        self.queued: "list[str]" = []
+        self.durable = False
+
+    def queue_two(self) -> None:
+        """Once the tool holds: two messages sent, each as what the listener waits in decides it matters."""
+        base, handle = self.base, self.handle
+        assert self.tools.holding.wait(240), "the held tool never started"  # three LLM turns on a fresh server
         human = waits_on_human_task(base, handle.execution_id)
-        assert human is (settings.listener_wait == "human")
+        assert human is (self.settings.listener_wait == "human")
         # What the listener waits in decides what a SQLite server's restart does to messages sent now.
-        durable = backend == "redis" or human
-        if backend == "sqlite" and human:
-            queued = queue_two(base, handle)
-            eventually(lambda: forward_holds(base, handle.execution_id, queued), timeout=60, interval=0.1,
+        self.durable = self.backend == "redis" or human
+        if self.backend == "sqlite" and human:
+            self.queued = queue_two(base, handle)
+            eventually(lambda: forward_holds(base, handle.execution_id, self.queued), timeout=60, interval=0.1,
                        message="both messages taken by the mailbox, its forward waiting for the busy listener")
         else:
-            queued = [handle.send_message({"action": f"queued-{n}"}) for n in (1, 2)]
-        assert all(queued)
+            self.queued = [handle.send_message({"action": f"queued-{n}"}) for n in (1, 2)]
+        assert all(self.queued)
 
-        restarted_at = time.monotonic()
-        server.restart()  # same data dir and port
-        print(f"\n{backend} server restarted in {time.monotonic() - restarted_at:.1f}s")
-        tools.gate.set()
-
+    def check(self) -> None:
+        """After the restart: the queued messages delivered (or reported lost), then the run goes on."""
+        base, handle, tools = self.base, self.handle, self.tools
         # The run comes back to waiting for messages (the server re-evaluates the join after the
         # tool only when the old process's system-task lease times out: 30-60 s seen).
-        if durable:
-            deliveries = [handle.wait_delivered(message_id, timeout=240) for message_id in queued]
-            assert [d.message_id for d in deliveries] == queued
+        if self.durable:
+            deliveries = [handle.wait_delivered(message_id, timeout=240) for message_id in self.queued]
+            assert [d.message_id for d in deliveries] == self.queued
             eventually(lambda: tools.actions == ["hold", "queued-1", "queued-2"], timeout=60,
                        message="the queued messages acted on")
         else:
-            for message_id in queued:
+            for message_id in self.queued:
                 with pytest.raises(MessageLostError) as info:
                     handle.wait_delivered(message_id, timeout=240)
                 err = info.value
@@ -127,7 +123,78 @@ def test_messages_queued_across_a_restart(restarting_server, scripted_llm, uniqu
         assert handle.wait_delivered(after, timeout=60).message_id == after
         eventually(lambda: tools.actions[-1:] == ["after"], timeout=60, message="the action after the restart")
         handle.stop()
-        result = handle.wait(timeout=60)
-    assert result.status is RunStatus.COMPLETED
+        assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+
+
+def restart(server, cases: "list[Case]") -> None:
+    """The server restarted (same data dir and port) while every case's tool holds; then the tools are let go."""
+    restarted_at = time.monotonic()
+    server.restart()
+    print(f"\n{cases[0].backend} server restarted in {time.monotonic() - restarted_at:.1f}s")
+    for case in cases:
+        case.tools.gate.set()
+
+
+def test_messages_queued_across_a_sqlite_restart(restartable_servers, scripted_llm, unique_name):
+    """On SQLite, one restart for both kinds of listener (each JVM start costs 15-25 s here): the one that waits with
+    ``pull`` loses the two messages, and says so; the one that waits on a ``HUMAN`` task gets both, from its
+    mailbox's forward."""
+    server = restartable_servers.get("sqlite")
+    before = sdk_threads()
+    cases = []
+    try:
+        cases = [Case(server, scripted_llm, unique_name, "sqlite", wait) for wait in ("pull", "human")]
+        for case in cases:
+            case.queue_two()
+        restart(server, cases)
+        for case in cases:
+            case.check()
+    finally:
+        for case in cases:
+            case.tools.gate.set()
+            case.runtime.close()
+    assert [c.durable for c in cases] == [False, True]
     assert sdk_threads() == before
 
+
+def test_messages_queued_across_a_redis_restart(restartable_servers, scripted_llm, unique_name):
+    """backend="redis": the server runs on a redis-server of its own (append-only file in the data dir); restart()
+    restarts both. The two messages are delivered, and a run that completed before the restart is still there.
+    (That stop() leaves neither process is checked with the stand-in java and a real redis-server in
+    TestLifecycleWithFakeJava.)"""
+    server = restartable_servers.get("redis")
+    assert server.redis is not None and server.redis.pid is not None
+    assert "-Dconductor.db.type=redis_standalone" in server.log_path.read_text()
+    completed = completed_workflow(server.url)
+    before = sdk_threads()
+    case = None
+    try:
+        case = Case(server, scripted_llm, unique_name, "redis", None)
+        case.queue_two()
+        redis_pid, java_pid = server.redis.pid, server.pid
+        restart(server, [case])
+        assert server.redis.pid not in (None, redis_pid) and not process_exists(redis_pid)
+        assert not process_exists(java_pid)
+        run = requests.get(f"{server.url}/workflow/{completed}", timeout=COLD_SERVER_TIMEOUT).json()
+        assert run["status"] == "COMPLETED" and run["output"] == {"answer": 42}
+        assert server.data_dir is not None and (server.data_dir / "redis" / "appendonlydir").is_dir()
+        case.check()
+    finally:
+        if case is not None:
+            case.tools.gate.set()
+            case.runtime.close()
+    assert sdk_threads() == before
+
+
+def completed_workflow(base: str) -> str:
+    """The id of a plain workflow (one INLINE task) run to its end on the server at ``base``."""
+    response = requests.post(f"{base}/metadata/workflow", json=WORKFLOW, timeout=COLD_SERVER_TIMEOUT)
+    assert response.status_code in (200, 204), response.text
+    workflow_id = requests.post(f"{base}/workflow/{WORKFLOW['name']}", json={}, timeout=COLD_SERVER_TIMEOUT).text
+
+    def status() -> str:
+        run = requests.get(f"{base}/workflow/{workflow_id}", timeout=COLD_SERVER_TIMEOUT).json()
+        return run["status"] if run["status"] != "RUNNING" else ""
+
+    assert eventually(status, timeout=60, interval=0.2, message="workflow done") == "COMPLETED"
+    return workflow_id
