@@ -17,6 +17,12 @@ a message that is *missing*):
   this process polls its domain and gets nothing. Seen on the local cluster after a node's SIGKILL (a
   tool ``SCHEDULED`` for minutes; the lease itself was not read that time).
 
+- **A task handed out in a poll whose answer was lost.** The server marks a polled task ``IN_PROGRESS`` for the
+  polling worker before it answers; a connection cut while the answer is on its way leaves the task with this
+  process's worker id and nobody running it, until its response timeout (an hour for an agent's tool, a minute
+  for a mailbox's forward). Seen in the soak: a forward polled as the serving process's connections were cut,
+  its message acted on 84 s later.
+
 The cure is the server's own REST call: a task result ``IN_PROGRESS`` with ``callbackAfterSeconds`` 0
 makes the task's message due at once (``updateTask`` postpones it by 0 s; a system task stays
 ``IN_PROGRESS``, a worker's task stays ``SCHEDULED``). Neither nudge can do harm: one evaluation more of
@@ -32,7 +38,11 @@ When (:class:`Nudges`, called by the watchdog at a run's samples; only runs this
   at most :data:`JOIN_LOOKS` in all: a nudge is not always enough (seen once on the local cluster after a
   node's SIGKILL: the ``JOIN`` nudged, its message due, and still not evaluated 128 s later);
 - a task of the run's domain ``SCHEDULED`` and never polled for :data:`UNPOLLED_SECONDS` (the sample
-  read it anyway): nudged once.
+  read it anyway): nudged once;
+- after a poller of the run's domain polled again following failed polls (:meth:`Nudges.note_lost_polls`): one read
+  of the run's tasks in progress :data:`LOST_AFTER_SECONDS` later; each of a type whose poll failed, handed to this
+  process's worker id at least that long ago (server clock) and not running here, is nudged. Nothing is read while
+  polls succeed.
 
 Each nudge is logged as a warning.
 """
@@ -41,15 +51,18 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
+
+import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError
+from .stall import server_time_from_date
 
-__all__ = ["JOIN_CHECK_SECONDS", "JOIN_LOOKS", "UNPOLLED_SECONDS", "Nudges", "nudge_result", "stuck_joins",
-           "unpolled_tasks"]
+__all__ = ["JOIN_CHECK_SECONDS", "JOIN_LOOKS", "LOST_AFTER_SECONDS", "UNPOLLED_SECONDS", "LostPolls", "Nudges",
+           "lost_tasks", "nudge_result", "stuck_joins", "unpolled_tasks"]
 
 log = logging.getLogger("conductor_agents.liveness")
 
@@ -64,6 +77,9 @@ JOIN_LOOKS = 4
 #: again. A polling process takes a task within a second; a full tool pool makes tasks wait longer, and
 #: the nudge then changes nothing.
 UNPOLLED_SECONDS = 20.0
+#: How old (server clock) a task in progress with this process's worker id must be, and not running here, to count
+#: as handed out in a lost answer: a poll's tasks reach the tool pool within milliseconds of its answer.
+LOST_AFTER_SECONDS = 5.0
 #: The worker id the server records on a nudged task.
 NUDGE_WORKER_ID = "conductor-agents (made due again)"
 
@@ -102,6 +118,30 @@ def unpolled_tasks(tasks: Iterable[Mapping[str, Any]], *, domain: str, server_no
     return found
 
 
+@attrs.frozen
+class LostPolls:
+    """Polls of ``types`` by ``worker_id`` failed, and the poller polls again: their answers may have been lost with
+    tasks in them. ``running_here(task_id)``: whether this process runs that task now."""
+
+    types: frozenset[str]
+    worker_id: str
+    running_here: Callable[[str], bool]
+
+
+def lost_tasks(tasks: Iterable[Mapping[str, Any]], lost: LostPolls, *, server_now: float) -> list[Mapping[str, Any]]:
+    """Of a run's tasks in progress, those of a type whose poll failed, handed to ``lost.worker_id`` at least
+    :data:`LOST_AFTER_SECONDS` before ``server_now`` (epoch seconds), and not running here."""
+    found = []
+    for task in tasks:
+        if (task.get("status") != "IN_PROGRESS" or task.get("taskType") not in lost.types
+                or task.get("workerId") != lost.worker_id or lost.running_here(str(task.get("taskId")))):
+            continue
+        handed_ms = task.get("startTime") or task.get("updateTime") or 0
+        if handed_ms and server_now - handed_ms / 1000.0 >= LOST_AFTER_SECONDS:
+            found.append(task)
+    return found
+
+
 def nudge_result(task: Mapping[str, Any]) -> dict[str, Any]:
     """The task result that makes ``task``'s queue message due at once."""
     return {"workflowInstanceId": task.get("workflowInstanceId"), "taskId": task.get("taskId"),
@@ -120,6 +160,7 @@ class Nudges:
         self._lock = threading.Lock()
         self._joins_due: dict[str, tuple[float, int]] = {}  # run id -> (monotonic time of its next look, looks made)
         self._nudged: dict[str, set[str]] = {}  # run id -> ids of its unpolled tasks nudged
+        self._lost_due: dict[str, tuple[float, LostPolls]] = {}  # run id -> (when to look, the failed polls)
 
     def note_result(self, execution_id: str, *, tool: bool) -> None:
         """This process posted a task result of the run: one of its tools' (``tool``) has its joins looked
@@ -156,6 +197,43 @@ class Nudges:
             with self._lock:  # unless a newer result of the run asked for a look of its own meanwhile
                 self._joins_due.setdefault(execution_id, (now + JOIN_CHECK_SECONDS * 2 ** (looks + 1), looks + 1))
 
+    def note_lost_polls(self, execution_id: str, lost: LostPolls) -> None:
+        """A poller of the run's domain polls again after failed polls (see :class:`LostPolls`): its tasks in progress
+        are looked at once, :data:`LOST_AFTER_SECONDS` from now."""
+        with self._lock:
+            _, earlier = self._lost_due.get(execution_id, (0.0, None))
+            if earlier is not None:
+                lost = attrs.evolve(lost, types=lost.types | earlier.types)
+            self._lost_due[execution_id] = (self._clock.monotonic() + LOST_AFTER_SECONDS, lost)
+
+    def check(self, execution_id: str) -> None:
+        """At each sample of the run: its joins (:meth:`check_joins`) and its lost answers (:meth:`check_lost`)."""
+        self.check_joins(execution_id)
+        self.check_lost(execution_id)
+
+    def check_lost(self, execution_id: str) -> None:
+        """When the run's look is due: one read of its tasks in progress, and each of :func:`lost_tasks` nudged (the
+        look stays due while the server does not answer)."""
+        now = self._clock.monotonic()
+        with self._lock:
+            due, lost = self._lost_due.get(execution_id, (now + 1.0, None))
+            if lost is None or due > now:
+                return
+        try:
+            page = self._api.workflow_tasks(execution_id, statuses=("IN_PROGRESS",), count=100)
+            server_now = server_time_from_date(page.date) or self._clock.time()
+            for task in lost_tasks(page.tasks, lost, server_now=server_now):
+                log.warning("run %s: task %s was handed to this process by a poll whose answer was lost (the "
+                            "connection failed); making it due again", execution_id, task.get("referenceTaskName"))
+                self._api.update_task(nudge_result(task))
+        except ConductorAgentsError as err:
+            log.info("looking for tasks of run %s lost in a poll's answer failed (%s); trying again at its next "
+                     "sample", execution_id, err)
+            return
+        with self._lock:
+            if self._lost_due.get(execution_id, (0.0, None))[1] is lost:
+                del self._lost_due[execution_id]
+
     def check_unpolled(self, execution_id: str, tasks: Iterable[Mapping[str, Any]], *, domain: str,
                        server_now: float | None) -> None:
         """Nudge, once each, the :func:`unpolled_tasks` of a sample of the run (its SCHEDULED tasks)."""
@@ -185,8 +263,10 @@ class Nudges:
         with self._lock:
             self._joins_due.pop(execution_id, None)
             self._nudged.pop(execution_id, None)
+            self._lost_due.pop(execution_id, None)
 
     def clear(self) -> None:
         with self._lock:
             self._joins_due.clear()
             self._nudged.clear()
+            self._lost_due.clear()

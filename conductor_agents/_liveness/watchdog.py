@@ -56,7 +56,7 @@ from .._wire.api import ConductorApi
 from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, WorkerStallError
 from ..result import RunStatus
-from .nudges import Nudges
+from .nudges import LostPolls, Nudges
 from .stall import Stall, find_stall, run_words, server_time_from_date, stall_error
 from .tree import running_sub_runs
 
@@ -258,18 +258,17 @@ class RunWatchdog:
             run._forget()
             self._wake.set()
 
-    def resample(self, domain: str) -> int:
-        """Sample soon (at the thread's next wake-up) every run watched or served on ``domain``.
-
-        Called when this process's poller of ``domain`` polls again after failed polls: a stall
-        found during the outage is then cleared (or confirmed) by a fresh sample rather than by the
-        next one due, up to an interval later, so a ``wait()`` right after the heal does not raise
-        a stall that is over. How many runs were rescheduled.
-        """
+    def resample(self, domain: str, lost: LostPolls | None = None) -> int:
+        """Sample soon (at the thread's next wake-up) every run watched or served on ``domain``: its poller polls
+        again after failed polls. A stall found during the outage is cleared (or confirmed) by a fresh sample, not by
+        the next one due, so a ``wait()`` right after the heal raises no stall that is over; tasks lost in the failed
+        polls' answers (``lost``) are looked for (``Nudges.note_lost_polls``). How many runs were rescheduled."""
         now = self._clock.monotonic()
         count = 0
         with self._lock:
             for run in self._runs.values():
+                if lost is not None and domain in (run.domain, run.served_domain):
+                    self._nudges.note_lost_polls(run.execution_id, lost)
                 if domain in (run.domain, run.served_domain) and run.due > now:
                     self._schedule(run, now)
                     count += 1
@@ -414,7 +413,7 @@ class RunWatchdog:
         return run.execution_id in fetched[1]
 
     def _sample(self, run: RunWatch) -> None:
-        self._nudges.check_joins(run.execution_id)
+        self._nudges.check(run.execution_id)
         if self._idle(run):
             recent = self._clock.monotonic() - run.last_sampled < self._idle_sample - self._interval / 2
             if recent or self._still_running(run):

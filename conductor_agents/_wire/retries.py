@@ -1,7 +1,10 @@
 """What the transport sends again, and when: the one place that decides it (see :mod:`.transport`).
 
 A request is sent again only when that cannot run a side effect twice: a connection that could not be
-established (nothing reached the server), for any method; a GET whose connection broke before the answer.
+established (nothing reached the server), for any method; a GET whose connection broke before the answer, except a
+poll that takes tasks (:func:`hands_out_tasks`): the server hands a polled task to the worker before it answers, so
+the broken answer may have held tasks, and a poll sent again gets others (or none) while those wait for their
+response timeout (an hour for an agent's tool). The poller hears of the failure and looks for them.
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ import requests
 import urllib3
 from urllib3.util.retry import Retry
 
-__all__ = ["again_if_broken", "connect_retries"]
+__all__ = ["again_if_broken", "connect_retries", "hands_out_tasks"]
 
 log = logging.getLogger("conductor_agents.transport")
 
@@ -38,13 +41,22 @@ def _broke_mid_exchange(err: BaseException) -> bool:
     return isinstance(cause, urllib3.exceptions.ProtocolError)
 
 
-def again_if_broken(send: Callable[[], T], what: str) -> T:
+def hands_out_tasks(path: str, params: Any) -> bool:
+    """Whether ``GET path`` with ``params`` is a poll that may take tasks (``/tasks/poll...`` with a count that is
+    not 0; a poll for none only tells the server who polls)."""
+    if not path.startswith("/tasks/poll"):
+        return False
+    count = params.get("count", 1) if isinstance(params, dict) else 1
+    return str(count) != "0"
+
+
+def again_if_broken(send: Callable[[], T], what: str, *, resend: bool = True) -> T:
     """``send()``, and once more when its connection broke before the answer (only for requests that
-    change nothing on the server)."""
+    change nothing on the server; ``resend=False`` for one that does: see :func:`hands_out_tasks`)."""
     try:
         return send()
     except (requests.exceptions.ConnectionError, urllib3.exceptions.HTTPError) as err:
-        if isinstance(err, requests.exceptions.Timeout) or not _broke_mid_exchange(err):
+        if not resend or isinstance(err, requests.exceptions.Timeout) or not _broke_mid_exchange(err):
             raise
         log.debug("%s: the connection broke before the answer; sending it once more", what)
         return send()

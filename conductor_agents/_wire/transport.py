@@ -11,7 +11,8 @@ Retry policy (:mod:`.retries`; urllib3 ``Retry`` on the mounted adapter): only f
 connection are retried, twice with a short backoff, for every method. Nothing has reached
 the server then, so a retry can never run a side effect twice. A GET whose connection broke
 before the answer came (reset, closed: a node of a cluster killed, a balancer shutting the
-sessions of a node it marked down) is sent once more: it changes nothing on the server.
+sessions of a node it marked down) is sent once more: it changes nothing on the server (a poll that takes tasks
+does: it is not, see :mod:`.retries`).
 Everything else (read timeouts, 5xx, 429, a broken POST) is reported to the caller, which knows
 whether its call is safe to repeat (``wait()`` counts transient errors; result updates retry
 with backoff).
@@ -39,7 +40,7 @@ from .._common.fork import rebuild_after_fork
 from ..errors import AuthenticationError, ServerError, ServerUnavailableError
 from .base_url import missing_api_prefix
 from .causes import short_cause, unavailable
-from .retries import again_if_broken, connect_retries
+from .retries import again_if_broken, connect_retries, hands_out_tasks
 
 __all__ = ["HttpError", "Transport", "TRANSIENT_STATUSES"]
 
@@ -355,7 +356,8 @@ class Transport:
         if token is not None:
             headers["X-Authorization"] = token
         try:
-            return again_if_broken(lambda: direct.get(path, params, headers, timeout), f"GET {path}")
+            return again_if_broken(lambda: direct.get(path, params, headers, timeout), f"GET {path}",
+                                   resend=not hands_out_tasks(path, params))
         except urllib3.exceptions.HTTPError as err:  # connection refused/reset, broken read, pool closed
             cause = err.reason if isinstance(err, urllib3.exceptions.MaxRetryError) else err
             # urllib3 makes a refused connection a kind of connect timeout: it is not one here.
@@ -467,7 +469,9 @@ class Transport:
             def send() -> requests.Response:
                 return self._session.request(method, self.base_url + path, params=params, json=json_body,
                                              headers=send_headers, stream=stream, timeout=limits)
-            return again_if_broken(send, f"GET {path}") if method == "GET" and not stream else send()
+            if method == "GET" and not stream:
+                return again_if_broken(send, f"GET {path}", resend=not hands_out_tasks(path, params))
+            return send()
         except requests.exceptions.Timeout as err:
             raise unavailable(f"{method} {path}: the server did not answer in time ({err.__class__.__name__})",
                                err) from short_cause(err)

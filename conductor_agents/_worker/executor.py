@@ -196,6 +196,11 @@ class ToolExecutor:
         with self._lock:
             return {f.task.workflow_id for f in self._in_flight.values()}
 
+    def runs(self, task_id: str) -> bool:
+        """Whether task ``task_id`` was handed to this executor and has not ended here (its result posted)."""
+        with self._lock:
+            return task_id in self._in_flight
+
     @property
     def in_flight_count(self) -> int:
         with self._lock:

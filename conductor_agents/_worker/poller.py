@@ -128,6 +128,9 @@ class DomainPoller:
         self._polled_cond = threading.Condition(self._lock)
         self.polls = 0
         self.poll_errors = 0
+        # The task types whose polls failed since the last successful round: the server may have answered them with
+        # tasks (handed to this worker id) that never arrived. Taken by the recovery listener (poller thread only).
+        self._failed_types: set[str] = set()
         # Daemon: a poller is pure I/O; if the interpreter exits without close(), the
         # tasks it would have fetched stay SCHEDULED and the liveness monitor reports them.
         self._thread = BackgroundLoop(
@@ -386,6 +389,9 @@ class DomainPoller:
             except (ServerError, ConfigurationError) as err:
                 self.poll_errors += 1
                 self._failing = True
+                if count and isinstance(err, ServerError):
+                    self._failed_types.add(task_type)
+                    self._draining.add(task_type)  # asked again after the back-off, ring or not: the recovery
                 backoff = min(self._max_backoff, max(0.2, backoff * 2))
                 log.log(self._failure_level(), "polling %s (domain %s) failed: %s; retrying in %.1fs",
                         task_type, self.domain, err, backoff)
@@ -445,6 +451,12 @@ class DomainPoller:
         if self._quiet_failures_until is None:
             self._quiet_failures_until = now + _QUIET_FIRST_FAILURES_SECONDS
         return logging.INFO if now < self._quiet_failures_until else logging.WARNING
+
+    def take_failed_types(self) -> frozenset[str]:
+        """The task types whose polls failed before the poller polled again (then forgotten; the recovery listener
+        asks, on the poller thread): their answers may have carried tasks that never arrived."""
+        failed, self._failed_types = frozenset(self._failed_types), set()
+        return failed
 
     def _recovered(self) -> None:
         log.info("polling domain %s works again", self.domain)

@@ -23,6 +23,7 @@ from .._listener.chain import is_continued
 from .._listener.directory import Chain, ChainDirectory, Link
 from .._listener.driver import ChainTracker, ContinuationDriver
 from .._listener.switch import LinkSpec, carry_grace_seconds
+from .._liveness.nudges import LostPolls
 from .._liveness.tree import RootFinder
 from .._liveness.watchdog import Companions, RunWatch, RunWatchdog
 from .._tracing import hooks as tracing
@@ -200,11 +201,14 @@ class WorkerSet:
         return gate is None or gate(domain)
 
     def _poller_recovered(self, poller: DomainPoller) -> None:
-        """A poller polls again after failed polls: have its runs sampled now (a stall is over)."""
+        """A poller polls again after failed polls: have its runs sampled now (a stall is over), and their tasks
+        handed to this process in the failed polls' lost answers looked for."""
+        failed = poller.take_failed_types()
         with self._lock:
-            watchdog = self._watchdog
+            watchdog, executor = self._watchdog, self._executor
         if watchdog is not None and poller.domain is not None:
-            watchdog.resample(poller.domain)
+            lost = LostPolls(failed, self._worker_id, executor.runs) if failed and executor is not None else None
+            watchdog.resample(poller.domain, lost)
 
     def _watcher_may_stop(self, watcher: QueueWatcher) -> bool:
         """Called by the watcher when it sees no poller: let it end unless one came meanwhile."""

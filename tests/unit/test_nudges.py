@@ -4,8 +4,17 @@ from __future__ import annotations
 
 import pytest
 
-from conductor_agents._liveness.nudges import (JOIN_CHECK_SECONDS, JOIN_LOOKS, UNPOLLED_SECONDS, nudge_result, stuck_joins,
-                                               unpolled_tasks)
+from conductor_agents._liveness.nudges import (
+    JOIN_CHECK_SECONDS,
+    JOIN_LOOKS,
+    LOST_AFTER_SECONDS,
+    UNPOLLED_SECONDS,
+    LostPolls,
+    lost_tasks,
+    nudge_result,
+    stuck_joins,
+    unpolled_tasks,
+)
 from conductor_agents._liveness.watchdog import RunWatchdog
 from conductor_agents.errors import ServerUnavailableError
 from tests.unit.fakes import FakeClock
@@ -194,3 +203,66 @@ def test_an_unpolled_task_held_back_by_a_full_pool_here_is_not_nudged(monkeypatc
         clock.advance(INTERVAL)
         dog.run_due()
     assert api.updates == []
+
+
+# --- a task handed out in a poll whose answer was lost -----------------------------------------------------
+
+WORKER = "worker-here"
+
+
+def handed(ref, *, age, worker=WORKER, task_type="act", status="IN_PROGRESS"):
+    """A task of the run in progress, handed to ``worker`` by a poll ``age`` seconds before SERVER_NOW."""
+    return {"taskId": f"id-{ref}", "referenceTaskName": ref, "taskType": task_type, "status": status,
+            "workflowInstanceId": RUN, "workerId": worker, "startTime": int((SERVER_NOW - age) * 1000)}
+
+
+def lost_polls(types=("act",), running=()):
+    return LostPolls(frozenset(types), WORKER, lambda task_id: task_id in running)
+
+
+def test_a_task_in_progress_for_this_worker_not_running_here_and_old_enough_counts_as_lost():
+    tasks = [handed("lost", age=LOST_AFTER_SECONDS), handed("young", age=LOST_AFTER_SECONDS - 1),
+             handed("running", age=60), handed("other_worker", age=60, worker="worker-elsewhere"),
+             handed("other_type", age=60, task_type="record"), handed("done", age=60, status="COMPLETED")]
+    found = lost_tasks(tasks, lost_polls(running=("id-running",)), server_now=SERVER_NOW)
+    assert [t["referenceTaskName"] for t in found] == ["lost"]
+
+
+@pytest.fixture
+def served_watchdog(monkeypatch):
+    monkeypatch.setattr(RunWatchdog, "_start_thread", lambda self: None)
+    api, clock = FakeApi(), FakeClock()
+    dog = RunWatchdog(api, interval=INTERVAL, stall_seconds=30.0, on_ended=lambda run: None, clock=clock)
+    dog.watch(RUN, served=True, served_domain=DOMAIN)
+    return dog, api, clock
+
+
+def test_after_failed_polls_the_runs_tasks_in_progress_are_read_once_and_a_lost_one_is_made_due(served_watchdog):
+    dog, api, clock = served_watchdog
+    api.answer(RUN, running(handed("call_1_0__2", age=1)))
+    dog.resample(DOMAIN, lost_polls())
+    dog.run_due()  # the sample the recovery asked for comes at once; the look only LOST_AFTER_SECONDS later
+    assert api.count("page", RUN) == 0
+    advance(dog, clock, INTERVAL)
+    assert api.count("page", RUN) == 1
+    assert [(u["taskId"], u["status"], u["callbackAfterSeconds"]) for u in api.updates] == [
+        ("id-call_1_0__2", "IN_PROGRESS", 0)]
+    advance(dog, clock, 10 * INTERVAL)
+    assert api.count("page", RUN) == 1 and len(api.updates) == 1  # one look per recovery
+
+
+def test_without_failed_polls_or_on_another_domain_nothing_is_read(served_watchdog):
+    dog, api, clock = served_watchdog
+    api.answer(RUN, running(handed("call_1_0__2", age=60)))
+    dog.resample(DOMAIN)
+    dog.resample("another-domain", lost_polls())
+    advance(dog, clock, 10 * INTERVAL)
+    assert api.count("page", RUN) == 0 and api.updates == []
+
+
+def test_a_look_the_server_did_not_answer_is_made_at_the_next_sample(served_watchdog):
+    dog, api, clock = served_watchdog
+    api.answer(RUN, ServerUnavailableError("down"), running(handed("call_1_0__2", age=60)))
+    dog.resample(DOMAIN, lost_polls())
+    advance(dog, clock, 6 * INTERVAL)
+    assert len(api.updates) == 1

@@ -111,6 +111,17 @@ def test_the_first_working_round_after_failures_is_reported_once_after_its_tasks
     assert heard == [1]  # once per recovery
 
 
+def test_the_recovery_listener_learns_which_types_failed_to_poll_once():
+    """Their answers may have carried tasks that never arrived (the watchdog then looks for them)."""
+    heard = []
+    poller, api, _ = make(on_recovered=lambda p: heard.append(p.take_failed_types()))
+    poller._poll_round(("act",), 0.0)
+    api.down = False
+    poller._poll_round(("act",), 0.2)
+    assert heard == [frozenset({"act"})]
+    assert poller.take_failed_types() == frozenset()  # taken: the next recovery starts from nothing
+
+
 def test_a_healed_poller_thread_takes_a_waiting_task_within_the_rung_retry(monkeypatch):
     """The loop: polls fail long enough for the back-off to reach 5 s; the server comes back and a
     ring (the watcher counts the waiting task) gets the task taken within about half a second, not

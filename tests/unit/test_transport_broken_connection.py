@@ -109,3 +109,26 @@ def test_a_post_whose_connection_broke_is_not_sent_again(make_server):
     finally:
         transport.close()
     assert server.requests == ["POST /api/x HTTP/1.1"]
+
+
+@pytest.mark.parametrize("path", ["requests", "direct"])
+def test_a_poll_that_takes_tasks_is_not_sent_again_but_one_for_none_is(make_server, path):
+    """The server hands a polled task to the worker before it answers: a broken answer may have held tasks, which a
+    poll sent again would leave waiting for their response timeout. The poller hears of the failure instead (and
+    looks for them); a poll for none (count 0: the presence beat) only tells the server who polls."""
+    server = make_server(drops=2)
+    transport = Transport(server.url)
+    taking = {"workerid": "w", "count": 1, "timeout": 100}
+    try:
+        with pytest.raises(ServerUnavailableError):
+            if path == "requests":
+                transport.request("GET", "/tasks/poll/batch/act", params=taking)
+            else:
+                transport.get_json("/tasks/poll/batch/act", params=taking)
+        assert len(server.requests) == 1
+        answer = (transport.request if path == "requests" else
+                  lambda method, p, **kw: transport.get_json(p, **kw))("GET", "/tasks/poll/batch/act",
+                                                                       params={**taking, "count": 0})
+    finally:
+        transport.close()
+    assert answer == [] and len(server.requests) == 3  # the poll for none: broken once, sent once more

@@ -1,0 +1,57 @@
+"""A tool's task handed out in a poll whose answer was lost on the way back (a connection cut as the server
+answered) is run within seconds, not at its response timeout (an hour for an agent's tool).
+
+The server marks a polled task IN_PROGRESS for the polling worker before it answers; the SDK never gets that
+answer. Seen in the soak (issue 44): a mailbox's forward polled as the serving process's connections were cut, its
+message acted on 84 s later (the forward's response timeout is a minute). A proxy drops the answers of the serving
+process's next polls of ``act`` while a message's tool call is scheduled; the SDK, polling again, finds the task in
+progress under its own worker id and not running here, and makes it due again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import attrs
+import pytest
+
+from conductor_agents import AgentRuntime
+from conductor_agents.testing import listener_policy
+
+from ..helpers import eventually, listener
+from ..integration.test_stateful_listener import ActionTools, act_on
+from ..proxy import LoopbackProxy
+from .support import quiescent
+
+pytestmark = pytest.mark.reliability
+
+_LOST = "handed to this process by a poll whose answer was lost"
+
+
+def test_a_tool_task_whose_poll_answer_was_lost_runs_within_seconds(agent_settings, scripted_llm, unique_name,
+                                                                     conductor_server, caplog):
+    caplog.set_level(logging.WARNING, logger="conductor_agents.liveness")
+    base = agent_settings.server_url
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("lost")
+    settings = attrs.evolve(agent_settings, liveness_check_interval_seconds=1.0,
+                            continuation_enabled=False)  # no switch mid-test
+    with LoopbackProxy(conductor_server.url) as proxy, \
+            AgentRuntime(attrs.evolve(settings, server_url=proxy.url)) as serving:
+        handle = serving.start(listener(unique_name("lost"), model, tools), "Start listening.")
+        sent: "list[str]" = []
+        # A dropped answer may have been an empty one (the poll ended before the task came): then nothing is lost
+        # and the message is acted on as usual; again, until one answer carried the task (bounded).
+        for attempt in range(6):
+            eventually(lambda: quiescent(base, handle.execution_id), timeout=60, message="at rest")
+            proxy.lose_answers("/tasks/poll/batch/act", count=1)
+            sent.append(f"a{attempt}")
+            handle.send_message({"action": sent[-1]})
+            eventually(lambda: len(tools.actions) == len(sent), timeout=45,
+                       message=f"{sent[-1]} acted on (a task lost in an answer waits an hour without the SDK's look)")
+            if _LOST in caplog.text:
+                break
+        assert _LOST in caplog.text, f"no poll's answer carried the task in {len(sent)} tries ({proxy.lost} lost)"
+        assert [action for action, _ in tools.actions] == sent  # each once, in order
+        handle.stop()
+        handle.wait(timeout=60)
