@@ -187,10 +187,7 @@ class AuxService:
         """
         binary = find_binary(self.binary, self.package)
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        if self._port is None:
-            self._port = _proc.free_port()
-        if not _proc.port_is_free(self._port):
-            raise LocalServerError(f"port {self._port} on 127.0.0.1 is already in use ({self.label})")
+        self._port = _proc.claim_port(self._port, self.label)
         self._process.start(args(binary, self._port))
 
     def stop(self) -> None:

@@ -271,11 +271,50 @@ def wait_ready(proc: subprocess.Popen[bytes], ready: Callable[[], bool], *, time
 # --- ports ---------------------------------------------------------------------------
 
 
+#: Ports :func:`free_port` gave out lately (monotonic time): the parts of a cluster start at once, each binds its
+#: port only once its process is up, and the kernel may give two of them the same free port meanwhile.
+_GIVEN: dict[int, float] = {}
+_GIVEN_LOCK = threading.Lock()
+_GIVEN_FOR_SECONDS = 600.0
+#: Ports :func:`claim_port` tries when the one it chose was taken by another process before the check.
+_CLAIM_TRIES = 5
+
+
 def free_port() -> int:
-    """Return a TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """Return a TCP port on 127.0.0.1 that is free right now and that this process did not give out lately."""
+    with _GIVEN_LOCK:
+        now = time.monotonic()
+        for given, at in list(_GIVEN.items()):
+            if now - at > _GIVEN_FOR_SECONDS:
+                del _GIVEN[given]
+        port = 0
+        for _ in range(64):
+            with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+                sock.bind(("127.0.0.1", 0))
+                port = int(sock.getsockname()[1])
+            if port not in _GIVEN:
+                break
+        _GIVEN[port] = now
+        return port
+
+
+def claim_port(port: int | None, label: str = "") -> int:
+    """The port a local part starts on: ``port`` if it is free; for None, a :func:`free_port`, and another one when
+    another process took it before the check (CI: a cluster's node met the other test worker's server there).
+
+    Raises:
+        LocalServerError: ``port`` (given) is in use, or no free one was found.
+    """
+    what = f" ({label})" if label else ""
+    if port is not None:
+        if not port_is_free(port):
+            raise LocalServerError(f"port {port} on 127.0.0.1 is already in use{what}")
+        return port
+    for _ in range(_CLAIM_TRIES):
+        chosen = free_port()
+        if port_is_free(chosen):
+            return chosen
+    raise LocalServerError(f"no free port on 127.0.0.1 after {_CLAIM_TRIES} tries{what}")
 
 
 def port_is_free(port: int) -> bool:

@@ -342,11 +342,7 @@ class LocalServer:
         data_dir = self._prepare_data_dir()
         try:
             redis_port = self._start_own_redis(data_dir)
-            if self._port is None:
-                self._port = _proc.free_port()
-            port = self._port
-            if not _proc.port_is_free(port):
-                raise LocalServerError(f"port {port} on 127.0.0.1 is already in use")
+            port = self._port = _proc.claim_port(self._port)
             launch = self._boot_launch(jar)
             try:
                 self._spawn_and_wait(java, launch, data_dir, port, redis_port)

@@ -33,6 +33,7 @@ from ..helpers import eventually, listener, sdk_threads
 from ..integration.test_local_server import COLD_SERVER_TIMEOUT, WORKFLOW, process_exists
 from ..integration.test_message_delivery import HeldTools, act_on
 from .support import quiescent, run_summary, server_get, waits_on_human_task
+from .test_server_restart import quick_join_check
 
 pytestmark = pytest.mark.reliability
 
@@ -100,8 +101,8 @@ class Case:
     def check(self) -> None:
         """After the restart: the queued messages delivered (or reported lost), then the run goes on."""
         base, handle, tools = self.base, self.handle, self.tools
-        # The run comes back to waiting for messages (the server re-evaluates the join after the
-        # tool only when the old process's system-task lease times out: 30-60 s seen).
+        # The run comes back to waiting for messages (the join after the tool, leased by the old process, is
+        # evaluated again once the SDK looks at the run's joins: ``quick_join_check``).
         if self.durable:
             deliveries = [handle.wait_delivered(message_id, timeout=240) for message_id in self.queued]
             assert [d.message_id for d in deliveries] == self.queued
@@ -135,11 +136,12 @@ def restart(server, cases: "list[Case]") -> None:
         case.tools.gate.set()
 
 
-def test_messages_queued_across_a_sqlite_restart(restartable_servers, scripted_llm, unique_name):
+def test_messages_queued_across_a_sqlite_restart(restartable_servers, scripted_llm, unique_name, monkeypatch):
     """On SQLite, one restart for both kinds of listener (each JVM start costs 15-25 s here): the one that waits with
     ``pull`` loses the two messages, and says so; the one that waits on a ``HUMAN`` task gets both, from its
     mailbox's forward."""
     server = restartable_servers.get("sqlite")
+    quick_join_check(monkeypatch)
     before = sdk_threads()
     cases = []
     try:
@@ -157,12 +159,13 @@ def test_messages_queued_across_a_sqlite_restart(restartable_servers, scripted_l
     assert sdk_threads() == before
 
 
-def test_messages_queued_across_a_redis_restart(restartable_servers, scripted_llm, unique_name):
+def test_messages_queued_across_a_redis_restart(restartable_servers, scripted_llm, unique_name, monkeypatch):
     """backend="redis": the server runs on a redis-server of its own (append-only file in the data dir); restart()
     restarts both. The two messages are delivered, and a run that completed before the restart is still there.
     (That stop() leaves neither process is checked with the stand-in java and a real redis-server in
     TestLifecycleWithFakeJava.)"""
     server = restartable_servers.get("redis")
+    quick_join_check(monkeypatch)
     assert server.redis is not None and server.redis.pid is not None
     assert "-Dconductor.db.type=redis_standalone" in server.log_path.read_text()
     completed = completed_workflow(server.url)
