@@ -259,17 +259,18 @@ class RunWatchdog:
             self._wake.set()
 
     def resample(self, domain: str, lost: LostPolls | None = None) -> int:
-        """Sample soon (at the thread's next wake-up) every run watched or served on ``domain``: its poller polls
-        again after failed polls. A stall found during the outage is cleared (or confirmed) by a fresh sample, not by
-        the next one due, so a ``wait()`` right after the heal raises no stall that is over; tasks lost in the failed
-        polls' answers (``lost``) are looked for (``Nudges.note_lost_polls``). How many runs were rescheduled."""
+        """Sample soon every run watched or served on ``domain`` (its poller polls again after failed polls): a stall
+        found during the outage is cleared or confirmed by a fresh sample, so a ``wait()`` right after the heal raises
+        none that is over; tasks lost in the failed polls' answers (``lost``) are looked for. How many rescheduled."""
         now = self._clock.monotonic()
         count = 0
         with self._lock:
             for run in self._runs.values():
-                if lost is not None and domain in (run.domain, run.served_domain):
+                if domain not in (run.domain, run.served_domain):
+                    continue
+                if lost is not None:
                     self._nudges.note_lost_polls(run.execution_id, lost)
-                if domain in (run.domain, run.served_domain) and run.due > now:
+                if run.due > now:
                     self._schedule(run, now)
                     count += 1
         if count:

@@ -391,7 +391,7 @@ class DomainPoller:
                 self._failing = True
                 if count and isinstance(err, ServerError):
                     self._failed_types.add(task_type)
-                    self._draining.add(task_type)  # asked again after the back-off, ring or not: the recovery
+                    self._draining.add(task_type)  # polled again after the back-off, ring or not (the recovery)
                 backoff = min(self._max_backoff, max(0.2, backoff * 2))
                 log.log(self._failure_level(), "polling %s (domain %s) failed: %s; retrying in %.1fs",
                         task_type, self.domain, err, backoff)
