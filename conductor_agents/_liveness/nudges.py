@@ -59,7 +59,7 @@ import attrs
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError
-from .stall import server_time_from_date
+from .stall import server_now as server_clock
 
 __all__ = ["JOIN_CHECK_SECONDS", "JOIN_LOOKS", "LOST_AFTER_SECONDS", "UNPOLLED_SECONDS", "LostPolls", "Nudges",
            "lost_tasks", "nudge_result", "stuck_joins", "unpolled_tasks"]
@@ -221,8 +221,7 @@ class Nudges:
                 return
         try:
             page = self._api.workflow_tasks(execution_id, statuses=("IN_PROGRESS",), count=100)
-            server_now = server_time_from_date(page.date) or self._clock.time()
-            for task in lost_tasks(page.tasks, lost, server_now=server_now):
+            for task in lost_tasks(page.tasks, lost, server_now=server_clock(page.date, self._clock.time())):
                 log.warning("run %s: task %s was handed to this process by a poll whose answer was lost (the "
                             "connection failed); making it due again", execution_id, task.get("referenceTaskName"))
                 self._api.update_task(nudge_result(task))
