@@ -61,6 +61,7 @@ import json
 import logging
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping
 from datetime import datetime
 from typing import Any
@@ -69,17 +70,25 @@ from .._common.clock import Clock
 from .._common.task_names import FORWARD_TASK, MAILBOX_REST_TASK, REST_SECONDS, is_message_wait
 from .._tooldefs.context import ToolContext
 from .._wire.api import ConductorApi
-from ..errors import ConductorAgentsError, ExecutionNotFoundError, ExecutionNotRunningError, RunPausedError, ToolRetry
+from ..errors import (
+    ConductorAgentsError,
+    ExecutionNotFoundError,
+    ExecutionNotRunningError,
+    RunPausedError,
+    ServerError,
+    ToolRetry,
+)
 from ..result import STOP_SIGNAL, RunStatus
 from ..tools import ToolDef, tool
 from .chain import mailbox_key
 from .directory import Chain, ChainDirectory, Link
-from .following import end_mailbox, is_running, workflow_running
+from .following import end_mailbox, is_running
 from .handover import complete_wait, delivery_lock, waiting_wait
 from .head import read_mailbox, write_mailbox
 from .holding import MAX_HELD, carried
 from .parking import nudge
 from .pausing import run_status
+from .records import create_once
 from .sending import send_to_listener, wake
 
 __all__ = ["MAILBOX_WORKFLOW", "Mailboxes", "make_forward_tool", "wake"]
@@ -88,6 +97,8 @@ log = logging.getLogger("conductor_agents.continuation")
 
 #: The workflow every listener's mailbox runs.
 MAILBOX_WORKFLOW = "conductor_agents_mailbox"
+#: The agent whose records say which mailbox a listener started with an idempotency key keeps (:mod:`.records`).
+KEYED_MAILBOX_RECORD = "conductor_agents_keyed_mailbox"
 #: 4: the round below (a non-blocking pull, then a forward or a rest; the forward given what the previous one held);
 #: runs of 3 (the rest a WAIT of ``checkEvery``), 2 (no held messages) and 1 (a blocking pull, then a forward) keep
 #: their own definition and the same forward.
@@ -167,11 +178,18 @@ def check_every(seconds: int) -> str:
     return f"{int(seconds)}s"
 
 
+def _sleep(seconds: float) -> bool:
+    time.sleep(seconds)
+    return False  # never closing
+
+
 class Mailboxes:
     """Opens and ends listeners' mailboxes for one process. Thread-safe."""
 
-    def __init__(self, api: ConductorApi, *, check_every_seconds: int = 30) -> None:
+    def __init__(self, api: ConductorApi, *, check_every_seconds: int = 30,
+                 pause: Callable[[float], bool] | None = None) -> None:
         self._api = api
+        self._pause = pause or _sleep
         self._check_every = check_every(check_every_seconds)
         self._lock = threading.Lock()
         self._registered = False
@@ -185,12 +203,14 @@ class Mailboxes:
         with self._lock:
             self._registered = True
 
-    def open(self, run_id: str, agent_name: str, *, human_wait: bool = False) -> str:
+    def open(self, run_id: str, agent_name: str, *, human_wait: bool = False, keyed: bool = False) -> str:
         """The mailbox of the listener on ``run_id``: the one written down (an idempotent start of the same
         listener, which may have ended: then so has its mailbox), else a new one.
 
-        Two starts with the same key at the same moment may both open one: each reads back which was
-        written last and ends its own if it lost (one more small request).
+        ``keyed``: the listener was started with an idempotency key, so another start of the same key may be opening
+        one at this moment. Which one the listener keeps is decided by a record the server creates once
+        (:mod:`.records`, key ``mailbox:RUN_ID``); the other is ended. Without a key, ``run_id`` is new and nobody
+        else opens a mailbox for it.
 
         Raises:
             ServerUnavailableError, ServerError: a request failed.
@@ -204,13 +224,25 @@ class Mailboxes:
             "correlationId": mailbox_key(run_id, agent_name, human_wait=human_wait),
             "taskToDomain": {FORWARD_TASK: run_id},
         })
+        if keyed:
+            mailbox_id = self._elect(run_id, mailbox_id)
         write_mailbox(self._api, run_id, mailbox_id)
-        written = read_mailbox(self._api, run_id)
-        if written is not None and written != mailbox_id and workflow_running(self._api, written):
-            self._api.terminate_workflow(mailbox_id, "conductor-agents: another start opened this listener's mailbox")
-            return written
         log.info("listener on %s: mailbox %s opened", run_id, mailbox_id)
         return mailbox_id
+
+    def _elect(self, run_id: str, mine: str) -> str:
+        record = create_once(self._api, KEYED_MAILBOX_RECORD, f"mailbox:{run_id}", {"mailbox": mine, "run": run_id},
+                             prompt=f"the mailbox of the listener on {run_id}", pause=self._pause,
+                             kind="mailbox record")
+        chosen = str((record.context or {}).get("mailbox") or "")
+        if not chosen:
+            raise ServerError(f"the mailbox record of the listener on {run_id} ({record.execution_id}) could not be "
+                              f"read back")
+        if chosen != mine:
+            log.info("listener on %s: another start of its key opened mailbox %s first; %s is ended", run_id, chosen,
+                     mine)
+            self._api.terminate_workflow(mine, "conductor-agents: another start opened this listener's mailbox")
+        return chosen
 
 
 # -- the forward task --------------------------------------------------------------------

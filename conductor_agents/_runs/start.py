@@ -83,7 +83,7 @@ class RunStarter:
         self._taker = taker  # leases, the domain of an existing run, serving a listener's chain
         self._pause = pause  # between retries of a start; returns at once when the runtime closes
         self._handle = handle
-        self._mailboxes = Mailboxes(api, check_every_seconds=settings.mailbox_check_seconds)
+        self._mailboxes = Mailboxes(api, check_every_seconds=settings.mailbox_check_seconds, pause=pause)
 
     def start(self, agent: Agent, prompt: str, *, idempotency_key: str | None,
               context: Mapping[str, Any] | None, media: Any | None,
@@ -155,7 +155,8 @@ class RunStarter:
                 self._workers.confirm_polling(reservation)
             if spec is not None:
                 assert run_id is not None
-                chain = self._open_mailbox(spec, run_id, execution_id) or Chain(execution_id, run_id, agent.name, 0)
+                chain = (self._open_mailbox(spec, run_id, execution_id, keyed=keyed)
+                         or Chain(execution_id, run_id, agent.name, 0))
                 self._directory.remember(chain, newest=Link(0, execution_id))
                 if reservation is not None:
                     tracker = self._taker.serve_chain(reservation, chain, spec)
@@ -168,14 +169,14 @@ class RunStarter:
                             tracker=tracker)
 
 
-    def _open_mailbox(self, spec: LinkSpec, run_id: str, first_id: str) -> Chain | None:
+    def _open_mailbox(self, spec: LinkSpec, run_id: str, first_id: str, *, keyed: bool) -> Chain | None:
         """The chain of a listener by its mailbox (opened now, or the one an earlier start with the same
         key opened); None when it has none (``Continuation(mailbox=False)``, or no continuation)."""
         continuation = spec.continuation
         if not (continuation.enabled and continuation.mailbox):
             return None
         try:
-            mailbox_id = self._mailboxes.open(run_id, spec.agent.name, human_wait=spec.human_wait)
+            mailbox_id = self._mailboxes.open(run_id, spec.agent.name, human_wait=spec.human_wait, keyed=keyed)
         except ConductorAgentsError as err:
             if spec.human_wait:  # its wait is completed only by its mailbox's forward: it cannot live without one
                 with contextlib.suppress(ConductorAgentsError):

@@ -1,39 +1,27 @@
 """Who serves a stateful run: a numbered lease per run, each number created once on the server.
 
 A run served by :meth:`AgentRuntime.serve` has leases 0, 1, 2, ... (one per change of owner). Lease
-``n`` of the run whose domain is ``D`` is an agent run the server creates once: ``POST /agent/start``
-with ``idempotencyKey`` ``lease:D:n`` (the server's one atomic create-once, see
-``docs/operations.md``). Every process that races to create it gets the same execution; the nonce in
-its input says which request created it, so exactly one racer holds lease ``n``. Its input also names
-the owner's worker id, or none: a process that closes writes the next lease with no owner (a
-release), so that another one may take the run at once.
-
-A lease's run is a ``manual`` team waiting on a person: it makes no model call and runs no worker.
-It is terminated as soon as it has been read back: its record (the input) stays, and starting it
-again with the same key still returns it (whatever its status), which is all a lease needs.
+``n`` of the run whose domain is ``D`` is a record the server creates once (:mod:`.._listener.records`: an
+agent run started with ``idempotencyKey`` ``lease:D:n``). Every process that races to create it gets the same
+execution, and exactly one racer's request created it. Its input names the owner's worker id, or none: a
+process that closes writes the next lease with no owner (a release), so that another one may take the run
+at once.
 
 A lease's execution id is known without a search: the server derives it from the agent's name and
-the key (:func:`conductor_agents._listener.chain.link_id`). Leases are never deleted: a run that changes hands
+the key (:func:`.._listener.records.record_id`). Leases are never deleted: a run that changes hands
 ``k`` times has ``k + 1`` small ended runs of the lease agent beside it.
 """
 
 from __future__ import annotations
 
-import copy
-import functools
 import logging
 import threading
-import time
-import uuid
 from collections.abc import Callable
-from typing import Any
 
 import attrs
 
-from .._listener.chain import link_id
+from .._listener.records import create_once, record_id
 from .._wire.api import ConductorApi
-from .._wire.starting import start_run
-from .._wire.transport import HttpError
 from ..errors import ExecutionNotFoundError, ServerError
 
 __all__ = ["LEASE_AGENT", "Lease", "LeaseBook", "lease_execution_id"]
@@ -42,19 +30,8 @@ log = logging.getLogger("conductor_agents.serve")
 
 #: The lease agent's name (its runs show under this name on the server).
 LEASE_AGENT = "conductor_agents_lease"
-_MODEL = "openai/none"  # never called: the team's first step waits on a person
 #: The highest lease number looked for: a run changing hands more often than this is a loop.
 _MAX_EPOCH = 100_000
-
-
-@functools.lru_cache(maxsize=1)
-def _lease_config() -> dict[str, Any]:
-    # A manual team: its first task is a HUMAN pick. No model call, no worker task, until answered.
-    from ..agent import Agent
-
-    member = Agent(name=f"{LEASE_AGENT}_record", model=_MODEL, instructions="lease record")
-    return Agent(name=LEASE_AGENT, model=_MODEL, instructions="lease record", agents=[member],
-                 strategy="manual", max_turns=1).to_config()
 
 
 def lease_key(domain: str, epoch: int) -> str:
@@ -63,7 +40,7 @@ def lease_key(domain: str, epoch: int) -> str:
 
 def lease_execution_id(domain: str, epoch: int) -> str:
     """The execution id of lease ``epoch`` of the run on ``domain`` (whether or not it exists)."""
-    return link_id(LEASE_AGENT, lease_key(domain, epoch))
+    return record_id(LEASE_AGENT, lease_key(domain, epoch))
 
 
 @attrs.frozen
@@ -124,52 +101,17 @@ class LeaseBook:
 
         Raises: ServerError (and subclasses) when the start itself failed.
         """
-        nonce = uuid.uuid4().hex
-        body = {
-            "agentConfig": copy.deepcopy(_lease_config()),
-            "prompt": f"lease {epoch} of run {execution_id or domain}",
-            "idempotencyKey": lease_key(domain, epoch),
-            "context": {"owner": owner or "", "nonce": nonce, "domain": domain, "epoch": epoch,
-                        "execution": execution_id},
-        }
-        started = self._start(body)
-        lease_id = str(started["executionId"])
-        record = self._record(lease_id)
-        if record is None:
+        record = create_once(self._api, LEASE_AGENT, lease_key(domain, epoch),
+                             {"owner": owner or "", "domain": domain, "epoch": epoch, "execution": execution_id},
+                             prompt=f"lease {epoch} of run {execution_id or domain}", pause=self._pause,
+                             kind="lease record")
+        if record.context is None:
             return None
-        context = record
-        held = Lease(domain, epoch, str(context.get("owner") or "") or None)
-        if context.get("nonce") == nonce:
-            self._terminate(lease_id)  # its record stays; the run need not wait on a person
+        held = Lease(domain, epoch, str(record.context.get("owner") or "") or None)
         self._remember(held)
         return held
 
     # -- internals --------------------------------------------------------------------
-
-    def _start(self, body: dict[str, Any]) -> dict[str, Any]:
-        # Racers on one key may meet the server's execution lock: one of them then fails (a 5xx)
-        # without creating anything; a second try finds the lease made.
-        for attempt in range(1, 4):
-            try:
-                return start_run(self._api, body, pause=self._pause)
-            except HttpError as err:
-                if err.status is None or err.status < 500 or attempt == 3:
-                    raise
-                log.debug("lease start %s failed (%s); trying again", body["idempotencyKey"], err)
-                if self._pause(0.2 * attempt):
-                    raise
-        raise AssertionError("unreachable")
-
-    def _record(self, lease_id: str) -> dict[str, Any] | None:
-        for _ in range(3):
-            try:
-                workflow = self._api.get_workflow(lease_id)
-            except ExecutionNotFoundError:
-                time.sleep(0.1)  # created on another node of a cluster, not yet visible here
-                continue
-            context = (workflow.get("input") or {}).get("context")
-            return context if isinstance(context, dict) else {}
-        return None
 
     def _read(self, domain: str, epoch: int) -> Lease | None:
         try:
@@ -180,12 +122,6 @@ class LeaseBook:
         if not isinstance(context, dict):
             raise ServerError(f"lease {epoch} of domain {domain} has no record")
         return Lease(domain, epoch, str(context.get("owner") or "") or None)
-
-    def _terminate(self, lease_id: str) -> None:
-        try:
-            self._api.cancel_agent(lease_id, "lease recorded")
-        except ServerError as err:  # it only waits on a person: harmless if left running
-            log.debug("could not end lease run %s: %s", lease_id, err)
 
     def _remember(self, lease: Lease) -> None:
         with self._lock:

@@ -25,7 +25,7 @@ import requests
 
 from conductor_agents.testing import ToolCall, listener_policy
 
-from ..helpers import eventually, listener_runs
+from ..helpers import eventually, listener_runs, run_tasks_summary
 
 pytestmark = pytest.mark.integration
 
@@ -118,6 +118,18 @@ def server_tool_calls(server_url: str, execution_id: str) -> int:
     return count
 
 
+def explain_listener(site: Site, server_url: str, execution_id: str) -> str:
+    """What a timed-out wait for a listener's reports needs (two CI failures, 9 reports not reached): each run's
+    report count and last tasks, the id the callers hold as the server has it, and the workers' warnings."""
+    lines = [f"reports completed on the server: {server_tool_calls(server_url, execution_id)}"]
+    lines += [run_tasks_summary(server_url, run, last=12) for run in listener_runs(server_url, execution_id)]
+    if execution_id not in listener_runs(server_url, execution_id):
+        lines.append(run_tasks_summary(server_url, execution_id, last=6))
+    noted = [row for row in site.log.read_text(errors="replace").splitlines()
+             if any(level in row for level in ("WARNING", "ERROR", "Traceback"))]
+    return "\n".join([*lines, f"gunicorn's warnings ({len(noted)}, the last 40):", *noted[-40:]])
+
+
 def test_listeners_in_two_gunicorn_workers_each_run_their_tools_in_their_own_process(
         site: Site, agent_settings) -> None:
     # Start listeners until two different worker processes have each started one.
@@ -164,7 +176,8 @@ def test_listeners_in_two_gunicorn_workers_each_run_their_tools_in_their_own_pro
 
     for execution_id, topics in sent.items():
         eventually(lambda: server_tool_calls(agent_settings.server_url, execution_id) == len(topics),
-                   timeout=120, interval=0.5, message=f"{len(topics)} reports of {execution_id}")
+                   timeout=120, interval=0.5, message=f"{len(topics)} reports of {execution_id}",
+                   explain=lambda: explain_listener(site, agent_settings.server_url, execution_id))
 
     # Read each from whichever worker gets the request: the tools' state is only in the starter.
     for execution_id, topics in sent.items():

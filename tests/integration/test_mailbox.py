@@ -20,6 +20,9 @@ from conductor_agents import AgentRuntime, Continuation, RunStatus
 from conductor_agents._common.task_names import FORWARD_TASK, MAILBOX_REST_TASK
 from conductor_agents._listener import mailbox, mailbox_checks
 from conductor_agents._listener.chain import parse_mailbox_key
+from conductor_agents._listener.head import read_mailbox
+from conductor_agents._wire.api import ConductorApi
+from conductor_agents._wire.transport import Transport
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener, listener_links, push_raw
@@ -291,3 +294,46 @@ def test_a_mailbox_that_failed_is_retried_and_takes_messages_again_by_the_same_i
         handle.stop()
         assert handle.wait(timeout=90).ok
     assert tools.snapshot() == ["before", "after"]
+
+
+@pytest.mark.both_topologies
+def test_two_keyed_starts_opening_a_mailbox_at_once_keep_one(agent_settings, unique_name, monkeypatch):
+    """Two starts of one key each open a mailbox; the first has written its own down and read it back before the
+    second writes (the interleaving that left both kept, issue 44). The server's create-once record decides: both
+    get the same id, the other mailbox is ended, and the id written down is the one kept."""
+    run_id = unique_name("keyed").replace("-", "")
+    apis = [ConductorApi(Transport(agent_settings.server_url)) for _ in range(2)]
+    both_opened = threading.Barrier(2, timeout=60)
+    first_done = threading.Event()
+    opened: "dict[int, str]" = {}
+    created: "list[str]" = []
+    real_start = ConductorApi.start_workflow
+
+    def start_then_meet(self, body):  # both have found nothing written and opened one before either goes on
+        started = real_start(self, body)
+        created.append(started)
+        both_opened.wait()
+        if self is apis[1]:
+            assert first_done.wait(60)
+        return started
+
+    monkeypatch.setattr(ConductorApi, "start_workflow", start_then_meet)
+
+    def open_one(index: int) -> None:
+        opened[index] = mailbox.Mailboxes(apis[index]).open(run_id, "keyed_listener", human_wait=True, keyed=True)
+        if index == 0:
+            first_done.set()
+
+    threads = [threading.Thread(target=open_one, args=(i,)) for i in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(120)
+    assert not any(thread.is_alive() for thread in threads)
+    assert opened[0] == opened[1]
+    kept = opened[0]
+    statuses = {run: apis[0].get_workflow(run)["status"] for run in created}
+    assert len(statuses) == 2 and statuses[kept] == "RUNNING", statuses
+    assert sorted(statuses.values()) == ["RUNNING", "TERMINATED"], statuses
+    assert read_mailbox(apis[0], run_id) == kept
+    apis[0].terminate_workflow(kept, "the test is over")
