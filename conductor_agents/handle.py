@@ -17,7 +17,7 @@ from ._listener.chained_events import ChainedEvents
 from ._listener.control import cancel_listener, pause_listener, unpause_listener
 from ._listener.delivery import MessageDelivery, wait_for_delivery
 from ._listener.directory import Chain, ChainDirectory, Link
-from ._listener.following import current_status, ended_result, listener_totals, run_identity
+from ._listener.following import current_status, ended_result, listener_totals, run_identity, with_mailbox_pause
 from ._listener.naming import held_stall, rename
 from ._listener.stopping import stop_run
 from ._liveness.model_calls import FirstModelTurn, ended_model_failure, unavailable_model_cancel_reason
@@ -169,8 +169,8 @@ class AgentHandle:
             ExecutionNotFoundError: the server does not know the execution.
             ServerUnavailableError, ServerError: the request failed.
         """
-        link, status = current_status(self._api, self._directory, self._chain())
-        status = self._as_listener(status, link)
+        link, status = current_status(self._api, self._directory, chain := self._chain())
+        status = self._as_listener(with_mailbox_pause(self._api, chain, status), link)
         self._last_status = status.status
         if status.is_terminal:
             self._terminal()

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from ..agent import Agent
 
 __all__ = ["current_runs", "current_status", "end_mailbox", "ended_from_outside", "ended_result", "is_running",
-           "listener_totals", "live_links", "newest_link", "run_identity", "workflow_running"]
+           "listener_totals", "live_links", "newest_link", "run_identity", "with_mailbox_pause", "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -74,6 +74,17 @@ def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
         if status.is_terminal and chain.mailbox:
             end_mailbox(api, directory, chain)  # whoever first sees the listener ended (idempotent)
         return link, status
+
+
+def with_mailbox_pause(api: ConductorApi, chain: Chain, status: AgentStatus) -> AgentStatus:
+    """``status`` of a running listener, PAUSED when its mailbox (the id callers hold) was paused on its own (from
+    the Conductor UI or a raw ``PUT /workflow/{id}/pause``): pushes to the id are refused then, and nothing reaches
+    the listener until the mailbox is resumed (``unpause()`` does it). One small read; none when the listener has
+    no mailbox or is not RUNNING."""
+    if status.status is not RunStatus.RUNNING or not chain.mailbox:
+        return status
+    mailbox = RunStatus.parse(api.workflow_status(chain.execution_id).get("status"))
+    return attrs.evolve(status, status=RunStatus.PAUSED) if mailbox is RunStatus.PAUSED else status
 
 
 def newest_link(directory: ChainDirectory, chain: Chain) -> Link:

@@ -61,6 +61,37 @@ def test_a_paused_listener_takes_no_turn_and_refuses_messages_until_unpaused(
 
 
 
+def test_a_mailbox_paused_from_outside_the_sdk_reads_as_a_paused_listener_until_unpaused(
+        agent_runtime, scripted_llm, unique_name, conductor_server):
+    """The Conductor UI (or any raw client) pauses the id callers hold, the listener's mailbox, and nothing else:
+    pushes to the id are refused, nothing reaches the listener, ``status()`` says PAUSED (it said RUNNING, issue 44);
+    ``unpause()`` resumes the mailbox, and what is sent then is acted on."""
+    base = getattr(conductor_server, "url")
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("outside")
+    handle = agent_runtime.start(listener(unique_name("outside"), model, tools), "Start listening.")
+    handle.send_message({"action": "b1"})
+    eventually(lambda: len(tools.actions) == 1, timeout=90, message="an action before the pause")
+
+    requests.put(f"{base}/workflow/{handle.execution_id}/pause", timeout=30).raise_for_status()
+    assert handle.status().status is RunStatus.PAUSED
+    assert requests.get(f"{base}/workflow/{handle.current_execution_id}/status", timeout=30).json()["status"] \
+        == "RUNNING"  # the listener's run itself was not paused
+    response = push_raw(base, handle.execution_id, {"action": "raw"})
+    assert (response.status_code, "PAUSED" in response.text) == (409, True)
+    with pytest.raises(RunPausedError):
+        handle.send_message({"action": "refused"})
+
+    handle.unpause()
+    assert handle.status().status is RunStatus.RUNNING
+    handle.send_message({"action": "b2"})
+    push_raw(base, handle.execution_id, {"action": "b3"}).raise_for_status()
+    eventually(lambda: len(tools.actions) == 3, timeout=90, message="the messages after the unpause")
+    assert [a for a, _ in tools.actions] == ["b1", "b2", "b3"]
+    handle.stop()
+    assert handle.wait(timeout=90).status is RunStatus.COMPLETED
+
+
 def test_pause_returns_once_the_model_call_under_way_has_ended_and_none_comes_after(
         agent_runtime, scripted_llm, unique_name, topology_server):
     """pause() as a message's model call is under way (issue 44): the server runs a model call it scheduled before
