@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from ..agent import Agent
 
 __all__ = ["current_runs", "current_status", "end_mailbox", "ended_from_outside", "ended_result", "is_running",
-           "listener_totals", "live_links", "newest_link", "run_identity", "with_mailbox_pause", "workflow_running"]
+           "listener_totals", "live_links", "newer_run", "newest_link", "run_identity", "with_mailbox_pause",
+           "workflow_running"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
@@ -115,6 +116,12 @@ def current_runs(directory: ChainDirectory, chain: Chain) -> Callable[[bool], tu
         return (link.execution_id,)
 
     return runs
+
+
+def newer_run(directory: ChainDirectory, chain: Chain) -> Callable[[], str | None]:
+    """The watch of a continued listener with no mailbox asks this when the link it samples ends: the newest link as
+    the server says (a probe or two); the watch follows it when it is another run (the link was continued)."""
+    return lambda: directory.refresh(chain).execution_id
 
 
 def is_running(api: ConductorApi, execution_id: str) -> bool:

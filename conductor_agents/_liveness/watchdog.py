@@ -57,10 +57,11 @@ from .._wire.transport import HttpError
 from ..errors import ConductorAgentsError, ExecutionNotFoundError, WorkerStallError
 from ..result import RunStatus
 from .nudges import LostPolls, Nudges
-from .stall import Stall, find_stall, run_words, server_time_from_date, stall_error
+from .run_watch import Companions, RunWatch, StallListener, Successor
+from .stall import Stall, find_stall, run_words, server_time_from_date
 from .tree import running_sub_runs
 
-__all__ = ["Companions", "RunWatch", "RunWatchdog"]
+__all__ = ["Companions", "RunWatch", "RunWatchdog", "Successor"]
 
 log = logging.getLogger("conductor_agents.liveness")
 
@@ -69,77 +70,6 @@ IDLE_SAMPLE_INTERVALS = 3
 
 #: The most a sample is taken late so that runs due close together are sampled at one wake-up.
 _MAX_SLACK_SECONDS = 1.0
-
-#: Called with the stall error, from the watchdog thread.
-StallListener = Callable[[WorkerStallError], None]
-
-#: ``companions(refresh)``: the runs whose waiting tasks count as a watched run's own (see above), as last
-#: known (``refresh``: the last answer's runs have ended; ask the server).
-Companions = Callable[[bool], "tuple[str, ...]"]
-
-
-class RunWatch:
-    """What the watchdog knows about one run: its stall flag and who wants to hear of a stall.
-
-    Thread-safe. Shared by the watchdog (which samples) and the run's handles (which read
-    :attr:`stall` and register listeners).
-    """
-
-    def __init__(self, execution_id: str) -> None:
-        self.execution_id = execution_id
-        self.domain: str | None = None  # the run's domain when its liveness is watched
-        self.served = False  # this process serves the run's tools: release them when it ends
-        self.tree = False  # the run has sub-runs (sub-agents, agent tools) on its domain: sample theirs too
-        self.served_domain: str | None = None  # the domain this process polls for the run's tools
-        self.companions: Companions | None = None  # runs sampled with it (a mailbox's listener run)
-        self.listener_id: str | None = None  # a continued listener's run: the id callers hold (its log names it)
-        self._stall: WorkerStallError | None = None
-        self._listeners: list[StallListener] = []
-        self._lock = threading.Lock()
-        self._forgotten = False  # no longer watched (ended, or the watchdog closed): never stalled again
-        # Owned by the watchdog thread:
-        self.first_seen: dict[str, Any] = {}
-        self.due = 0.0
-        self.samples = 0
-        self.skipped = 0  # samples skipped because the run's queues were seen empty
-        self.listed = 0  # end-of-run checks answered by its workflow's running list
-        self.workflow_name: str | None = None  # the agent's name, then what a sample tells
-        self.workflow_version: int | None = None
-        self.name_checked = False  # the server told the workflow name (read once, at the first full sample)
-        self.last_sampled = 0.0  # monotonic time of the last request for this run (set by watch())
-
-    def __repr__(self) -> str:
-        return (f"RunWatch(execution_id={self.execution_id!r}, domain={self.domain!r}, "
-                f"stalled={self._stall is not None})")
-
-    @property
-    def stall(self) -> WorkerStallError | None:
-        """The stall the last sample found, or None (no stall, or none any more)."""
-        return self._stall
-
-    def add_listener(self, listener: StallListener) -> None:
-        """Call ``listener(error)`` each time the run becomes stalled (from the watchdog thread)."""
-        with self._lock:
-            self._listeners.append(listener)
-
-    def _set_stall(self, stall: Stall | None) -> tuple[WorkerStallError, list[StallListener]] | None:
-        """Record a sample's finding; when the run has just stalled, the error and the listeners to tell."""
-        with self._lock:
-            if stall is None or self._forgotten:
-                self._stall = None
-                return None
-            if self._stall is not None:
-                return None  # still stalled: told already
-            self._stall = stall_error(self.execution_id, stall)
-            return self._stall, list(self._listeners)
-
-    def _forget(self) -> None:
-        """No longer watched: the flag is cleared, and a sample still in flight (it read the run
-        before its end) cannot set it again."""
-        with self._lock:
-            self._forgotten = True
-            self._stall = None
-
 
 class RunWatchdog:
     """Samples every watched run on one thread (``conductor-agents-watchdog``). Thread-safe.
@@ -208,7 +138,8 @@ class RunWatchdog:
 
     def watch(self, execution_id: str, *, domain: str | None = None, served: bool = False,
               served_domain: str | None = None, workflow_name: str | None = None,
-              tree: bool = False, companions: Companions | None = None) -> RunWatch:
+              tree: bool = False, companions: Companions | None = None,
+              successor: Successor | None = None) -> RunWatch:
         """Sample ``execution_id`` from now on (first sample one interval from now); its RunWatch.
 
         ``domain``: watch the run's liveness on that domain. ``served``: this process serves the
@@ -236,6 +167,7 @@ class RunWatchdog:
             run.workflow_name = run.workflow_name or workflow_name
             run.tree = tree or run.tree
             run.companions = companions or run.companions
+            run.successor = successor or run.successor
             if self._thread is None:
                 self._start_thread()
         self._wake.set()
@@ -441,7 +373,8 @@ class RunWatchdog:
         status = RunStatus.parse(workflow.get("status"))
         if status.is_terminal:
             log.debug("run %s ended (%s)", run.execution_id, workflow.get("status"))
-            self._ended(run)
+            if not self._followed(run):
+                self._ended(run)
             return
         if status is RunStatus.PAUSED:  # paused on purpose: what waits, waits for the unpause
             run.first_seen.clear()
@@ -533,6 +466,25 @@ class RunWatchdog:
                          stall.waited_seconds, max(0.0, server_now - last_poll))
                 return True
         return False
+
+    def _followed(self, run: RunWatch) -> bool:
+        """Whether the watch of a run that ended goes on in the run's successor (a continued listener's link with no
+        mailbox, watched from a process that does not serve it: its newer link), sampled from now on."""
+        newer = run.successor() if run.successor is not None else None
+        if newer is None or newer == run.execution_id:
+            return False
+        with self._lock:
+            if newer in self._runs or self._runs.get(run.execution_id) is not run:
+                return False  # watched already (its own watch tells its end), or forgotten meanwhile
+            del self._runs[run.execution_id]
+            self._nudges.forget(run.execution_id)
+            log.debug("run %s was continued: its watch goes on in run %s", run.execution_id, newer)
+            run.execution_id = newer
+            self._runs[newer] = run
+            self._schedule(run, self._clock.monotonic() + self._interval)  # its heap entry names the old id
+        run.first_seen.clear()
+        run.name_checked = False
+        return True
 
     def _ended(self, run: RunWatch) -> None:
         self.forget(run.execution_id)

@@ -16,7 +16,7 @@ from typing import Any
 from .._common.clock import Clock
 from .._listener.by_id import people_runs
 from .._listener.directory import Chain, ChainDirectory
-from .._listener.following import current_runs
+from .._listener.following import current_runs, newer_run
 from .._listener.naming import held_stall
 from .._people.pending import PendingRequest
 from .._people.pending_watch import PendingMonitor
@@ -66,8 +66,11 @@ class HandleMaker:
             # Not served here, a listener's mailbox is watched with the listener's current run, where a turn or
             # tool task waits after a message (a served listener's handle watches its runs through its tracker).
             companions = current_runs(self._directory, chain) if chain is not None and chain.mailbox else None
+            # With no mailbox, the watch is of a link: when it is continued, the watch goes on in the newer one.
+            successor = (newer_run(self._directory, chain) if chain is not None and chain.continuable
+                         and not chain.mailbox else None)
             watch = tracker if tracker is not None else self._workers().watch(
-                execution_id, domain=run_id, tree=tree, companions=companions)
+                execution_id, domain=run_id, tree=tree, companions=companions, successor=successor)
         handle = AgentHandle(
             api=self._api, execution_id=execution_id, agent_name=agent_name, run_id=run_id,
             settings=self._settings, clock=self._clock, agent=agent, liveness=watch,

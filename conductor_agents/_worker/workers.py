@@ -25,7 +25,7 @@ from .._listener.driver import ChainTracker, ContinuationDriver
 from .._listener.switch import LinkSpec, carry_grace_seconds
 from .._liveness.nudges import LostPolls
 from .._liveness.tree import RootFinder
-from .._liveness.watchdog import Companions, RunWatch, RunWatchdog
+from .._liveness.watchdog import Companions, RunWatch, RunWatchdog, Successor
 from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
 from ..agent import Agent
@@ -329,7 +329,8 @@ class WorkerSet:
 
     def watch(self, execution_id: str, *, domain: str | None = None, served: bool = False,
               served_domain: str | None = None, workflow_name: str | None = None,
-              tree: bool = False, companions: Companions | None = None) -> RunWatch:
+              tree: bool = False, companions: Companions | None = None,
+              successor: Successor | None = None) -> RunWatch:
         """Have the runtime's watchdog sample ``execution_id`` (see :meth:`RunWatchdog.watch`)."""
         with self._lock:
             if self._watchdog is None:
@@ -344,7 +345,7 @@ class WorkerSet:
                     self._watchdog.close()
             watchdog = self._watchdog
         return watchdog.watch(execution_id, domain=domain, served=served, served_domain=served_domain,
-                              workflow_name=workflow_name, tree=tree, companions=companions)
+                              workflow_name=workflow_name, tree=tree, companions=companions, successor=successor)
 
     def _task_done(self, task: TaskRef, outcome: str, seconds: float) -> None:
         """The executor is done with a task (its result posted, if it had one): the watchdog looks at the run's

@@ -16,7 +16,7 @@ from typing import Callable
 import attrs
 import pytest
 
-from conductor_agents import Agent, AgentRuntime, RunStatus, ToolRegistry, WaitTimeoutError, WorkerStallError, tool
+from conductor_agents import Agent, AgentRuntime, Continuation, RunStatus, ToolRegistry, WaitTimeoutError, WorkerStallError, tool
 from conductor_agents._common.task_names import FORWARD_TASK, TURN_TASK
 from conductor_agents.testing import ToolCall, listener_policy
 
@@ -24,7 +24,7 @@ from ..helpers import eventually, listener, sdk_threads
 from ..integration.test_mailbox import push
 from ..integration.test_stateful_listener import ActionTools, act_on
 from ..proxy import LoopbackProxy
-from .support import last_poll_ms, quiescent, server_get, tasks_of, waits_on_human_task
+from .support import current_run, last_poll_ms, quiescent, server_get, tasks_of, waits_on_human_task
 
 pytestmark = pytest.mark.reliability
 
@@ -170,6 +170,55 @@ def test_frozen_polling_is_reported_by_a_direct_observer_and_the_run_recovers(
         assert handle.wait(timeout=60).status is RunStatus.COMPLETED
         assert watcher.wait(timeout=10).status is RunStatus.COMPLETED  # no stale stall on a second wait
     assert sdk_threads() == before
+
+
+def test_an_observer_of_a_listener_without_a_mailbox_still_sees_a_stall_after_its_switch(
+        agent_settings, scripted_llm, unique_name, conductor_server):
+    """A continued listener with no mailbox (``Continuation(mailbox=False)``: callers hold its first run's id),
+    watched from a process that does not serve it: its first run ends at the first switch, and the watch goes on in
+    the newer run (it ended with the first run: a stall after the switch was never seen, issue 44). The serving
+    runtime's polls are then frozen; the turn task a message needs in the newer run is reported."""
+    base = agent_settings.server_url
+    stall, interval = 2.0, 0.25
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("no-mailbox")
+    agent = listener(unique_name("nomailbox"), model, tools, continuation=Continuation(max_turns=2, mailbox=False))
+    observer_settings = attrs.evolve(agent_settings, auto_start_workers=False, liveness_stall_seconds=stall,
+                                     liveness_check_interval_seconds=interval)
+    with LoopbackProxy(conductor_server.url) as proxy, \
+            AgentRuntime(attrs.evolve(agent_settings, server_url=proxy.url)) as serving, \
+            AgentRuntime(observer_settings) as observer:
+        handle = serving.start(agent, "Start listening.")
+        watcher = observer.resume(handle.execution_id, agent)
+        assert not watcher.workers_attached and watcher.execution_id == handle.execution_id
+        sent = 0
+        while handle.status().runs < 2:  # a switch: the first run (the one the watch began with) ended
+            assert sent < 12, "no switch for many messages"
+            sent += 1
+            handle.send_message({"action": f"a{sent}"})
+            eventually(lambda: len(tools.actions) == sent and quiescent(base, handle.execution_id), timeout=60,
+                       message=f"action {sent}")
+        newest = current_run(base, handle.execution_id)
+        assert newest != handle.execution_id
+        eventually(lambda: watcher.stall is None, timeout=10, message="no stall before the freeze")
+
+        proxy.freeze()
+        quiet = agent_settings.worker_long_poll_ms / 1000.0 + 0.5
+        eventually(lambda: time.time() - (last_poll_ms(base, TURN_TASK, handle.run_id) or 0) / 1000.0 > quiet,
+                   timeout=30, interval=0.1, message="no poll of the domain in flight")
+        observer.send_message(handle.execution_id, {"action": "while-frozen"})
+        with pytest.raises(WorkerStallError) as info:
+            watcher.wait(timeout=60)
+        unpolled = scheduled_tool_task(base, newest, TURN_TASK)
+        assert info.value.task_reference_name == unpolled["referenceTaskName"]
+        assert info.value.execution_id == handle.execution_id  # the id the caller holds, not the newer run's
+
+        proxy.unfreeze()
+        eventually(lambda: len(tools.actions) == sent + 1, timeout=60, message="acted on after the unfreeze")
+        eventually(lambda: watcher.stall is None, timeout=10, message="the observer saw the stall end")
+        handle.stop()
+        assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+        assert watcher.wait(timeout=30).status is RunStatus.COMPLETED
 
 
 def test_a_served_listeners_stall_is_raised_by_the_id_its_caller_holds(

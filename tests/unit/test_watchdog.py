@@ -158,6 +158,34 @@ def test_a_listeners_run_that_stalls_is_logged_by_the_id_callers_hold(no_thread,
         f"listener mailbox-1 (its run {EXEC}): task late (domain {DOMAIN}) has not been polled for 45.5s"]
 
 
+def test_a_watch_with_a_successor_goes_on_in_the_newer_run_when_its_run_ends(no_thread):
+    """An observer's watch of a continued listener with no mailbox samples a link; when the link ends (continued),
+    the watch goes on in the newer link (it ended there before, and no stall of the listener was seen again), and
+    ends with the last link (issue 44)."""
+    watchdog, api, clock, host = make()
+    newest = ["wf-7"]
+    api.answer(EXEC, {"status": "COMPLETED", "tasks": []})
+    api.answer("wf-8", running(), running(task("late", age=45)), {"status": "COMPLETED", "tasks": []})
+    watch = watchdog.watch(EXEC, domain=DOMAIN, successor=lambda: newest[0])
+    newest[0] = "wf-8"
+    tick(watchdog, clock)
+    assert watch.execution_id == "wf-8" and watch.stall is None
+    tick(watchdog, clock)
+    tick(watchdog, clock)
+    assert watch.stall is not None and watch.stall.execution_id == "wf-8"
+    tick(watchdog, clock)  # wf-8 ended, and it is the newest: the watch ends
+    assert watch.stall is None and tick(watchdog, clock) == 0
+    assert host.ended == []  # not served here: nothing to release
+
+
+def test_a_watch_whose_run_ended_for_good_is_not_followed(no_thread):
+    watchdog, api, clock, _ = make()
+    api.answer(EXEC, {"status": "COMPLETED", "tasks": []})
+    watch = watchdog.watch(EXEC, domain=DOMAIN, successor=lambda: EXEC)
+    tick(watchdog, clock)
+    assert watch.execution_id == EXEC and tick(watchdog, clock) == 0
+
+
 def test_a_paused_run_is_never_stalled_and_its_stall_clears(no_thread):
     """A paused run schedules nothing and its waiting tasks wait for the unpause: no stall, and a stall
     flagged before the pause clears; after the unpause the rule applies again."""
