@@ -15,8 +15,8 @@ __all__ = ["Companions", "RunWatch", "StallListener", "Successor"]
 #: Called with the stall error, from the watchdog thread.
 StallListener = Callable[[WorkerStallError], None]
 
-#: ``companions(refresh)``: the runs whose waiting tasks count as a watched run's own (see above), as last
-#: known (``refresh``: the last answer's runs have ended; ask the server).
+#: ``companions(refresh)``: the runs whose waiting tasks count as a watched run's own (:mod:`.watchdog`, *A listener's
+#: mailbox*), as last known (``refresh``: the last answer's runs have ended; ask the server).
 Companions = Callable[[bool], "tuple[str, ...]"]
 
 #: ``successor()``: the run a watched run that ended goes on in (a link of a continued listener with no mailbox: its

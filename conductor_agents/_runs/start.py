@@ -179,8 +179,9 @@ class RunStarter:
             mailbox_id = self._mailboxes.open(run_id, spec.agent.name, human_wait=spec.human_wait, keyed=keyed)
         except ConductorAgentsError as err:
             if spec.human_wait:  # its wait is completed only by its mailbox's forward: it cannot live without one
-                with contextlib.suppress(ConductorAgentsError):
-                    self._api.terminate_workflow(first_id, "conductor-agents: its mailbox could not be opened")
+                if not keyed:  # a keyed run may be another start's, whose mailbox opened: a retry with the key finds it
+                    with contextlib.suppress(ConductorAgentsError):
+                        self._api.terminate_workflow(first_id, "conductor-agents: its mailbox could not be opened")
                 raise
             log.warning("listener %s: its mailbox could not be opened (%s); callers hold its first run's id, and "
                         "senders outside this SDK reach it only until it is continued", first_id, err)
