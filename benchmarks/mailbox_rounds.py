@@ -119,7 +119,7 @@ class Bench:
 
     def start(self, kind: str) -> str:
         body = {"name": mailbox.MAILBOX_WORKFLOW, "version": VERSIONS[kind], "taskToDomain": {FORWARD_TASK: DOMAIN},
-                "input": {"checkEvery": mailbox.check_every(self.args.check)} if rests_in_wait(kind) else {}}
+                "input": {"checkEvery": f"{int(self.args.check)}s"} if rests_in_wait(kind) else {}}
         r = self.http.post(f"{self.url}/workflow", json=body, timeout=30)
         r.raise_for_status()
         return r.text.strip()

@@ -152,7 +152,6 @@ def definitions() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         "timeoutSeconds": 0, "restartable": True,
         "description": "conductor-agents: the one id of a continued listener (push messages here: they are taken "
                        "at once)",
-        "inputParameters": ["checkEvery"],
         "tasks": [{
             "name": "mailbox_loop", "taskReferenceName": "loop", "type": "DO_WHILE",
             "inputParameters": {"keepLastN": _KEEP_ITERATIONS},
@@ -173,11 +172,6 @@ def definitions() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     return [task_def], [workflow]
 
 
-def check_every(seconds: int) -> str:
-    """The mailbox's ``checkEvery`` input: ``seconds`` as the server's WAIT reads a duration (``"30s"``)."""
-    return f"{int(seconds)}s"
-
-
 def _sleep(seconds: float) -> bool:
     time.sleep(seconds)
     return False  # never closing
@@ -186,11 +180,9 @@ def _sleep(seconds: float) -> bool:
 class Mailboxes:
     """Opens and ends listeners' mailboxes for one process. Thread-safe."""
 
-    def __init__(self, api: ConductorApi, *, check_every_seconds: int = 30,
-                 pause: Callable[[float], bool] | None = None) -> None:
+    def __init__(self, api: ConductorApi, *, pause: Callable[[float], bool] | None = None) -> None:
         self._api = api
         self._pause = pause or _sleep
-        self._check_every = check_every(check_every_seconds)
         self._lock = threading.Lock()
         self._registered = False
 
@@ -220,7 +212,7 @@ class Mailboxes:
             return known
         self._register()
         mailbox_id = self._api.start_workflow({
-            "name": MAILBOX_WORKFLOW, "version": _VERSION, "input": {"checkEvery": self._check_every},
+            "name": MAILBOX_WORKFLOW, "version": _VERSION, "input": {},
             "correlationId": mailbox_key(run_id, agent_name, human_wait=human_wait),
             "taskToDomain": {FORWARD_TASK: run_id},
         })

@@ -83,7 +83,7 @@ class RunStarter:
         self._taker = taker  # leases, the domain of an existing run, serving a listener's chain
         self._pause = pause  # between retries of a start; returns at once when the runtime closes
         self._handle = handle
-        self._mailboxes = Mailboxes(api, check_every_seconds=settings.mailbox_check_seconds, pause=pause)
+        self._mailboxes = Mailboxes(api, pause=pause)
 
     def start(self, agent: Agent, prompt: str, *, idempotency_key: str | None,
               context: Mapping[str, Any] | None, media: Any | None,

@@ -84,11 +84,6 @@ def test_the_round_pulls_without_blocking_then_forwards_or_rests_keeping_two_ite
     assert loop["loopCondition"] == "$.forward == null || $.forward['end'] != true"
 
 
-@pytest.mark.parametrize("seconds, duration", [(1, "1s"), (30, "30s"), (3600, "3600s")])
-def test_the_check_is_given_to_the_wait_as_the_servers_duration(seconds, duration):
-    assert mailbox.check_every(seconds) == duration
-
-
 LOOP = {"taskType": "DO_WHILE", "status": "IN_PROGRESS", "referenceTaskName": "loop", "taskId": "loop"}
 FORWARD = {"taskType": "conductor_agents_forward", "status": "IN_PROGRESS", "referenceTaskName": "forward__3",
            "taskId": "forward"}
@@ -258,11 +253,11 @@ def test_a_wake_never_raises_and_stops_when_the_process_closes():
     assert api.calls == []  # closing while it waited for the rest's second: no decide
 
 
-def test_a_mailbox_opens_with_its_check_as_the_runs_input():
+def test_a_mailbox_opens_as_version_4_with_its_forward_on_the_listeners_domain():
     api = Mailbox()
-    assert mailbox.Mailboxes(api, check_every_seconds=7).open(RUN, "listener") == "5e1d7c3a-0b2f-4e6a-9c8d-1a2b3c4d5e6f"
+    assert mailbox.Mailboxes(api).open(RUN, "listener") == "5e1d7c3a-0b2f-4e6a-9c8d-1a2b3c4d5e6f"
     (body,) = api.started
-    assert (body["name"], body["version"], body["input"]) == (mailbox.MAILBOX_WORKFLOW, 4, {"checkEvery": "7s"})
+    assert (body["name"], body["version"], body["input"]) == (mailbox.MAILBOX_WORKFLOW, 4, {})
     assert body["taskToDomain"] == {mailbox.FORWARD_TASK: RUN}
 
 
