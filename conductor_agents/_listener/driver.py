@@ -10,8 +10,8 @@ messages go to it) and the old one is ended once it has come to rest (waiting fo
 running). A switch left half done (this process closed, or a request failed) is taken up again at the
 next turn, or by any process that resumes the listener.
 
-:class:`ChainTracker` is what a handle of a served listener watches: the stall flag of whichever
-links are live, and the current link's id.
+:class:`~.tracker.ChainTracker` is what a handle of a served listener watches: the stall flag of whichever
+links are live and of its mailbox, and the current link's id.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from .._tooldefs.context import ToolContext
 from .._tooldefs.tooldef import PULL_WORKFLOW_MESSAGES
 from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
-from ..errors import ConductorAgentsError, WorkerStallError
+from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from ..tools import ToolDef, tool
 from .budget import RunSize, SizeModel
 from .chain import is_continued
@@ -45,70 +45,15 @@ from .retention import Retirer
 from .stopping import stop_if_read
 from .switch import LinkSpec, Switch, read_commit
 from .switch_rule import SwitchVerdict, switch_verdict
+from .tracker import ChainTracker
 
-__all__ = ["ChainTracker", "ContinuationDriver"]
+__all__ = ["ContinuationDriver"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
 _ITERATION = re.compile(r"__(\d+)$")
 #: A switch step that failed (the server unreachable, a 5xx) is tried again after these pauses.
 _RETRY_FIRST, _RETRY_MAX = 0.5, 15.0
-
-
-class ChainTracker:
-    """The live links of one listener served here: its stall, and who to tell. Thread-safe.
-
-    Offers what a handle needs of a run's watch (``stall``, ``add_listener``) across links.
-    """
-
-    def __init__(self, chain: Chain, current: Link) -> None:
-        self.chain = chain
-        self._lock = threading.Lock()
-        self._current = current
-        self._watches: dict[str, Any] = {}  # execution id -> RunWatch
-        self._listeners: list[Callable[[WorkerStallError], None]] = []
-
-    @property
-    def current(self) -> Link:
-        with self._lock:
-            return self._current
-
-    @property
-    def stall(self) -> WorkerStallError | None:
-        with self._lock:
-            watches = list(self._watches.values())
-        for watch in watches:
-            stall: WorkerStallError | None = watch.stall
-            if stall is not None:
-                return stall
-        return None
-
-    def add_listener(self, listener: Callable[[WorkerStallError], None]) -> None:
-        with self._lock:
-            self._listeners.append(listener)
-            watches = list(self._watches.values())
-        for watch in watches:
-            watch.add_listener(listener)
-
-    def link_added(self, link: Link, watch: Any) -> None:
-        with self._lock:
-            if watch is not None and link.execution_id not in self._watches:
-                watch.listener_id = self.chain.execution_id  # its stall is logged by the id callers hold
-                self._watches[link.execution_id] = watch
-                listeners = list(self._listeners)
-            else:
-                listeners = []
-        for listener in listeners:
-            watch.add_listener(listener)
-
-    def link_removed(self, link: Link) -> None:
-        with self._lock:
-            self._watches.pop(link.execution_id, None)
-
-    def moved_to(self, link: Link) -> None:
-        with self._lock:
-            if link.number > self._current.number:
-                self._current = link
 
 
 class _Served:
@@ -202,12 +147,13 @@ class ContinuationDriver:
         if fresh and chain.mailbox:
             with self._lock:
                 self._by_mailbox[chain.execution_id] = served
-            handle_link(True, chain.execution_id)  # its forward task runs here too; its end is looked at
+            self._attach_mailbox(served)  # its forward task runs here too; its end is looked at
             self.mailbox_checks.watch(chain.execution_id)  # a push nobody woke is taken within its checks
         self._attach(served, current)
         if pending_from is not None:
             self._attach(served, pending_from)
             served.switch = self._new_switch(served, pending_from)
+            served.switch.started = True  # another process began it: its new run exists
             self._start_job(served, resume_switch=True)  # its commit asks for a sweep
         elif current.number > chain.first:
             self._retire(served, current.number)  # finish what a process that died left (idempotent)
@@ -232,6 +178,7 @@ class ContinuationDriver:
             if served is None:
                 ended_mailbox = self._by_mailbox.get(execution_id)
                 if ended_mailbox is not None:
+                    ended_mailbox.tracker.link_removed(Link(-1, execution_id))
                     self._start_mailbox_check(ended_mailbox)
                 return
             ended = served.current.execution_id == execution_id and served.switch is None
@@ -262,6 +209,7 @@ class ContinuationDriver:
         for execution_id, served in links:
             served.tracker.link_removed(Link(-1, execution_id))
         for served in released.values():
+            served.tracker.link_removed(Link(-1, served.chain.execution_id))
             log.debug("listener %s: let go of (another process may serve it next)", served.chain.execution_id)
 
     def _listener_ended(self, served: _Served, last: str) -> None:
@@ -275,6 +223,7 @@ class ContinuationDriver:
                 end_mailbox(self._api, self._directory, served.chain)
         except ConductorAgentsError as err:
             log.debug("listener %s: its last run's status is unreadable (%s)", served.chain.execution_id, err)
+        served.tracker.link_removed(Link(-1, served.chain.execution_id))
         served.handle_link(False, served.chain.execution_id)
 
     def _start_mailbox_check(self, served: _Served) -> None:
@@ -287,7 +236,7 @@ class ContinuationDriver:
         mailbox = served.chain.execution_id
         try:
             if retry_failed_mailbox(self._api, mailbox):
-                served.handle_link(True, mailbox)  # served and watched again (its watch ended with the failure)
+                self._attach_mailbox(served)  # served and watched again (its watch ended with the failure)
                 return
             why = ended_from_outside(self._api, mailbox)
             if why is None:
@@ -304,6 +253,12 @@ class ContinuationDriver:
     def served_links(self) -> list[str]:
         with self._lock:
             return list(self._by_link)
+
+    def _attach_mailbox(self, served: _Served) -> None:
+        """Serve and watch the listener's mailbox here; its stall (a forward nobody polls) is the listener's, told to
+        the handle by the id callers hold, as a link's is."""
+        watch = served.handle_link(True, served.chain.execution_id)
+        served.tracker.link_added(Link(-1, served.chain.execution_id), watch)
 
     def _attach(self, served: _Served, link: Link) -> None:
         watch = served.handle_link(True, link.execution_id)
@@ -483,16 +438,29 @@ class ContinuationDriver:
         try:
             switch.start_new(turns_before=served.turns_before + self._turns_of(old))
         except ConductorAgentsError as err:
-            if "derives idempotent run ids differently" in str(err):
+            derived = "derives idempotent run ids differently" in str(err)
+            if derived:
                 served.disabled = True
                 log.error("%s", err)
+            elif self._may_exist(switch.new):  # its answer lost: senders may already find it, so it must go on
+                raise  # kept: the job tries again (_finish starts it again first: the start is create-once)
             with self._lock:
                 served.switch = None
                 served.new_link_turn = 0
             self._detach(served, switch.new)
             raise
-        self._directory.advance(served.chain, switch.new)
         self._finish(served)
+
+    def _may_exist(self, link: Link) -> bool:
+        """Whether a link whose start failed may exist all the same (its answer was lost, or the server cannot say):
+        once it exists, the SDK's senders and the forward find it, and only its switch makes it take turns."""
+        try:
+            self._api.workflow_status(link.execution_id)
+        except ExecutionNotFoundError:
+            return False
+        except ConductorAgentsError:
+            return True
+        return True
 
     def _turns_of(self, link: Link) -> int:
         # From the first task in progress on (offsets count from 0): the loop task carries the
@@ -503,6 +471,9 @@ class ContinuationDriver:
     def _finish(self, served: _Served) -> None:
         switch = served.switch
         assert switch is not None
+        if not switch.started:  # a start whose outcome was not known (see _begin): sent again, create-once
+            switch.start_new(turns_before=served.turns_before + self._turns_of(switch.old))
+        self._directory.advance(served.chain, switch.new)
         outcome = switch.finish()
         if outcome is None:
             return  # closing: the next process that serves the listener completes it

@@ -52,6 +52,7 @@ from .._tooldefs.tooldef import HUMAN, PULL_WORKFLOW_MESSAGES
 from .._tracing import hooks as tracing
 from .._tracing.carrier import START_KEY as TRACE_START_KEY
 from .._wire.api import ConductorApi
+from .._wire.starting import start_run
 from .._wire.transport import HttpError
 from ..agent import Agent
 from ..continuation import Continuation
@@ -220,6 +221,7 @@ class Switch:
         self._new_created_ms: float | None = None  # when link n+1 began (the server's clock)
         self._quiet_at = float("-inf")  # when the drain last found link n at rest (this process's clock)
         self._signal_carried = False
+        self.started = False  # link n+1 is known to exist (this process started it, or found it begun)
 
     # -- the steps --------------------------------------------------------------------
 
@@ -233,8 +235,8 @@ class Switch:
                                    model=run_model(spec.agent.model, spec.model_settings))
         body = link_start_body(spec, self.chain.run_id, self.chain.key(self.new.number).key,
                                number=self.new.number, turns_before=turns_before, traceparent=traced.traceparent)
-        try:
-            started = self._api.start_agent(body)
+        try:  # a start whose answer was lost is sent again (create-once: the key names the link)
+            started = start_run(self._api, body, pause=self._pause)
         except BaseException as err:
             traced.failed(err)
             raise
@@ -247,6 +249,7 @@ class Switch:
                 "for this listener")
         log.info("listener %s: link %d (%s) started to continue %s", self.chain.execution_id, self.new.number,
                  self.new.execution_id, self.old.execution_id)
+        self.started = True
         self._carry_signal()
 
     def _carry_signal(self) -> None:

@@ -21,8 +21,9 @@ from .._common.parts import Part, Step, close_in_order
 from .._common.task_names import CARRY_TASK, FORWARD_TASK, INTERNAL_TASK_TYPES, TURN_TASK
 from .._listener.chain import is_continued
 from .._listener.directory import Chain, ChainDirectory, Link
-from .._listener.driver import ChainTracker, ContinuationDriver
+from .._listener.driver import ContinuationDriver
 from .._listener.switch import LinkSpec, carry_grace_seconds
+from .._listener.tracker import ChainTracker
 from .._liveness.nudges import LostPolls
 from .._liveness.tree import RootFinder
 from .._liveness.watchdog import Companions, RunWatch, RunWatchdog, Successor

@@ -275,6 +275,34 @@ class SlowTools:
 SHORT = dict(liveness_stall_seconds=1.0, liveness_check_interval_seconds=0.25)
 
 
+def test_the_serving_processs_own_handle_sees_a_stall_of_its_listeners_mailbox(
+        agent_settings, scripted_llm, unique_name, conductor_server):
+    """The serving process's polls of its listener's mailbox forward are refused (the other polls go through): a
+    message sent then waits in the forward, unpolled, and the process's own handle raises the stall by the id its
+    caller holds (the mailbox's watch was not part of the handle's, so its wait() saw none, issue 44); once the
+    polls go through again the message is acted on."""
+    stall, interval = 2.0, 0.25
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("mailbox-stall")
+    settings = attrs.evolve(agent_settings, liveness_stall_seconds=stall, liveness_check_interval_seconds=interval)
+    with LoopbackProxy(conductor_server.url) as proxy, \
+            AgentRuntime(attrs.evolve(settings, server_url=proxy.url)) as serving:
+        handle = serving.start(listener(unique_name("mbstall"), model, tools), "Start listening.")
+        handle.send_message({"action": "b1"})
+        eventually(lambda: len(tools.actions) == 1, timeout=60, message="the first action")
+        proxy.refuse([f"/tasks/poll/batch/{FORWARD_TASK}"], status=500)
+        handle.send_message({"action": "b2"})
+        with pytest.raises(WorkerStallError) as info:
+            handle.wait(timeout=60)
+        assert info.value.task_reference_name.startswith("forward")
+        assert info.value.execution_id == handle.execution_id  # the mailbox: the id the caller holds
+        proxy.refuse([])
+        eventually(lambda: len(tools.actions) == 2, timeout=60, message="acted on once the polls go through")
+        eventually(lambda: handle.stall is None, timeout=30, message="the stall over")
+        handle.stop()
+        assert handle.wait(timeout=60).status is RunStatus.COMPLETED
+
+
 @pytest.mark.both_topologies
 def test_a_tool_running_three_times_the_threshold_is_no_stall(agent_settings, scripted_llm, unique_name):
     tools = SlowTools(3 * SHORT["liveness_stall_seconds"])

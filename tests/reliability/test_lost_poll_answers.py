@@ -15,13 +15,14 @@ import logging
 import attrs
 import pytest
 
-from conductor_agents import AgentRuntime
+from conductor_agents import AgentRuntime, Continuation
 from conductor_agents.testing import listener_policy
 
 from ..helpers import eventually, listener
 from ..integration.test_stateful_listener import ActionTools, act_on
 from ..proxy import LoopbackProxy
 from .support import quiescent
+from .test_switch_crash import chain_state
 
 pytestmark = pytest.mark.reliability
 
@@ -53,5 +54,41 @@ def test_a_tool_task_whose_poll_answer_was_lost_runs_within_seconds(agent_settin
                 break
         assert _LOST in caplog.text, f"no poll's answer carried the task in {len(sent)} tries ({proxy.lost} lost)"
         assert [action for action, _ in tools.actions] == sent  # each once, in order
+        handle.stop()
+        handle.wait(timeout=60)
+
+
+def test_a_switch_whose_start_lost_its_answer_goes_on(agent_settings, scripted_llm, unique_name, conductor_server,
+                                                      caplog):
+    """The answer to the start of a listener's next run is dropped (a connection cut as the server answered): the
+    run exists, and the SDK's senders may find it. Seen in the hour-long soak: the switch was dropped until the old
+    run's next turn, which never came, and the listener acted on nothing for 16 minutes until another process adopted
+    it. The start is sent again at once (create-once: the key names the run) and the switch goes on without being
+    dropped; every message is acted on once, in order, and one run is left live."""
+    caplog.set_level(logging.INFO, logger="conductor_agents")
+    base = agent_settings.server_url
+    model = scripted_llm.script(policy=listener_policy(act_on))
+    tools = ActionTools("switch-lost")
+    with LoopbackProxy(conductor_server.url) as proxy, \
+            AgentRuntime(attrs.evolve(agent_settings, server_url=proxy.url)) as serving:
+        handle = serving.start(listener(unique_name("swlost"), model, tools,
+                                        continuation=Continuation(max_turns=2)), "Start listening.")
+        eventually(lambda: quiescent(base, handle.execution_id), timeout=60, message="at rest")
+        proxy.lose_answers("/agent/start", count=1)  # the next start is a switch's (nothing else starts runs here)
+        sent: "list[str]" = []
+        while handle.status().runs < 3:
+            assert len(sent) < 10, "no second switch for many messages"
+            sent.append(f"s{len(sent)}")
+            handle.send_message({"action": sent[-1]})
+            eventually(lambda: len(tools.actions) == len(sent), timeout=60,
+                       message=f"{sent[-1]} acted on (a switch dropped on its lost answer wedged the listener)")
+        assert proxy.lost >= 1  # the switch's start lost its answer
+        assert "(the same key gives the same run)" in caplog.text  # the start was sent again, not given up on
+        assert "could not decide on a continuation" not in caplog.text
+        assert [action for action, _ in tools.actions] == sent
+        # One live run: each switch ended the run it continued (a switch dropped on the lost answer left the old
+        # run waiting for ever beside the new one, which took the messages but whose turns went unseen).
+        eventually(lambda: [status for _, status, _ in chain_state(base, serving, handle.execution_id)]
+                   .count("RUNNING") == 1, timeout=60, message="one live run")
         handle.stop()
         handle.wait(timeout=60)

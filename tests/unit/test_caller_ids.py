@@ -17,7 +17,7 @@ from conductor_agents._listener.by_id import RunsById
 from conductor_agents._listener.chained_events import ChainedEvents
 from conductor_agents._listener.delivery import wait_for_delivery
 from conductor_agents._listener.directory import Chain, ChainDirectory
-from conductor_agents._listener.driver import ChainTracker
+from conductor_agents._listener.tracker import ChainTracker
 from conductor_agents._listener.naming import rename, run_name
 from conductor_agents._listener.sending import send_to_listener
 from conductor_agents._liveness.stall import Stall, stall_error
