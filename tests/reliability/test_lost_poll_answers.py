@@ -63,8 +63,10 @@ def test_a_switch_whose_start_lost_its_answer_goes_on(agent_settings, scripted_l
     """The answer to the start of a listener's next run is dropped (a connection cut as the server answered): the
     run exists, and the SDK's senders may find it. Seen in the hour-long soak: the switch was dropped until the old
     run's next turn, which never came, and the listener acted on nothing for 16 minutes until another process adopted
-    it. The start is sent again at once (create-once: the key names the run) and the switch goes on without being
-    dropped; every message is acted on once, in order, and one run is left live."""
+    it. Two answers are dropped: without the fix the switch was dropped at two turns in a row, the second the one
+    before the wait, and the listener acted on nothing more (reproduced here). The start is sent again at once
+    (create-once: the key names the run) and the switch goes on without being dropped; every message is acted on
+    once, in order, and one run is left live."""
     caplog.set_level(logging.INFO, logger="conductor_agents")
     base = agent_settings.server_url
     model = scripted_llm.script(policy=listener_policy(act_on))
@@ -74,7 +76,7 @@ def test_a_switch_whose_start_lost_its_answer_goes_on(agent_settings, scripted_l
         handle = serving.start(listener(unique_name("swlost"), model, tools,
                                         continuation=Continuation(max_turns=2)), "Start listening.")
         eventually(lambda: quiescent(base, handle.execution_id), timeout=60, message="at rest")
-        proxy.lose_answers("/agent/start", count=1)  # the next start is a switch's (nothing else starts runs here)
+        proxy.lose_answers("/agent/start", count=2)  # the next starts are a switch's (nothing else starts runs here)
         sent: "list[str]" = []
         while handle.status().runs < 3:
             assert len(sent) < 10, "no second switch for many messages"
