@@ -435,21 +435,25 @@ class ContinuationDriver:
             served.switch = switch
             self._by_link[switch.new.execution_id] = served
         self._attach(served, switch.new)  # served before it exists: its first task is never missed
+        self._start(served, switch)
+        self._finish(served)
+
+    def _start(self, served: _Served, switch: Switch) -> None:
+        """Start the switch's new run. A failed start whose run may exist all the same keeps the switch (the job tries
+        again: the start is create-once); one whose run does not exist drops it until the old run's next turn."""
         try:
-            switch.start_new(turns_before=served.turns_before + self._turns_of(old))
+            switch.start_new(turns_before=served.turns_before + self._turns_of(switch.old))
         except ConductorAgentsError as err:
-            derived = "derives idempotent run ids differently" in str(err)
-            if derived:
+            if "derives idempotent run ids differently" in str(err):
                 served.disabled = True
                 log.error("%s", err)
             elif self._may_exist(switch.new):  # its answer lost: senders may already find it, so it must go on
-                raise  # kept: the job tries again (_finish starts it again first: the start is create-once)
+                raise
             with self._lock:
                 served.switch = None
                 served.new_link_turn = 0
             self._detach(served, switch.new)
             raise
-        self._finish(served)
 
     def _may_exist(self, link: Link) -> bool:
         """Whether a link whose start failed may exist all the same (its answer was lost, or the server cannot say):
@@ -459,7 +463,7 @@ class ContinuationDriver:
         except ExecutionNotFoundError:
             return False
         except ConductorAgentsError:
-            return True
+            pass  # the server cannot say
         return True
 
     def _turns_of(self, link: Link) -> int:
@@ -471,8 +475,8 @@ class ContinuationDriver:
     def _finish(self, served: _Served) -> None:
         switch = served.switch
         assert switch is not None
-        if not switch.started:  # a start whose outcome was not known (see _begin): sent again, create-once
-            switch.start_new(turns_before=served.turns_before + self._turns_of(switch.old))
+        if not switch.started:  # a start whose outcome was not known (see _start): sent again, create-once
+            self._start(served, switch)
         self._directory.advance(served.chain, switch.new)
         outcome = switch.finish()
         if outcome is None:

@@ -32,11 +32,12 @@ class _Api:
     def __init__(self, made: bool) -> None:
         self.made = made
         self.starts = 0
+        self.failing = 1  # how many starts fail
 
     def start_agent(self, body: "dict[str, Any]") -> "dict[str, Any]":
         self.starts += 1
         self.key = body["idempotencyKey"]
-        if self.starts == 1:
+        if self.starts <= self.failing:
             raise ServerUnavailableError("POST /agent/start: cannot reach the server")
         self.made = True
         return {"executionId": self.new_id}
@@ -96,3 +97,14 @@ def test_a_start_that_made_no_run_drops_the_switch_until_the_next_turn(driver_an
     with pytest.raises(ServerUnavailableError):
         driver._begin(served)
     assert served.switch is None and api.starts == 1
+
+
+def test_a_kept_switch_whose_start_fails_again_while_its_run_does_not_exist_is_dropped(driver_and_served):
+    driver, served, api, _ = driver_and_served(made=True)
+    with pytest.raises(ServerUnavailableError):
+        driver._begin(served)
+    assert served.switch is not None
+    api.failing, api.made = 2, False  # the run turned out not to exist (a status read says so): nothing to wait for
+    with pytest.raises(ServerUnavailableError):
+        driver._finish(served)
+    assert served.switch is None and api.starts == 2
