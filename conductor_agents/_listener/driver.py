@@ -31,7 +31,7 @@ from .._tooldefs.context import ToolContext
 from .._tooldefs.tooldef import PULL_WORKFLOW_MESSAGES
 from .._tracing import hooks as tracing
 from .._wire.api import ConductorApi
-from ..errors import ConductorAgentsError, ExecutionNotFoundError
+from ..errors import ConductorAgentsError
 from ..tools import ToolDef, tool
 from .budget import RunSize, SizeModel
 from .chain import is_continued
@@ -447,7 +447,7 @@ class ContinuationDriver:
             if "derives idempotent run ids differently" in str(err):
                 served.disabled = True
                 log.error("%s", err)
-            elif self._may_exist(switch.new):  # its answer lost: senders may already find it, so it must go on
+            elif self._may_exist(served.chain, switch.new):  # its answer lost: senders may find it, so it must go on
                 raise
             with self._lock:
                 served.switch = None
@@ -455,16 +455,13 @@ class ContinuationDriver:
             self._detach(served, switch.new)
             raise
 
-    def _may_exist(self, link: Link) -> bool:
+    def _may_exist(self, chain: Chain, link: Link) -> bool:
         """Whether a link whose start failed may exist all the same (its answer was lost, or the server cannot say):
         once it exists, the SDK's senders and the forward find it, and only its switch makes it take turns."""
         try:
-            self._api.workflow_status(link.execution_id)
-        except ExecutionNotFoundError:
-            return False
+            return self._directory.exists(chain, link.number)
         except ConductorAgentsError:
-            pass  # the server cannot say
-        return True
+            return True  # the server cannot say
 
     def _turns_of(self, link: Link) -> int:
         # From the first task in progress on (offsets count from 0): the loop task carries the

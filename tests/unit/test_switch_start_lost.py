@@ -52,8 +52,16 @@ class _Api:
 
 
 class _Directory:
-    def __init__(self) -> None:
+    def __init__(self, api: _Api) -> None:
         self.advanced: list = []
+        self._api = api
+
+    def exists(self, chain, number: int) -> bool:
+        try:
+            self._api.workflow_status(chain.link(number).execution_id)
+        except ExecutionNotFoundError:
+            return False
+        return True
 
     def advance(self, chain, link) -> None:
         self.advanced.append(link.number)
@@ -66,7 +74,8 @@ def driver_and_served(monkeypatch):
     monkeypatch.setattr(Switch, "finish", lambda self: None)  # the steps after the start are not this test's
 
     def make(made: bool):
-        api, directory = _Api(made), _Directory()
+        api = _Api(made)
+        directory = _Directory(api)
         driver = ContinuationDriver(api, directory, worker_id="w", locally_busy=lambda _: False)  # type: ignore[arg-type]
         chain = Chain(MAILBOX, RUN, NAME, 0, mailbox=True)
         spec = LinkSpec(Agent(name=NAME, model="openai/x"), "go", Continuation(max_turns=4))
