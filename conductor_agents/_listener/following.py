@@ -15,6 +15,7 @@ import attrs
 
 from .._answers.output_check import rejection_of
 from .._answers.output_type import Rejection
+from .._liveness.server_fault import retry_if_server_fault
 from .._wire.api import ConductorApi
 from .._wire.domains import single_domain
 from .._wire.transport import HttpError
@@ -57,6 +58,9 @@ def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
                 raise
             link = newer
             continue
+        if status.is_terminal and retry_if_server_fault(api, link.execution_id, seen={
+                "status": status.status.value, "reason": status.reason}):
+            continue  # the server failed it for want of writing its tasks: retried, it runs again
         if not status.is_terminal or not chain.continuable:
             return link, status
         if is_continued(status.reason):

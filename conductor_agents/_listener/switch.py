@@ -47,6 +47,7 @@ import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.task_names import CARRY_TASK, MESSAGE_WAIT_MARK, MODEL_TASK_TYPE, TURN_TASK, is_message_wait
+from .._liveness.server_fault import retry_if_server_fault
 from .._teams.model_settings import ModelSettings, apply_model_settings, run_model
 from .._tooldefs.tooldef import HUMAN, PULL_WORKFLOW_MESSAGES
 from .._tracing import hooks as tracing
@@ -69,6 +70,8 @@ __all__ = ["LinkSpec", "Switch", "SwitchOutcome", "link_start_body"]
 
 log = logging.getLogger("conductor_agents.continuation")
 
+#: What :meth:`Switch.terminate_old` says of link n failed by the server's fault before it was ended, and retried.
+_RETRIED = "retried"
 #: The drain's verdict ("link n is at rest, its queue empty") holds this long: the run must be ended
 #: within it, or it is drained again (``sending`` counts on it to know a message is safe).
 QUIET_VALID_SECONDS = 5.0
@@ -283,6 +286,8 @@ class Switch:
                 if is_continued(reason):  # ended by this switch already (a process that died after step 3)
                     self._quiet_at = self._clock.monotonic()
                     return "quiet", None
+                if retry_if_server_fault(self._api, self.old.execution_id, seen=status):
+                    continue  # the server failed it for want of writing its tasks: retried, it drains on
                 return "ended", run_status.value
             with delivery_lock(str(self.chain.run_id)):  # no forward completes link n's wait while it is read
                 page = self._api.workflow_tasks(self.old.execution_id, statuses=("IN_PROGRESS", "SCHEDULED"),
@@ -366,6 +371,8 @@ class Switch:
             status = self._api.agent_status(self.old.execution_id)
             if is_continued(status.get("reasonForIncompletion")):
                 return None
+            if retry_if_server_fault(self._api, self.old.execution_id, seen=status):
+                return _RETRIED  # failed by the server's fault before it was ended, and retried: drained again
             if RunStatus.parse(status.get("status")).is_terminal:
                 return str(status.get("status"))
             log.info("listener %s: link %s still %s after it was ended (attempt %d): ending it again",
@@ -434,6 +441,8 @@ class Switch:
             return self.finish()  # too long since the drain looked (a stalled process): look again
         self.keep_paused()
         ended = self.terminate_old()
+        if ended == _RETRIED:
+            return self.finish()
         if ended is not None:
             self.abandon(ended.lower())
             return SwitchOutcome(self.new, abandoned_because=ended)

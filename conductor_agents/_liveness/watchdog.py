@@ -58,6 +58,7 @@ from ..errors import ConductorAgentsError, ExecutionNotFoundError, WorkerStallEr
 from ..result import RunStatus
 from .nudges import LostPolls, Nudges
 from .run_watch import Companions, RunWatch, StallListener, Successor
+from .server_fault import retry_if_server_fault
 from .stall import Stall, find_stall, run_words, server_time_from_date
 from .tree import running_sub_runs
 
@@ -371,6 +372,8 @@ class RunWatchdog:
             workflow, date = self._api.liveness_sample(run.execution_id)
             server_now = server_time_from_date(date)
         status = RunStatus.parse(workflow.get("status"))
+        if status is RunStatus.FAILED and self._goes_on(run):
+            return  # the server failed it for want of writing its tasks: retried, it runs again
         if status.is_terminal:
             log.debug("run %s ended (%s)", run.execution_id, workflow.get("status"))
             if not self._followed(run):
@@ -485,6 +488,18 @@ class RunWatchdog:
         run.first_seen.clear()
         run.name_checked = False
         return True
+
+    def _goes_on(self, run: RunWatch) -> bool:
+        """Whether a FAILED run goes on: the server failed it by its own fault and it was retried (``server_fault``),
+        or a read or the retry failed (the next sample looks again)."""
+        try:
+            return retry_if_server_fault(self._api, run.execution_id)
+        except ExecutionNotFoundError:
+            return False
+        except ConductorAgentsError as err:
+            log.info("run %s failed; whether by the server's fault is looked at again at its next sample (%s)",
+                     run.execution_id, err)
+            return True
 
     def _ended(self, run: RunWatch) -> None:
         self.forget(run.execution_id)

@@ -68,12 +68,14 @@ class FakeApi:
         return {k: v for k, v in workflow.items() if k != "tasks"}
 
     def get_workflow(self, execution_id, include_tasks=False):
-        """The one-time read of the run's name (not counted: it is no sample); from its next answer."""
+        """The one-time read of the run's name, or of a failed run's reason (not counted: it is no sample); from its
+        next answer."""
         answers = self.answers.get(execution_id) or [running()]
         answer = answers[0]
         if isinstance(answer, Exception):
             return {}
-        return {k: v for k, v in answer.items() if k in ("workflowName", "workflowVersion")}
+        return {k: v for k, v in answer.items() if k in ("workflowName", "workflowVersion", "status",
+                                                          "reasonForIncompletion")}
 
     def workflow_tasks(self, execution_id, *, start=0, count=15, statuses=()):
         """A page of a run's tasks in ``statuses`` (a listener's current run, read with its mailbox)."""
@@ -324,6 +326,21 @@ def test_an_ended_served_run_is_released_and_forgotten(no_thread, status):
     tick(watchdog, clock)
     tick(watchdog, clock)
     assert ([EXEC], (), None, 1) == (host.ended, watchdog.watched(), watch.stall, len(api.calls))
+
+
+def test_a_served_run_the_server_failed_by_its_own_fault_is_retried_and_still_watched(no_thread):
+    """FAILED with "Error scheduling tasks" (a Redis restart as the server wrote the tasks it decided): retried with the
+    server's own retry, not released (``server_fault``; the real server's case in ``tests/reliability``)."""
+    watchdog, api, clock, host = make()
+    failed = {"status": "FAILED", "reasonForIncompletion": f"Error scheduling tasks: [t1], for workflow: {EXEC}",
+              "tasks": []}
+    api.answer(EXEC, failed, failed, running())  # the reason is read from the answer after the sample's
+    api.retry_workflow = lambda execution_id: api.calls.append(("retry", execution_id))
+    watchdog.watch(EXEC, domain=DOMAIN, served=True)
+    tick(watchdog, clock)
+    tick(watchdog, clock)
+    assert ([], (EXEC,)) == (host.ended, watchdog.watched())
+    assert ("retry", EXEC) in api.calls
 
 
 def test_an_ended_run_that_is_only_watched_is_forgotten_without_on_ended(no_thread):
