@@ -23,8 +23,13 @@ finds the lowest link still there with a binary search and goes on from it.
 
 Removal is ``DELETE /workflow/{id}/remove?archiveWorkflow=false``, the only call that frees every row
 and key of a run on both SQLite and Redis. On a SQLite server with task indexing on, that call holds
-the server's only database connection for 30 s and fails; the first failure or timeout is logged
-once and the process uses ``archiveWorkflow=true`` from then on (frees the run, keeps its index rows). It also
+the server's only database connection for 30 s and fails; that run is archived instead (``archiveWorkflow=true``:
+frees the run, keeps its index rows), and when the archive worked and the full removal had held the server (timed
+out, or failed after half the timeout) the failure is logged once and the process archives from then on. A full
+removal that failed at once (a store restarting: Redis's ``LOADING``; a dropped connection) archives that run only: it
+says nothing of the server's settings (seen in the cluster soak: one such failure made every process archive for a
+day). An ended run that the archive refuses because a task of it is still in progress (an end that raced a task's
+update) is removed in full: kept, it blocked the retirement of every later run of its listener. It also
 records that failure on the server (a poll-data row of :data:`FULL_REMOVAL_FAILED`), which every process reads before
 its own first removal: a new process (a deploy, a web server's recycled worker) archives at once instead of holding the
 server's connection for another 30 s. The record holds for :data:`FAILURE_HOLDS_SECONDS`; after that one process tries
@@ -64,6 +69,11 @@ REMOVE_TIMEOUT = 15.0
 #: task of it ever exists), and how long that record makes every process archive.
 FULL_REMOVAL_FAILED = "conductor_agents_full_removal_failed"
 FAILURE_HOLDS_SECONDS = 24 * 3600.0
+#: A full removal that failed after holding the server this share of :data:`REMOVE_TIMEOUT` or longer (the symptom of
+#: task indexing on SQLite) makes this process archive; one that failed sooner does not.
+SLOW_FAILURE_SHARE = 0.5
+#: How the server refuses to archive a run with a task still in progress (``ExecutionDAOFacade.removeTaskIndex``).
+_ARCHIVE_REFUSED = "Cannot archive task"
 _RECORD_DOMAIN = "retention"
 
 
@@ -84,32 +94,60 @@ class Remover:
         self._read_record_once()
         with self._lock:
             archive = self.archive
-        if not archive:
-            try:
-                self._api.remove_workflow(execution_id, archive=False, timeout=self._timeout)
-                return self._gone()
-            except ExecutionNotFoundError:
-                return True
-            except (ServerUnavailableError, HttpError) as err:
-                if isinstance(err, HttpError) and err.status < 500:
-                    log.warning("run %s could not be removed (%s); it is kept", execution_id, err)
-                    return False
-                with self._lock:
-                    first, self.archive = not self.archive, True
-                if first:
-                    log.warning(
-                        "the server could not remove run %s in full (%s): on a SQLite server this is task "
-                        "indexing (start it with conductor.app.taskIndexingEnabled=false, see "
-                        "docs/operations.md). Processes of this server archive ended runs instead for a day "
-                        "(their index rows stay)", execution_id, err)
-                    self._record_failure()
+        if archive:
+            return self._archive(execution_id, full_if_refused=True)
+        began = self._clock.monotonic()
+        try:
+            self._api.remove_workflow(execution_id, archive=False, timeout=self._timeout)
+            return self._gone()
+        except ExecutionNotFoundError:
+            return True
+        except (ServerUnavailableError, HttpError) as err:
+            if isinstance(err, HttpError) and err.status < 500:
+                log.warning("run %s could not be removed (%s); it is kept", execution_id, err)
+                return False
+            failure, held = err, self._clock.monotonic() - began
+        if not self._archive(execution_id, full_if_refused=False):
+            return False
+        # The archive of the same run worked where the full removal had failed: the full removal is what fails on
+        # this server, if it held the server (task indexing on SQLite holds its connection for 30 s). One that failed
+        # at once (a store restarting: "LOADING", a dropped connection) says nothing of the server's settings.
+        if held >= self._timeout * SLOW_FAILURE_SHARE:
+            with self._lock:
+                first, self.archive = not self.archive, True
+            if first:
+                log.warning(
+                    "the server could not remove run %s in full (%s, after %.0fs): on a SQLite server this is task "
+                    "indexing (start it with conductor.app.taskIndexingEnabled=false, see docs/operations.md). "
+                    "Processes of this server archive ended runs instead for a day (their index rows stay)",
+                    execution_id, failure, held)
+                self._record_failure()
+        return True
+
+    def _archive(self, execution_id: str, *, full_if_refused: bool) -> bool:
+        """``archiveWorkflow=true``; with ``full_if_refused``, a run the archive refuses because a task of it is still
+        in progress (an ended run whose end raced a task's update: seen at Redis restarts) is removed in full, the
+        one call that frees it (without, it blocked the retirement of every later run of its listener)."""
         try:
             self._api.remove_workflow(execution_id, archive=True, timeout=self._timeout)
             return self._gone()
         except ExecutionNotFoundError:
             return True
         except (ServerUnavailableError, HttpError) as err:
-            log.warning("run %s could not be removed (%s); it is kept until the next sweep", execution_id, err)
+            refused = isinstance(err, HttpError) and err.status == 400 and _ARCHIVE_REFUSED in err.server_message
+            if not (refused and full_if_refused):
+                log.warning("run %s could not be removed (%s); it is kept until the next sweep", execution_id, err)
+                return False
+        try:
+            self._api.remove_workflow(execution_id, archive=False, timeout=self._timeout)
+            log.info("run %s was removed in full: the archive refused it (a task of it still in progress)",
+                     execution_id)
+            return self._gone()
+        except ExecutionNotFoundError:
+            return True
+        except (ServerUnavailableError, HttpError) as err:
+            log.warning("run %s could not be removed (the archive refused a task of it still in progress, and the "
+                        "full removal failed: %s); it is kept until the next sweep", execution_id, err)
             return False
 
     def _gone(self) -> bool:

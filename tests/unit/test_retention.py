@@ -36,6 +36,9 @@ class RetentionServer(FakeChainServer):
         self.subs = {}  # execution id -> [sub-run ids]
         self.removed = []  # (execution id, archive) in order
         self.fail_full_removal = None  # an exception the archive=False call raises
+        self.clock = FakeClock()  # a failed full removal holds it for ``full_removal_holds`` seconds
+        self.full_removal_holds = 15.0  # the SQLite symptom: held until the request timed out
+        self.refuse_archive = set()  # runs whose archive the server refuses (a task of them still in progress)
         self.full_attempts = 0  # archive=False calls
         self.poll_times = {}  # (task type, domain) -> epoch ms of the last mark
         self.fail_poll_data = None  # an exception reading the poll data raises
@@ -75,7 +78,11 @@ class RetentionServer(FakeChainServer):
         if not archive:
             self.full_attempts += 1
         if not archive and self.fail_full_removal is not None:
+            self.clock.advance(self.full_removal_holds)
             raise self.fail_full_removal
+        if archive and execution_id in self.refuse_archive:
+            said = f"Cannot archive task: t1 of workflow: {execution_id} with non-terminal status: IN_PROGRESS"
+            raise HttpError(f"HTTP 400: {said}", status=400, server_message=said, method="DELETE", path="/remove")
         if execution_id in self.runs:
             del self.runs[execution_id]
         elif execution_id in self.subs_alive():
@@ -192,7 +199,7 @@ def test_a_server_that_cannot_remove_in_full_gets_archived_removals_and_one_warn
     server = RetentionServer()
     directory, chain = chain_of(server, 8)
     server.fail_full_removal = failure
-    remover = Remover(server)
+    remover = Remover(server, clock=server.clock)
     with caplog.at_level(logging.WARNING, logger="conductor_agents.continuation"):
         assert sweep(server, directory, chain, 7, 1, remover).retired == 5
     assert remover.archive and all(archive for _, archive in server.removed)
@@ -207,7 +214,7 @@ def test_a_failed_full_removal_is_recorded_on_the_server_and_a_new_process_archi
     server = RetentionServer()
     directory, chain = chain_of(server, 12)
     server.fail_full_removal = ServerUnavailableError("read timed out")
-    sweep(server, directory, chain, 7, 1, Remover(server))
+    sweep(server, directory, chain, 7, 1, Remover(server, clock=server.clock))
     assert server.full_attempts == 1 and (FULL_REMOVAL_FAILED, "retention") in server.poll_rows
     with caplog.at_level(logging.INFO, logger="conductor_agents.continuation"):
         later = Remover(server)  # another process
@@ -215,6 +222,37 @@ def test_a_failed_full_removal_is_recorded_on_the_server_and_a_new_process_archi
     assert server.full_attempts == 1 and later.archive and all(archive for _, archive in server.removed)
     assert [c for c in server.calls if c == ("polldata", FULL_REMOVAL_FAILED)] == [("polldata", FULL_REMOVAL_FAILED)] * 2
     assert len([r for r in caplog.records if "a full removal failed on this server" in r.getMessage()]) == 1
+
+
+def test_a_full_removal_that_failed_at_once_archives_that_run_only(caplog):
+    """Seen in the cluster soak: a Redis restart answered one full removal with "LOADING" (at once), and every process
+    archived for a day; the archive refused runs with a task still in progress, which then blocked the retirement of
+    every later run of their listeners (Redis 12 -> 473 MB in the hour). A failure that did not hold the server says
+    nothing of its settings: that run is archived, the next removals are full again, and nothing is recorded."""
+    server = RetentionServer()
+    directory, chain = chain_of(server, 8)
+    server.fail_full_removal = HttpError("500", status=500, server_message="LOADING Redis is loading the dataset",
+                                         method="DELETE", path="/workflow/x/remove")
+    server.full_removal_holds = 0.05
+    remover = Remover(server, clock=server.clock)
+    with caplog.at_level(logging.WARNING, logger="conductor_agents.continuation"):
+        assert sweep(server, directory, chain, 7, 1, remover).retired == 5
+    assert not remover.archive and server.full_attempts == 5  # each run's full removal tried
+    assert (FULL_REMOVAL_FAILED, "retention") not in server.poll_rows
+    assert "taskIndexingEnabled=false" not in caplog.text
+
+
+def test_a_run_the_archive_refuses_for_a_task_still_in_progress_is_removed_in_full():
+    """A process that archives (the server's record says a full removal failed) meets an ended run with a task still in
+    progress: the archive refuses it (400), and the full removal frees it; the later runs are retired past it."""
+    server = RetentionServer()
+    directory, chain = chain_of(server, 8)
+    stuck = chain.link(1).execution_id
+    server.refuse_archive.add(stuck)
+    remover = Remover(server)
+    remover.archive = True
+    assert sweep(server, directory, chain, 7, 1, remover).retired == 5
+    assert (stuck, False) in server.removed and server.full_attempts == 1
 
 
 def test_a_record_older_than_it_holds_or_unreadable_lets_a_process_try_a_full_removal_again():
