@@ -37,7 +37,7 @@ from .budget import RunSize, SizeModel
 from .chain import is_continued
 from .control import cancel_listener
 from .directory import Chain, ChainDirectory, Link
-from .following import end_mailbox, ended_from_outside, is_running, retry_failed_mailbox
+from .following import current_status, ended_from_outside, is_running, retry_failed_mailbox
 from .mailbox import make_forward_tool
 from .mailbox_checks import MailboxChecks
 from .parking import JoinParker
@@ -219,8 +219,11 @@ class ContinuationDriver:
             self._by_mailbox.pop(served.chain.execution_id, None)
         self.mailbox_checks.forget(served.chain.execution_id)
         try:
+            # The listener's status, not its last link's: a link another process continued (a switch of a process
+            # that took the listener over meanwhile) is no end of the listener. current_status ends the mailbox of a
+            # listener that has ended (whoever first sees it); before, a link continued elsewhere ended it here.
             if not is_running(self._api, last):
-                end_mailbox(self._api, self._directory, served.chain)
+                current_status(self._api, self._directory, served.chain)
         except ConductorAgentsError as err:
             log.debug("listener %s: its last run's status is unreadable (%s)", served.chain.execution_id, err)
         served.tracker.link_removed(Link(-1, served.chain.execution_id))
