@@ -89,6 +89,8 @@ class Adopter:
         #: Held domains whose lease lapsed at a fence: no task of theirs runs here until the lease is renewed (the
         #: next lease won by this process), or they are let go of (another process took the next lease meanwhile).
         self._lapsed: set[str] = set()
+        #: Leases renewed after a fence, and when to look once more that no other process made a newer one.
+        self._renewed: dict[str, tuple[Lease, float]] = {}
         self._runs: dict[str, _RunInfo] = {}
         self._orphan_since: dict[str, float] = {}
         self._taken: dict[str, set[str]] = {}  # held domain -> the runs of it taken up here
@@ -167,22 +169,46 @@ class Adopter:
                 if lease.domain in self._held:
                     self._held[lease.domain] = won
                 self._lapsed.discard(lease.domain)
+                self._renewed[lease.domain] = (won, time.monotonic() + self._presence.interval * 2)
             log.info("kept serving the runs on domain %s after the fence (lease %d: no other process took them)",
                      lease.domain, won.epoch)
             return True
         if won is None:
             return False  # its record could not be read back: looked at again next round
-        with self._lock:
-            self._held.pop(lease.domain, None)
-            self._lapsed.discard(lease.domain)
-        self._book.forget(lease.domain)
-        log.info("process %s took the runs on domain %s while this one could not renew its presence (lease %d): "
-                 "letting them go", won.owner or "(none: released)", lease.domain, won.epoch)
-        try:
-            self._let_go(lease.domain)
-        except Exception:
-            log.exception("could not stop serving domain %s", lease.domain)
+        self._superseded(won)
         return False
+
+    def _superseded(self, newer: Lease) -> None:
+        """Another process holds ``newer``, the domain's newest lease: let the runs on it go."""
+        with self._lock:
+            self._held.pop(newer.domain, None)
+            self._lapsed.discard(newer.domain)
+            self._renewed.pop(newer.domain, None)
+        self._book.forget(newer.domain)
+        log.info("process %s took the runs on domain %s while this one could not renew its presence (lease %d): "
+                 "letting them go", newer.owner or "(none: released)", newer.domain, newer.epoch)
+        try:
+            self._let_go(newer.domain)
+        except Exception:
+            log.exception("could not stop serving domain %s", newer.domain)
+
+    def check_renewed(self) -> None:
+        """A round after a lapsed lease was renewed, read the domain's newest lease once more: a process that adopted
+        the runs on a view of who was present read before the renewal (the window ``_adopt_if_orphan`` closes from
+        its side, up to the read itself) made a newer lease, and the runs are let go of here."""
+        now = time.monotonic()
+        with self._lock:
+            due = [lease for lease, at in self._renewed.values() if at <= now]
+            for lease in due:
+                del self._renewed[lease.domain]
+        for lease in due:
+            try:
+                newest = self._book.newest(lease.domain)
+            except (ServerError, OSError) as err:
+                log.debug("the lease of domain %s could not be read again after its renewal (%s)", lease.domain, err)
+                continue
+            if newest is not None and newest.epoch > lease.epoch and newest.owner != self._worker_id:
+                self._superseded(newest)
 
     def wake(self) -> None:
         self._wake.set()
@@ -220,6 +246,10 @@ class Adopter:
                     self.renew_lapsed()
                 except Exception:  # the thread must go on
                     log.exception("renewing lapsed leases failed")
+            try:
+                self.check_renewed()
+            except Exception:  # the thread must go on
+                log.exception("checking renewed leases failed")
             for served in agents:
                 if self._stopping():
                     return
@@ -366,6 +396,10 @@ class Adopter:
         live = find_live_poller(self._api, tool_types, domain, own_worker_id=me, ignore=ignore)
         if live is not None:  # someone else polls it (a resume() elsewhere): not an orphan
             return self._not_now(domain, f"polled by {live.worker_id} {live.seconds_ago:.0f}s ago")
+        if previous and previous != me and self._present(self._presence.read_again(served.agent.name), previous):
+            # Present after all: its presence was renewed after the round's view was read (a process back from a
+            # fence renews its presence, then its leases). Claimed on the stale view, the run had two owners.
+            return self._not_now(domain, f"lease {lease.epoch if lease else -1} held by {previous}, present now")
         epoch = lease.epoch + 1 if lease is not None else 0
         if self._stopping():
             return False

@@ -129,6 +129,16 @@ class Presence:
             return None
         return view
 
+    def read_again(self, agent_name: str) -> PeerView:
+        """A view of ``agent_name``'s processes read now (kept as the latest): for a decision the round's view, read
+        up to two intervals ago, must not make alone (a process whose presence was renewed since).
+
+        Raises: ServerError (and subclasses), HttpError: the server could not be reached."""
+        view = self._read(agent_name, int(self._clock.time() // _HOUR))
+        with self._lock:
+            self._views[agent_name] = view
+        return view
+
     def holds(self) -> bool:
         """Whether this process may serve leased runs now (its own row is fresh enough)."""
         with self._lock:

@@ -66,8 +66,42 @@ class _Presence:
     def view(self, name: str) -> PeerView:
         return PeerView(alive={ME: 0.0}, gone=frozenset({GONE}), read_at=0.0)
 
+    def read_again(self, name: str) -> PeerView:
+        return self.view(name)
+
     def holds(self) -> bool:
         return True
+
+
+class _RenewedMeanwhile(_Presence):
+    """The round's view says the previous owner is gone; read again, it is present (its presence was renewed since)."""
+
+    def __init__(self) -> None:
+        self.reads_again = 0
+
+    def view(self, name: str) -> PeerView:
+        return PeerView(alive={ME: 0.0}, gone=frozenset({"worker-back"}), read_at=0.0)
+
+    def read_again(self, name: str) -> PeerView:
+        self.reads_again += 1
+        return PeerView(alive={ME: 0.0, "worker-back": 0.0}, gone=frozenset(), read_at=0.0)
+
+
+def test_a_run_whose_owner_was_gone_in_the_rounds_view_and_is_present_now_is_not_claimed():
+    """Seen in the cluster soak: a process back from a fence renewed its presence and its lease; another, on a view read
+    before, found the owner gone and claimed the next lease: two processes served the listener, and one ended its
+    mailbox. The owner's presence is read again before a claim."""
+    api, book = _Api(), _Book()
+    book.newest = lambda domain: Lease(domain, 4, "worker-back")  # type: ignore[method-assign]
+    presence = _RenewedMeanwhile()
+    adopter = Adopter(api, book, presence, worker_id=ME,  # type: ignore[arg-type]
+                      adopt=lambda execution_id, agent: None, serving_here=lambda domain: False)
+    try:
+        api.running = ["run-1"]
+        adopter.run_round(ServedAgent(_Agent()))
+        assert presence.reads_again == 1 and "domain-of-run-1" not in book.claims
+    finally:
+        adopter.close()
 
 
 def test_a_round_does_not_wait_for_a_slow_take_up_and_the_next_adopts_a_new_orphan():

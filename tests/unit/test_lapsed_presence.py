@@ -121,3 +121,36 @@ def test_after_a_fence_a_run_another_process_took_meanwhile_is_let_go_of():
         assert service.adopter.held() == [] and not service.adopter.lapsed(DOMAIN)
     finally:
         service.adopter.close()
+
+
+def test_a_renewed_lease_that_another_process_superseded_a_round_later_is_let_go_of():
+    """The other side of the soak's split: a process adopted on a view read before this one's renewal and made a newer
+    lease. A round after the renewal, the domain's newest lease is read once more; a newer one of another process
+    lets the runs go here (only one process serves them)."""
+    book = _Book()
+    service, let_go = _fenced_service(book)
+    try:
+        assert service.adopter.renew_lapsed() == 1
+        book.newest = lambda domain: Lease(domain, 3, "other")  # adopted just after the renewal
+        service.adopter.check_renewed()
+        assert let_go == []  # not before a round has passed
+        service.adopter._renewed[DOMAIN] = (Lease(DOMAIN, 2, "me"), 0.0)  # a round later
+        service.adopter.check_renewed()
+        assert let_go == [DOMAIN] and service.adopter.held() == []
+        service.adopter.check_renewed()  # looked at once
+        assert let_go == [DOMAIN]
+    finally:
+        service.adopter.close()
+
+
+def test_a_renewed_lease_still_the_newest_a_round_later_keeps_its_runs():
+    book = _Book()
+    service, let_go = _fenced_service(book)
+    try:
+        assert service.adopter.renew_lapsed() == 1
+        book.newest = lambda domain: Lease(domain, 2, "me")
+        service.adopter._renewed[DOMAIN] = (Lease(DOMAIN, 2, "me"), 0.0)
+        service.adopter.check_renewed()
+        assert let_go == [] and service.adopter.held() == [DOMAIN]
+    finally:
+        service.adopter.close()
