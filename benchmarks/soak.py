@@ -439,22 +439,35 @@ class Soak:
                       if age is not None]
             if served and (not polled or min(polled) > UNPOLLED_SECONDS):
                 served = False
+            other, before = row.get("other_poller"), first.get(eid, {}).get("other_poller")
+            if row.get("status") == "RUNNING" and other and before and other[1] <= UNPOLLED_SECONDS:
+                # Polled by a live process that does not hold its lease, in both samples (not a hand-over under way):
+                # two processes serve it (its owner may poll too, unseen: the poll data keeps the last poller only),
+                # or the owner let it go to one that took no lease. Either is a split of one listener.
+                view.setdefault("split", []).append({"to": eid, "owner": row.get("owner"), "lease": row.get("lease"),
+                                                     "other_poller": other[0], "other_poll_age_s": other[1]})
+                continue
             if row.get("status") == "RUNNING" and not served:
                 view["unserved"].append({"to": eid, **{k: row.get(k) for k in ("current", "lease", "owner")},
                                          "first_sample": first.get(eid), "last_poll_age_s": min(polled, default=None)})
         return view
 
-    def _owner_poll_age(self, domain: str, owner: str, polls: dict[str, list[dict[str, Any]]]) -> float | None:
-        """Seconds since ``owner`` last polled a task type of the listeners on ``domain`` (None: never seen).
-        ``polls`` caches one sample's poll data (a read per task type)."""
+    def _poll_ages(self, domain: str, polls: dict[str, list[dict[str, Any]]]) -> dict[str, float]:
+        """Seconds since each worker last polled a task type of the listeners on ``domain``, as the server's poll data
+        keeps it: one row per task type and domain, the last poller's (so a worker that polled before another is not
+        seen). ``polls`` caches one sample's poll data (a read per task type)."""
         for task_type in SERVED_TASK_TYPES:
             if task_type not in polls:
                 polls[task_type] = list(_get(f"{self.url}/tasks/queue/polldata", taskType=task_type) or [])
         now_ms = time.time() * 1000.0  # the server runs on this machine: one clock
-        ages = [max(0.0, now_ms - float(row["lastPollTime"])) / 1000.0
-                for rows in polls.values() for row in rows
-                if row.get("domain") == domain and row.get("workerId") == owner and row.get("lastPollTime")]
-        return min(ages, default=None)
+        ages: dict[str, float] = {}
+        for rows in polls.values():
+            for row in rows:
+                if row.get("domain") == domain and row.get("workerId") and row.get("lastPollTime"):
+                    age = max(0.0, now_ms - float(row["lastPollTime"])) / 1000.0
+                    worker = str(row["workerId"])
+                    ages[worker] = min(age, ages.get(worker, age))
+        return ages
 
     def _lease_sample(self) -> dict[str, dict[str, Any]]:
         from conductor_agents._serving.leases import lease_execution_id
@@ -480,7 +493,11 @@ class Soak:
             self._leases[eid] = max(0, epoch)
             row.update(lease=epoch, owner=owner, owner_alive=bool(owner) and owner in live)
             if row["owner_alive"]:
-                row["owner_poll_age_s"] = self._owner_poll_age(info["run_id"], str(owner), polls)
+                ages = self._poll_ages(info["run_id"], polls)
+                row["owner_poll_age_s"] = ages.get(str(owner))
+                others = {w: a for w, a in ages.items() if w != owner and w in live}
+                if others:  # another live serving process polled the domain: it serves the run too, or instead
+                    row["other_poller"] = min(others.items(), key=lambda item: item[1])
             out[eid] = row
         return out
 

@@ -227,6 +227,8 @@ def _server_view(server: Record, listeners: Mapping[str, Record], bound: float, 
         age = row.get("last_poll_age_s")
         if age is None or age > bound:
             add(violations, "run_orphaned", dict(row))
+    for row in server.get("split") or ():
+        add(violations, "run_split", dict(row))
 
 
 def summary_lines(result: Mapping[str, Any]) -> list[str]:

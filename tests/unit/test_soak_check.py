@@ -157,3 +157,11 @@ def test_the_servers_view_ended_listeners_and_unserved_runs():
     result = run([], [], server=server)
     assert kinds(result) == {"listener_ended": 1, "run_orphaned": 2}
     assert [e["run"] for e in result["violations"]["run_orphaned"]["examples"]] == ["r1", "r2"]
+
+
+def test_a_listener_polled_by_a_live_process_that_does_not_hold_its_lease_is_a_split():
+    """Seen in the cluster soak: two processes served four listeners (one adopted on a stale view of who was
+    present); the owner's polls were hidden by the other's (the poll data keeps the last poller only)."""
+    server = {"listeners": {A: {"status": "RUNNING"}},
+              "split": [{"to": A, "owner": "w1", "lease": 3, "other_poller": "w2", "other_poll_age_s": 2.0}]}
+    assert kinds(run([], [], server=server)) == {"run_split": 1}
