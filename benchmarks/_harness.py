@@ -63,6 +63,60 @@ def redis_used_memory(port: Optional[int]) -> Optional[int]:
     return None
 
 
+def redis_memory_by_kind(port: Optional[int], *, limit: int = 200_000) -> Optional[Dict[str, Dict[str, int]]]:
+    """Redis's keys grouped by kind (the key with its ids replaced by ``*``): ``{kind: {keys, bytes}}`` (``MEMORY
+    USAGE`` of each), the biggest first; at most ``limit`` keys looked at. None without a port. What piles up in a
+    cluster's store, where no index counts runs (a Conductor key names its type before the run's or task's id)."""
+    if port is None:
+        return None
+    import re
+    import socket
+
+    ids = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}|[0-9a-f]{32}|\d+")
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        reader = sock.makefile("rb")
+
+        def command(*parts: str) -> None:
+            out = f"*{len(parts)}\r\n" + "".join(f"${len(p.encode())}\r\n{p}\r\n" for p in parts)
+            sock.sendall(out.encode())
+
+        def reply() -> object:
+            line = reader.readline().rstrip(b"\r\n")
+            kind, rest = line[:1], line[1:]
+            if kind in (b"+", b"-"):
+                return rest.decode(errors="replace")
+            if kind == b":":
+                return int(rest)
+            if kind == b"$":
+                size = int(rest)
+                if size < 0:
+                    return None
+                data = reader.read(size + 2)[:-2]
+                return data.decode(errors="replace")
+            if kind == b"*":
+                return [reply() for _ in range(int(rest))]
+            raise ValueError(f"unexpected Redis reply {line[:40]!r}")
+
+        kinds: Dict[str, Dict[str, int]] = {}
+        cursor, seen = "0", 0
+        while True:
+            command("SCAN", cursor, "COUNT", "1000")
+            answer = reply()
+            assert isinstance(answer, list)
+            cursor, keys = str(answer[0]), list(answer[1])
+            for key in keys:
+                command("MEMORY", "USAGE", str(key), "SAMPLES", "0")
+            for key in keys:
+                size = reply()
+                entry = kinds.setdefault(ids.sub("*", str(key)), {"keys": 0, "bytes": 0})
+                entry["keys"] += 1
+                entry["bytes"] += size if isinstance(size, int) else 0
+            seen += len(keys)
+            if cursor == "0" or seen >= limit:
+                break
+    return dict(sorted(kinds.items(), key=lambda item: -item[1]["bytes"]))
+
+
 def percentiles(values: List[float]) -> Dict[str, Optional[float]]:
     """p50/p95/p99 (nearest rank) of ``values``; None when empty."""
     if not values:

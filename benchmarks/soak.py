@@ -57,7 +57,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(HERE))
 
 import soak_check  # noqa: E402
-from _harness import redis_used_memory  # noqa: E402
+from _harness import redis_memory_by_kind, redis_used_memory  # noqa: E402
 from proxy import FaultyProxy  # noqa: E402
 from soak_child import KINDS, JsonLines, population  # noqa: E402
 
@@ -528,7 +528,12 @@ class Soak:
         """The server's store: its SQLite files (bytes) or Redis's used memory, and how many runs it holds."""
         out: dict[str, Any] = {"runs": _run_count(self.url)}
         if self.args.topology == "cluster":
-            out["redis_used_memory"] = redis_used_memory(getattr(getattr(self.server, "redis", None), "port", None))
+            port = getattr(getattr(self.server, "redis", None), "port", None)
+            out["redis_used_memory"] = redis_used_memory(port)
+            try:  # where the memory is: the ten biggest kinds of key
+                out["redis_by_kind"] = dict(list((redis_memory_by_kind(port) or {}).items())[:10])
+            except (OSError, ValueError) as err:
+                out["redis_by_kind"] = f"unreadable: {err}"
         else:
             out["sqlite_bytes"] = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in
                                       os.walk(self.data_dir) for f in files if ".db" in f)
