@@ -25,15 +25,16 @@ Removal is ``DELETE /workflow/{id}/remove?archiveWorkflow=false``, the only call
 and key of a run on both SQLite and Redis. On a SQLite server with task indexing on, that call holds
 the server's only database connection for 30 s and fails; that run is archived instead (``archiveWorkflow=true``:
 frees the run, keeps its index rows), and when the archive worked and the full removal had held the server (timed
-out, or failed after half the timeout) the failure is logged once and the process archives from then on. A full
-removal that failed at once (a store restarting: Redis's ``LOADING``; a dropped connection) archives that run only: it
-says nothing of the server's settings (seen in the cluster soak: one such failure made every process archive for a
-day). An ended run that the archive refuses because a task of it is still in progress (an end that raced a task's
-update) is removed in full: kept, it blocked the retirement of every later run of its listener. It also
-records that failure on the server (a poll-data row of :data:`FULL_REMOVAL_FAILED`), which every process reads before
-its own first removal: a new process (a deploy, a web server's recycled worker) archives at once instead of holding the
-server's connection for another 30 s. The record holds for :data:`FAILURE_HOLDS_SECONDS`; after that one process tries
-a full removal again (the server's settings may have changed).
+out, failed after half the timeout, or said its connection pool timed out) the failure is logged once and the
+process archives from then on. It also records that failure on the server (a poll-data row of
+:data:`FULL_REMOVAL_FAILED`), which every process reads before its own first removal: a new process (a deploy, a web
+server's recycled worker) archives at once instead of holding the server's connection for another 30 s. The record
+holds for :data:`FAILURE_HOLDS_SECONDS`; after that one process tries a full removal again (the server's settings may
+have changed). A full removal that failed at once for another reason (a store restarting: Redis's
+``LOADING``; a dropped connection) archives that run only: it says nothing of the server's settings (seen in the
+cluster soak: one such failure made every process archive for a day). An ended run that the archive refuses because
+a task of it is still in progress (an end that raced a task's update) is removed in full: kept, it blocked the
+retirement of every later run of its listener.
 Sweeps run on one background thread per process (``conductor-agents-retire``), never on a switch's
 or a tool's path; with ``keep_for``, that thread sweeps a listener again when its next ended link
 comes of age (a quiet listener has no switch to trigger one).
@@ -72,6 +73,8 @@ FAILURE_HOLDS_SECONDS = 24 * 3600.0
 #: A full removal that failed after holding the server this share of :data:`REMOVE_TIMEOUT` or longer (the symptom of
 #: task indexing on SQLite) makes this process archive; one that failed sooner does not.
 SLOW_FAILURE_SHARE = 0.5
+#: How a SQLite server says its connection was held (Hikari's pool timed out): task indexing's nested connection.
+_POOL_EXHAUSTED = "Connection is not available"
 #: How the server refuses to archive a run with a task still in progress (``ExecutionDAOFacade.removeTaskIndex``).
 _ARCHIVE_REFUSED = "Cannot archive task"
 _RECORD_DOMAIN = "retention"
@@ -110,9 +113,11 @@ class Remover:
         if not self._archive(execution_id, full_if_refused=False):
             return False
         # The archive of the same run worked where the full removal had failed: the full removal is what fails on
-        # this server, if it held the server (task indexing on SQLite holds its connection for 30 s). One that failed
-        # at once (a store restarting: "LOADING", a dropped connection) says nothing of the server's settings.
-        if held >= self._timeout * SLOW_FAILURE_SHARE:
+        # this server, if it held the server (task indexing on SQLite holds its only connection until the pool's
+        # timeout, 30 s on a stock server, and says so). One that failed at once for another reason (a store
+        # restarting: "LOADING", a dropped connection) says nothing of the server's settings.
+        pool = isinstance(failure, HttpError) and _POOL_EXHAUSTED in failure.server_message
+        if pool or held >= self._timeout * SLOW_FAILURE_SHARE:
             with self._lock:
                 first, self.archive = not self.archive, True
             if first:
