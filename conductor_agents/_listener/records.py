@@ -84,16 +84,18 @@ def create_once(api: ConductorApi, agent_name: str, key: str, context: dict[str,
     return Record(execution_id, said, created_here)
 
 
-def read_record(api: ConductorApi, execution_id: str) -> dict[str, Any] | None:
-    """What the record ``execution_id`` says; None when the server does not hold it.
+def read_record(api: ConductorApi, execution_id: str, *, tries: int = _READ_TRIES) -> dict[str, Any] | None:
+    """What the record ``execution_id`` says; None when the server does not hold it (``tries`` reads apart: a record
+    just created on another node of a cluster may not be visible yet; 1 where an absent record is the common answer,
+    as in a search for the newest lease).
 
     Raises: ServerError (and subclasses) when the server could not be read.
     """
-    for attempt in range(_READ_TRIES):
+    for attempt in range(tries):
         try:
             workflow = api.get_workflow(execution_id)
         except ExecutionNotFoundError:
-            if attempt < _READ_TRIES - 1:
+            if attempt < tries - 1:
                 time.sleep(0.1)  # created on another node of a cluster, not yet visible here
             continue
         context = (workflow.get("input") or {}).get("context")

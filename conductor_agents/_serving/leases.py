@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 import attrs
 
-from .._listener.records import create_once, record_id
+from .._listener.records import create_once, read_record, record_id
 from .._wire.api import ConductorApi
-from ..errors import ExecutionNotFoundError, ServerError
+from ..errors import ServerError
 
 __all__ = ["LEASE_AGENT", "Lease", "LeaseBook", "lease_execution_id"]
 
@@ -114,12 +114,10 @@ class LeaseBook:
     # -- internals --------------------------------------------------------------------
 
     def _read(self, domain: str, epoch: int) -> Lease | None:
-        try:
-            workflow = self._api.get_workflow(lease_execution_id(domain, epoch))
-        except ExecutionNotFoundError:
+        context = read_record(self._api, lease_execution_id(domain, epoch), tries=1)
+        if context is None:
             return None
-        context = (workflow.get("input") or {}).get("context")
-        if not isinstance(context, dict):
+        if "owner" not in context:
             raise ServerError(f"lease {epoch} of domain {domain} has no record")
         return Lease(domain, epoch, str(context.get("owner") or "") or None)
 
