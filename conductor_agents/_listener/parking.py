@@ -29,6 +29,7 @@ import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
 from .._common.loops import BackgroundLoop
+from .._liveness.nudges import MODEL_UNSTARTED_SECONDS, nudge_unstarted_model_calls
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError, ExecutionNotFoundError
 from .handover import delivery_lock, waiting_wait
@@ -57,6 +58,10 @@ _LOOK_AGAIN_AFTER = 5.0
 #: it came later than the looks above, and the join was evaluated at the server's pace again, the park lost (seen
 #: twice in a day's runs of tests/integration/test_human_wait.py).
 _LOOK_WHILE_PARKED = 30.0
+#: While a watched link has not come to its wait, how often its model call is looked at (from
+#: :data:`~conductor_agents._liveness.nudges.MODEL_UNSTARTED_SECONDS` after the turn began): a call a Redis restart left
+#: leased is made due again instead of waiting out its hour-long lease (seen in the cluster soak).
+_LOOK_EVERY_MODEL = 15.0
 #: After a request of a watch failed (a read timeout on a loaded server), the watch is looked at again this much
 #: later, while it lasts (it was dropped, and the wait's join left at the server's pace for as long as it waited).
 _AFTER_FAILURE = 2.0
@@ -111,6 +116,7 @@ class _Watch:
     held_looks: int = 0  # looks that found the park holding (it is trusted after _HELD_LOOKS)
     gap: float = 0.0  # seconds between the looks at a trusted park (doubling from _LOOK_WHILE_PARKED)
     counted: bool = False  # in JoinParker.parked
+    model_look: float = 0.0  # when the turn's model call is looked at (never started: made due again)
 
 
 class JoinParker:
@@ -140,7 +146,9 @@ class JoinParker:
             # Always a new watch: a model turn means the link's previous wait was answered, and a watch still looking
             # at that wait's park (a trusted park is looked at for minutes) must not stand in for the next one's (it
             # did: the next wait was never parked, and its join was evaluated at the server's pace).
-            self._watched[execution_id] = _Watch(until=self._clock.monotonic() + _WATCH_SECONDS, run_id=run_id)
+            now = self._clock.monotonic()
+            self._watched[execution_id] = _Watch(until=now + _WATCH_SECONDS, run_id=run_id,
+                                                 model_look=now + MODEL_UNSTARTED_SECONDS + _LOOK_EVERY_MODEL)
             self._start_locked()
         log.debug("run %s: watching for its next wait, to park its join", execution_id)
 
@@ -245,6 +253,9 @@ class JoinParker:
         if watch.join is None:
             wait, join = waiting_wait(self._api, execution_id)
             if wait is None or join is None:
+                if now >= watch.model_look:  # no wait yet, long after the turn began: was its model call dropped?
+                    watch.model_look = now + _LOOK_EVERY_MODEL
+                    nudge_unstarted_model_calls(self._api, execution_id, clock=self._clock)
                 return False
             watch.join, watch.wait_id = join, str(wait.get("taskId"))
             log.debug("run %s: waits (%s); parking its join %s", execution_id, wait.get("referenceTaskName"),

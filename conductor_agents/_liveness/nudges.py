@@ -57,12 +57,14 @@ from typing import Any
 import attrs
 
 from .._common.clock import SYSTEM_CLOCK, Clock
+from .._common.task_names import MODEL_TASK_TYPE
 from .._wire.api import ConductorApi
 from ..errors import ConductorAgentsError
 from .stall import server_now as server_clock
 
-__all__ = ["JOIN_CHECK_SECONDS", "JOIN_LOOKS", "LOST_AFTER_SECONDS", "UNPOLLED_SECONDS", "LostPolls", "Nudges",
-           "lost_tasks", "nudge_result", "stuck_joins", "unpolled_tasks"]
+__all__ = ["JOIN_CHECK_SECONDS", "JOIN_LOOKS", "LOST_AFTER_SECONDS", "MODEL_UNSTARTED_SECONDS", "UNPOLLED_SECONDS",
+           "LostPolls", "Nudges", "lost_tasks", "nudge_result", "nudge_unstarted_model_calls", "stuck_joins",
+           "unpolled_tasks", "unstarted_model_calls"]
 
 log = logging.getLogger("conductor_agents.liveness")
 
@@ -80,6 +82,10 @@ UNPOLLED_SECONDS = 20.0
 #: How old (server clock) a task in progress with this process's worker id must be, and not running here, to count
 #: as handed out in a lost answer: a poll's tasks reach the tool pool within milliseconds of its answer.
 LOST_AFTER_SECONDS = 5.0
+#: How long a model call may be due and never started (server clock) before its message is made due again. A node
+#: starts a due model call within milliseconds while the server keeps up; one that waited this long in a queue behind
+#: others is made due again too, which can let two nodes make that call (the second's answer rewrites the first's).
+MODEL_UNSTARTED_SECONDS = 45.0
 #: The worker id the server records on a nudged task.
 NUDGE_WORKER_ID = "conductor-agents (made due again)"
 
@@ -116,6 +122,50 @@ def unpolled_tasks(tasks: Iterable[Mapping[str, Any]], *, domain: str, server_no
         if due_ms and server_now - due_ms / 1000.0 > seconds:
             found.append(task)
     return found
+
+
+def unstarted_model_calls(tasks: Iterable[Mapping[str, Any]], *, server_now: float,
+                          seconds: float | None = None) -> list[Mapping[str, Any]]:
+    """The model calls (``LLM_CHAT_COMPLETE``) among a run's tasks that no node ever started and that have been due for
+    over ``seconds`` (:data:`MODEL_UNSTARTED_SECONDS` as it is at the call) by the server's clock ``server_now``.
+
+    Never started is provable from outside: a node that takes a model call persists its start time and poll count
+    before it calls the model (3.32.3, ``AsyncSystemTaskExecutor.execute``); a call ``SCHEDULED`` with neither is one
+    whose queue message a node leased and then dropped (a Redis restart lost the answer of the lease's write: the
+    message stays invisible for the task's hour-long lease, ``will retry on redelivery``)."""
+    seconds = MODEL_UNSTARTED_SECONDS if seconds is None else seconds
+    found = []
+    for task in tasks:
+        if task.get("taskType") != MODEL_TASK_TYPE or task.get("status") != "SCHEDULED":
+            continue
+        if int(task.get("pollCount") or 0) or int(task.get("startTime") or 0):
+            continue
+        due_ms = (task.get("scheduledTime") or 0) + 1000 * max(0, int(task.get("callbackAfterSeconds") or 0))
+        if due_ms and server_now - due_ms / 1000.0 > seconds:
+            found.append(task)
+    return found
+
+
+def nudge_unstarted_model_calls(api: ConductorApi, execution_id: str, *, clock: Clock = SYSTEM_CLOCK) -> int:
+    """Make due again each of run ``execution_id``'s :func:`unstarted_model_calls` (one small read; each candidate read
+    again just before, so a node that took it meanwhile is not raced); how many. With an ``IN_PROGRESS`` result, as the
+    other nudges: a model call is a task whose start and evaluation are one (an annotated system task), so the node
+    that takes it up then makes the call. Logged as a warning.
+
+    Raises: as :meth:`ConductorApi.workflow_tasks`, :meth:`ConductorApi.get_task`, :meth:`ConductorApi.update_task`.
+    """
+    page = api.workflow_tasks(execution_id, statuses=("SCHEDULED",), count=20)
+    now = server_clock(page.date, clock.time())
+    count = 0
+    for task in unstarted_model_calls(page.tasks, server_now=now):
+        fresh = api.get_task(str(task.get("taskId")))
+        if not unstarted_model_calls([fresh], server_now=now):
+            continue
+        log.warning("run %s: its model call %s was never started (its queue message leased away, e.g. by a Redis "
+                    "restart); making it due again", execution_id, task.get("referenceTaskName"))
+        api.update_task(nudge_result(fresh))
+        count += 1
+    return count
 
 
 @attrs.frozen
