@@ -49,6 +49,15 @@ def scheduling_refused(server: object, execution_id: str) -> Iterator[None]:
             db.commit()
 
 
+def acted_once_and_at_rest(handle: object, tools: ActionTools, base_url: str) -> str:
+    """Send ``a0`` to the listener, wait until it acted on it and rests; the id of its current run."""
+    handle.send_message({"action": "a0"})  # type: ignore[attr-defined]
+    eventually(lambda: len(tools.actions) == 1, timeout=60, message="a0 acted on")
+    eventually(lambda: quiescent(base_url, handle.execution_id), timeout=60,  # type: ignore[attr-defined]
+               message="at rest")
+    return str(handle.status().current_execution_id)  # type: ignore[attr-defined]
+
+
 def explain_run(base_url: str, execution_id: str) -> str:
     run = workflow(base_url, execution_id)
     tasks = [f"{t.get('referenceTaskName')} {t.get('taskType')} {t.get('status')} {t.get('retryCount')}"
@@ -64,10 +73,7 @@ def test_a_listener_the_server_failed_for_want_of_writing_its_tasks_is_retried_a
     settings = attrs.evolve(agent_settings, liveness_check_interval_seconds=1.0, continuation_enabled=False)
     with AgentRuntime(settings) as serving:
         handle = serving.start(listener(unique_name("fault"), model, tools), "Start listening.")
-        handle.send_message({"action": "a0"})
-        eventually(lambda: len(tools.actions) == 1, timeout=60, message="a0 acted on")
-        eventually(lambda: quiescent(settings.server_url, handle.execution_id), timeout=60, message="at rest")
-        run = handle.status().current_execution_id
+        run = acted_once_and_at_rest(handle, tools, settings.server_url)
         with scheduling_refused(conductor_server, run):
             handle.send_message({"action": "a1"})
             eventually(lambda: len(tools.actions) == 2, timeout=60,
@@ -125,10 +131,7 @@ def test_a_model_call_left_leased_and_never_started_is_made_due_again(agent_sett
     tools = ActionTools("leased")
     with AgentRuntime(agent_settings) as serving:
         handle = serving.start(listener(unique_name("leased"), model, tools), "Start listening.")
-        handle.send_message({"action": "a0"})
-        eventually(lambda: len(tools.actions) == 1, timeout=60, message="a0 acted on")
-        eventually(lambda: quiescent(agent_settings.server_url, handle.execution_id), timeout=60, message="at rest")
-        run = handle.status().current_execution_id
+        run = acted_once_and_at_rest(handle, tools, agent_settings.server_url)
         with model_call_leased_away(conductor_server, run):
             handle.send_message({"action": "a1"})
             eventually(lambda: len(tools.actions) == 2, timeout=60,
