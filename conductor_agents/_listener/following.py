@@ -47,6 +47,7 @@ def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
                    timeout: float | None = None) -> tuple[Link, AgentStatus]:
     """The link the listener is in now (or ended in) and its status (one request when nothing moved)."""
     link = directory.newest(chain)
+    retried: set[str] = set()
     while True:
         try:
             status = AgentStatus.from_dict(api.agent_status(link.execution_id, timeout=timeout))
@@ -58,8 +59,9 @@ def current_status(api: ConductorApi, directory: ChainDirectory, chain: Chain, *
                 raise
             link = newer
             continue
-        if status.is_terminal and retry_if_server_fault(api, link.execution_id, seen={
-                "status": status.status.value, "reason": status.reason}):
+        if status.is_terminal and link.execution_id not in retried and retry_if_server_fault(
+                api, link.execution_id, seen={"status": status.status.value, "reason": status.reason}):
+            retried.add(link.execution_id)  # once per look: a read that still says FAILED is the answer
             continue  # the server failed it for want of writing its tasks: retried, it runs again
         if not status.is_terminal or not chain.continuable:
             return link, status
