@@ -23,7 +23,7 @@ and newest lease, sampled twice).
 
 Results: ``--out`` (default ``benchmarks/results-soak-<topology>.json``) and a printed summary. Everything
 runs on loopback; every process started here is killed at the end (also on Ctrl-C or an error); the
-journals and logs stay in the printed work directory.
+journals and logs (the server's too, in ``server-logs/``) stay in the printed work directory.
 """
 
 from __future__ import annotations
@@ -554,7 +554,21 @@ class Soak:
                 self.server.stop()
         finally:
             self.llm.stop()
+            self._keep_server_logs()
             shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def _keep_server_logs(self) -> None:
+        """Copy the server's logs (each node's, Redis's, the balancer's) into the work directory before the data
+        directory goes: a violation is read against what the server did (which node ran which task, and when)."""
+        kept = os.path.join(self.workdir, "server-logs")
+        for root, _dirs, files in os.walk(self.data_dir):
+            for name in files:
+                if name.endswith(".log"):
+                    relative = os.path.relpath(os.path.join(root, name), self.data_dir)
+                    target = os.path.join(kept, relative.replace(os.sep, "-"))
+                    os.makedirs(kept, exist_ok=True)
+                    with contextlib.suppress(OSError):
+                        shutil.copyfile(os.path.join(root, name), target)
 
 
 def _kill_serve(soak: Soak, item: dict[str, Any]) -> str:
