@@ -16,7 +16,9 @@ from ..integration.test_stateful_listener import act_on
 from .crash_child import read_actions
 from .support import Child, kill_all, server_get
 
-pytestmark = [pytest.mark.reliability, pytest.mark.both_topologies]
+# On the cluster only, the production topology: its single-node twin cost a minute of the suite, and one node's
+# adoption is proved by test_serve_adoption.py and test_fence.py.
+pytestmark = [pytest.mark.reliability, pytest.mark.parametrize("topology", ["cluster"], indirect=True)]
 
 STALL = 6.0
 RUNS = 30
