@@ -192,7 +192,8 @@ def test_a_listener_waits_for_approval_from_another_process_while_messages_keep_
         for i in range(3):  # messages keep arriving while the run waits for a person
             handle.send_message({"do": "note", "arg": f"during-{i}"})
         # Longer than the stall threshold plus two watchdog samples: a wait for a person is no stall.
-        eventually(lambda: time.monotonic() - seen_at > 5.0 + 2 * 0.5, timeout=30, interval=0.25,
+        past = settings.liveness_stall_seconds + 2 * settings.liveness_check_interval_seconds
+        eventually(lambda: time.monotonic() - seen_at > past, timeout=30, interval=0.25,
                    message="the approval waited past the stall threshold")
         assert handle.stall is None and stalls == []
         assert ("deploy", "v2") not in ops.done
