@@ -561,14 +561,13 @@ class Soak:
         """Copy the server's logs (each node's, Redis's, the balancer's) into the work directory before the data
         directory goes: a violation is read against what the server did (which node ran which task, and when)."""
         kept = os.path.join(self.workdir, "server-logs")
+        os.makedirs(kept, exist_ok=True)
         for root, _dirs, files in os.walk(self.data_dir):
-            for name in files:
-                if name.endswith(".log"):
-                    relative = os.path.relpath(os.path.join(root, name), self.data_dir)
-                    target = os.path.join(kept, relative.replace(os.sep, "-"))
-                    os.makedirs(kept, exist_ok=True)
-                    with contextlib.suppress(OSError):
-                        shutil.copyfile(os.path.join(root, name), target)
+            for name in (n for n in files if n.endswith(".log")):
+                source = os.path.join(root, name)
+                target = os.path.join(kept, os.path.relpath(source, self.data_dir).replace(os.sep, "-"))
+                with contextlib.suppress(OSError):
+                    shutil.copyfile(source, target)
 
 
 def _kill_serve(soak: Soak, item: dict[str, Any]) -> str:
